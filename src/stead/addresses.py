@@ -1,0 +1,93 @@
+"""Deterministic call addresses, so concurrency inside a workflow replays.
+
+A run's calls are numbered per *branch*: the workflow's own task is the root
+branch; every task the workflow code creates (`asyncio.gather`, `create_task`)
+becomes a child branch numbered in creation order, which is program order and
+therefore the same live and on replay. A call's address is its branch path
+plus its index in the branch, reserved when the call is made. Completion order
+(which varies with timing) never enters an address.
+
+Tasks created while user step code runs (an HTTP client's internals, say) are
+not branches: step code runs with no branch set, so it does not shift the
+numbering, and it runs only live, never on replay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Coroutine, Generator, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+class Branch:
+    __slots__ = ("_calls", "_children", "path")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._calls = 0
+        self._children = 0
+
+    def next_address(self) -> str:
+        index = self._calls
+        self._calls += 1
+        return f"{self.path}{index}"
+
+    def child(self) -> Branch:
+        index = self._children
+        self._children += 1
+        return Branch(f"{self.path}b{index}.")
+
+
+current: contextvars.ContextVar[Branch | None] = contextvars.ContextVar(
+    "stead_branch", default=None
+)
+
+
+def reserve() -> str:
+    branch = current.get()
+    if branch is None:
+        raise RuntimeError(
+            "run.* was called outside the workflow's control code (from inside a step "
+            "function, or from a task the runtime does not see): call it from the workflow"
+        )
+    return branch.next_address()
+
+
+@contextmanager
+def outside_branches() -> Iterator[None]:
+    """Run user step code with no branch, so tasks it creates are not numbered."""
+    token = current.set(None)
+    try:
+        yield
+    finally:
+        current.reset(token)
+
+
+def _branching_factory(previous: Any) -> Any:
+    def factory(
+        loop: asyncio.AbstractEventLoop,
+        coro: Coroutine[Any, Any, Any] | Generator[Any, None, Any],
+        **kwargs: Any,
+    ) -> asyncio.Future[Any]:
+        parent = current.get()
+        if parent is not None:
+            ctx = kwargs.get("context") or contextvars.copy_context()
+            ctx.run(current.set, parent.child())
+            kwargs["context"] = ctx
+        if previous is not None:
+            return previous(loop, coro, **kwargs)  # type: ignore[no-any-return]
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    factory.stead_branching = True  # type: ignore[attr-defined]
+    return factory
+
+
+def install(loop: asyncio.AbstractEventLoop) -> None:
+    """Number the tasks workflows create on `loop` (idempotent; keeps any
+    task factory already installed, calling it underneath)."""
+    previous = loop.get_task_factory()
+    if previous is not None and getattr(previous, "stead_branching", False):
+        return
+    loop.set_task_factory(_branching_factory(previous))

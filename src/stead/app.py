@@ -1,0 +1,81 @@
+"""`App`: the registry of workflows and their versions. No global singleton:
+the worker, the client and the CLI are handed an App (`module:app`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
+
+from stead import errors
+
+if TYPE_CHECKING:
+    from stead.run import Run
+
+P = ParamSpec("P")
+R = TypeVar("R")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Workflow(Generic[P, R]):
+    """A registered workflow: its name, its version and the function. It keeps
+    the function's signature, so `client.start(wf, ...)` is type-checked."""
+
+    name: str
+    version: int
+    fn: Callable[Concatenate[Run, P], Coroutine[Any, Any, R]]
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+class App:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._workflows: dict[tuple[str, int], Workflow[Any, Any]] = {}
+
+    def workflow(
+        self, *, name: str | None = None, version: int = 1
+    ) -> Callable[[Callable[Concatenate[Run, P], Coroutine[Any, Any, R]]], Workflow[P, R]]:
+        """Register an `async def fn(run, ...)` under `name` (default: the
+        function's name) and `version`. Register an old version next to a new one
+        to let runs that started on it finish."""
+        if not isinstance(version, int) or version < 1:
+            raise ValueError("workflow version must be a positive integer")
+
+        def register(fn: Callable[Concatenate[Run, P], Coroutine[Any, Any, R]]) -> Workflow[P, R]:
+            wf_name = name or fn.__name__
+            if not _NAME.match(wf_name):
+                raise ValueError(f"workflow name {wf_name!r} must be an identifier-like word")
+            if (wf_name, version) in self._workflows:
+                raise ValueError(f"workflow {wf_name}@{version} is registered twice")
+            wf: Workflow[P, R] = Workflow(wf_name, version, fn)
+            self._workflows[(wf_name, version)] = wf
+            return wf
+
+        return register
+
+    def get(self, name: str, version: int | None = None) -> Workflow[Any, Any]:
+        """The workflow `name` at `version` (default: the newest registered)."""
+        if version is None:
+            versions = [v for (n, v) in self._workflows if n == name]
+            if versions:
+                return self._workflows[(name, max(versions))]
+        elif (name, version) in self._workflows:
+            return self._workflows[(name, version)]
+        known = ", ".join(sorted(w.key for w in self._workflows.values())) or "none"
+        wanted = name if version is None else f"{name}@{version}"
+        raise errors.UnknownWorkflow(
+            f"app {self.name!r} has no workflow {wanted} (registered: {known})"
+        )
+
+    def hosted(self) -> list[str]:
+        """`name@version` of every workflow this app can run."""
+        return sorted(w.key for w in self._workflows.values())
+
+    @property
+    def workflows(self) -> list[Workflow[Any, Any]]:
+        return list(self._workflows.values())

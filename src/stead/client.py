@@ -1,0 +1,136 @@
+"""`Client`: start runs, read their status and result, list and cancel them.
+The CLI and the dashboard use only this."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import uuid
+from typing import Any
+
+from stead import codec, errors, records
+from stead.app import App, Workflow
+from stead.records import Record, ResumeRecord, RunRow
+from stead.store.base import Store
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInfo:
+    """What a client sees of a run."""
+
+    run_id: str
+    workflow: str
+    version: int
+    task_id: str | None
+    status: str
+    epoch: int
+    created_at: float
+    updated_at: float
+    lease_owner: str | None
+    result: Any = None
+    error: dict[str, Any] | None = None
+    created: bool = False
+
+    @property
+    def done(self) -> bool:
+        return self.status in records.TERMINAL
+
+    @classmethod
+    def from_row(cls, row: RunRow, *, created: bool = False) -> RunInfo:
+        return cls(
+            run_id=row.run_id, workflow=row.workflow, version=row.version,
+            task_id=row.task_id, status=row.status, epoch=row.epoch,
+            created_at=row.created_at, updated_at=row.updated_at,
+            lease_owner=row.lease_owner,
+            result=None if row.result is None else _loads(row.result, row.run_id),
+            error=None if row.error is None else _loads(row.error, row.run_id),
+            created=created,
+        )
+
+
+def _loads(text: str, run_id: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return {"type": "CorruptRecord", "message": f"run {run_id}: stored value is not JSON"}
+
+
+class Client:
+    def __init__(self, store: Store, app: App | None = None) -> None:
+        self.store = store
+        self.app = app
+
+    async def start(
+        self,
+        workflow: Workflow[Any, Any] | str,
+        *args: Any,
+        task_id: str | None = None,
+        version: int | None = None,
+        **kwargs: Any,
+    ) -> RunInfo:
+        """Start a run of `workflow` with these arguments. With a `task_id`, a
+        live run of that task is returned instead of starting a second one."""
+        if isinstance(workflow, str):
+            if self.app is not None:
+                wf = self.app.get(workflow, version)
+                name, wf_version = wf.name, wf.version
+            elif version is None:
+                raise errors.UnknownWorkflow(
+                    f"cannot start {workflow!r} by name without an app or an explicit version"
+                )
+            else:
+                name, wf_version = workflow, version
+        else:
+            name, wf_version = workflow.name, workflow.version
+        payload = codec.dumps({"args": list(args), "kwargs": kwargs},
+                              what=f"the input of workflow {name!r}")
+        new = records.NewRun(
+            run_id=uuid.uuid4().hex, workflow=name, version=wf_version,
+            task_id=task_id, input=payload,
+        )
+        row, created = await self.store.create_run(new)
+        if not created and row.workflow != name:
+            raise errors.SteadError(
+                f"task {task_id!r} already has a live run {row.run_id} of workflow "
+                f"{row.workflow!r}; cancel it before starting {name!r} for that task"
+            )
+        return RunInfo.from_row(row, created=created)
+
+    async def get(self, run_id: str) -> RunInfo:
+        return RunInfo.from_row(await self.store.get_run(run_id))
+
+    async def result(self, run_id: str, *, timeout: float | None = None,
+                     poll: float = 0.05) -> Any:
+        """Wait for the run to end; return its result or raise `RunFailed`."""
+        async def wait() -> RunInfo:
+            while True:
+                info = await self.get(run_id)
+                if info.done or info.status == records.INCOMPATIBLE:
+                    return info
+                await asyncio.sleep(poll)
+
+        info = await asyncio.wait_for(wait(), timeout)
+        if info.status != records.COMPLETED:
+            raise errors.RunFailed(run_id, info.status, (info.error or {}).get("message"))
+        return info.result
+
+    async def list_runs(self, *, status: str | None = None, workflow: str | None = None,
+                   limit: int = 100) -> list[RunInfo]:
+        if status is not None and status not in records.STATUSES:
+            raise errors.SteadError(
+                f"unknown status {status!r}; one of: {', '.join(records.STATUSES)}"
+            )
+        rows = await self.store.list_runs(status=status, workflow=workflow, limit=limit)
+        return [RunInfo.from_row(r) for r in rows]
+
+    async def cancel(self, run_id: str) -> RunInfo:
+        """Cancel a live run; its worker's next write is rejected and it stops."""
+        return RunInfo.from_row(await self.store.cancel_run(run_id))
+
+    async def journal(self, run_id: str) -> list[Record]:
+        await self.store.get_run(run_id)
+        return await self.store.load_journal(run_id)
+
+    async def resumes(self, run_id: str) -> list[ResumeRecord]:
+        return await self.store.list_resumes(run_id)

@@ -1,0 +1,116 @@
+"""JSON in and out, never pickle: a stored row must never be able to run code.
+
+Values are encoded once, when they are recorded; what the workflow gets back,
+live or on replay, is always the *decoded* form, converted to the declared type
+when one is known. So a live run and its replay see identical values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+import functools
+import hashlib
+import inspect
+import json
+import typing
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from stead import errors
+
+_PLAIN = (dict, list, str, int, float, bool)
+
+
+def _default(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):  # a pydantic model
+        return dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, tuple):
+        return list(value)
+    raise TypeError(f"{type(value).__qualname__} is not JSON-serialisable")
+
+
+def dumps(value: Any, *, what: str) -> str:
+    """Encode `value` for storage; `what` names it in the error message."""
+    try:
+        return json.dumps(value, default=_default, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise errors.SerializationError(
+            f"{what} cannot be stored as JSON: {exc}. Use dicts, lists, str, numbers, "
+            "bool, None, datetimes, UUIDs, dataclasses or pydantic models."
+        ) from exc
+
+
+def loads(text: str) -> Any:
+    return json.loads(text)
+
+
+def digest(*parts: Any) -> str:
+    """A stable fingerprint of call arguments, independent of dict key order."""
+    try:
+        canonical = json.dumps(
+            parts, default=_default, separators=(",", ":"), sort_keys=True, allow_nan=False
+        )
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise errors.SerializationError(
+            f"arguments cannot be stored as JSON: {exc}. Pass JSON-compatible values."
+        ) from exc
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+@functools.lru_cache(maxsize=512)
+def _adapter(annotation: Any) -> Any:
+    import pydantic  # deferred: only workflows with declared rich types pay for it
+
+    return pydantic.TypeAdapter(annotation)
+
+
+def convert(value: Any, annotation: Any) -> Any:
+    """Turn a decoded JSON value into `annotation` (pydantic models, dataclasses,
+    datetimes, tuples...). Unknown or plain annotations leave the value as is."""
+    if annotation in (None, Any, object, inspect.Parameter.empty):
+        return value
+    if annotation in _PLAIN and isinstance(value, annotation):
+        return value
+    if annotation is type(None) and value is None:
+        return None
+    try:
+        return _adapter(annotation).validate_python(value)
+    except TypeError:  # unhashable or unsupported annotation: leave the JSON value
+        return value
+
+
+def decode(text: str, annotation: Any = None) -> Any:
+    return convert(json.loads(text), annotation)
+
+
+def return_type(fn: Callable[..., Any]) -> Any:
+    """The declared return type of `fn`, or None when it has none we can resolve."""
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # forward references we cannot resolve: no conversion
+        return None
+    ret = hints.get("return")
+    origin = typing.get_origin(ret)
+    if origin is not None and getattr(origin, "__name__", "") in {"Coroutine", "Awaitable"}:
+        args = typing.get_args(ret)
+        ret = args[-1] if args else None
+    return ret
+
+
+def parameter_types(fn: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        return dict(typing.get_type_hints(fn))
+    except Exception:
+        return {}

@@ -1,0 +1,7 @@
+"""Model adapters. stead does not decide what to say: it records what the
+model said, so a resumed run never asks again."""
+
+from stead.llm.model import Completion, Model, ToolCall, Usage
+from stead.llm.scripted import ScriptedModel, ScriptExhausted
+
+__all__ = ["Completion", "Model", "ScriptExhausted", "ScriptedModel", "ToolCall", "Usage"]

@@ -1,0 +1,80 @@
+"""The journal cursor: hand each call its recorded result, or say it is live.
+
+A call is matched by its address (see `addresses`); a record found there must
+have the same kind, name and argument digest, or the code no longer fits the
+checkpoint and the run stops as `incompatible_checkpoint`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from stead import errors, records
+from stead.records import Record
+
+
+def _validate(run_id: str, recs: Sequence[Record]) -> None:
+    for expected, r in enumerate(recs):
+        problem = None
+        if r.seq != expected:
+            problem = f"expected seq {expected}, found {r.seq} (a gap or a duplicate)"
+        elif r.status not in (records.OK, records.ERROR):
+            problem = f"unknown status {r.status!r}"
+        elif r.attempt < 1:
+            problem = f"bad attempt {r.attempt}"
+        else:
+            try:
+                json.loads(r.payload)
+            except (TypeError, ValueError) as exc:
+                problem = f"payload is not JSON ({exc})"
+        if problem is not None:
+            raise errors.CorruptRecord(
+                f"run {run_id}: journal record at seq {r.seq} is corrupt: {problem}. "
+                "The record is kept as it is; repair or cancel the run."
+            )
+
+
+class Journal:
+    def __init__(self, run_id: str, recs: Sequence[Record]) -> None:
+        _validate(run_id, recs)
+        self.run_id = run_id
+        self.length = len(recs)
+        self._by_addr: dict[str, list[Record]] = {}
+        for r in recs:
+            self._by_addr.setdefault(r.addr, []).append(r)
+        for attempts in self._by_addr.values():
+            attempts.sort(key=lambda r: r.attempt)
+        self._taken: set[str] = set()
+        self.reused = 0
+
+    def take(self, addr: str, kind: str, name: str, digest: str) -> list[Record]:
+        """The recorded attempts at `addr` (oldest first), or [] when the call is
+        new. Raises `NonDeterminism` when the record is for another call."""
+        found = self._by_addr.get(addr)
+        if not found:
+            return []
+        first = found[0]
+        if first.kind != kind or first.name != name:
+            raise errors.NonDeterminism(
+                f"run {self.run_id}: at position {addr} (seq {first.seq}) the journal "
+                f"holds {first.kind} {first.name!r}, but the code now calls {kind} {name!r}. "
+                "The workflow code changed under a running checkpoint: register the old "
+                "version alongside the new one, or cancel the run."
+            )
+        if first.digest != digest:
+            raise errors.NonDeterminism(
+                f"run {self.run_id}: {kind} {name!r} at position {addr} (seq {first.seq}) "
+                "is called with other arguments than the journal recorded. Control code "
+                "must be deterministic: take times, ids and randomness from run.now(), "
+                "run.uuid(), run.random()."
+            )
+        if addr not in self._taken:
+            self._taken.add(addr)
+            self.reused += len(found)
+        return found
+
+    def untaken(self) -> list[Record]:
+        """Records no call has asked for (checked when the workflow returns)."""
+        left = [rs[0] for a, rs in self._by_addr.items() if a not in self._taken]
+        return sorted(left, key=lambda r: r.seq)

@@ -1,0 +1,37 @@
+"""Retry policy for steps: attempts with exponential backoff.
+
+The time of the next attempt is journaled with the failed attempt, so the
+backoff survives a restart: a new worker waits only what is left of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Retry:
+    attempts: int = 3
+    backoff: float = 1.0
+    factor: float = 2.0
+    max_backoff: float = 300.0
+    on: tuple[type[BaseException], ...] = (Exception,)
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError("Retry.attempts must be at least 1")
+        if self.backoff < 0 or self.factor < 1 or self.max_backoff < 0:
+            raise ValueError("Retry needs backoff >= 0, factor >= 1 and max_backoff >= 0")
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number `attempt` (1-based)."""
+        return float(min(self.backoff * self.factor ** (attempt - 1), self.max_backoff))
+
+    def retry_at(self, attempt: int, error: BaseException, now: float) -> float | None:
+        """When to try again after `attempt` failed with `error`, or None to give up."""
+        if attempt >= self.attempts or not isinstance(error, self.on):
+            return None
+        return now + self.delay(attempt)
+
+
+NO_RETRY = Retry(attempts=1)

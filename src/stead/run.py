@@ -1,0 +1,194 @@
+"""`Run`: the context a workflow sees. Every `run.*` call is journaled; on
+replay the journal answers and nothing is called again."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import inspect
+import random as _random
+import uuid as _uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar, overload
+
+from stead import addresses, codec, errors, records
+from stead.execution import Execution
+from stead.llm.model import Completion, Model
+from stead.records import RunRow
+from stead.retry import NO_RETRY, Retry
+
+T = TypeVar("T")
+
+
+def _error_payload(exc: BaseException, retry_at: float | None) -> str:
+    return codec.dumps(
+        {"type": type(exc).__qualname__, "message": str(exc), "retry_at": retry_at},
+        what="an error",
+    )
+
+
+async def _invoke(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    """The one place user code is called: async functions are awaited, sync
+    ones run in a thread so they never block the worker's event loop."""
+    with addresses.outside_branches():
+        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+            getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
+        ):
+            return await fn(*args, **kwargs)
+        value = await asyncio.to_thread(fn, *args, **kwargs)
+        if inspect.isawaitable(value):
+            value = await value
+        return value
+
+
+class Run:
+    """Passed to every workflow as its first argument."""
+
+    def __init__(self, execution: Execution, row: RunRow) -> None:
+        self._x = execution
+        self.id = row.run_id
+        self.task_id = row.task_id
+        self.workflow = row.workflow
+        self.version = row.version
+        self.epoch = row.epoch
+
+    # -- recorded calls -----------------------------------------------------
+    async def _recorded(
+        self,
+        kind: str,
+        name: str,
+        digest: str,
+        call: Callable[[], Awaitable[Any]],
+        encode: Callable[[Any], str],
+        retry: Retry,
+    ) -> tuple[str, str, int]:
+        """Return `(status, payload, attempts)` of the call at the next address: from the
+        journal if recorded, else by calling it live (with retries) and
+        journaling each attempt."""
+        addr = addresses.reserve()
+        prior = self._x.take(addr, kind, name, digest)
+        attempt = 1
+        if prior:
+            last = prior[-1]
+            if last.status == records.OK:
+                return records.OK, last.payload, last.attempt
+            retry_at = codec.loads(last.payload).get("retry_at")
+            if retry_at is None:
+                return records.ERROR, last.payload, last.attempt
+            self._x.check_live()
+            await self._x.sleep_until(float(retry_at))
+            attempt = last.attempt + 1
+        while True:
+            self._x.check_live()
+            try:
+                value = await call()
+            except Exception as exc:
+                retry_at = retry.retry_at(attempt, exc, self._x.clock.now())
+                payload = _error_payload(exc, retry_at)
+                await self._x.commit(
+                    [self._x.record(addr, attempt, kind, name, digest, records.ERROR, payload)]
+                )
+                if retry_at is None:
+                    return records.ERROR, payload, attempt
+                await self._x.sleep_until(retry_at)
+                attempt += 1
+                continue
+            payload = encode(value)
+            await self._x.commit(
+                [self._x.record(addr, attempt, kind, name, digest, records.OK, payload)]
+            )
+            return records.OK, payload, attempt
+
+    @staticmethod
+    def _raise(name: str, payload: str, attempts: int) -> None:
+        err = codec.loads(payload)
+        raise errors.StepError(
+            name, str(err.get("type", "Exception")), str(err.get("message", "")),
+            attempts=attempts,
+        )
+
+    @overload
+    async def step(
+        self, name: str, fn: Callable[..., Awaitable[T]], *args: Any,
+        retry: Retry | None = None, **kwargs: Any,
+    ) -> T: ...
+
+    @overload
+    async def step(
+        self, name: str, fn: Callable[..., T], *args: Any,
+        retry: Retry | None = None, **kwargs: Any,
+    ) -> T: ...
+
+    async def step(
+        self, name: str, fn: Callable[..., Any], *args: Any,
+        retry: Retry | None = None, **kwargs: Any,
+    ) -> Any:
+        """Call `fn(*args, **kwargs)` once, ever: its result (or its error) is
+        journaled and returned from the journal on replay. Sync functions run in
+        a thread. A failure raises `StepError`, live and on replay alike."""
+        digest = codec.digest(list(args), kwargs)
+        status, payload, attempts = await self._recorded(
+            records.STEP, name, digest,
+            lambda: _invoke(fn, args, kwargs),
+            lambda v: codec.dumps(v, what=f"the result of step {name!r}"),
+            retry or NO_RETRY,
+        )
+        if status == records.ERROR:
+            self._raise(name, payload, attempts)
+        return codec.decode(payload, codec.return_type(fn))
+
+    async def llm(
+        self, name: str, model: Model, messages: Sequence[Mapping[str, Any]], *,
+        retry: Retry | None = None, **params: Any,
+    ) -> Completion:
+        """Ask `model` once, ever: the completion is journaled, and a resumed run
+        gets the recorded answer instead of asking again."""
+        digest = codec.digest(model.name, list(messages), params)
+
+        async def call() -> Completion:
+            with addresses.outside_branches():
+                return await model.complete(messages, **params)
+
+        status, payload, attempts = await self._recorded(
+            records.LLM, name, digest, call,
+            lambda c: codec.dumps(c.to_json(), what=f"the completion of {name!r}"),
+            retry or NO_RETRY,
+        )
+        if status == records.ERROR:
+            self._raise(name, payload, attempts)
+        return Completion.from_json(codec.loads(payload))
+
+    # -- recorded values (synchronous; they ride along with the next commit) --
+    def _value(self, kind: str, make: Callable[[], str]) -> str:
+        addr = addresses.reserve()
+        prior = self._x.take(addr, kind, kind, "")
+        if prior:
+            return prior[-1].payload
+        self._x.check_live()
+        payload = make()
+        self._x.buffer(self._x.record(addr, 1, kind, kind, "", records.OK, payload))
+        return payload
+
+    def now(self) -> dt.datetime:
+        """The current time (UTC), recorded: replay returns the same instant."""
+        payload = self._value(
+            records.NOW,
+            lambda: codec.dumps(
+                dt.datetime.fromtimestamp(self._x.clock.now(), tz=dt.UTC).isoformat(),
+                what="now",
+            ),
+        )
+        return dt.datetime.fromisoformat(codec.loads(payload))
+
+    def uuid(self) -> _uuid.UUID:
+        """A random UUID, recorded."""
+        payload = self._value(records.UUID, lambda: codec.dumps(str(_uuid.uuid4()), what="uuid"))
+        return _uuid.UUID(codec.loads(payload))
+
+    def random(self) -> float:
+        """A random float in [0, 1), recorded."""
+        payload = self._value(
+            records.RANDOM, lambda: codec.dumps(_random.random(), what="random")
+        )
+        return float(codec.loads(payload))
+

@@ -1,0 +1,35 @@
+"""Storage: one `Store` interface, opened from a URL."""
+
+from __future__ import annotations
+
+import os
+
+from stead import errors
+from stead.clock import Clock, SystemClock
+from stead.store.base import Store
+
+DEFAULT_URL = "sqlite:///stead.db"
+
+
+def database_url(url: str | None = None) -> str:
+    """The URL to use: the one given, else `STEAD_DATABASE_URL`, else the default."""
+    return url or os.environ.get("STEAD_DATABASE_URL") or DEFAULT_URL
+
+
+async def open_store(url: str | None = None, *, clock: Clock | None = None) -> Store:
+    """Open (and migrate) the store at `url`; see `database_url` for the default."""
+    url = database_url(url)
+    clock = clock or SystemClock()
+    if url.startswith("sqlite:"):
+        from stead.store import sqlite
+
+        store: Store = sqlite.SQLiteStore(url, clock=clock)
+    else:
+        raise errors.StoreError(
+            f"unsupported database URL {url!r}: use sqlite:///path/to/file.db"
+        )
+    await store.open()
+    return store
+
+
+__all__ = ["DEFAULT_URL", "Store", "database_url", "open_store"]

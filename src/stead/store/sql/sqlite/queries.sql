@@ -1,0 +1,80 @@
+-- name: find_live_task
+SELECT * FROM runs
+WHERE task_id = :task_id AND status NOT IN ('completed', 'failed', 'cancelled');
+
+-- name: insert_run
+INSERT INTO runs (run_id, workflow, version, task_id, status, input, epoch,
+                  created_at, updated_at)
+VALUES (:run_id, :workflow, :version, :task_id, 'pending', :input, 0, :now, :now)
+RETURNING *;
+
+-- name: get_run
+SELECT * FROM runs WHERE run_id = :run_id;
+
+-- name: list_runs
+SELECT * FROM runs
+WHERE (:status IS NULL OR status = :status)
+  AND (:workflow IS NULL OR workflow = :workflow)
+ORDER BY created_at DESC, run_id DESC
+LIMIT :limit;
+
+-- name: cancel_run
+UPDATE runs
+SET status = 'cancelled', epoch = epoch + 1, lease_owner = NULL,
+    lease_expires_at = NULL, updated_at = :now
+WHERE run_id = :run_id AND status NOT IN ('completed', 'failed', 'cancelled')
+RETURNING *;
+
+-- name: claim
+UPDATE runs
+SET epoch = epoch + 1, lease_owner = :worker_id, lease_expires_at = :expires,
+    status = 'running', updated_at = :now
+WHERE run_id IN (
+    SELECT run_id FROM runs
+    WHERE status IN ('pending', 'running')
+      AND (lease_expires_at IS NULL OR lease_expires_at <= :now)
+      AND (workflow || '@' || version) IN (SELECT value FROM json_each(:hosted))
+    ORDER BY created_at
+    LIMIT :limit)
+RETURNING *;
+
+-- name: renew
+UPDATE runs SET lease_expires_at = :expires
+WHERE run_id = :run_id AND epoch = :epoch AND lease_owner = :worker_id
+  AND status = 'running';
+
+-- name: release
+UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
+WHERE run_id = :run_id AND epoch = :epoch AND lease_owner = :worker_id
+  AND status = 'running';
+
+-- name: fence
+SELECT 1 FROM runs
+WHERE run_id = :run_id AND epoch = :epoch AND lease_owner = :worker_id
+  AND status = 'running';
+
+-- name: insert_record
+INSERT INTO journal (run_id, seq, addr, attempt, kind, name, digest, status,
+                     payload, epoch, at)
+VALUES (:run_id, :seq, :addr, :attempt, :kind, :name, :digest, :status,
+        :payload, :epoch, :at);
+
+-- name: insert_resume
+INSERT INTO resumes (run_id, epoch, worker_id, at, from_seq, code_version,
+                     reused, detail)
+VALUES (:run_id, :epoch, :worker_id, :at, :from_seq, :code_version, :reused,
+        :detail);
+
+-- name: finish
+UPDATE runs
+SET status = :status, result = :result, error = :error, lease_owner = NULL,
+    lease_expires_at = NULL, updated_at = :now
+WHERE run_id = :run_id AND epoch = :epoch AND lease_owner = :worker_id
+  AND status = 'running';
+
+-- name: load_journal
+SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at
+FROM journal WHERE run_id = :run_id ORDER BY seq;
+
+-- name: list_resumes
+SELECT * FROM resumes WHERE run_id = :run_id ORDER BY epoch;

@@ -1,0 +1,93 @@
+"""The takeover pipeline of DESIGN.md §4, one small function per stage.
+
+    claim (worker.py) → version gate → load checkpoint → replay → resume record
+
+Replay is the workflow re-executing against the journal (`run.py`); the
+resume record rides along with the first write after it (`execution.py`).
+Later stages (migrations, intent revalidation, effect classification) slot
+in here as their own functions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+from typing import Any
+
+from stead import codec, errors, records
+from stead.app import App, Workflow
+from stead.clock import Clock
+from stead.execution import Execution
+from stead.records import Fence, RunRow
+from stead.replay import Journal
+from stead.store.base import Store
+
+
+@dataclasses.dataclass(frozen=True)
+class Stopped:
+    """The pipeline decided the run cannot continue here, and why."""
+
+    status: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Ready:
+    workflow: Workflow[Any, Any]
+    execution: Execution
+    args: list[Any]
+    kwargs: dict[str, Any]
+
+
+def version_gate(app: App, row: RunRow) -> Workflow[Any, Any] | Stopped:
+    """The run continues only on the exact workflow version it started on."""
+    try:
+        return app.get(row.workflow, row.version)
+    except errors.UnknownWorkflow as exc:
+        # Claims only take hosted versions, so this means the app changed
+        # between claim and gate: leave the run for a worker that hosts it.
+        return Stopped(records.PENDING, str(exc))
+
+
+def decode_input(wf: Workflow[Any, Any], row: RunRow) -> tuple[list[Any], dict[str, Any]]:
+    try:
+        data = json.loads(row.input)
+        args, kwargs = list(data["args"]), dict(data["kwargs"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise errors.CorruptRecord(
+            f"run {row.run_id}: its stored input is corrupt ({exc}); repair or cancel it"
+        ) from exc
+    hints = codec.parameter_types(wf.fn)
+    params = list(inspect.signature(wf.fn).parameters.values())[1:]  # skip `run`
+    for i, value in enumerate(args):
+        if i < len(params) and params[i].kind in (
+            inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD
+        ):
+            args[i] = codec.convert(value, hints.get(params[i].name))
+    for key, value in kwargs.items():
+        kwargs[key] = codec.convert(value, hints.get(key))
+    return args, kwargs
+
+
+async def prepare(
+    app: App, store: Store, clock: Clock, row: RunRow, worker_id: str
+) -> Ready | Stopped:
+    """Everything between the claim and the first replayed call."""
+    gated = version_gate(app, row)
+    if isinstance(gated, Stopped):
+        return gated
+    try:
+        journal = Journal(row.run_id, await store.load_journal(row.run_id))
+        args, kwargs = decode_input(gated, row)
+    except errors.CorruptRecord as exc:
+        return Stopped(records.INCOMPATIBLE, str(exc))
+    execution = Execution(
+        store=store,
+        fence=Fence(row.run_id, row.epoch, worker_id),
+        journal=journal,
+        clock=clock,
+        code_version=gated.key,
+        takeover=row.epoch > 1 or journal.length > 0,
+    )
+    return Ready(gated, execution, args, kwargs)
