@@ -101,9 +101,13 @@ class Worker:
                 free = self.options.concurrency - len(self._active)
                 claimed: list[RunRow] = []
                 if free > 0:
-                    claimed = await self.store.claim(
-                        self.id, self.app.hosted(), self.options.lease_seconds, free
-                    )
+                    try:
+                        claimed = await self.store.claim(
+                            self.id, self.app.hosted(), self.options.lease_seconds, free
+                        )
+                    except errors.StoreUnavailable as exc:
+                        # Locked or briefly unreachable: nothing was claimed; poll again.
+                        log.warning("worker %s could not claim: %s", self.id, exc)
                 for row in claimed:
                     self._spawn(row)
                 if claimed and len(claimed) == free:
@@ -134,10 +138,14 @@ class Worker:
         task = asyncio.create_task(self._execute(row), context=contextvars.copy_context())
         self._active[row.run_id] = (task, None)
         run_id = row.run_id
-        task.add_done_callback(lambda _t: self._done(run_id))
+        task.add_done_callback(lambda t: self._done(run_id, t))
 
-    def _done(self, run_id: str) -> None:
+    def _done(self, run_id: str, task: asyncio.Task[None]) -> None:
         self._active.pop(run_id, None)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            # Only a BaseException gets here (a process-level interrupt in step
+            # code): the run keeps its lease until it expires, then is taken over.
+            log.error("run %s: execution died: %r", run_id, exc)
         self._wake.set()
 
     async def _drain(self) -> None:

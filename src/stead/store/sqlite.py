@@ -123,10 +123,11 @@ class SQLiteStore(Store):
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield
+            conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
         self._commits += 1
 
     @property

@@ -1,0 +1,111 @@
+"""The SQLite store: schema, claims, fencing, one commit per write."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import stead
+from stead.records import Fence, NewRun, Record
+from stead.store import sql_files
+
+
+def _rec(seq: int, epoch: int) -> Record:
+    return Record(seq=seq, addr=str(seq), attempt=1, kind="step", name="s", digest="d",
+                  status="ok", payload="1", epoch=epoch, at=0.0)
+
+
+async def _new(store: stead.Store, run_id: str = "r1", task_id: str | None = None) -> None:
+    await store.create_run(NewRun(run_id, "wf", 1, task_id, '{"args":[],"kwargs":{}}'))
+
+
+async def test_migrating_an_empty_database_applies_every_migration(
+    store: stead.Store, tmp_path: Path
+) -> None:
+    conn = sqlite3.connect(tmp_path / "stead.db")
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"runs", "journal", "resumes", "stead_schema"} <= tables
+    versions = [r[0] for r in conn.execute("SELECT version FROM stead_schema")]
+    assert versions == [v for v, _ in sql_files.migrations("sqlite")]
+    conn.close()
+
+
+async def test_reopening_and_concurrent_opens_are_safe(db_url: str) -> None:
+    stores = await asyncio.gather(*(stead.open_store(db_url) for _ in range(4)))
+    again = await stead.open_store(db_url)
+    for s in [*stores, again]:
+        await s.close()
+
+
+async def test_claim_bumps_the_epoch_and_honours_the_lease(db_url: str) -> None:
+    clock = stead.FakeClock()
+    store = await stead.open_store(db_url, clock=clock)
+    await _new(store)
+    [row] = await store.claim("w1", ["wf@1"], 10, 5)
+    assert row.epoch == 1 and row.lease_owner == "w1"
+    assert await store.claim("w2", ["wf@1"], 10, 5) == []  # still leased
+    clock.advance(11)
+    [taken] = await store.claim("w2", ["wf@1"], 10, 5)
+    assert taken.epoch == 2 and taken.lease_owner == "w2"
+    await store.close()
+
+
+async def test_a_stale_holder_writes_nothing(db_url: str) -> None:
+    clock = stead.FakeClock()
+    store = await stead.open_store(db_url, clock=clock)
+    await _new(store)
+    await store.claim("w1", ["wf@1"], 10, 5)
+    clock.advance(11)
+    await store.claim("w2", ["wf@1"], 10, 5)
+    with pytest.raises(stead.StaleLease):
+        await store.append(Fence("r1", 1, "w1"), [_rec(0, 1)])
+    with pytest.raises(stead.StaleLease):
+        await store.finish(Fence("r1", 1, "w1"), "completed", result="1")
+    assert await store.load_journal("r1") == []
+    await store.append(Fence("r1", 2, "w2"), [_rec(0, 2)])
+    assert [r.seq for r in await store.load_journal("r1")] == [0]
+    assert await store.renew([Fence("r1", 1, "w1"), Fence("r1", 2, "w2")], 10) == [
+        Fence("r1", 1, "w1")
+    ]
+    await store.close()
+
+
+async def test_a_duplicate_position_is_refused_and_rolled_back(store: stead.Store) -> None:
+    await _new(store)
+    [row] = await store.claim("w1", ["wf@1"], 10, 5)
+    fence = Fence("r1", row.epoch, "w1")
+    await store.append(fence, [_rec(0, 1)])
+    with pytest.raises(stead.StoreError):
+        await store.append(fence, [_rec(1, 1), _rec(0, 1)])
+    assert [r.seq for r in await store.load_journal("r1")] == [0]  # no half batch
+
+
+async def test_each_write_is_one_commit(store: stead.Store) -> None:
+    await _new(store)
+    [row] = await store.claim("w1", ["wf@1"], 10, 5)
+    fence = Fence("r1", row.epoch, "w1")
+    before = store.commits
+    await store.append(fence, [_rec(0, 1), _rec(1, 1)])
+    await store.finish(fence, "completed", result="2")
+    assert store.commits - before == 2
+
+
+async def test_only_hosted_versions_are_claimed(store: stead.Store) -> None:
+    await _new(store)
+    assert await store.claim("w1", ["wf@2", "other@1"], 10, 5) == []
+    assert len(await store.claim("w1", ["wf@1"], 10, 5)) == 1
+
+
+async def test_unknown_run(store: stead.Store) -> None:
+    with pytest.raises(stead.UnknownRun):
+        await store.get_run("nope")
+    with pytest.raises(stead.UnknownRun):
+        await store.cancel_run("nope")
+
+
+async def test_an_unknown_url_scheme_is_a_clear_error() -> None:
+    with pytest.raises(stead.StoreError, match="unsupported database URL"):
+        await stead.open_store("mysql://localhost/x")

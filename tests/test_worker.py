@@ -1,0 +1,164 @@
+"""Workers: claiming, concurrency, versions, cancellation and graceful stops."""
+
+from __future__ import annotations
+
+import asyncio
+
+import stead
+
+
+async def _wait_for(pred, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await pred():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
+
+async def test_task_id_makes_start_idempotent_among_live_runs(store: stead.Store) -> None:
+    app = stead.App("t")
+
+    @app.workflow()
+    async def wf(run: stead.Run, order: str) -> str:
+        return order
+
+    client = stead.Client(store, app)
+    a = await client.start(wf, "123", task_id="order-123")
+    b = await client.start(wf, "123", task_id="order-123")
+    assert a.created and not b.created and a.run_id == b.run_id
+    await stead.Worker(app, store).run_until_idle()
+    c = await client.start(wf, "123", task_id="order-123")  # the first one is over
+    assert c.created and c.run_id != a.run_id
+
+
+async def test_runs_execute_concurrently_on_one_loop(store: stead.Store) -> None:
+    app = stead.App("t")
+    inside = 0
+    peak = 0
+
+    async def slow() -> None:
+        nonlocal inside, peak
+        inside += 1
+        peak = max(peak, inside)
+        await asyncio.sleep(0.05)
+        inside -= 1
+
+    @app.workflow()
+    async def wf(run: stead.Run) -> None:
+        await run.step("slow", slow)
+
+    client = stead.Client(store, app)
+    ids = [(await client.start(wf)).run_id for _ in range(8)]
+    await stead.Worker(app, store, stead.WorkerOptions(concurrency=4)).run_until_idle()
+    assert peak == 4
+    assert {(await client.get(i)).status for i in ids} == {"completed"}
+
+
+async def test_a_worker_claims_only_versions_it_hosts(store: stead.Store) -> None:
+    v1 = stead.App("t")
+
+    @v1.workflow(name="wf", version=1)
+    async def wf1(run: stead.Run) -> int:
+        return 1
+
+    v2 = stead.App("t")
+
+    @v2.workflow(name="wf", version=2)
+    async def wf2(run: stead.Run) -> int:
+        return 2
+
+    client = stead.Client(store)
+    old = await client.start(wf1)
+    new = await client.start(wf2)
+    await stead.Worker(v2, store).run_until_idle()
+    assert (await client.get(old.run_id)).status == "pending"
+    assert await client.result(new.run_id) == 2
+    await stead.Worker(v1, store).run_until_idle()
+    assert await client.result(old.run_id) == 1
+
+
+async def test_cancel_fences_out_the_holder(store: stead.Store) -> None:
+    app = stead.App("t")
+    started = asyncio.Event()
+    release = asyncio.Event()
+    after = 0
+
+    async def block() -> None:
+        started.set()
+        await release.wait()
+
+    def later() -> None:
+        nonlocal after
+        after += 1
+
+    @app.workflow()
+    async def wf(run: stead.Run) -> None:
+        await run.step("block", block)
+        await run.step("later", later)
+
+    client = stead.Client(store, app)
+    info = await client.start(wf)
+    worker = stead.Worker(app, store)
+    task = asyncio.create_task(worker.run_until_idle())
+    await started.wait()
+    cancelled = await client.cancel(info.run_id)
+    assert cancelled.status == "cancelled"
+    release.set()
+    await task
+    assert after == 0
+    assert await client.journal(info.run_id) == []  # the holder's write was rejected
+    assert (await client.get(info.run_id)).status == "cancelled"
+
+
+async def test_graceful_stop_releases_at_the_next_call_boundary(store: stead.Store) -> None:
+    app = stead.App("t")
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    async def block() -> str:
+        started.set()
+        await release.wait()
+        return "finished in flight"
+
+    @app.workflow()
+    async def wf(run: stead.Run) -> str:
+        first = await run.step("block", block)
+        await run.step("next", lambda: None)
+        return first
+
+    client = stead.Client(store, app)
+    info = await client.start(wf)
+    worker = stead.Worker(app, store)
+    task = asyncio.create_task(worker.run())
+    await started.wait()
+    worker.stop()
+    release.set()
+    await task
+    journal = await client.journal(info.run_id)
+    assert [r.name for r in journal] == ["block"]  # the in-flight step was kept
+    row = await client.get(info.run_id)
+    assert row.status == "running" and row.lease_owner is None  # released, claimable now
+    await stead.Worker(app, store).run_until_idle()
+    assert await client.result(info.run_id) == "finished in flight"
+
+
+async def test_run_until_idle_returns_with_nothing_to_do(store: stead.Store) -> None:
+    app = stead.App("t")
+    await stead.Worker(app, store).run_until_idle()
+    assert await stead.Client(store, app).list_runs() == []
+
+
+async def test_list_and_get(store: stead.Store) -> None:
+    app = stead.App("t")
+
+    @app.workflow()
+    async def wf(run: stead.Run, x: int) -> int:
+        return x * 2
+
+    client = stead.Client(store, app)
+    a = await client.start(wf, 1)
+    await stead.Worker(app, store).run_until_idle()
+    b = await client.start("wf", x=2)
+    done = await client.list_runs(status="completed")
+    assert [r.run_id for r in done] == [a.run_id]
+    assert [r.run_id for r in await client.list_runs(status="pending")] == [b.run_id]
+    assert (await client.get(a.run_id)).result == 2
