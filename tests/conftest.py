@@ -18,3 +18,16 @@ async def store(db_url: str) -> AsyncIterator[stead.Store]:
     s = await stead.open_store(db_url)
     yield s
     await s.close()
+
+
+@pytest.fixture
+def clock() -> stead.FakeClock:
+    return stead.FakeClock()
+
+
+@pytest.fixture
+async def fstore(db_url: str, clock: stead.FakeClock) -> AsyncIterator[stead.Store]:
+    """A store on a fake clock: tests expire leases by moving `clock`."""
+    s = await stead.open_store(db_url, clock=clock)
+    yield s
+    await s.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import Any
 
@@ -33,3 +34,28 @@ def payloads(records: list[stead.Record]) -> list[Any]:
     import json
 
     return [json.loads(r.payload) for r in records]
+
+
+class Gate:
+    """A step that holds its run until the test lets it through."""
+
+    def __init__(self) -> None:
+        self.reached = asyncio.Event()
+        self.open = asyncio.Event()
+
+    async def step(self) -> str:
+        self.reached.set()
+        await self.open.wait()
+        return "through"
+
+
+async def run_until_gate(app: stead.App, store: stead.Store, gate: Gate) -> None:
+    """Run until the gate step is reached, then stop the worker gracefully: the
+    gate's record commits and the run is released at its next call, leaving a
+    resumable run with a journal behind."""
+    worker = stead.Worker(app, store, stead.WorkerOptions(poll_interval=0.01))
+    task = asyncio.create_task(worker.run())
+    await asyncio.wait_for(gate.reached.wait(), 10)
+    worker.stop()
+    gate.open.set()
+    await asyncio.wait_for(task, 10)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import stead
 
 EXPECTED = {
-    "App", "Client", "Clock", "Completion", "CorruptRecord", "FakeClock", "Model",
-    "NonDeterminism", "Record", "ResumeRecord", "Retry", "Run", "RunFailed", "RunInfo",
-    "ScriptExhausted", "ScriptedModel", "SerializationError", "StaleLease", "SteadError",
-    "StepError", "Store", "StoreError", "StoreUnavailable", "SystemClock", "ToolCall",
-    "UnknownRun", "UnknownWorkflow", "Usage", "Worker", "WorkerOptions", "Workflow",
-    "__version__", "open_store",
+    "__version__", "App", "Client", "Clock", "Completion", "CorruptRecord", "EffectCompensated",
+    "EffectFailed", "FakeClock", "InvalidInput", "Model", "NonDeterminism", "NotStopped",
+    "open_store", "Operation", "Outcome", "OutcomeUncertain", "Record", "ResumeRecord", "Retry",
+    "Run", "RunFailed", "RunInfo", "ScriptedModel", "ScriptExhausted", "SerializationError",
+    "StaleLease", "SteadError", "StepError", "Store", "StoreError", "StoreUnavailable",
+    "SystemClock", "ToolCall", "UnknownRun", "UnknownWorkflow", "Usage", "Worker",
+    "WorkerOptions", "Workflow",
 }
 
 

@@ -5,24 +5,11 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 
 import stead
 from tests.helpers import Calls, Crash, crash_then_resume
-
-
-@pytest.fixture
-def clock() -> stead.FakeClock:
-    return stead.FakeClock()
-
-
-@pytest.fixture
-async def fstore(db_url: str, clock: stead.FakeClock) -> AsyncIterator[stead.Store]:
-    s = await stead.open_store(db_url, clock=clock)
-    yield s
-    await s.close()
 
 
 async def test_steps_run_once_and_replay_after_a_crash(

@@ -3,9 +3,12 @@
 from stead.app import App, Workflow
 from stead.client import Client, RunInfo
 from stead.clock import Clock, FakeClock, SystemClock
+from stead.effects import EffectCompensated, EffectFailed
 from stead.errors import (
     CorruptRecord,
+    InvalidInput,
     NonDeterminism,
+    NotStopped,
     RunFailed,
     SerializationError,
     StaleLease,
@@ -17,6 +20,7 @@ from stead.errors import (
     UnknownWorkflow,
 )
 from stead.llm import Completion, Model, ScriptedModel, ScriptExhausted, ToolCall, Usage
+from stead.outcomes import Operation, Outcome, OutcomeUncertain
 from stead.records import Record, ResumeRecord
 from stead.retry import Retry
 from stead.run import Run
@@ -31,9 +35,16 @@ __all__ = [
     "Clock",
     "Completion",
     "CorruptRecord",
+    "EffectCompensated",
+    "EffectFailed",
     "FakeClock",
+    "InvalidInput",
     "Model",
     "NonDeterminism",
+    "NotStopped",
+    "Operation",
+    "Outcome",
+    "OutcomeUncertain",
     "Record",
     "ResumeRecord",
     "Retry",

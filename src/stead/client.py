@@ -9,7 +9,7 @@ import json
 import uuid
 from typing import Any
 
-from stead import codec, errors, records
+from stead import codec, errors, records, takeover
 from stead.app import App, Workflow
 from stead.records import Record, ResumeRecord, RunRow
 from stead.store.base import Store
@@ -56,6 +56,42 @@ def _loads(text: str, run_id: str) -> Any:
         return {"type": "CorruptRecord", "message": f"run {run_id}: stored value is not JSON"}
 
 
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+
+
+def _unknown_effect(journal: list[Record], run_id: str, effect: str) -> Record:
+    """The last record of the effect named (or keyed) `effect` whose outcome is
+    unknown: intent, accepted or unknown is its last phase."""
+    last: dict[str, Record] = {}
+    keys: dict[str, str] = {}
+    for r in journal:
+        if r.kind != records.EFFECT:
+            continue
+        last[r.addr] = r
+        if r.status == records.INTENT:
+            keys[r.addr] = str(_loads(r.payload, run_id).get("key", ""))
+    open_phases = (records.INTENT, records.ACCEPTED, records.UNKNOWN_OUTCOME)
+    found = [
+        r for addr, r in last.items()
+        if r.status in open_phases and effect in (r.name, keys.get(addr))
+    ]
+    if not found:
+        raise errors.NotStopped(
+            f"run {run_id} has no effect {effect!r} whose outcome is unknown"
+        )
+    if len(found) > 1:
+        raise errors.SteadError(
+            f"run {run_id} has {len(found)} effects named {effect!r} with unknown "
+            f"outcomes; name one by its key: {', '.join(keys.get(r.addr, '?') for r in found)}"
+        )
+    return found[0]
+
+
 class Client:
     def __init__(self, store: Store, app: App | None = None) -> None:
         self.store = store
@@ -71,6 +107,7 @@ class Client:
     ) -> RunInfo:
         """Start a run of `workflow` with these arguments. With a `task_id`, a
         live run of that task is returned instead of starting a second one."""
+        wf: Workflow[Any, Any] | None = None
         if isinstance(workflow, str):
             if self.app is not None:
                 wf = self.app.get(workflow, version)
@@ -82,9 +119,18 @@ class Client:
             else:
                 name, wf_version = workflow, version
         else:
+            wf = workflow
             name, wf_version = workflow.name, workflow.version
         payload = codec.dumps({"args": list(args), "kwargs": kwargs},
                               what=f"the input of workflow {name!r}")
+        if wf is not None:
+            stored = codec.loads(payload)
+            try:
+                takeover.bind_input(wf, stored["args"], stored["kwargs"])
+            except (TypeError, ValueError) as exc:
+                raise errors.InvalidInput(
+                    f"these arguments do not fit workflow {wf.key}: {exc}"
+                ) from exc
         new = records.NewRun(
             run_id=uuid.uuid4().hex, workflow=name, version=wf_version,
             task_id=task_id, input=payload,
@@ -106,7 +152,7 @@ class Client:
         async def wait() -> RunInfo:
             while True:
                 info = await self.get(run_id)
-                if info.done or info.status == records.INCOMPATIBLE:
+                if info.done or info.status in records.STOPPED:
                     return info
                 await asyncio.sleep(poll)
 
@@ -127,6 +173,43 @@ class Client:
     async def cancel(self, run_id: str) -> RunInfo:
         """Cancel a live run; its worker's next write is rejected and it stops."""
         return RunInfo.from_row(await self.store.cancel_run(run_id))
+
+    async def reconcile(
+        self,
+        run_id: str,
+        effect: str,
+        *,
+        happened: Any = MISSING,
+        not_happened: bool = False,
+        compensate: Any = MISSING,
+        by: str,
+        why: str = "",
+    ) -> RunInfo:
+        """Decide the outcome of an effect that stopped its run as
+        `outcome_unknown`: it `happened` (with this result), it did
+        `not_happened` (send it), or it was compensated (`compensate=` what was
+        done; the workflow sees `EffectCompensated`). The decision is journaled
+        with who made it and why, and the run continues from it."""
+        chosen = [happened is not MISSING, not_happened, compensate is not MISSING]
+        if sum(chosen) != 1:
+            raise errors.SteadError(
+                "give exactly one decision: happened=RESULT, not_happened=True or "
+                "compensate=DETAIL"
+            )
+        if not by:
+            raise errors.SteadError("say who decides (by=...): the decision is audited")
+        target = _unknown_effect(await self.journal(run_id), run_id, effect)
+        if happened is not MISSING:
+            payload = {"decision": "happened", "result": happened}
+        elif not_happened:
+            payload = {"decision": "not_happened", "result": None}
+        else:
+            payload = {"decision": "compensate", "result": compensate}
+        payload |= {"by": by, "why": why}
+        text = codec.dumps(payload, what="the reconcile decision")
+        record = target.evolve(status=records.RECONCILED, payload=text)
+        row = await self.store.resume_stopped(run_id, records.OUTCOME_UNKNOWN, record)
+        return RunInfo.from_row(row)
 
     async def journal(self, run_id: str) -> list[Record]:
         await self.store.get_run(run_id)

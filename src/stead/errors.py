@@ -36,12 +36,20 @@ class UnknownWorkflow(SteadError):
     """No workflow is registered under that name (and version)."""
 
 
+class InvalidInput(SteadError):
+    """The arguments do not fit the workflow's parameters or declared types."""
+
+
 class UnknownRun(SteadError):
     """No run has that id."""
 
 
 class NonDeterminism(SteadError):
     """Replayed code asked for something other than what the journal recorded."""
+
+
+class NotStopped(SteadError):
+    """A decision was given for a run that is not stopped waiting for one."""
 
 
 class StepError(SteadError):

@@ -27,6 +27,16 @@ class Drain(BaseException):
     A BaseException so a workflow's `except Exception` cannot swallow it."""
 
 
+class Stop(BaseException):
+    """Unwinds the workflow to stop the run for a human (`status`, with `error`
+    saying what is known). A BaseException, so workflow code cannot swallow it."""
+
+    def __init__(self, status: str, error: dict[str, object]) -> None:
+        super().__init__(error.get("message", status))
+        self.status = status
+        self.error = error
+
+
 class Execution:
     def __init__(
         self,
@@ -50,6 +60,12 @@ class Execution:
         self.lost: errors.StaleLease | None = None
         self.incompatible: errors.NonDeterminism | None = None
         self.draining = False
+        self.classes: dict[str, int] = {}
+
+    def classify(self, cls: str) -> None:
+        """Count a replayed record's class (DESIGN.md §4) for the resume record."""
+        if self._resume_pending:
+            self.classes[cls] = self.classes.get(cls, 0) + 1
 
     # -- guards -------------------------------------------------------------
     def check_live(self) -> None:
@@ -90,12 +106,16 @@ class Execution:
             run_id=self.fence.run_id, epoch=self.fence.epoch, worker_id=self.fence.worker_id,
             at=self.clock.now(), from_seq=self.journal.length,
             code_version=self.code_version, reused=self.journal.reused,
-            detail=json.dumps({"journal_records": self.journal.length}),
+            detail=json.dumps({"journal_records": self.journal.length,
+                               "classes": self.classes}),
         )
 
-    def _committed(self, batch: Sequence[Record], resume: ResumeRecord | None) -> None:
+    def _committed(self, batch: Sequence[Record], resume: ResumeRecord | None,
+                   carried: int) -> None:
         self._next_seq += len(batch)
-        self._buffer.clear()
+        # Drop only the buffered records this batch carried: a branch may have
+        # buffered another while the write was in flight; it rides the next one.
+        del self._buffer[:carried]
         if resume is not None:
             self._resume_pending = False
             log.info(
@@ -115,7 +135,7 @@ class Execution:
             except errors.StaleLease as exc:
                 self.lost = exc
                 raise
-            self._committed(batch, resume)
+            self._committed(batch, resume, carried=len(batch) - len(recs))
 
     async def finish(self, status: str, *, result: str | None = None,
                      error: str | None = None) -> None:
@@ -130,7 +150,7 @@ class Execution:
             except errors.StaleLease as exc:
                 self.lost = exc
                 raise
-            self._committed(batch, resume)
+            self._committed(batch, resume, carried=len(batch))
 
     async def sleep_until(self, at: float) -> None:
         delay = at - self.clock.now()

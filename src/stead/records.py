@@ -17,8 +17,11 @@ COMPLETED = "completed"
 FAILED = "failed"
 CANCELLED = "cancelled"
 INCOMPATIBLE = "incompatible_checkpoint"
+OUTCOME_UNKNOWN = "outcome_unknown"
 TERMINAL = frozenset({COMPLETED, FAILED, CANCELLED})
-STATUSES = (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, INCOMPATIBLE)
+# Stopped for a human: live (the task stays owned) but no worker may claim it.
+STOPPED = frozenset({INCOMPATIBLE, OUTCOME_UNKNOWN})
+STATUSES = (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, INCOMPATIBLE, OUTCOME_UNKNOWN)
 
 # Record kinds and outcomes.
 STEP = "step"
@@ -26,9 +29,16 @@ LLM = "llm"
 NOW = "now"
 UUID = "uuid"
 RANDOM = "random"
-KINDS = frozenset({STEP, LLM, NOW, UUID, RANDOM})
+EFFECT = "effect"
+KINDS = frozenset({STEP, LLM, NOW, UUID, RANDOM, EFFECT})
 OK = "ok"
 ERROR = "error"
+# Effect phases besides ok/error (see effects.py).
+INTENT = "intent"
+ACCEPTED = "accepted"
+UNKNOWN_OUTCOME = "unknown"
+RECONCILED = "reconciled"
+RECORD_STATUSES = frozenset({OK, ERROR, INTENT, ACCEPTED, UNKNOWN_OUTCOME, RECONCILED})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

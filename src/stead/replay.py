@@ -19,7 +19,9 @@ def _validate(run_id: str, recs: Sequence[Record]) -> None:
         problem = None
         if r.seq != expected:
             problem = f"expected seq {expected}, found {r.seq} (a gap or a duplicate)"
-        elif r.status not in (records.OK, records.ERROR):
+        elif r.kind not in records.KINDS:
+            problem = f"unknown kind {r.kind!r}"
+        elif r.status not in records.RECORD_STATUSES:
             problem = f"unknown status {r.status!r}"
         elif r.attempt < 1:
             problem = f"bad attempt {r.attempt}"
@@ -43,13 +45,11 @@ class Journal:
         self._by_addr: dict[str, list[Record]] = {}
         for r in recs:
             self._by_addr.setdefault(r.addr, []).append(r)
-        for attempts in self._by_addr.values():
-            attempts.sort(key=lambda r: r.attempt)
         self._taken: set[str] = set()
         self.reused = 0
 
     def take(self, addr: str, kind: str, name: str, digest: str) -> list[Record]:
-        """The recorded attempts at `addr` (oldest first), or [] when the call is
+        """The records at `addr` in commit order, or [] when the call is
         new. Raises `NonDeterminism` when the record is for another call."""
         found = self._by_addr.get(addr)
         if not found:

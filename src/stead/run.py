@@ -3,17 +3,16 @@ replay the journal answers and nothing is called again."""
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
-import inspect
 import random as _random
 import uuid as _uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
-from stead import addresses, codec, errors, records
+from stead import addresses, calls, codec, effects, errors, records
 from stead.execution import Execution
 from stead.llm.model import Completion, Model
+from stead.outcomes import Operation, Outcome
 from stead.records import RunRow
 from stead.retry import NO_RETRY, Retry
 
@@ -25,20 +24,6 @@ def _error_payload(exc: BaseException, retry_at: float | None) -> str:
         {"type": type(exc).__qualname__, "message": str(exc), "retry_at": retry_at},
         what="an error",
     )
-
-
-async def _invoke(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
-    """The one place user code is called: async functions are awaited, sync
-    ones run in a thread so they never block the worker's event loop."""
-    with addresses.outside_branches():
-        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-            getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
-        ):
-            return await fn(*args, **kwargs)
-        value = await asyncio.to_thread(fn, *args, **kwargs)
-        if inspect.isawaitable(value):
-            value = await value
-        return value
 
 
 class Run:
@@ -70,6 +55,7 @@ class Run:
         attempt = 1
         if prior:
             last = prior[-1]
+            self._x.classify("reuse")
             if last.status == records.OK:
                 return records.OK, last.payload, last.attempt
             retry_at = codec.loads(last.payload).get("retry_at")
@@ -129,13 +115,24 @@ class Run:
         digest = codec.digest(list(args), kwargs)
         status, payload, attempts = await self._recorded(
             records.STEP, name, digest,
-            lambda: _invoke(fn, args, kwargs),
+            lambda: calls.invoke(fn, args, kwargs),
             lambda v: codec.dumps(v, what=f"the result of step {name!r}"),
             retry or NO_RETRY,
         )
         if status == records.ERROR:
             self._raise(name, payload, attempts)
-        return codec.decode(payload, codec.return_type(fn))
+        rtype = codec.return_type(fn)
+        try:
+            return codec.decode(payload, rtype)
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError
+            # The journal holds a value the declared type no longer accepts:
+            # the code changed under the checkpoint.
+            self._x.incompatible = errors.NonDeterminism(
+                f"run {self.id}: the recorded result of step {name!r} does not fit its "
+                f"declared return type {rtype!r} any more ({exc}). Register the old "
+                "version alongside the new one, or cancel the run."
+            )
+            raise self._x.incompatible from exc
 
     async def llm(
         self, name: str, model: Model, messages: Sequence[Mapping[str, Any]], *,
@@ -157,6 +154,39 @@ class Run:
         if status == records.ERROR:
             self._raise(name, payload, attempts)
         return Completion.from_json(codec.loads(payload))
+
+    async def effect(
+        self,
+        name: str,
+        fn: Callable[..., Awaitable[T]] | Callable[..., T],
+        *args: Any,
+        key: str | None = None,
+        check: Callable[[Operation], Awaitable[Outcome]] | Callable[[Operation], Outcome]
+        | None = None,
+        idempotent: bool = False,
+        retry: Retry | None = None,
+        timeout: float | None = None,
+        poll_every: float = 1.0,
+        uncertain: tuple[type[BaseException], ...] = effects.DEFAULT_UNCERTAIN,
+        **kwargs: Any,
+    ) -> T:
+        """Perform a side effect at most once, knowingly: the intent (with the
+        operation `key`) is journaled before `fn(op, *args, **kwargs)` runs, the
+        outcome after. After a crash, an effect whose outcome is unknown is
+        resent only if `idempotent`, else `check(op)` is asked, else the run
+        stops as `outcome_unknown` for a human to reconcile. An exception from
+        `fn` is a known failure (retried under `retry`, then `EffectFailed`);
+        a timeout or `OutcomeUncertain` is not: the outcome is unknown."""
+        if key is not None and (not isinstance(key, str) or not key):
+            raise ValueError("an effect key must be a non-empty string")
+        spec = effects.Spec(
+            name=name, fn=fn, args=args, kwargs=kwargs, key=key, check=check,
+            idempotent=idempotent, retry=retry or NO_RETRY, timeout=timeout,
+            poll_every=poll_every, uncertain=uncertain,
+        )
+        addr = addresses.reserve()
+        result: T = await effects.Effect(self._x, addr, spec).run()
+        return result
 
     # -- recorded values (synchronous; they ride along with the next commit) --
     def _value(self, kind: str, make: Callable[[], str]) -> str:

@@ -58,8 +58,27 @@ def decode_input(wf: Workflow[Any, Any], row: RunRow) -> tuple[list[Any], dict[s
         raise errors.CorruptRecord(
             f"run {row.run_id}: its stored input is corrupt ({exc}); repair or cancel it"
         ) from exc
+    try:
+        # An input that does not fit the parameters would fail every attempt
+        # the same way: stop the run for a human instead of retrying forever.
+        return bind_input(wf, args, kwargs)
+    except (ValueError, TypeError) as exc:
+        raise errors.CorruptRecord(
+            f"run {row.run_id}: its stored input does not fit the parameters of "
+            f"{wf.key} ({exc}); cancel it and start it again with valid arguments"
+        ) from exc
+
+
+def bind_input(
+    wf: Workflow[Any, Any], args: list[Any], kwargs: dict[str, Any]
+) -> tuple[list[Any], dict[str, Any]]:
+    """Fit decoded JSON arguments to the workflow's parameters and declared
+    types. Raises TypeError or ValueError (pydantic's) when they do not fit."""
     hints = codec.parameter_types(wf.fn)
-    params = list(inspect.signature(wf.fn).parameters.values())[1:]  # skip `run`
+    signature = inspect.signature(wf.fn)
+    params = list(signature.parameters.values())[1:]  # skip `run`
+    signature.bind(None, *args, **kwargs)
+    args, kwargs = list(args), dict(kwargs)
     for i, value in enumerate(args):
         if i < len(params) and params[i].kind in (
             inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD

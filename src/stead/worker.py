@@ -24,7 +24,7 @@ from typing import Any
 from stead import addresses, codec, errors, records, takeover
 from stead.app import App
 from stead.clock import Clock, SystemClock
-from stead.execution import Drain, Execution
+from stead.execution import Drain, Execution, Stop
 from stead.records import Fence, RunRow
 from stead.run import Run
 from stead.store.base import Store
@@ -103,7 +103,8 @@ class Worker:
                 if free > 0:
                     try:
                         claimed = await self.store.claim(
-                            self.id, self.app.hosted(), self.options.lease_seconds, free
+                            self.id, self.app.hosted(), self.options.lease_seconds, free,
+                            exclude=list(self._active),
                         )
                     except errors.StoreUnavailable as exc:
                         # Locked or briefly unreachable: nothing was claimed; poll again.
@@ -225,6 +226,11 @@ class Worker:
             result: Any = await body
         except Drain:
             await self._release_quietly(x.fence)
+            return
+        except Stop as stop:
+            log.warning("run %s stopped as %s: %s", row.run_id, stop.status,
+                        stop.error.get("message"))
+            await x.finish(stop.status, error=json.dumps(stop.error))
             return
         except errors.StaleLease:
             raise

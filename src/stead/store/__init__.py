@@ -28,7 +28,11 @@ async def open_store(url: str | None = None, *, clock: Clock | None = None) -> S
         raise errors.StoreError(
             f"unsupported database URL {url!r}: use sqlite:///path/to/file.db"
         )
-    await store.open()
+    try:
+        await store.open()
+    except BaseException:
+        await store.close()  # a failed open leaves no connection or thread behind
+        raise
     return store
 
 

@@ -44,10 +44,13 @@ class Store(abc.ABC):
     # -- leases -------------------------------------------------------------
     @abc.abstractmethod
     async def claim(
-        self, worker_id: str, hosted: Sequence[str], lease_seconds: float, limit: int
+        self, worker_id: str, hosted: Sequence[str], lease_seconds: float, limit: int,
+        exclude: Sequence[str] = (),
     ) -> list[RunRow]:
         """Take up to `limit` runnable runs whose `workflow@version` is in
-        `hosted`, each with a fresh epoch and a lease until now + lease_seconds."""
+        `hosted`, each with a fresh epoch and a lease until now + lease_seconds.
+        `exclude` lists runs the caller still executes (a late heartbeat must
+        not make a worker take over its own run)."""
 
     @abc.abstractmethod
     async def renew(self, fences: Sequence[Fence], lease_seconds: float) -> list[Fence]:
@@ -82,6 +85,13 @@ class Store(abc.ABC):
     ) -> None:
         """End the run's attempt with `status` (terminal, or stopped for a human),
         releasing the lease, in one fenced transaction."""
+
+    @abc.abstractmethod
+    async def resume_stopped(self, run_id: str, expect_status: str, record: Record) -> RunRow:
+        """A human's decision on a run stopped as `expect_status`: journal `record`
+        (its seq and epoch are assigned here) and make the run claimable again,
+        with a new epoch, in one transaction. Raises `NotStopped` if the run is
+        not (or no longer) in that status, `UnknownRun` if there is none."""
 
     @abc.abstractmethod
     async def list_resumes(self, run_id: str) -> list[ResumeRecord]: ...

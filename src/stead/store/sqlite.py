@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
-from urllib.parse import unquote, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 from stead import errors
 from stead.clock import Clock
@@ -95,12 +96,36 @@ def _resume_params(r: ResumeRecord) -> dict[str, Any]:
     }
 
 
+def busy_timeout_from_url(url: str, default: float) -> float:
+    """`sqlite:///x.db?busy_timeout=0.5`: seconds to wait for a lock held by
+    another connection before giving up with `StoreUnavailable`."""
+    options = parse_qs(urlparse(url).query, keep_blank_values=True)
+    unknown = sorted(set(options) - {"busy_timeout"})
+    if unknown:
+        raise errors.StoreError(
+            f"sqlite URL {url!r}: unknown option(s) {', '.join(unknown)}; "
+            "the one option is busy_timeout=SECONDS"
+        )
+    if "busy_timeout" not in options:
+        return default
+    text = options["busy_timeout"][-1]
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:  # also refuses nan
+        raise errors.StoreError(
+            f"sqlite URL {url!r}: busy_timeout must be a number of seconds >= 0, got {text!r}"
+        )
+    return seconds
+
+
 class SQLiteStore(Store):
     def __init__(self, url: str, *, clock: Clock, busy_timeout: float = 10.0) -> None:
         self.url = url
         self.clock = clock
         self.path = path_from_url(url)
-        self.busy_timeout = busy_timeout
+        self.busy_timeout = busy_timeout_from_url(url, busy_timeout)
         self._conn: sqlite3.Connection | None = None
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stead-sqlite")
         self._commits = 0
@@ -235,18 +260,18 @@ class SQLiteStore(Store):
 
     # -- leases -------------------------------------------------------------
     async def claim(
-        self, worker_id: str, hosted: Sequence[str], lease_seconds: float, limit: int
+        self, worker_id: str, hosted: Sequence[str], lease_seconds: float, limit: int,
+        exclude: Sequence[str] = (),
     ) -> list[RunRow]:
-        import json
-
         hosted_json = json.dumps(list(hosted))
+        exclude_json = json.dumps(list(exclude))
 
         def op(conn: sqlite3.Connection) -> list[RunRow]:
             now = self.clock.now()
             with self._write(conn):
                 rows = conn.execute(_Q["claim"], {
                     "worker_id": worker_id, "expires": now + lease_seconds, "now": now,
-                    "hosted": hosted_json, "limit": limit,
+                    "hosted": hosted_json, "exclude": exclude_json, "limit": limit,
                 }).fetchall()
             return [_run_row(r) for r in rows]
 
@@ -331,6 +356,29 @@ class SQLiteStore(Store):
                 })
 
         await self._call(op)
+
+    async def resume_stopped(self, run_id: str, expect_status: str, record: Record) -> RunRow:
+        def op(conn: sqlite3.Connection) -> RunRow:
+            with self._write(conn):
+                now = self.clock.now()
+                row = conn.execute(_Q["resume_stopped"], {
+                    "run_id": run_id, "expect": expect_status, "now": now,
+                }).fetchone()
+                if row is None:
+                    current = conn.execute(_Q["get_run"], {"run_id": run_id}).fetchone()
+                    if current is None:
+                        raise errors.UnknownRun(f"no run {run_id!r} in {self.url}")
+                    raise errors.NotStopped(
+                        f"run {run_id} is {current['status']}, not {expect_status}: "
+                        "nothing to decide (was it decided already?)"
+                    )
+                run = _run_row(row)
+                seq = conn.execute(_Q["next_seq"], {"run_id": run_id}).fetchone()[0]
+                rec = record.evolve(seq=seq, epoch=run.epoch, at=now)
+                conn.execute(_Q["insert_record"], _record_params(run_id, rec))
+                return run
+
+        return await self._call(op)
 
     async def list_resumes(self, run_id: str) -> list[ResumeRecord]:
         def op(conn: sqlite3.Connection) -> list[ResumeRecord]:

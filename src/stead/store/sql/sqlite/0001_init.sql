@@ -36,7 +36,7 @@ CREATE TABLE journal (
     epoch   INTEGER NOT NULL,
     at      REAL NOT NULL,
     PRIMARY KEY (run_id, seq),
-    UNIQUE (run_id, addr, attempt)
+    UNIQUE (run_id, addr, attempt, status)
 );
 
 CREATE TABLE resumes (

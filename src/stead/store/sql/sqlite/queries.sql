@@ -34,6 +34,7 @@ WHERE run_id IN (
     WHERE status IN ('pending', 'running')
       AND (lease_expires_at IS NULL OR lease_expires_at <= :now)
       AND (workflow || '@' || version) IN (SELECT value FROM json_each(:hosted))
+      AND run_id NOT IN (SELECT value FROM json_each(:exclude))
     ORDER BY created_at
     LIMIT :limit)
 RETURNING *;
@@ -78,3 +79,13 @@ FROM journal WHERE run_id = :run_id ORDER BY seq;
 
 -- name: list_resumes
 SELECT * FROM resumes WHERE run_id = :run_id ORDER BY epoch;
+
+-- name: resume_stopped
+UPDATE runs
+SET status = 'running', error = NULL, epoch = epoch + 1, lease_owner = NULL,
+    lease_expires_at = NULL, updated_at = :now
+WHERE run_id = :run_id AND status = :expect
+RETURNING *;
+
+-- name: next_seq
+SELECT COALESCE(MAX(seq), -1) + 1 FROM journal WHERE run_id = :run_id;

@@ -1,0 +1,28 @@
+"""The one place user code is called: async functions are awaited, sync ones
+run in a thread so they never block the worker's event loop. User code runs
+outside the run's branches, so tasks it creates do not shift call addresses."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from stead import addresses
+
+
+def is_async(fn: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
+    )
+
+
+async def invoke(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    with addresses.outside_branches():
+        if is_async(fn):
+            return await fn(*args, **kwargs)
+        value = await asyncio.to_thread(fn, *args, **kwargs)
+        if inspect.isawaitable(value):
+            value = await value
+        return value

@@ -1,0 +1,240 @@
+"""Effects: write-ahead intents, outcomes, and what a takeover does with each.
+
+An effect's records at its address, in order, tell its phase:
+
+    intent(n) [accepted(n)] ok(n) | error(n) | unknown(n) | reconciled(n)
+
+The intent is committed *before* the function runs, so after a crash the
+journal always says whether the effect may have been sent. A takeover
+classifies it (DESIGN.md §4):
+
+- no records                    → not_started: send it
+- ok / error / reconciled last  → reuse the recorded outcome
+- accepted last                 → pending_external: ask `check` about the
+                                  external id; never resubmit
+- intent or unknown last        → outcome_unknown: resend with the same key if
+                                  idempotent, else ask `check`, else stop the
+                                  run for a human to reconcile
+
+Not knowing whether it happened is never treated as "it did not happen".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from stead import calls, codec, errors, records
+from stead.execution import Execution, Stop
+from stead.outcomes import Operation, Outcome, OutcomeUncertain
+from stead.records import Record
+from stead.retry import Retry
+
+# Classes of DESIGN.md §4, counted in the resume record.
+NOT_STARTED = "not_started"
+REUSE = "reuse"
+PENDING_EXTERNAL = "pending_external"
+OUTCOME_UNKNOWN = "outcome_unknown"
+
+# Exceptions that say "I cannot tell whether it happened", not "it failed".
+DEFAULT_UNCERTAIN: tuple[type[BaseException], ...] = (TimeoutError, OutcomeUncertain)
+
+
+class EffectFailed(errors.StepError):
+    """The outside said no (a known failure), after every allowed attempt."""
+
+
+class EffectCompensated(errors.SteadError):
+    """A human reconciled the effect as compensated: it happened and was undone."""
+
+    def __init__(self, name: str, key: str, detail: Any) -> None:
+        super().__init__(f"effect {name!r} (key {key}) was compensated: {detail}")
+        self.name = name
+        self.key = key
+        self.detail = detail
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    name: str
+    fn: Callable[..., Any]
+    args: Sequence[Any]
+    kwargs: Mapping[str, Any]
+    key: str | None
+    check: Callable[[Operation], Any] | None
+    idempotent: bool
+    retry: Retry
+    timeout: float | None
+    poll_every: float
+    uncertain: tuple[type[BaseException], ...]
+
+
+def _payload(rec: Record) -> dict[str, Any]:
+    data = codec.loads(rec.payload)
+    return data if isinstance(data, dict) else {"value": data}
+
+
+class Effect:
+    """One effect at one address, driven to a known outcome."""
+
+    def __init__(self, x: Execution, addr: str, spec: Spec) -> None:
+        self.x = x
+        self.addr = addr
+        self.spec = spec
+        self.digest = codec.digest(list(spec.args), dict(spec.kwargs))
+        self.args_json = codec.loads(
+            codec.dumps({"args": list(spec.args), "kwargs": dict(spec.kwargs)},
+                        what=f"the arguments of effect {spec.name!r}")
+        )
+        self.key = spec.key or f"{x.fence.run_id}:{addr}"
+        self.rtype = codec.return_type(spec.fn)
+
+    # -- journal ------------------------------------------------------------
+    async def _write(self, attempt: int, status: str, payload: dict[str, Any]) -> None:
+        text = codec.dumps(payload, what=f"the outcome of effect {self.spec.name!r}")
+        await self.x.commit([self.x.record(
+            self.addr, attempt, records.EFFECT, self.spec.name, self.digest, status, text,
+        )])
+
+    def _result(self, payload: dict[str, Any]) -> Any:
+        return codec.convert(payload.get("result"), self.rtype)
+
+    # -- the state machine ----------------------------------------------------
+    async def run(self) -> Any:
+        recs = self.x.take(self.addr, records.EFFECT, self.spec.name, self.digest)
+        if not recs:
+            self.x.classify(NOT_STARTED)
+            return await self._send(1)
+        last = recs[-1]
+        data = _payload(last)
+        if last.status == records.OK:
+            self.x.classify(REUSE)
+            return self._result(data)
+        if last.status == records.ERROR:
+            self.x.classify(REUSE)
+            return await self._after_failure(last.attempt, data)
+        if last.status == records.RECONCILED:
+            self.x.classify(REUSE)
+            return await self._after_reconcile(last.attempt, data)
+        if last.status == records.ACCEPTED:
+            self.x.classify(PENDING_EXTERNAL)
+            return await self._resolve(last.attempt, str(data["external_id"]))
+        self.x.classify(OUTCOME_UNKNOWN)  # intent or unknown last
+        return await self._resolve(last.attempt, None)
+
+    async def _send(self, attempt: int, *, resend: bool = False) -> Any:
+        self.x.check_live()
+        await self._write(attempt, records.INTENT, {
+            "key": self.key, "arguments": self.args_json, "idempotent": self.spec.idempotent,
+            "resend": resend,
+        })
+        op = self._operation(attempt, None, live=True)
+        try:
+            call = calls.invoke(self.spec.fn, (op, *self.spec.args), self.spec.kwargs)
+            value = await asyncio.wait_for(call, self.spec.timeout)
+        except self.spec.uncertain as exc:
+            await self._write(attempt, records.UNKNOWN_OUTCOME, {
+                "reason": f"{type(exc).__qualname__}: {exc}" if str(exc)
+                else type(exc).__qualname__,
+            })
+            return await self._resolve(attempt, op.external_id)
+        except Exception as exc:
+            return await self._failed(attempt, type(exc).__qualname__, str(exc), exc)
+        return await self._done(attempt, value)
+
+    async def _done(self, attempt: int, value: Any) -> Any:
+        text = codec.dumps(value, what=f"the result of effect {self.spec.name!r}")
+        await self._write(attempt, records.OK, {"result": codec.loads(text)})
+        return codec.decode(text, self.rtype)
+
+    async def _failed(self, attempt: int, kind: str, message: str,
+                      exc: BaseException | None = None) -> Any:
+        probe = exc if exc is not None else RuntimeError(message)
+        retry_at = self.spec.retry.retry_at(attempt, probe, self.x.clock.now())
+        payload = {"type": kind, "message": message, "retry_at": retry_at}
+        await self._write(attempt, records.ERROR, payload)
+        return await self._after_failure(attempt, payload)
+
+    async def _after_failure(self, attempt: int, data: dict[str, Any]) -> Any:
+        retry_at = data.get("retry_at")
+        if retry_at is None:
+            raise EffectFailed(self.spec.name, str(data.get("type")), str(data.get("message")),
+                               attempts=attempt)
+        self.x.check_live()
+        await self.x.sleep_until(float(retry_at))
+        return await self._send(attempt + 1)
+
+    async def _after_reconcile(self, attempt: int, data: dict[str, Any]) -> Any:
+        decision = data.get("decision")
+        if decision == "happened":
+            return self._result(data)
+        if decision == "not_happened":
+            return await self._send(attempt + 1)
+        raise EffectCompensated(self.spec.name, self.key, data.get("result"))
+
+    async def _resolve(self, attempt: int, external_id: str | None) -> Any:
+        """The outcome of `attempt` is not known: find it out, or stop."""
+        if external_id is None and self.spec.idempotent:
+            return await self._send(attempt + 1, resend=True)
+        if self.spec.check is None:
+            known = ("accepted outside as " + external_id) if external_id else "sent or not"
+            self._stop(attempt, f"{known}; no outcome recorded and no check to ask")
+        delay = self.spec.poll_every
+        while True:
+            self.x.check_live()
+            outcome = await self._ask(attempt, external_id)
+            if outcome.kind == Outcome.DONE:
+                return await self._done(attempt, outcome.result)
+            if outcome.kind == Outcome.FAILED:
+                return await self._failed(attempt, "Failed", outcome.message)
+            if outcome.kind == Outcome.NOT_FOUND and external_id is None:
+                return await self._send(attempt + 1)
+            if outcome.kind == Outcome.PENDING:
+                await asyncio.sleep(delay)
+                delay = min(delay * 1.5, 60.0)
+                continue
+            said = "not found, though it was accepted" if outcome.kind == Outcome.NOT_FOUND \
+                else f"unknown{': ' + outcome.message if outcome.message else ''}"
+            self._stop(attempt, f"check said {said}")
+
+    async def _ask(self, attempt: int, external_id: str | None) -> Outcome:
+        assert self.spec.check is not None
+        op = self._operation(attempt, external_id, live=False)
+        try:
+            answer = await calls.invoke(self.spec.check, (op,), {})
+        except Exception as exc:  # a check that cannot answer knows nothing
+            return Outcome.unknown(f"check raised {type(exc).__qualname__}: {exc}")
+        if not isinstance(answer, Outcome):
+            raise errors.SteadError(
+                f"check of effect {self.spec.name!r} returned {answer!r}; return a "
+                "stead.Outcome (done, not_found, pending, failed or unknown)"
+            )
+        return answer
+
+    def _operation(self, attempt: int, external_id: str | None, *, live: bool) -> Operation:
+        async def accepted(ext: str) -> None:
+            await self._write(attempt, records.ACCEPTED, {"external_id": ext})
+
+        return Operation(
+            run_id=self.x.fence.run_id, name=self.spec.name, key=self.key, attempt=attempt,
+            fencing_token=self.x.fence.epoch, external_id=external_id,
+            on_accepted=accepted if live else None,
+        )
+
+    def _stop(self, attempt: int, known: str) -> None:
+        raise Stop(records.OUTCOME_UNKNOWN, {
+            "type": "OutcomeUnknown",
+            "message": (
+                f"effect {self.spec.name!r} (key {self.key}, attempt {attempt}): {known}. "
+                "Find out what happened, then reconcile: stead reconcile RUN "
+                f"{self.spec.name} --happened JSON | --not-happened | --compensate JSON"
+            ),
+            "effect": self.spec.name,
+            "key": self.key,
+            "attempt": attempt,
+            "arguments": self.args_json,
+            "known": known,
+        })
+

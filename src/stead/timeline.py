@@ -1,0 +1,186 @@
+"""A run as text: its status and result, its journal as a timeline, and the
+audit of every takeover. Used by `stead runs show` and `stead demo`.
+
+Pure functions over what `Client` returns; no I/O here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from stead.client import RunInfo
+from stead.records import ERROR, LLM, Record, ResumeRecord
+
+PAYLOAD_WIDTH = 60
+
+
+def clock_time(t: float) -> str:
+    """An absolute time, in UTC, to the second."""
+    return dt.datetime.fromtimestamp(t, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def offset(seconds: float) -> str:
+    """A time offset from the run's start: `+0.012s`, `+4m05s`, `+2h03m`, `+3d04h`."""
+    s = max(seconds, 0.0)
+    if s < 60:
+        return f"+{s:.3f}s"
+    whole = int(s)
+    if whole < 3600:
+        return f"+{whole // 60}m{whole % 60:02d}s"
+    if whole < 86400:
+        return f"+{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"+{whole // 86400}d{whole % 86400 // 3600:02d}h"
+
+
+def shorten(text: str, width: int = PAYLOAD_WIDTH) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _decoded(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def summary(rec: Record) -> str:
+    """The record's payload in a few words: a completion's text, an error's
+    type and message, otherwise compact JSON."""
+    value = _decoded(rec.payload)
+    if rec.status == ERROR and isinstance(value, dict):
+        text = f"{value.get('type', 'Error')}: {value.get('message', '')}"
+        if value.get("retry_at") is not None:
+            text += " (will retry)"
+        return shorten(text)
+    if rec.kind == LLM and isinstance(value, dict) and "text" in value:
+        text = _compact(value["text"])
+        calls = value.get("tool_calls") or []
+        if calls:
+            text += f" +{len(calls)} tool call(s)"
+        return shorten(text)
+    return shorten(_compact(value))
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
+    widths = [len(h) for h in header]
+    for row in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        out = [
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  ".join(out).rstrip()
+
+    return [line(header), *(line(r) for r in rows)]
+
+
+def _resume_line(r: ResumeRecord, start: float) -> str:
+    return (
+        f"epoch {r.epoch}  by {r.worker_id}  at {offset(r.at - start)}  from seq {r.from_seq}"
+        f"  code {r.code_version}  reused {r.reused} record(s)"
+    )
+
+
+def journal_lines(
+    info: RunInfo, journal: Sequence[Record], resumes: Sequence[ResumeRecord]
+) -> list[str]:
+    """The journal as a table, with a marker line where each takeover resumed."""
+    if not journal:
+        return ["  (no records yet)"]
+    header = ["seq", "time", "kind", "name", "status", "attempt", "epoch", "payload"]
+    rows = [
+        [str(r.seq), offset(r.at - info.created_at), r.kind, r.name, r.status,
+         str(r.attempt), str(r.epoch), summary(r)]
+        for r in journal
+    ]
+    table = _table(header, rows, right={0, 1, 5, 6})
+    out = ["  " + table[0]]
+    marks = {r.from_seq: r for r in resumes}
+    for rec, text in zip(journal, table[1:], strict=True):
+        mark = marks.get(rec.seq)
+        if mark is not None:
+            out.append(f"  -- resumed by {mark.worker_id} at epoch {mark.epoch}: "
+                       f"{mark.reused} record(s) above reused --")
+        out.append("  " + text)
+    return out
+
+
+def render_run(
+    info: RunInfo, journal: Sequence[Record], resumes: Sequence[ResumeRecord]
+) -> str:
+    """Everything `stead runs show` prints for one run."""
+    lines = [
+        f"run       {info.run_id}",
+        f"workflow  {info.workflow}@{info.version}",
+        f"task      {info.task_id or '-'}",
+        f"status    {info.status}",
+        f"epoch     {info.epoch}" + (f"  (lease held by {info.lease_owner})"
+                                     if info.lease_owner else ""),
+        f"created   {clock_time(info.created_at)}",
+        f"updated   {clock_time(info.updated_at)}  ({offset(info.updated_at - info.created_at)})",
+    ]
+    if info.result is not None or info.status == "completed":
+        lines.append(f"result    {_compact(info.result)}")
+    if info.error is not None:
+        err = info.error
+        lines.append(f"error     {err.get('type', 'Error')}: {err.get('message', '')}")
+    lines += ["", f"journal ({len(journal)} record(s))", *journal_lines(info, journal, resumes)]
+    lines += ["", f"resumes ({len(resumes)})"]
+    if resumes:
+        lines += ["  " + _resume_line(r, info.created_at) for r in resumes]
+    else:
+        lines.append("  (none: the run was never taken over)")
+    return "\n".join(lines)
+
+
+def render_runs(infos: Sequence[RunInfo]) -> str:
+    """The table `stead runs ls` prints."""
+    if not infos:
+        return "no runs"
+    header = ["run", "workflow", "status", "task", "created", "updated"]
+    rows = [
+        [i.run_id, f"{i.workflow}@{i.version}", i.status, i.task_id or "-",
+         clock_time(i.created_at), offset(i.updated_at - i.created_at)]
+        for i in infos
+    ]
+    return "\n".join(_table(header, rows, right=set()))
+
+
+# -- JSON forms (for --json) -------------------------------------------------
+def run_json(info: RunInfo) -> dict[str, Any]:
+    data = dataclasses.asdict(info)
+    data.pop("created", None)
+    return data
+
+
+def record_json(rec: Record) -> dict[str, Any]:
+    data = dataclasses.asdict(rec)
+    data["payload"] = _decoded(rec.payload)
+    return data
+
+
+def resume_json(rec: ResumeRecord) -> dict[str, Any]:
+    data = dataclasses.asdict(rec)
+    data["detail"] = _decoded(rec.detail)
+    return data
+
+
+def show_json(
+    info: RunInfo, journal: Sequence[Record], resumes: Sequence[ResumeRecord]
+) -> dict[str, Any]:
+    return {
+        "run": run_json(info),
+        "journal": [record_json(r) for r in journal],
+        "resumes": [resume_json(r) for r in resumes],
+    }

@@ -1,0 +1,318 @@
+"""The crash harness (`stead.testing`), then real worker processes SIGKILLed at
+chosen points and resumed by a fresh one.
+
+Each test owns a database, a step counter file and a model-call log; the worker
+script (tests/workers/crash_worker.py) writes to them. What must hold after the
+fresh worker has finished the run:
+
+- the run completes with the result of an uninterrupted run;
+- a step whose record had committed before the crash ran exactly once; one
+  whose record had not committed ran exactly once more in the fresh worker;
+- the model is never asked again for an answer the journal acknowledged;
+- the journal kept what had committed, unchanged, and its seqs are gapless;
+- the takeover left one resume record: epoch 2, from the crash position,
+  every journaled record reused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import signal
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import stead
+import stead.testing
+from stead.records import Fence, NewRun, Record
+from stead.testing import CrashingStore, CrashPoint, DelegatingStore
+from tests.workers.procs import KILLED, Workers, check_journal, wait_until
+
+STEPS = ("fetch", "plan", "part0", "part1", "part2", "combine")
+
+
+# -- the harness, in-process ----------------------------------------------------
+class Crashed(BaseException):
+    """Raised instead of SIGKILL, so the harness can be checked in-process."""
+
+
+def _crash() -> None:
+    raise Crashed()
+
+
+def _rec(seq: int, name: str) -> Record:
+    return Record(seq=seq, addr=str(seq), attempt=1, kind="step", name=name, digest="d",
+                  status="ok", payload="1", epoch=1, at=0.0)
+
+
+async def _held_run(store: stead.Store) -> Fence:
+    await store.create_run(NewRun("r1", "wf", 1, None, '{"args":[],"kwargs":{}}'))
+    [row] = await store.claim("w1", ["wf@1"], 30.0, 1)
+    return Fence("r1", row.epoch, "w1")
+
+
+def test_stead_testing_exports_exactly_the_harness() -> None:
+    assert set(stead.testing.__all__) == {
+        "CrashPoint", "CrashingStore", "DelegatingStore", "kill_process",
+    }
+    for name in stead.testing.__all__:
+        assert hasattr(stead.testing, name)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({}, "exactly one"), ({"before_commit": 1, "after_commit": 1}, "exactly one"),
+     ({"after_commit": 0}, "from 1")],
+)
+def test_a_crash_point_names_exactly_one_write(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        CrashPoint(**kwargs)
+
+
+@pytest.mark.parametrize(("point", "durable"), [
+    (CrashPoint(before_commit=2), ["a"]),
+    (CrashPoint(after_commit=2), ["a", "b"]),
+    (CrashPoint(before_commit=1, name="b"), ["a"]),
+    (CrashPoint(after_commit=1, name="b"), ["a", "b"]),
+])
+async def test_the_crash_comes_before_or_after_the_chosen_write_commits(
+    db_url: str, point: CrashPoint, durable: list[str]
+) -> None:
+    inner = await stead.open_store(db_url)
+    try:
+        fence = await _held_run(inner)
+        store = CrashingStore(inner, point, crash=_crash)
+        await store.append(fence, [_rec(0, "a")])
+        with pytest.raises(Crashed):
+            await store.append(fence, [_rec(1, "b")])
+        assert [r.name for r in await inner.load_journal("r1")] == durable
+        assert store.writes == (2 if point.name is None else 1)
+    finally:
+        await inner.close()
+
+
+async def test_the_write_that_ends_the_run_counts_too(store: stead.Store) -> None:
+    fence = await _held_run(store)
+    crashing = CrashingStore(store, CrashPoint(before_commit=2), crash=_crash)
+    await crashing.append(fence, [_rec(0, "a")])
+    with pytest.raises(Crashed):
+        await crashing.finish(fence, "completed", result="1")
+    assert (await store.get_run("r1")).status == "running"
+
+
+async def test_a_delegating_store_serves_a_worker(store: stead.Store) -> None:
+    app = stead.App("t")
+
+    @app.workflow()
+    async def wf(run: stead.Run, x: int) -> int:
+        return await run.step("double", lambda v: v * 2, x)
+
+    wrapped = DelegatingStore(store)
+    info = await stead.Client(wrapped, app).start(wf, 21)
+    await stead.Worker(app, wrapped).run_until_idle()
+    assert await stead.Client(store).result(info.run_id, timeout=1) == 42
+    assert wrapped.commits == store.commits > 0
+
+
+# -- real processes -------------------------------------------------------------
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[Workers]:
+    w = Workers(tmp_path)
+    yield w
+    w.stop_all()
+
+
+@pytest.fixture
+async def store(workers: Workers) -> AsyncIterator[stead.Store]:
+    s = await stead.open_store(workers.db_url)
+    yield s
+    await s.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+    result: Any
+    records: int
+
+
+async def _uninterrupted(tmp: Path) -> Baseline:
+    workers = Workers(tmp)
+    store = await stead.open_store(workers.db_url)
+    try:
+        info = await stead.Client(store).start("pipeline", 4, version=1)
+        workers.open_gate()
+        proc = workers.start("--until-done")
+        assert await workers.exit_code(proc) == 0, workers.output(proc)
+        row = await store.get_run(info.run_id)
+        assert row.status == "completed", row
+        assert workers.step_names(info.run_id) == {s: 1 for s in STEPS if s != "plan"}
+        assert workers.model_calls() == 1
+        assert await store.list_resumes(info.run_id) == []
+        result = await stead.Client(store).result(info.run_id, timeout=1)
+        return Baseline(result, len(await store.load_journal(info.run_id)))
+    finally:
+        await store.close()
+        workers.stop_all()
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory: pytest.TempPathFactory) -> Baseline:
+    return asyncio.run(_uninterrupted(tmp_path_factory.mktemp("baseline")))
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    args: tuple[str, ...]
+    committed: frozenset[str]  # what the journal must hold when the process dies
+    gather_done: bool = False  # open the gate before the crash (it comes after the gather)
+
+
+SCENARIOS = {
+    "before-the-first-step-commits": Scenario(("--crash", "before:1"), frozenset()),
+    "after-the-first-step-commits": Scenario(("--crash", "after:1"), frozenset({"fetch"})),
+    "before-the-model-answer-commits": Scenario(
+        ("--crash", "before:1:plan"), frozenset({"fetch"})
+    ),
+    "after-the-model-answer-commits": Scenario(
+        ("--crash", "after:1:plan"), frozenset({"fetch", "plan"})
+    ),
+    "mid-gather-after-one-branch-commits": Scenario(
+        ("--crash", "after:1:part0"), frozenset({"fetch", "plan", "part0"})
+    ),
+    "mid-gather-a-step-kills-its-own-process": Scenario(
+        ("--kill-in-step", "part1:part0"), frozenset({"fetch", "plan", "part0"})
+    ),
+    "before-a-commit-carrying-a-recorded-value": Scenario(
+        ("--crash", "before:1:combine"),
+        frozenset({"fetch", "plan", "part0", "part1", "part2"}), gather_done=True,
+    ),
+    "before-the-final-commit": Scenario(
+        ("--crash", "before:7"), frozenset(STEPS), gather_done=True
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", list(SCENARIOS.values()), ids=list(SCENARIOS))
+async def test_a_killed_worker_is_resumed_not_rerun(
+    workers: Workers, store: stead.Store, baseline: Baseline, scenario: Scenario
+) -> None:
+    run_id = (await stead.Client(store).start("pipeline", 4, version=1)).run_id
+    if scenario.gather_done:
+        workers.open_gate()
+    crashed = workers.start("--lease", "1.0", *scenario.args)
+    assert await workers.exit_code(crashed) == KILLED, workers.output(crashed)
+
+    at_crash = await store.load_journal(run_id)
+    assert {r.name for r in at_crash if r.kind in ("step", "llm")} == scenario.committed
+    assert {r.epoch for r in at_crash} <= {1}
+    row = await store.get_run(run_id)
+    assert (row.status, row.epoch) == ("running", 1)
+    assert row.lease_owner is not None  # the dead worker never gave its lease back
+    ran_before = workers.step_names(run_id)
+    asked_before = workers.model_calls()
+    for name in scenario.committed - {"plan"}:
+        assert ran_before[name] == 1, name
+
+    workers.open_gate()
+    fresh = workers.start("--lease", "1.0", "--until-done")
+    assert await workers.exit_code(fresh) == 0, workers.output(fresh)
+
+    assert await stead.Client(store).result(run_id, timeout=1) == baseline.result
+    ran = workers.step_names(run_id)
+    for name in STEPS:
+        if name == "plan":
+            continue
+        if name in scenario.committed:
+            assert ran[name] == 1, f"{name} was acknowledged and must not run again"
+        else:
+            assert ran[name] == ran_before[name] + 1, f"{name} must run once in the new worker"
+    if "plan" in scenario.committed:
+        assert workers.model_calls() == 1, "the model was asked again for an acknowledged answer"
+    else:
+        assert workers.model_calls() == asked_before + 1
+
+    journal = await store.load_journal(run_id)
+    check_journal(journal)
+    assert len(journal) == baseline.records
+    assert journal[: len(at_crash)] == at_crash, "committed records must never change"
+    assert {r.epoch for r in journal[len(at_crash):]} <= {2}
+
+    resumes = await store.list_resumes(run_id)
+    assert len(resumes) == 1
+    resume = resumes[0]
+    assert (resume.epoch, resume.code_version) == (2, "pipeline@1")
+    assert resume.from_seq == len(at_crash)
+    assert resume.reused == len(at_crash)
+    if at_crash:
+        assert resume.reused > 0
+    final = await store.get_run(run_id)
+    assert (final.epoch, final.lease_owner) == (2, None)
+
+
+async def _stop_mid_step(workers: Workers, store: stead.Store, *extra: str) -> str:
+    """Start a `slow` run, SIGTERM its worker while the gated step is in flight,
+    and wait until the worker has taken the signal. Returns the run id."""
+    run_id = (await stead.Client(store).start("slow", version=1)).run_id
+    proc = workers.start("--lease", "30", *extra)
+    await wait_until("the gated step to start", lambda: workers.step_names(run_id)["gated"] == 1)
+    proc.send_signal(signal.SIGTERM)
+    await wait_until("the worker to take SIGTERM", lambda: workers.saw("stopping"))
+    return run_id
+
+
+async def _finish_and_check(workers: Workers, store: stead.Store, run_id: str) -> None:
+    workers.open_gate()
+    fresh = workers.start("--lease", "30", "--until-done")
+    assert await workers.exit_code(fresh) == 0, workers.output(fresh)
+    assert await stead.Client(store).result(run_id, timeout=1) == ["first", "gated", "last"]
+    check_journal(await store.load_journal(run_id))
+
+
+@pytest.mark.slow
+async def test_sigterm_lets_the_step_finish_then_releases_the_lease(
+    workers: Workers, store: stead.Store
+) -> None:
+    run_id = await _stop_mid_step(workers, store)
+    workers.open_gate()  # the in-flight step completes during the grace period
+    proc = workers.procs[0][0]
+    assert await workers.exit_code(proc) == 0, workers.output(proc)
+
+    row = await store.get_run(run_id)
+    assert (row.status, row.epoch, row.lease_owner, row.lease_expires_at) == (
+        "running", 1, None, None
+    )
+    assert [r.name for r in await store.load_journal(run_id)] == ["first", "gated"]
+    # The 30 s lease was given back: another worker claims the run right now.
+    claimed = await store.claim("probe", ["slow@1"], 30.0, 10)
+    assert [(r.run_id, r.epoch) for r in claimed] == [(run_id, 2)]
+    await store.release(Fence(run_id, 2, "probe"))
+
+    await _finish_and_check(workers, store, run_id)
+    assert workers.step_names(run_id) == {"first": 1, "gated": 1, "last": 1}
+    [resume] = await store.list_resumes(run_id)
+    assert (resume.epoch, resume.from_seq, resume.reused) == (3, 2, 2)
+
+
+@pytest.mark.slow
+async def test_sigterm_past_the_grace_period_cancels_the_step_and_releases(
+    workers: Workers, store: stead.Store
+) -> None:
+    run_id = await _stop_mid_step(workers, store, "--grace", "0.2")
+    proc = workers.procs[0][0]
+    assert await workers.exit_code(proc) == 0, workers.output(proc)
+
+    row = await store.get_run(run_id)
+    assert (row.status, row.epoch, row.lease_owner) == ("running", 1, None)
+    assert [r.name for r in await store.load_journal(run_id)] == ["first"]
+
+    await _finish_and_check(workers, store, run_id)
+    # The cancelled call was never acknowledged, so it ran again; nothing else did.
+    assert workers.step_names(run_id) == {"first": 1, "gated": 2, "last": 1}
+    [resume] = await store.list_resumes(run_id)
+    assert (resume.epoch, resume.from_seq, resume.reused) == (2, 1, 1)
