@@ -1,15 +1,50 @@
+"""Fixtures. Every test that takes `db_url` (or `store`, `fstore`) runs twice:
+on SQLite and on PostgreSQL (a fresh schema per test, see tests/pg.py).
+A test about SQLite itself (its file, its locks, raw sqlite3) is marked
+`sqlite_only` and runs once."""
+
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 import stead
+from tests import pg
+
+BACKENDS = ("sqlite", "postgres")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "sqlite_only: a test of SQLite itself; db_url is only ever a SQLite URL"
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "backend" in metafunc.fixturenames:
+        only = metafunc.definition.get_closest_marker("sqlite_only") is not None
+        metafunc.parametrize("backend", ["sqlite"] if only else list(BACKENDS), indirect=True)
 
 
 @pytest.fixture
-def db_url(tmp_path: Path) -> str:
+def backend(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
+
+
+@pytest.fixture
+def db_url(backend: str, tmp_path: Path) -> Iterator[str]:
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path}/stead.db"
+    else:
+        with pg.fresh_schema() as url:
+            yield url
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path}/stead.db"
 
 

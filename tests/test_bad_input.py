@@ -43,11 +43,6 @@ def journal_rows(path: Path, run_id: str) -> list[tuple[Any, ...]]:
         ).fetchall()
 
 
-def count_runs(path: Path) -> int:
-    with raw(path) as conn:
-        return int(conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
-
-
 def one() -> int:
     return 1
 
@@ -81,6 +76,7 @@ def healthy_app(app: stead.App) -> stead.Workflow[[int], int]:
     ],
     ids=["payload-not-json", "seq-gap", "missing-first", "unknown-status", "unknown-kind"],
 )
+@pytest.mark.sqlite_only
 async def test_a_corrupt_journal_row_stops_only_its_run_and_stays_untouched(
     fstore: stead.Store, db_path: Path, corruption: str, params: tuple[Any, ...],
     says: list[str],
@@ -151,6 +147,7 @@ async def test_a_corrupt_journal_row_stops_only_its_run_and_stays_untouched(
     ids=["not-json", "args-not-a-list", "not-an-object", "wrong-type", "missing-arg",
          "unknown-kwarg"],
 )
+@pytest.mark.sqlite_only
 async def test_a_run_whose_input_cannot_be_used_stops_once_for_a_human(
     fstore: stead.Store, db_path: Path, stored: str, says: str
 ) -> None:
@@ -216,7 +213,7 @@ async def test_wrongly_typed_arguments_at_start_stop_the_run_instead_of_looping(
 
 # -- workflows: unknown, unhosted, changed -------------------------------------------
 async def test_starting_an_unknown_workflow_is_refused_and_writes_nothing(
-    fstore: stead.Store, db_path: Path
+    fstore: stead.Store,
 ) -> None:
     app = stead.App("t")
     healthy_app(app)
@@ -229,7 +226,7 @@ async def test_starting_an_unknown_workflow_is_refused_and_writes_nothing(
     with pytest.raises(stead.UnknownWorkflow, match="without an app"):
         await stead.Client(fstore).start("healthy")
     assert fstore.commits == commits
-    assert count_runs(db_path) == 0
+    assert await fstore.list_runs() == []
 
 
 async def test_a_run_of_a_workflow_no_worker_hosts_stays_pending(fstore: stead.Store) -> None:
@@ -258,7 +255,7 @@ async def test_a_run_of_a_workflow_no_worker_hosts_stays_pending(fstore: stead.S
 
 
 async def test_a_workflow_changed_under_its_checkpoint_stops_as_incompatible(
-    fstore: stead.Store, db_path: Path
+    fstore: stead.Store,
 ) -> None:
     gate = Gate()
     v1 = stead.App("t")
@@ -272,7 +269,7 @@ async def test_a_workflow_changed_under_its_checkpoint_stops_as_incompatible(
     client = stead.Client(fstore, v1)
     info = await client.start(refund_v1, "123")
     await run_until_gate(v1, fstore, gate)
-    before = journal_rows(db_path, info.run_id)
+    before = await fstore.load_journal(info.run_id)
     assert len(before) == 2
 
     # A deploy: same name and version, different code.
@@ -295,7 +292,7 @@ async def test_a_workflow_changed_under_its_checkpoint_stops_as_incompatible(
     message = got.error["message"]
     assert "'load'" in message and "'fetch'" in message and "seq 0" in message
     assert sent == []  # nothing of the new code ran past the mismatch
-    assert journal_rows(db_path, info.run_id) == before
+    assert await fstore.load_journal(info.run_id) == before
     listed = await client.list_runs(status="incompatible_checkpoint")
     assert [r.run_id for r in listed] == [info.run_id]
     with pytest.raises(stead.RunFailed, match="incompatible_checkpoint"):
@@ -304,7 +301,7 @@ async def test_a_workflow_changed_under_its_checkpoint_stops_as_incompatible(
 
 # -- values that are not JSON ----------------------------------------------------------
 async def test_a_non_json_argument_to_start_is_refused_and_writes_nothing(
-    fstore: stead.Store, db_path: Path
+    fstore: stead.Store,
 ) -> None:
     app = stead.App("t")
     healthy = healthy_app(app)
@@ -317,7 +314,7 @@ async def test_a_non_json_argument_to_start_is_refused_and_writes_nothing(
     with pytest.raises(stead.SerializationError):
         await client.start(healthy, float("nan"))
     assert fstore.commits == commits
-    assert count_runs(db_path) == 0
+    assert await fstore.list_runs() == []
 
 
 async def test_a_non_json_step_argument_raises_before_anything_runs_or_is_written(
@@ -395,6 +392,7 @@ async def test_a_step_returning_a_non_json_value_fails_at_that_step_with_nothing
 
 
 # -- the database itself -----------------------------------------------------------------
+@pytest.mark.sqlite_only
 async def test_a_locked_database_is_store_unavailable_and_nothing_is_written(
     db_url: str, db_path: Path
 ) -> None:
@@ -436,6 +434,7 @@ async def test_a_locked_database_is_store_unavailable_and_nothing_is_written(
      ("?busy_timeout=nan", "busy_timeout must be a number"),
      ("?bussy_timeout=1", "unknown option")],
 )
+@pytest.mark.sqlite_only
 async def test_a_bad_url_option_is_a_clear_store_error(
     db_url: str, db_path: Path, query: str, says: str
 ) -> None:
@@ -444,6 +443,7 @@ async def test_a_bad_url_option_is_a_clear_store_error(
     assert not db_path.exists()
 
 
+@pytest.mark.sqlite_only
 async def test_a_file_that_is_not_a_database_is_store_unavailable_and_left_alone(
     db_url: str, db_path: Path
 ) -> None:

@@ -22,6 +22,7 @@ from click.testing import CliRunner, Result
 import stead
 from stead import timeline
 from stead.cli import main
+from stead.records import Fence
 
 T = TypeVar("T")
 DEADLINE = 30.0
@@ -127,7 +128,7 @@ def test_every_command_and_group_has_help() -> None:
     found = list(_commands(main, []))
     names = {" ".join(p) for p, _ in found}
     assert {"", "worker", "start", "runs", "runs ls", "runs show", "runs cancel",
-            "demo"} <= names
+            "reconcile", "demo"} <= names
     for path, cmd in found:
         assert (cmd.help or "").strip(), f"`stead {' '.join(path)}` has no help text"
         for param in cmd.params:
@@ -370,3 +371,248 @@ def test_sigterm_mid_step_releases_the_run_at_the_next_boundary(
     shown = ok(db_url, "runs", "show", run_id)
     assert "-- resumed by w-next at epoch 2: 1 record(s) above reused --" in shown
     assert "epoch 2  by w-next" in shown and "from seq 1" in shown
+
+
+# -- reconcile and effects in `runs show` -----------------------------------------
+EFFECT_APP_SOURCE = '''
+from pathlib import Path
+
+import stead
+
+app = stead.App("cli-effects")
+
+
+def send_mail(op, workdir, to):
+    # The first call drops the connection before the request is written; the
+    # caller cannot tell that from a drop after it, so the outcome is unknown.
+    tried = Path(workdir, "tried")
+    if not tried.exists():
+        tried.touch()
+        raise stead.OutcomeUncertain("connection dropped")
+    with open(Path(workdir, "outbox"), "a") as f:
+        f.write(op.key + "\\n")
+    return {"message_id": "m1"}
+
+
+@app.workflow(version=1)
+async def notify(run, workdir, to):
+    try:
+        sent = await run.effect("send_mail", send_mail, workdir, to)
+    except stead.EffectCompensated as exc:
+        return {"compensated": exc.detail}
+    return {"sent": sent}
+'''
+
+
+@pytest.fixture
+def effect_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """`module:app` of an app whose mail effect stops its run as outcome_unknown."""
+    name = f"clieffects_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(EFFECT_APP_SOURCE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    yield f"{name}:app"
+    sys.modules.pop(name, None)
+
+
+def _stopped_run(db_url: str, spec: str, tmp_path: Path) -> str:
+    """Start a `notify` run and work until it stops as outcome_unknown."""
+    run_id = ok(db_url, "start", spec, "notify", json.dumps([str(tmp_path), "ada@example.com"]),
+                "-q").strip()
+    ok(db_url, "worker", spec, "--until-idle", "--poll", "0.05")
+    info = query(db_url, lambda c: c.get(run_id))
+    assert info.status == "outcome_unknown", info
+    return run_id
+
+
+def _decisions(db_url: str, run_id: str) -> list[dict[str, Any]]:
+    journal = query(db_url, lambda c: c.journal(run_id))
+    return [json.loads(r.payload) for r in journal if r.status == "reconciled"]
+
+
+def test_runs_show_says_what_is_known_and_how_to_reconcile(
+    effect_app: str, db_url: str, tmp_path: Path
+) -> None:
+    run_id = _stopped_run(db_url, effect_app, tmp_path)
+    key = f"{run_id}:0"
+    out = ok(db_url, "runs", "show", run_id)
+    assert "status    outcome_unknown" in out
+    assert "outcome unknown: stead cannot tell whether effect 'send_mail' happened" in out
+    assert f"  key        {key}  (attempt 1)" in out
+    assert f'  arguments  {{"args":["{tmp_path}","ada@example.com"],"kwargs":{{}}}}' in out
+    assert "  known      sent or not; no outcome recorded and no check to ask" in out
+    for decision in ("--happened JSON", "--not-happened", "--compensate JSON"):
+        assert f"stead reconcile {run_id} send_mail {decision} --why TEXT" in out
+    lines = out.splitlines()
+    at = lines.index("effects (1)")
+    assert lines[at + 1:at + 5] == [
+        f"  send_mail  key {key}   <- the run stopped here",
+        "    phase    unknown (attempt 1)",
+        "    history  intent > unknown",
+        "    detail   outcome unknown: OutcomeUncertain: connection dropped",
+    ]
+
+    [effect] = json.loads(ok(db_url, "runs", "show", run_id, "--json"))["effects"]
+    assert (effect["name"], effect["key"], effect["phase"], effect["history"]) == (
+        "send_mail", key, "unknown", ["intent", "unknown"]
+    )
+
+
+def test_reconcile_not_happened_sends_it_once_and_the_run_completes(
+    effect_app: str, db_url: str, tmp_path: Path
+) -> None:
+    run_id = _stopped_run(db_url, effect_app, tmp_path)
+    assert not (tmp_path / "outbox").exists()  # nothing went out
+    out = ok(db_url, "reconcile", run_id, "send_mail", "--not-happened", "--by", "ops",
+             "--why", "not in the outbox")
+    assert out.splitlines() == [
+        f"run {run_id}: effect send_mail did not happen (decided by ops: not in the outbox)",
+        "the run continues: it sends the effect, with the same key",
+        "status running: a worker hosting notify@1 picks it up",
+    ]
+    assert _decisions(db_url, run_id) == [
+        {"decision": "not_happened", "result": None, "by": "ops", "why": "not in the outbox"}
+    ]
+    ok(db_url, "worker", effect_app, "--until-idle", "--poll", "0.05")
+    info = query(db_url, lambda c: c.get(run_id))
+    assert info.status == "completed" and info.result == {"sent": {"message_id": "m1"}}
+    assert (tmp_path / "outbox").read_text().splitlines() == [f"{run_id}:0"]  # sent once
+
+    shown = ok(db_url, "runs", "show", run_id).splitlines()
+    at = shown.index("effects (1)")
+    assert shown[at + 1:at + 5] == [
+        f"  send_mail  key {run_id}:0",
+        "    phase    done (attempt 2)",
+        "    history  intent > unknown > reconciled > intent > done",
+        '    detail   {"message_id":"m1"} (after a decision: did not happen, by ops '
+        "(not in the outbox))",
+    ]
+    assert not any(line.startswith("outcome unknown") for line in shown)
+
+    # Decided already: there is nothing left to decide.
+    out = fails(db_url, "reconcile", run_id, "send_mail", "--not-happened", "--by", "ops")
+    assert "no effect 'send_mail' whose outcome is unknown" in out
+    assert len(_decisions(db_url, run_id)) == 1
+
+
+@pytest.mark.parametrize(("flag", "value", "result"), [
+    ("--happened", '{"message_id": "m-found"}', {"sent": {"message_id": "m-found"}}),
+    ("--compensate", '"apology sent"', {"compensated": "apology sent"}),
+])
+def test_reconcile_happened_or_compensated_never_sends_again(
+    effect_app: str, db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    flag: str, value: str, result: dict[str, Any],
+) -> None:
+    run_id = _stopped_run(db_url, effect_app, tmp_path)
+    monkeypatch.setenv("USER", "carol")  # --by defaults to the OS user
+    out = ok(db_url, "reconcile", run_id, "send_mail", flag, value)
+    assert "(decided by carol)" in out.splitlines()[0]
+    [decision] = _decisions(db_url, run_id)
+    assert decision["by"] == "carol" and decision["result"] == json.loads(value)
+    ok(db_url, "worker", effect_app, "--until-idle", "--poll", "0.05")
+    info = query(db_url, lambda c: c.get(run_id))
+    assert info.status == "completed" and info.result == result
+    assert not (tmp_path / "outbox").exists()  # never sent
+    shown = ok(db_url, "runs", "show", run_id).splitlines()
+    at = shown.index("effects (1)")
+    assert shown[at + 2] == "    phase    reconciled (attempt 1)"
+    verb = "happened" if flag == "--happened" else "compensated"
+    compact = json.dumps(json.loads(value), separators=(",", ":"))
+    assert shown[at + 4] == f"    detail   {verb}, by carol: {compact}"
+
+
+def test_reconcile_errors_are_clean(effect_app: str, db_url: str, tmp_path: Path) -> None:
+    run_id = _stopped_run(db_url, effect_app, tmp_path)
+    decide = ("reconcile", run_id, "send_mail")
+    assert "exactly one decision" in fails(db_url, *decide, "--by", "ops", code=2)
+    assert "exactly one decision" in fails(
+        db_url, *decide, "--not-happened", "--happened", "1", "--by", "ops", code=2
+    )
+    assert "not valid JSON" in fails(db_url, *decide, "--happened", "{m1", "--by", "o", code=2)
+    assert "not valid JSON" in fails(db_url, *decide, "--compensate", "", "--by", "o", code=2)
+    assert "no run 'nope'" in fails(db_url, "reconcile", "nope", "send_mail", "--not-happened")
+    assert "no effect 'charge' whose outcome is unknown" in fails(
+        db_url, "reconcile", run_id, "charge", "--not-happened"
+    )
+    missing = f"sqlite:///{tmp_path}/absent.db"
+    assert "no database at" in fails(missing, *decide, "--not-happened")
+    assert _decisions(db_url, run_id) == []  # nothing was decided by any of these
+    assert query(db_url, lambda c: c.get(run_id)).status == "outcome_unknown"
+
+    # A run that is not stopped has nothing to decide.
+    pending = ok(db_url, "start", effect_app, "notify", json.dumps([str(tmp_path), "b"]),
+                 "-q").strip()
+    assert "no effect 'send_mail' whose outcome is unknown" in fails(
+        db_url, "reconcile", pending, "send_mail", "--not-happened"
+    )
+    # Nor one whose worker may still be sending the effect (its intent is last).
+    in_flight = query(db_url, _effect_in_flight)
+    assert f"run {in_flight} is running, not outcome_unknown" in fails(
+        db_url, "reconcile", in_flight, "send_mail", "--not-happened"
+    )
+    assert _decisions(db_url, in_flight) == []
+
+
+async def _effect_in_flight(client: stead.Client) -> str:
+    """A running run whose worker journaled an effect's intent and holds the lease."""
+    info = await client.start("notify", "/nowhere", "c", version=1)
+    claimed = await client.store.claim("w1", ["notify@1"], 60.0, 10)
+    row = next(r for r in claimed if r.run_id == info.run_id)
+    intent = stead.Record(seq=0, addr="0", attempt=1, kind="effect", name="send_mail",
+                          digest="d", status="intent", payload='{"key": "k"}',
+                          epoch=row.epoch, at=0.0)
+    await client.store.append(Fence(info.run_id, row.epoch, "w1"), [intent])
+    return info.run_id
+
+
+def _rec(seq: int, addr: str, status: str, payload: Any, attempt: int = 1,
+         name: str = "refund") -> stead.Record:
+    return stead.Record(seq=seq, addr=addr, attempt=attempt, kind="effect", name=name,
+                        digest="d", status=status, payload=json.dumps(payload), epoch=1,
+                        at=100.0 + seq)
+
+
+def test_each_effect_phase_reads_well() -> None:
+    key = "r1:{}".format
+    journal = [
+        _rec(0, "0", "intent", {"key": key(0)}),
+        _rec(1, "1", "intent", {"key": key(1)}, name="ci"),
+        _rec(2, "1", "accepted", {"external_id": "471"}, name="ci"),
+        _rec(3, "2", "intent", {"key": key(2)}),
+        _rec(4, "2", "ok", {"result": {"refund": "rf_1"}}),
+        _rec(5, "3", "intent", {"key": key(3)}),
+        _rec(6, "3", "error", {"type": "ValueError", "message": "declined", "retry_at": 9.0}),
+        _rec(7, "4", "intent", {"key": key(4)}),
+        _rec(8, "4", "unknown", {"reason": "TimeoutError"}),
+        _rec(9, "5", "intent", {"key": key(5)}, name="mail"),
+        _rec(10, "5", "reconciled", {"decision": "happened", "result": {"id": "m1"},
+                                      "by": "alice", "why": "in the outbox"}, name="mail"),
+    ]
+    views = timeline.effect_views(journal)
+    assert [(v.name, v.key, v.phase) for v in views] == [
+        ("refund", key(0), "intent"), ("ci", key(1), "accepted"), ("refund", key(2), "done"),
+        ("refund", key(3), "failed"), ("refund", key(4), "unknown"),
+        ("mail", key(5), "reconciled"),
+    ]
+    assert [v.detail for v in views] == [
+        "sent or not: no outcome recorded",
+        "accepted outside as 471; no result recorded yet",
+        '{"refund":"rf_1"}',
+        "ValueError: declined (will retry)",
+        "outcome unknown: TimeoutError",
+        'happened, by alice (in the outbox): {"id":"m1"}',
+    ]
+    assert views[1].external_id == "471" and views[1].history == ("intent", "accepted")
+
+    info = stead.RunInfo(
+        run_id="r1", workflow="wf", version=1, task_id=None, status="outcome_unknown",
+        epoch=2, created_at=100.0, updated_at=110.0, lease_owner=None,
+        error={"type": "OutcomeUnknown", "message": "...", "effect": "refund", "key": key(0),
+               "attempt": 1, "arguments": {"args": [1], "kwargs": {}}, "known": "sent or not"},
+    )
+    out = timeline.render_run(info, journal, [])
+    # Several effects are named "refund": the command names this one by its key.
+    assert f"stead reconcile r1 {key(0)} --not-happened --why TEXT" in out
+    assert "effects (6)" in out
+    marked = [line for line in out.splitlines() if line.endswith("<- the run stopped here")]
+    assert marked == [f"  refund  key {key(0)}   <- the run stopped here"]

@@ -121,8 +121,8 @@ async def test_a_delegating_store_serves_a_worker(store: stead.Store) -> None:
 
 
 @pytest.fixture
-def workers(tmp_path: Path) -> Iterator[Workers]:
-    w = Workers(tmp_path)
+def workers(tmp_path: Path, db_url: str) -> Iterator[Workers]:
+    w = Workers(tmp_path, db_url)
     yield w
     w.stop_all()
 

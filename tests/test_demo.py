@@ -1,8 +1,8 @@
-"""`stead demo` end to end: real worker processes, a real SIGKILL, a resume."""
+"""`stead demo` end to end, as a person runs it: real worker processes, a real
+SIGKILL, a resume, and the demo's own checks (it exits non-zero if one fails)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import subprocess
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import stead
 from stead.cli import main
+from stead.demos.narrate import Checks
 
 pytestmark = pytest.mark.slow
 
@@ -23,84 +23,138 @@ def demo(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
-def test_demo_survives_a_sigkill_resumes_and_passes_its_checks() -> None:
+def _lines(text: str, who: str) -> list[str]:
+    """What worker `who` journaled, as the demo narrated it."""
+    return [ln.split("|", 1)[1].strip() for ln in text.splitlines()
+            if ln.startswith(f"    {who} | ")]
+
+
+def _checks(text: str) -> list[str]:
+    return [ln.strip() for ln in text.splitlines()
+            if ln.strip().startswith(("[ok]", "[FAIL]"))]
+
+
+def test_refund_demo_tells_the_order_123_story_and_passes_its_checks() -> None:
     out = demo()
     assert out.returncode == 0, out.stdout + out.stderr
     text = out.stdout
-    # worker A ran the first steps and died mid-step
-    assert "A |   step load_customer: acme, plan pro" in text
-    assert "A |   llm classify: asking the model" in text
-    assert "worker A is dead (SIGKILL); the journal holds 4 acknowledged record(s): " \
-           "step load_customer, llm classify, now, step assign" in text
-    # worker B did only what was left, and the model was not asked again
-    b_lines = [ln for ln in text.splitlines() if ln.startswith("    B |")]
-    assert any("step draft_reply: reply drafted" in ln for ln in b_lines)
-    assert any("step post_reply: posted R-4711-1" in ln for ln in b_lines)
-    assert not any("load_customer" in ln or "classify" in ln or "assign" in ln
-                   for ln in b_lines if "|   " in ln)
-    assert "resumed by worker-B at epoch 2 from seq 4, 4 record(s) reused" in text
-    # the timeline and the resume record
+    # 1. worker A: the model decides, eligibility, state, the wait, the link
+    a = _lines(text, "A")
+    assert a[0].startswith("llm    decide") and "calls check_eligibility" in a[0]
+    assert [ln.split()[1] for ln in a] == [
+        "decide", "check_eligibility", "get", "update", "user_confirmation",
+        "send_confirmation_link", "send_confirmation_link"]
+    assert 'task state  v1 {"status":"awaiting_user_confirmation","refund_dispatched":false}' \
+        in text
+    assert 'bound to {"order_id":"123","amount":4200,"state_version":1}' in text
+    assert "the run waits (status waiting): it holds no lease and no worker" in text
+    # 2.-3. the deploy, then the answers while no worker runs
+    assert "worker A is gone (exit -9); no worker runs" in text
+    assert "a tampered copy (amount 9000):     Rejected: bound value mismatch (amount)" in text
+    assert "the approval (event approval-1):  Accepted" in text
+    # 4. worker B: only what was left; the model is not asked again
+    b = _lines(text, "B")
+    assert [ln.split()[1] for ln in b] == [
+        "user_confirmation", "recheck_eligibility", "dispatch_refund", "dispatch_refund",
+        "update"]
+    assert "event approval-1 arrived" in b[0]
+    assert 'done: {"refund":"rf_1","order_id":"123","amount":4200}' in b[3]
+    # 5. redelivery
+    assert "Duplicate (this event was accepted before): nothing happens twice" in text
+    # 6. the timeline, the resume record, the payment service's own ledger
     assert "status    completed" in text
-    assert "-- resumed by worker-B at epoch 2: 4 record(s) above reused --" in text
-    assert re.search(r"epoch 2  by worker-B  at \+\S+  from seq 4  code triage@1  "
-                     r"reused 4 record\(s\)", text)
-    # every check passed
-    checks = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("[")
-              and ln.strip()[1:3] in ("ok", "FA")]
-    assert len(checks) == 8 and all(c.startswith("[ok]") for c in checks), checks
-    assert "all 8 checks passed" in text
-    assert "stead demo --keep DIR" in text  # the hint to keep the database
+    assert "-- resumed by worker-B at epoch 2: 7 record(s) above reused --" in text
+    assert re.search(r"resume record\n  worker    worker-B, epoch 2\n  from seq  7 ", text)
+    ledger = text.split("the payment service's own ledger", 1)[1]
+    assert len(re.findall(r"^  call    refund ", ledger, re.M)) == 1
+    assert "\n  1 refund(s)\n" in ledger
+    checks = _checks(text)
+    assert len(checks) == 11 and all(c.startswith("[ok]") for c in checks), checks
+    assert "all 11 checks passed" in text
+    assert "stead demo --keep DIR" in text
 
 
-def test_demo_keep_leaves_a_database_runs_show_can_read(tmp_path: Path) -> None:
+def test_refund_demo_keep_leaves_what_runs_show_and_the_ledger_can_read(tmp_path: Path) -> None:
     keep = tmp_path / "kept demo"  # a space in the path survives the URL
     out = demo("--keep", str(keep))
     assert out.returncode == 0, out.stdout + out.stderr
     hint = re.search(r"stead --db (\S+) runs show ([0-9a-f]{32})", out.stdout)
     assert hint is not None, out.stdout
     db_url, run_id = hint.groups()
-    assert (keep / "stead.db").exists()
-    assert (keep / "worker-A.log").read_text().count("killed (SIGKILL) mid-step") == 1
+    assert (keep / "stead.db").exists() and (keep / "worker-A.log").exists()
+    payments = json.loads((keep / "services" / "payments.json").read_text())
+    assert len(payments["refunds"]) == 1
 
     shown = CliRunner().invoke(main, ["--db", db_url, "runs", "show", run_id])
     assert shown.exit_code == 0, shown.output
-    assert "status    completed" in shown.output
-    assert "resumes (1)" in shown.output
-
+    assert "status    completed" in shown.output and "resumes (1)" in shown.output
     data = json.loads(
-        CliRunner().invoke(main, ["--db", db_url, "runs", "show", run_id, "--json"]).output
-    )
-    assert [(r["name"], r["epoch"]) for r in data["journal"]] == [
-        ("load_customer", 1), ("classify", 1), ("now", 1), ("assign", 1),
-        ("draft_reply", 2), ("post_reply", 2),
-    ]
-    assert [(r["epoch"], r["worker_id"], r["from_seq"], r["reused"])
-            for r in data["resumes"]] == [(2, "worker-B", 4, 4)]
-    assert data["run"]["result"] == {"ticket": 4711, "category": "billing", "queue": "billing",
-                                     "assignee": "dana", "reply_id": "R-4711-1"}
+        CliRunner().invoke(main, ["--db", db_url, "runs", "show", run_id, "--json"]).output)
+    epochs = {(r["name"], r["status"]): r["epoch"] for r in data["journal"]}
+    assert epochs[("decide", "ok")] == 1 and epochs[("check_eligibility", "ok")] == 1
+    assert epochs[("recheck_eligibility", "ok")] == 2 and epochs[("dispatch_refund", "ok")] == 2
+    assert [(r["epoch"], r["worker_id"]) for r in data["resumes"]] == [(2, "worker-B")]
+    assert data["run"]["result"]["refunded"] is True
 
-    # a second demo in the same folder works next to the first
-    again = demo("--keep", str(keep))
-    assert again.returncode == 0, again.stdout + again.stderr
-    listed = CliRunner().invoke(main, ["--db", db_url, "runs", "ls", "--json"])
-    assert [r["status"] for r in json.loads(listed.output)] == ["completed", "completed"]
+    again = demo("--keep", str(keep))  # a folder that holds a demo is not reused
+    assert again.returncode == 1
+    assert "is not empty; give --keep a new or empty folder" in again.stdout
+    assert "Traceback" not in again.stdout + again.stderr
 
 
-def test_demo_refuses_a_folder_with_a_live_run_of_its_ticket(tmp_path: Path) -> None:
-    from stead import demo as demo_app
+def test_ci_demo_asks_ci_about_job_471_and_never_submits_a_second_job() -> None:
+    out = demo("ci")
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = out.stdout
+    a, b = _lines(text, "A"), _lines(text, "B")
+    assert [ln.split()[1] for ln in a] == [
+        "read_repo", "plan_fix", "edit_file", "commit", "run_ci", "run_ci"]
+    assert a[-1].endswith("accepted outside as 471")
+    assert "worker A is gone (exit -9)" in text
+    assert b == ['effect run_ci                 done: {"job":471,"status":"passed"}']
+    assert "B asked CI about job 471: pending" in text
+    assert "history  intent > accepted > done" in text
+    assert "classes   pending_external 1, reuse 4" in text
+    ledger = text.split("the CI service's own ledger", 1)[1]
+    assert len(re.findall(r"^  submit  ", ledger, re.M)) == 1
+    assert "-> job 471  from worker-A" in ledger and "1 job(s): 471 passed" in ledger
+    checks = _checks(text)
+    assert len(checks) == 8 and all(c.startswith("[ok]") for c in checks), checks
 
-    async def leave_a_live_run() -> str:
-        store = await stead.open_store(f"sqlite:///{tmp_path}/stead.db")
-        try:
-            info = await stead.Client(store, demo_app.app).start(
-                demo_app.triage, demo_app.TICKET, str(tmp_path), task_id="ticket-4711"
-            )
-            return info.run_id
-        finally:
-            await store.close()
 
-    run_id = asyncio.run(leave_a_live_run())
-    out = demo("--keep", str(tmp_path))
-    assert out.returncode == 1
-    assert f"a live run {run_id} of ticket-4711 is left from an earlier demo" in out.stdout
-    assert "Traceback" not in out.stdout + out.stderr
+def test_triage_demo_survives_a_sigkill_mid_step() -> None:
+    out = demo("triage")
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = out.stdout
+    assert "A |   step load_customer: acme, plan pro" in text
+    assert "A |   llm classify: asking the model" in text
+    assert "worker A is dead (SIGKILL); the journal holds 4 acknowledged record(s): " \
+           "step load_customer, llm classify, now, step assign" in text
+    b_lines = [ln for ln in text.splitlines() if ln.startswith("    B |   ")]
+    assert any("step draft_reply: reply drafted" in ln for ln in b_lines)
+    assert any("step post_reply: posted R-4711-1" in ln for ln in b_lines)
+    assert not any(s in ln for ln in b_lines for s in ("load_customer", "classify", "assign"))
+    assert re.search(r"epoch 2  by worker-B  at \+\S+  from seq 4  code triage@1  "
+                     r"reused 4 record\(s\)", text)
+    checks = _checks(text)
+    assert len(checks) == 8 and all(c.startswith("[ok]") for c in checks), checks
+    assert "stead demo triage --keep DIR" in text
+
+
+def test_demo_help_names_the_stories_and_the_model_option() -> None:
+    out = CliRunner().invoke(main, ["demo", "--help"])
+    assert out.exit_code == 0, out.output
+    for word in ("refund", "ci", "triage", "--keep", "--model", "scripted"):
+        assert word in out.output
+    bad = CliRunner().invoke(main, ["demo", "payroll"])
+    assert bad.exit_code == 2 and "payroll" in bad.output
+
+
+def test_a_failed_check_is_reported_and_makes_the_demo_fail() -> None:
+    said: list[str] = []
+    checks = Checks(said.append)
+    checks.check(True, "the refund went out once")
+    checks.check(False, "the model was asked once")
+    assert checks.report() is False
+    assert "  [FAIL] the model was asked once" in said
+    assert "1 of 2 checks FAILED" in said[-1]

@@ -356,3 +356,32 @@ async def test_reconcile_errors_are_clear(fstore: stead.Store) -> None:
         await client.reconcile("missing", "x", not_happened=True, by="ops")
     with pytest.raises(stead.SteadError, match="who decides"):
         await client.reconcile(info.run_id, "x", not_happened=True, by="")
+
+
+async def test_a_decision_that_does_not_fit_stops_the_run_again(
+    fstore: stead.Store, clock: stead.FakeClock
+) -> None:
+    app = stead.App("t")
+    mail = Ledger()
+    mail.crash_on_call = {1}
+
+    def send(op: stead.Operation) -> dict[str, int]:
+        mail.send(op.key, 0)
+        return {"id": 1}
+
+    @app.workflow()
+    async def wf(run: stead.Run) -> dict[str, int]:
+        return await run.effect("send_mail", send)
+
+    client = stead.Client(fstore, app)
+    info = await client.start(wf)
+    await crash_then_resume(app, fstore, clock)
+    await client.reconcile(info.run_id, "send_mail", happened={"id": "not a number"}, by="ops")
+    await stead.Worker(app, fstore).run_until_idle()
+    got = await client.get(info.run_id)
+    assert got.status == "outcome_unknown"
+    assert got.error is not None and "does not fit" in got.error["message"]
+    await client.reconcile(info.run_id, "send_mail", happened={"id": 7}, by="ops")
+    await stead.Worker(app, fstore).run_until_idle()
+    assert await client.result(info.run_id, timeout=10) == {"id": 7}
+    assert len(mail.calls) == 1

@@ -273,8 +273,8 @@ async def test_a_worker_whose_lease_lapsed_does_not_take_over_its_own_run(pair: 
 
 # -- two worker processes -----------------------------------------------------------
 @pytest.fixture
-def workers(tmp_path: Path) -> Iterator[Workers]:
-    w = Workers(tmp_path)
+def workers(tmp_path: Path, db_url: str) -> Iterator[Workers]:
+    w = Workers(tmp_path, db_url)
     yield w
     w.stop_all()
 

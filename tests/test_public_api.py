@@ -5,13 +5,15 @@ from __future__ import annotations
 import stead
 
 EXPECTED = {
-    "__version__", "App", "Client", "Clock", "Completion", "CorruptRecord", "EffectCompensated",
-    "EffectFailed", "FakeClock", "InvalidInput", "Model", "NonDeterminism", "NotStopped",
-    "open_store", "Operation", "Outcome", "OutcomeUncertain", "Record", "ResumeRecord", "Retry",
-    "Run", "RunFailed", "RunInfo", "ScriptedModel", "ScriptExhausted", "SerializationError",
-    "StaleLease", "SteadError", "StepError", "Store", "StoreError", "StoreUnavailable",
-    "SystemClock", "ToolCall", "UnknownRun", "UnknownWorkflow", "Usage", "Worker",
-    "WorkerOptions", "Workflow",
+    "__version__", "Accepted", "App", "Client", "Clock", "Completion", "CorruptRecord",
+    "Delivery", "Duplicate", "EffectCompensated", "EffectFailed", "Facts", "FakeClock",
+    "InvalidInput", "Model", "NonDeterminism", "NotStopped", "open_store", "Operation",
+    "Outcome", "OutcomeUncertain", "Record", "Rejected", "ResumeRecord", "Retry", "Run",
+    "RunFailed", "RunInfo", "ScriptedModel", "ScriptExhausted", "SerializationError",
+    "StaleLease", "StateConflict", "SteadError", "StepError", "Store", "StoreError",
+    "StoreUnavailable", "SystemClock", "Token", "ToolCall", "UnknownRun", "UnknownWorkflow",
+    "Usage", "Wait", "WaitExpired", "WaitNotOpen", "WaitRevoked", "Worker", "WorkerOptions",
+    "Workflow",
 }
 
 

@@ -1,4 +1,4 @@
-"""The SQLite store: schema, claims, fencing, one commit per write."""
+"""The store, on SQLite and on PostgreSQL: schema, claims, fencing, one commit per write."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ async def _new(store: stead.Store, run_id: str = "r1", task_id: str | None = Non
     await store.create_run(NewRun(run_id, "wf", 1, task_id, '{"args":[],"kwargs":{}}'))
 
 
+@pytest.mark.sqlite_only
 async def test_migrating_an_empty_database_applies_every_migration(
     store: stead.Store, tmp_path: Path
 ) -> None:

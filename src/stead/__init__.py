@@ -18,25 +18,41 @@ from stead.errors import (
     StoreUnavailable,
     UnknownRun,
     UnknownWorkflow,
+    WaitNotOpen,
 )
 from stead.llm import Completion, Model, ScriptedModel, ScriptExhausted, ToolCall, Usage
 from stead.outcomes import Operation, Outcome, OutcomeUncertain
 from stead.records import Record, ResumeRecord
 from stead.retry import Retry
 from stead.run import Run
+from stead.state import Facts, StateConflict
 from stead.store import Store, open_store
+from stead.waits import (
+    Accepted,
+    Delivery,
+    Duplicate,
+    Rejected,
+    Token,
+    Wait,
+    WaitExpired,
+    WaitRevoked,
+)
 from stead.worker import Worker, WorkerOptions
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Accepted",
     "App",
     "Client",
     "Clock",
     "Completion",
     "CorruptRecord",
+    "Delivery",
+    "Duplicate",
     "EffectCompensated",
     "EffectFailed",
+    "Facts",
     "FakeClock",
     "InvalidInput",
     "Model",
@@ -46,6 +62,7 @@ __all__ = [
     "Outcome",
     "OutcomeUncertain",
     "Record",
+    "Rejected",
     "ResumeRecord",
     "Retry",
     "Run",
@@ -55,16 +72,22 @@ __all__ = [
     "ScriptedModel",
     "SerializationError",
     "StaleLease",
+    "StateConflict",
     "SteadError",
     "StepError",
     "Store",
     "StoreError",
     "StoreUnavailable",
     "SystemClock",
+    "Token",
     "ToolCall",
     "UnknownRun",
     "UnknownWorkflow",
     "Usage",
+    "Wait",
+    "WaitExpired",
+    "WaitNotOpen",
+    "WaitRevoked",
     "Worker",
     "WorkerOptions",
     "Workflow",

@@ -1,5 +1,6 @@
-"""The `stead` command: run a worker, start runs, inspect and cancel them, and
-watch a run survive a crash (`stead demo`).
+"""The `stead` command: run a worker, start runs, inspect and cancel them,
+reconcile an effect whose outcome is unknown, and watch a run survive a crash
+(`stead demo`).
 
 Every error a user can cause (a bad `module:app`, bad JSON, an unknown run, a
 database that cannot be opened) ends as a one-line message and a non-zero exit,
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import getpass
 import importlib
 import json
 import logging
@@ -338,18 +340,126 @@ def runs_cancel(ctx: click.Context, run_id: str) -> None:
         click.echo(f"cancelled run {run_id} (was {before.status})")
 
 
-@main.command(short_help="Watch a run survive a real worker crash and resume.")
+def _any_json(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint=what) from exc
+
+
+def _current_user() -> str:
+    try:
+        return os.environ.get("USER") or getpass.getuser()
+    except (OSError, KeyError) as exc:  # no login name in this environment
+        raise click.UsageError("cannot tell who you are; say who decides with --by NAME") \
+            from exc
+
+
+@main.command(short_help="Decide what happened to an effect whose outcome is unknown.")
+@run_argument
+@click.argument("effect")
+@click.option("--happened", "happened_json", metavar="JSON",
+              help="It happened; JSON is its result, as the effect function would have "
+                   "returned it (the workflow continues with it).")
+@click.option("--not-happened", is_flag=True,
+              help="It did not happen: the run sends it, with the same key.")
+@click.option("--compensate", "compensate_json", metavar="JSON",
+              help="It happened and was undone; JSON says how. The workflow sees "
+                   "stead.EffectCompensated.")
+@click.option("--by", metavar="NAME", default=None,
+              help="Who decides, kept with the decision (default: the current OS user).")
+@click.option("--why", metavar="TEXT", default="", help="Why, kept with the decision.")
+@click.pass_context
+def reconcile(ctx: click.Context, run_id: str, effect: str, happened_json: str | None,
+              not_happened: bool, compensate_json: str | None, by: str | None,
+              why: str) -> None:
+    """Decide what happened to EFFECT of RUN, a run stopped as outcome_unknown.
+
+    stead stops a run when it cannot tell whether an effect reached the outside
+    world (the worker died after the intent was journaled, and the effect is not
+    idempotent and has no check). Find out outside, looking it up by the
+    effect's key (`stead runs show RUN` shows it), then give exactly one of
+    --happened JSON, --not-happened or --compensate JSON. The decision is
+    journaled with who made it and why, and a worker continues the run from it.
+
+    EFFECT is the effect's name, or its key when several effects share the name.
+    """
+    given = [happened_json is not None, not_happened, compensate_json is not None]
+    if sum(given) != 1:
+        raise click.UsageError(
+            "give exactly one decision: --happened JSON, --not-happened or --compensate JSON"
+        )
+    kwargs: dict[str, Any] = {}
+    if happened_json is not None:
+        kwargs["happened"] = _any_json(happened_json, "'--happened'")
+    elif compensate_json is not None:
+        kwargs["compensate"] = _any_json(compensate_json, "'--compensate'")
+    else:
+        kwargs["not_happened"] = True
+    who = by if by is not None else _current_user()
+    db = _db(ctx)
+    require_database(db)
+
+    async def go() -> Any:
+        async with opened_client(db) as client:
+            return await client.reconcile(run_id, effect, by=who, why=why, **kwargs)
+
+    info = run_async(go())
+    because = f": {why}" if why else ""
+    if "happened" in kwargs:
+        click.echo(f"run {run_id}: effect {effect} happened, with result "
+                   f"{json.dumps(kwargs['happened'])} (decided by {who}{because})")
+        click.echo("the run continues from that result")
+    elif "compensate" in kwargs:
+        click.echo(f"run {run_id}: effect {effect} was compensated: "
+                   f"{json.dumps(kwargs['compensate'])} (decided by {who}{because})")
+        click.echo("the run continues; the workflow sees stead.EffectCompensated")
+    else:
+        click.echo(f"run {run_id}: effect {effect} did not happen (decided by {who}{because})")
+        click.echo("the run continues: it sends the effect, with the same key")
+    click.echo(f"status {info.status}: a worker hosting {info.workflow}@{info.version} "
+               "picks it up")
+
+
+@main.command(short_help="Watch an agent run survive a real worker crash and resume.")
+@click.argument("story", type=click.Choice(["refund", "ci", "triage"]), default="refund",
+                required=False)
 @click.option("--keep", type=click.Path(file_okay=False, path_type=Path), default=None,
               metavar="DIR",
-              help="Keep the database and logs in DIR (created if missing) to explore them "
-                   "afterwards with `stead runs show`.")
-def demo(keep: Path | None) -> None:
-    """Watch a run survive a crash: a ticket-triage run whose worker process is
-    SIGKILLed mid-step is taken over by a fresh worker process that resumes it,
-    reusing what was journaled. Checks the invariants and exits non-zero if
-    any fails."""
-    from stead import demo_driver
+              help="Keep the database, the fake services' ledgers and the worker logs in DIR "
+                   "(new or empty) to explore them afterwards with `stead runs show`.")
+@click.option("--model", type=click.Choice(["scripted"]), default="scripted",
+              show_default=True,
+              help="The model the agent asks. Only the scripted model for now (no network, "
+                   "no key): there are no OpenAI/Anthropic adapters yet, so OPENAI_API_KEY "
+                   "and ANTHROPIC_API_KEY are not used.")
+def demo(story: str, keep: Path | None, model: str) -> None:
+    """Watch an agent run survive a real crash, with real worker processes.
 
-    ok = run_async(demo_driver.run_demo(keep, echo=click.echo))
+    \b
+    refund  (default) order 123 waits for the customer's confirmation; its
+            worker is SIGKILLed (a deploy); the approval arrives while no
+            worker runs; a new worker resumes the run and refunds once
+    ci      a coding agent is SIGKILLed while its CI job runs; the new worker
+            asks CI about job 471 and never submits a second job
+    triage  a worker is SIGKILLed mid-step; only that step runs again
+
+    Each story prints the run's timeline, the resume record and the fake
+    services' own ledgers, checks its invariants and exits non-zero if any
+    fails.
+    """
+    from stead import demos
+
+    ok = run_async(demos.run_demo(story, keep, echo=click.echo, model=model))
     if not ok:
         raise SystemExit(1)
+
+
+def _register_more() -> None:
+    # Registered last: these modules use the helpers above.
+    from stead import cli_events
+
+    cli_events.register(main)
+
+
+_register_more()

@@ -9,9 +9,10 @@ import json
 import uuid
 from typing import Any
 
-from stead import codec, errors, records, takeover
+from stead import codec, errors, records, takeover, waits
 from stead.app import App, Workflow
 from stead.records import Record, ResumeRecord, RunRow
+from stead.state import Facts
 from stead.store.base import Store
 
 
@@ -75,7 +76,10 @@ def _unknown_effect(journal: list[Record], run_id: str, effect: str) -> Record:
         last[r.addr] = r
         if r.status == records.INTENT:
             keys[r.addr] = str(_loads(r.payload, run_id).get("key", ""))
-    open_phases = (records.INTENT, records.ACCEPTED, records.UNKNOWN_OUTCOME)
+    # A reconciled effect is open again only while its run is stopped on it
+    # (the decided result did not fit): resume_stopped checks that status.
+    open_phases = (records.INTENT, records.ACCEPTED, records.UNKNOWN_OUTCOME,
+                   records.RECONCILED)
     found = [
         r for addr, r in last.items()
         if r.status in open_phases and effect in (r.name, keys.get(addr))
@@ -207,9 +211,72 @@ class Client:
             payload = {"decision": "compensate", "result": compensate}
         payload |= {"by": by, "why": why}
         text = codec.dumps(payload, what="the reconcile decision")
-        record = target.evolve(status=records.RECONCILED, payload=text)
+        # One record per (address, attempt, phase): a second decision on the
+        # same attempt takes the next attempt number.
+        attempt = target.attempt + 1 if target.status == records.RECONCILED else target.attempt
+        record = target.evolve(status=records.RECONCILED, payload=text, attempt=attempt)
         row = await self.store.resume_stopped(run_id, records.OUTCOME_UNKNOWN, record)
         return RunInfo.from_row(row)
+
+    # -- events and waits -----------------------------------------------------
+    async def deliver(
+        self,
+        run_id: str,
+        *,
+        event_id: str,
+        payload: Any = None,
+        wait_id: str | None = None,
+        kind: str | None = None,
+        bind: dict[str, Any] | None = None,
+        token: str | None = None,
+    ) -> waits.Delivery:
+        """Deliver an event to the wait `wait_id` (or the open wait of `kind`) of
+        `run_id`. It is stored whatever the verdict; the check against the wait's
+        resume contract and the consumption of the wait are one transaction.
+        Returns `Accepted`, `Duplicate` (this event_id was delivered before:
+        nothing happens twice) or `Rejected(reason, detail)`."""
+        if not event_id or not isinstance(event_id, str):
+            raise errors.SteadError("an event needs an event_id (it is what makes "
+                                    "redelivery safe)")
+        for what, value in (("run_id", run_id), ("event_id", event_id), ("wait_id", wait_id),
+                            ("kind", kind), ("token", token)):
+            if isinstance(value, str) and "\x00" in value:
+                # No store can keep it as text; refuse it the same way on both.
+                raise errors.InvalidInput(f"the event's {what} contains a NUL character")
+        payload_text = codec.dumps(payload, what="the event payload")
+        bind_json = codec.loads(codec.dumps(bind or {}, what="the event's bound values"))
+        if not isinstance(bind_json, dict):
+            raise errors.SteadError("bind is a dict of the values the wait is bound to")
+        incoming = waits.Incoming(
+            run_id=run_id, event_id=event_id, wait_id=wait_id, kind=kind,
+            payload=codec.loads(payload_text), bind=bind_json, token=token,
+        )
+        event = records.EventRow(
+            run_id=run_id, event_id=event_id, wait_id=wait_id, kind=kind,
+            payload=payload_text, bind=codec.dumps(bind_json, what="bind"),
+            verdict="", reason=None, detail=None, received_at=0.0,
+        )
+        judgement, _stored = await self.store.deliver(
+            event, lambda ctx: waits.judge(incoming, ctx))
+        return waits.to_delivery(event_id, judgement)
+
+    async def revoke_wait(self, wait_id: str) -> None:
+        """Revoke an open wait: deliveries to it are rejected, and the run wakes
+        to `WaitRevoked`."""
+        await self.store.revoke_wait(wait_id)
+
+    async def waits(self, *, run_id: str | None = None, state: str | None = "open",
+                    limit: int = 100) -> list[records.WaitRow]:
+        """Waits (by default the open ones), oldest first."""
+        return await self.store.list_waits(run_id=run_id, state=state, limit=limit)
+
+    async def events(self, run_id: str) -> list[records.EventRow]:
+        """Every event delivered to the run, with its verdict."""
+        return await self.store.list_events(run_id)
+
+    async def task_state(self, task_id: str) -> Facts:
+        """The current facts of a task (version 0 and no data if none yet)."""
+        return Facts.from_row(await self.store.read_state(task_id))
 
     async def journal(self, run_id: str) -> list[Record]:
         await self.store.get_run(run_id)

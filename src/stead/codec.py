@@ -56,11 +56,25 @@ def loads(text: str) -> Any:
     return json.loads(text)
 
 
+def redact(value: Any) -> Any:
+    """`value` with secrets (wait tokens) replaced by a reference to them, for
+    what enters the journal as call arguments."""
+    hook = getattr(type(value), "__stead_redacted__", None)
+    if hook is not None:
+        return hook(value)
+    if isinstance(value, dict):
+        return {k: redact(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact(v) for v in value]
+    return value
+
+
 def digest(*parts: Any) -> str:
-    """A stable fingerprint of call arguments, independent of dict key order."""
+    """A stable fingerprint of call arguments, independent of dict key order
+    (secrets enter it as references, never as values)."""
     try:
         canonical = json.dumps(
-            parts, default=_default, separators=(",", ":"), sort_keys=True, allow_nan=False
+            redact(parts), default=_default, separators=(",", ":"), sort_keys=True, allow_nan=False
         )
     except (TypeError, ValueError, RecursionError) as exc:
         raise errors.SerializationError(
@@ -107,6 +121,11 @@ def return_type(fn: Callable[..., Any]) -> Any:
         args = typing.get_args(ret)
         ret = args[-1] if args else None
     return ret
+
+
+def json_schema(annotation: Any) -> Any:
+    """The JSON Schema of a type (a pydantic model, a dataclass, a TypedDict...)."""
+    return _adapter(annotation).json_schema()
 
 
 def parameter_types(fn: Callable[..., Any]) -> dict[str, Any]:

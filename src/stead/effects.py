@@ -85,7 +85,7 @@ class Effect:
         self.spec = spec
         self.digest = codec.digest(list(spec.args), dict(spec.kwargs))
         self.args_json = codec.loads(
-            codec.dumps({"args": list(spec.args), "kwargs": dict(spec.kwargs)},
+            codec.dumps(codec.redact({"args": list(spec.args), "kwargs": dict(spec.kwargs)}),
                         what=f"the arguments of effect {spec.name!r}")
         )
         self.key = spec.key or f"{x.fence.run_id}:{addr}"
@@ -133,7 +133,8 @@ class Effect:
         op = self._operation(attempt, None, live=True)
         try:
             call = calls.invoke(self.spec.fn, (op, *self.spec.args), self.spec.kwargs)
-            value = await asyncio.wait_for(call, self.spec.timeout)
+            with self.x.busy():
+                value = await asyncio.wait_for(call, self.spec.timeout)
         except self.spec.uncertain as exc:
             await self._write(attempt, records.UNKNOWN_OUTCOME, {
                 "reason": f"{type(exc).__qualname__}: {exc}" if str(exc)
@@ -169,7 +170,13 @@ class Effect:
     async def _after_reconcile(self, attempt: int, data: dict[str, Any]) -> Any:
         decision = data.get("decision")
         if decision == "happened":
-            return self._result(data)
+            try:
+                return self._result(data)
+            except ValueError as exc:  # pydantic's ValidationError is a ValueError
+                # A mistyped decision must not fail the run: stop it again and
+                # let a person decide once more.
+                self._stop(attempt, f"the decided result does not fit the effect's "
+                                    f"return type ({exc}); reconcile it again")
         if decision == "not_happened":
             return await self._send(attempt + 1)
         raise EffectCompensated(self.spec.name, self.key, data.get("result"))
@@ -192,7 +199,8 @@ class Effect:
             if outcome.kind == Outcome.NOT_FOUND and external_id is None:
                 return await self._send(attempt + 1)
             if outcome.kind == Outcome.PENDING:
-                await asyncio.sleep(delay)
+                with self.x.busy():  # polling the outside is live work
+                    await asyncio.sleep(delay)
                 delay = min(delay * 1.5, 60.0)
                 continue
             said = "not found, though it was accepted" if outcome.kind == Outcome.NOT_FOUND \
@@ -203,7 +211,8 @@ class Effect:
         assert self.spec.check is not None
         op = self._operation(attempt, external_id, live=False)
         try:
-            answer = await calls.invoke(self.spec.check, (op,), {})
+            with self.x.busy():
+                answer = await calls.invoke(self.spec.check, (op,), {})
         except Exception as exc:  # a check that cannot answer knows nothing
             return Outcome.unknown(f"check raised {type(exc).__qualname__}: {exc}")
         if not isinstance(answer, Outcome):

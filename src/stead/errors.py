@@ -48,6 +48,15 @@ class NonDeterminism(SteadError):
     """Replayed code asked for something other than what the journal recorded."""
 
 
+class WaitNotOpen(SteadError):
+    """The wait is no longer open (consumed, expired or revoked)."""
+
+    def __init__(self, wait_id: str, state: str) -> None:
+        super().__init__(f"wait {wait_id} is {state}")
+        self.wait_id = wait_id
+        self.state = state
+
+
 class NotStopped(SteadError):
     """A decision was given for a run that is not stopped waiting for one."""
 

@@ -9,9 +9,11 @@ durable write, which carries them (DESIGN.md §3).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import TypeVar
 
 from stead import errors
 from stead.clock import Clock
@@ -20,6 +22,7 @@ from stead.replay import Journal
 from stead.store.base import Store
 
 log = logging.getLogger("stead.run")
+T = TypeVar("T")
 
 
 class Drain(BaseException):
@@ -47,6 +50,8 @@ class Execution:
         clock: Clock,
         code_version: str,
         takeover: bool,
+        suspend_after: float = 1.0,
+        recheck_every: float = 5.0,
     ) -> None:
         self.store = store
         self.fence = fence
@@ -61,6 +66,15 @@ class Execution:
         self.incompatible: errors.NonDeterminism | None = None
         self.draining = False
         self.classes: dict[str, int] = {}
+        self.inflight = 0
+        self.suspended = False
+        self.on_suspend: Callable[[], None] | None = None
+        self.suspend_after = suspend_after
+        self.recheck_every = recheck_every
+        self._blocked: set[_Blocker] = set()
+        # Signs wait tokens; the worker sets where it comes from (read lazily).
+        self.secret_source: Callable[[], Awaitable[bytes]] | None = None
+        self._settling: asyncio.Task[None] | None = None
 
     def classify(self, cls: str) -> None:
         """Count a replayed record's class (DESIGN.md §4) for the resume record."""
@@ -123,36 +137,143 @@ class Execution:
                 resume.run_id, resume.worker_id, resume.epoch, resume.from_seq, resume.reused,
             )
 
-    async def commit(self, recs: Sequence[Record]) -> None:
-        """Journal `recs` (with the buffered records) in one fenced transaction."""
+    async def write(
+        self,
+        recs: Sequence[Record],
+        send: Callable[[list[Record], ResumeRecord | None], Awaitable[T]],
+    ) -> T:
+        """Number `recs` after the buffered records and hand both (and the
+        pending resume record) to `send`, one fenced store transaction. If `send`
+        raises, nothing was written and the buffer is kept."""
         async with self._lock:
             if self.lost is not None:
                 raise self.lost
             batch = self._numbered(recs)
             resume = self._resume()
+            self.inflight += 1
             try:
-                await self.store.append(self.fence, batch, resume)
+                result = await send(batch, resume)
             except errors.StaleLease as exc:
                 self.lost = exc
                 raise
+            finally:
+                self._idle()
             self._committed(batch, resume, carried=len(batch) - len(recs))
+            return result
+
+    async def commit(self, recs: Sequence[Record]) -> None:
+        """Journal `recs` (with the buffered records) in one fenced transaction."""
+        await self.write(recs, lambda batch, resume: self.store.append(self.fence, batch, resume))
 
     async def finish(self, status: str, *, result: str | None = None,
                      error: str | None = None) -> None:
-        async with self._lock:
-            batch = self._numbered(())
-            resume = self._resume()
-            try:
-                await self.store.finish(
-                    self.fence, status, result=result, error=error, records=batch,
-                    resume=resume,
-                )
-            except errors.StaleLease as exc:
-                self.lost = exc
-                raise
-            self._committed(batch, resume, carried=len(batch))
+        await self.write((), lambda batch, resume: self.store.finish(
+            self.fence, status, result=result, error=error, records=batch, resume=resume,
+        ))
+
+    async def secret(self) -> bytes:
+        if self.secret_source is None:
+            raise errors.SteadError("no token secret: waits need a worker to run them")
+        return await self.secret_source()
+
+    # -- waiting ------------------------------------------------------------
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[None]:
+        """Mark live work in flight (user code, a store round trip): the run
+        must not suspend under it."""
+        self.inflight += 1
+        try:
+            yield
+        finally:
+            self._idle()
+
+    def _idle(self) -> None:
+        self.inflight -= 1
+        if self.inflight == 0 and self._blocked:
+            self._schedule_settle()
 
     async def sleep_until(self, at: float) -> None:
+        """Wait until the wall-clock time `at`; a long wait suspends the run."""
         delay = at - self.clock.now()
-        if delay > 0:
+        if delay <= 0:
+            return
+        if delay <= self.suspend_after:
             await asyncio.sleep(delay)
+            return
+        while self.clock.now() < at:
+            self.check_live()
+            await self.block(wake_at=at, wait_id=None)
+
+    async def block(self, *, wake_at: float | None, wait_id: str | None) -> None:
+        """Park this branch until something may have changed: its wake time, a
+        periodic re-check, a drain, or a failed attempt to suspend (an event
+        arrived). The caller re-checks its condition and blocks again if need be.
+        When every branch is parked and nothing is in flight, the run suspends:
+        its lease is released and it holds no worker until it is woken."""
+        loop = asyncio.get_running_loop()
+        blocker = _Blocker(wake_at, wait_id, loop.create_future())
+        self._blocked.add(blocker)
+        until = self.clock.now() + self.recheck_every
+        if wake_at is not None:
+            until = min(until, wake_at)
+        timer = loop.call_later(max(0.0, until - self.clock.now()), blocker.wake)
+        self._schedule_settle()
+        try:
+            await blocker.future
+        finally:
+            timer.cancel()
+            self._blocked.discard(blocker)
+
+    def drain(self) -> None:
+        """The worker is stopping: parked branches wake to meet `Drain`."""
+        self.draining = True
+        for blocker in list(self._blocked):
+            blocker.wake()
+
+    def _schedule_settle(self) -> None:
+        if self._settling is None or self._settling.done():
+            self._settling = asyncio.get_running_loop().create_task(self._settle())
+
+    async def _settle(self) -> None:
+        # Let every branch run up to its next await before judging quiescence.
+        for _ in range(5):
+            await asyncio.sleep(0)
+        if self.inflight or not self._blocked or self.suspended or self.draining:
+            return
+        if self.lost is not None or self.incompatible is not None:
+            return
+        times = [b.wake_at for b in self._blocked if b.wake_at is not None]
+        wake_at = min(times) if times else None
+        if wake_at is not None and wake_at - self.clock.now() <= self.suspend_after:
+            return  # a short wait: cheaper to sleep here than to park and replay
+        wait_ids = [b.wait_id for b in self._blocked if b.wait_id is not None]
+        try:
+            await self.write((), lambda batch, resume: self.store.suspend(
+                self.fence, batch, resume, wake_at, wait_ids,
+            ))
+        except errors.WaitNotOpen:
+            for blocker in list(self._blocked):
+                blocker.wake()  # an event arrived meanwhile: go and read it
+            return
+        except errors.SteadError as exc:
+            log.warning("run %s could not suspend: %s", self.fence.run_id, exc)
+            return
+        self.suspended = True
+        log.info("run %s suspended until %s", self.fence.run_id,
+                 "an event" if wake_at is None else f"{wake_at:.3f} or an event")
+        if self.on_suspend is not None:
+            self.on_suspend()
+
+
+class _Blocker:
+    __slots__ = ("future", "wait_id", "wake_at")
+
+    def __init__(self, wake_at: float | None, wait_id: str | None,
+                 future: asyncio.Future[None]) -> None:
+        self.wake_at = wake_at
+        self.wait_id = wait_id
+        self.future = future
+
+    def wake(self) -> None:
+        if not self.future.done():
+            self.future.set_result(None)

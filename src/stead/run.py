@@ -9,14 +9,16 @@ import uuid as _uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
-from stead import addresses, calls, codec, effects, errors, records
+from stead import addresses, calls, codec, effects, errors, records, waits
 from stead.execution import Execution
 from stead.llm.model import Completion, Model
 from stead.outcomes import Operation, Outcome
 from stead.records import RunRow
 from stead.retry import NO_RETRY, Retry
+from stead.state import TaskState
 
 T = TypeVar("T")
+Check = Callable[[Operation], Awaitable[Outcome]] | Callable[[Operation], Outcome]
 
 
 def _error_payload(exc: BaseException, retry_at: float | None) -> str:
@@ -67,7 +69,8 @@ class Run:
         while True:
             self._x.check_live()
             try:
-                value = await call()
+                with self._x.busy():
+                    value = await call()
             except Exception as exc:
                 retry_at = retry.retry_at(attempt, exc, self._x.clock.now())
                 payload = _error_payload(exc, retry_at)
@@ -155,21 +158,52 @@ class Run:
             self._raise(name, payload, attempts)
         return Completion.from_json(codec.loads(payload))
 
+    @overload
     async def effect(
         self,
         name: str,
-        fn: Callable[..., Awaitable[T]] | Callable[..., T],
+        fn: Callable[..., Awaitable[T]],
         *args: Any,
         key: str | None = None,
-        check: Callable[[Operation], Awaitable[Outcome]] | Callable[[Operation], Outcome]
-        | None = None,
+        check: Check | None = None,
         idempotent: bool = False,
         retry: Retry | None = None,
         timeout: float | None = None,
         poll_every: float = 1.0,
         uncertain: tuple[type[BaseException], ...] = effects.DEFAULT_UNCERTAIN,
         **kwargs: Any,
-    ) -> T:
+    ) -> T: ...
+
+    @overload
+    async def effect(
+        self,
+        name: str,
+        fn: Callable[..., T],
+        *args: Any,
+        key: str | None = None,
+        check: Check | None = None,
+        idempotent: bool = False,
+        retry: Retry | None = None,
+        timeout: float | None = None,
+        poll_every: float = 1.0,
+        uncertain: tuple[type[BaseException], ...] = effects.DEFAULT_UNCERTAIN,
+        **kwargs: Any,
+    ) -> T: ...
+
+    async def effect(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        key: str | None = None,
+        check: Check | None = None,
+        idempotent: bool = False,
+        retry: Retry | None = None,
+        timeout: float | None = None,
+        poll_every: float = 1.0,
+        uncertain: tuple[type[BaseException], ...] = effects.DEFAULT_UNCERTAIN,
+        **kwargs: Any,
+    ) -> Any:
         """Perform a side effect at most once, knowingly: the intent (with the
         operation `key`) is journaled before `fn(op, *args, **kwargs)` runs, the
         outcome after. After a crash, an effect whose outcome is unknown is
@@ -185,8 +219,94 @@ class Run:
             poll_every=poll_every, uncertain=uncertain,
         )
         addr = addresses.reserve()
-        result: T = await effects.Effect(self._x, addr, spec).run()
-        return result
+        return await effects.Effect(self._x, addr, spec).run()
+
+    # -- waits, timers, task state -------------------------------------------
+    async def wait(
+        self,
+        kind: str,
+        *,
+        bind: dict[str, Any] | None = None,
+        expires_in: dt.timedelta | float | None = None,
+        schema: type[T] | None = None,
+        token: bool = True,
+    ) -> waits.Wait[T]:
+        """Open a durable wait for one event of `kind`. The event must carry the
+        same `bind` values (a `state_version` key is also compared with the task
+        state's version at delivery), arrive before `expires_in`, carry the
+        wait's token (unless `token=False`) and fit `schema`. Hand `w.token` to
+        the human channel, then `event = await w`."""
+        if not kind or not isinstance(kind, str):
+            raise ValueError("a wait needs a kind (the event type it awaits)")
+        bind_json = codec.loads(codec.dumps(bind or {}, what="the bound values"))
+        if not isinstance(bind_json, dict):
+            raise TypeError("bind is a dict of the values the event must match")
+        seconds = expires_in.total_seconds() if isinstance(expires_in, dt.timedelta) \
+            else expires_in
+        schema_json = None if schema is None else codec.dumps(
+            codec.json_schema(schema), what="the schema")
+        addr = addresses.reserve()
+        digest = codec.digest(kind, bind_json, seconds, schema_json, token)
+        prior = self._x.take(addr, records.WAIT, kind, digest)
+        if prior:
+            opened = codec.loads(prior[0].payload)
+            row = records.WaitRow(
+                wait_id=opened["wait_id"], run_id=self.id, addr=addr, kind=kind,
+                bind=codec.dumps(bind_json, what="bind"), schema=schema_json,
+                token_hash=None, task_key=self._task_key, expires_at=opened["expires_at"],
+                state=records.OPEN, event_id=None, created_at=prior[0].at,
+            )
+            resolution = prior[1] if len(prior) > 1 else None
+        else:
+            self._x.check_live()
+            wait_id = _uuid.uuid4().hex
+            now = self._x.clock.now()
+            minted = waits.make_token(await self._x.secret(), self.id, wait_id)
+            row = records.WaitRow(
+                wait_id=wait_id, run_id=self.id, addr=addr, kind=kind,
+                bind=codec.dumps(bind_json, what="bind"), schema=schema_json,
+                token_hash=waits.token_hash(minted) if token else None,
+                task_key=self._task_key,
+                expires_at=None if seconds is None else now + seconds,
+                state=records.OPEN, event_id=None, created_at=now,
+            )
+            rec = self._x.record(addr, 1, records.WAIT, kind, digest, records.OPEN, codec.dumps(
+                {"wait_id": wait_id, "expires_at": row.expires_at, "bind": bind_json},
+                what="the wait"))
+            await self._x.write([rec], lambda batch, resume: self._x.store.open_wait(
+                self._x.fence, batch, resume, row))
+            resolution = None
+        minted_token = (
+            waits.make_token(await self._x.secret(), self.id, row.wait_id) if token else None
+        )
+        return waits.Wait(self._x, addr, kind, digest, row, minted_token, schema, resolution)
+
+    async def sleep(self, duration: dt.timedelta | float) -> None:
+        """Sleep durably: the wake-up time is journaled, so a run taken over
+        sleeps only the remainder; a long sleep holds no worker."""
+        seconds = duration.total_seconds() if isinstance(duration, dt.timedelta) \
+            else float(duration)
+        addr = addresses.reserve()
+        digest = codec.digest(seconds)
+        prior = self._x.take(addr, records.SLEEP, "sleep", digest)
+        if prior:
+            until = float(codec.loads(prior[0].payload)["until"])
+        else:
+            self._x.check_live()
+            until = self._x.clock.now() + seconds
+            await self._x.commit([self._x.record(
+                addr, 1, records.SLEEP, "sleep", digest, records.OPEN,
+                codec.dumps({"until": until}, what="a timer"))])
+        await self._x.sleep_until(until)
+
+    @property
+    def state(self) -> TaskState:
+        """The versioned facts of this run's task (see `stead.Facts`)."""
+        return TaskState(self._x, self._task_key)
+
+    @property
+    def _task_key(self) -> str:
+        return self.task_id if self.task_id is not None else f"run:{self.id}"
 
     # -- recorded values (synchronous; they ride along with the next commit) --
     def _value(self, kind: str, make: Callable[[], str]) -> str:

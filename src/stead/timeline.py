@@ -1,5 +1,6 @@
-"""A run as text: its status and result, its journal as a timeline, and the
-audit of every takeover. Used by `stead runs show` and `stead demo`.
+"""A run as text: its status and result, its journal as a timeline, each
+effect's phase, and the audit of every takeover. Used by `stead runs show` and
+`stead demo`.
 
 Pure functions over what `Client` returns; no I/O here.
 """
@@ -9,11 +10,24 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import shlex
 from collections.abc import Sequence
 from typing import Any
 
 from stead.client import RunInfo
-from stead.records import ERROR, LLM, Record, ResumeRecord
+from stead.records import (
+    ACCEPTED,
+    EFFECT,
+    ERROR,
+    INTENT,
+    LLM,
+    OK,
+    OUTCOME_UNKNOWN,
+    RECONCILED,
+    UNKNOWN_OUTCOME,
+    Record,
+    ResumeRecord,
+)
 
 PAYLOAD_WIDTH = 60
 
@@ -116,6 +130,121 @@ def journal_lines(
     return out
 
 
+# -- effects ------------------------------------------------------------------
+# An effect's phase is the phase of its last record (see effects.py).
+PHASES = {INTENT: "intent", ACCEPTED: "accepted", OK: "done", ERROR: "failed",
+          UNKNOWN_OUTCOME: "unknown", RECONCILED: "reconciled"}
+
+
+@dataclasses.dataclass(frozen=True)
+class EffectView:
+    """One effect of a run: where it stands and what is known of it."""
+
+    name: str
+    key: str
+    addr: str
+    phase: str  # intent / accepted / done / failed / unknown / reconciled
+    attempt: int
+    history: tuple[str, ...]  # the phase of each of its records, in journal order
+    detail: str
+    external_id: str | None = None
+
+
+def _fields(rec: Record) -> dict[str, Any]:
+    value = _decoded(rec.payload)
+    return value if isinstance(value, dict) else {}
+
+
+def _decision(data: dict[str, Any]) -> str:
+    """A reconcile decision in words: what, by whom, why."""
+    decision = data.get("decision")
+    who = f"by {data.get('by') or '?'}" + (f" ({data['why']})" if data.get("why") else "")
+    if decision == "happened":
+        return f"happened, {who}: {_compact(data.get('result'))}"
+    if decision == "not_happened":
+        return f"did not happen, {who}"
+    return f"compensated, {who}: {_compact(data.get('result'))}"
+
+
+def _effect_view(recs: Sequence[Record]) -> EffectView:
+    key, external, decided = "", None, ""
+    for r in recs:
+        data = _fields(r)
+        if r.status == INTENT:
+            key = str(data.get("key", key))
+        elif r.status == ACCEPTED:
+            external = str(data.get("external_id"))
+        elif r.status == RECONCILED:
+            decided = _decision(data)
+    last = recs[-1]
+    data = _fields(last)
+    if last.status == INTENT:
+        detail = "sent or not: no outcome recorded"
+    elif last.status == ACCEPTED:
+        detail = f"accepted outside as {external}; no result recorded yet"
+    elif last.status == OK:
+        detail = _compact(data.get("result"))
+    elif last.status == ERROR:
+        detail = summary(last)
+    elif last.status == UNKNOWN_OUTCOME:
+        detail = f"outcome unknown: {data.get('reason', '')}"
+    else:
+        detail = decided
+    if decided and last.status != RECONCILED:
+        detail += f" (after a decision: {decided})"
+    return EffectView(
+        name=last.name, key=key, addr=last.addr, phase=PHASES.get(last.status, last.status),
+        attempt=last.attempt, history=tuple(PHASES.get(r.status, r.status) for r in recs),
+        detail=detail, external_id=external,
+    )
+
+
+def effect_views(journal: Sequence[Record]) -> list[EffectView]:
+    """Every effect of the journal, in the order each was first journaled."""
+    by_addr: dict[str, list[Record]] = {}
+    for r in journal:
+        if r.kind == EFFECT:
+            by_addr.setdefault(r.addr, []).append(r)
+    return [_effect_view(recs) for recs in by_addr.values()]
+
+
+def effect_lines(info: RunInfo, views: Sequence[EffectView]) -> list[str]:
+    """Each effect in a few lines: name and key, phase, history, what is known.
+    The one the run stopped on is marked."""
+    stopped_on = (info.error or {}).get("key") if info.status == OUTCOME_UNKNOWN else None
+    out: list[str] = []
+    for v in views:
+        mark = "   <- the run stopped here" if v.key == stopped_on else ""
+        out += [
+            f"  {v.name}  key {v.key}{mark}",
+            f"    phase    {v.phase} (attempt {v.attempt})",
+            f"    history  {' > '.join(v.history)}",
+            f"    detail   {shorten(v.detail, 200)}",
+        ]
+    return out
+
+
+def unknown_lines(info: RunInfo, views: Sequence[EffectView]) -> list[str]:
+    """For a run stopped as `outcome_unknown`: what is known, and the commands
+    that record a decision."""
+    err = info.error or {}
+    name, key = str(err.get("effect", "?")), str(err.get("key", "?"))
+    # Name the effect by its name, or by its key if the name is not unique.
+    ref = name if sum(v.name == name for v in views) <= 1 else key
+    cmd = f"stead reconcile {info.run_id} {shlex.quote(ref)}"
+    return [
+        f"outcome unknown: stead cannot tell whether effect {name!r} happened",
+        f"  key        {key}  (attempt {err.get('attempt', '?')})",
+        f"  arguments  {shorten(_compact(err.get('arguments')), 200)}",
+        f"  known      {err.get('known', '')}",
+        "  find out outside (look it up by its key), then record what happened:",
+        f"    it happened, with result JSON:  {cmd} --happened JSON --why TEXT",
+        f"    it did not (send it, same key): {cmd} --not-happened --why TEXT",
+        f"    it happened and was undone:     {cmd} --compensate JSON --why TEXT",
+        "  the decision is journaled with who made it (--by NAME, default: you) and why",
+    ]
+
+
 def render_run(
     info: RunInfo, journal: Sequence[Record], resumes: Sequence[ResumeRecord]
 ) -> str:
@@ -132,10 +261,15 @@ def render_run(
     ]
     if info.result is not None or info.status == "completed":
         lines.append(f"result    {_compact(info.result)}")
-    if info.error is not None:
+    views = effect_views(journal)
+    if info.status == OUTCOME_UNKNOWN and info.error is not None and "effect" in info.error:
+        lines += ["", *unknown_lines(info, views)]
+    elif info.error is not None:
         err = info.error
         lines.append(f"error     {err.get('type', 'Error')}: {err.get('message', '')}")
     lines += ["", f"journal ({len(journal)} record(s))", *journal_lines(info, journal, resumes)]
+    if views:
+        lines += ["", f"effects ({len(views)})", *effect_lines(info, views)]
     lines += ["", f"resumes ({len(resumes)})"]
     if resumes:
         lines += ["  " + _resume_line(r, info.created_at) for r in resumes]
@@ -182,5 +316,6 @@ def show_json(
     return {
         "run": run_json(info),
         "journal": [record_json(r) for r in journal],
+        "effects": [dataclasses.asdict(v) for v in effect_views(journal)],
         "resumes": [resume_json(r) for r in resumes],
     }

@@ -39,6 +39,9 @@ class WorkerOptions:
     poll_interval: float = 0.5
     shutdown_grace: float = 10.0
     worker_id: str | None = None
+    # A run parked on a wait or timer further away than this is suspended
+    # (lease released, no worker held); nearer ones sleep in the process.
+    suspend_after: float = 1.0
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -74,6 +77,7 @@ class Worker:
         self._active: dict[str, tuple[asyncio.Task[None], Execution | None]] = {}
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
+        self._secret: bytes | None = None
 
     # -- public -------------------------------------------------------------
     async def run(self) -> None:
@@ -90,7 +94,7 @@ class Worker:
         self._wake.set()
         for _task, execution in self._active.values():
             if execution is not None:
-                execution.draining = True
+                execution.drain()
 
     # -- loop ---------------------------------------------------------------
     async def _loop(self, *, until_idle: bool) -> None:
@@ -124,14 +128,21 @@ class Worker:
             await asyncio.gather(heartbeat, return_exceptions=True)
 
     async def _idle(self, until_idle: bool) -> None:
-        """Wait for a run to finish, a stop, or the next poll."""
+        """Wait for a run to finish, a stop, news of work from the store, or the
+        next poll."""
         self._wake.clear()
+        if self._stopping.is_set():  # stop() came while we claimed: its wake was cleared
+            return
         timeout = None if until_idle and self._active else self.options.poll_interval
-        waiter = asyncio.create_task(self._wake.wait())
+        waiters: set[asyncio.Task[Any]] = {asyncio.create_task(self._wake.wait())}
+        if timeout is not None:
+            waiters.add(asyncio.create_task(self.store.wait_for_work(timeout)))
         try:
-            await asyncio.wait({waiter}, timeout=timeout)
+            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            waiter.cancel()
+            for waiter in waiters:
+                waiter.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
 
     def _spawn(self, row: RunRow) -> None:
         # The worker's own context has no branch; the run's root branch is set
@@ -154,7 +165,7 @@ class Worker:
             return
         for _task, execution in self._active.values():
             if execution is not None:
-                execution.draining = True
+                execution.drain()
         tasks = [t for t, _ in self._active.values()]
         _done, pending = await asyncio.wait(tasks, timeout=self.options.shutdown_grace)
         for t in pending:
@@ -182,6 +193,12 @@ class Worker:
                     entry[1].lost = errors.StaleLease(f"lease on run {fence.run_id} was lost")
                 fences[fence].cancel()
 
+    async def _token_secret(self) -> bytes:
+        if self._secret is None:
+            env = os.environ.get("STEAD_SECRET")
+            self._secret = env.encode() if env else await self.store.secret()
+        return self._secret
+
     # -- one run --------------------------------------------------------------
     async def _execute(self, row: RunRow) -> None:
         fence = Fence(row.run_id, row.epoch, self.id)
@@ -190,6 +207,8 @@ class Worker:
             if isinstance(ready, takeover.Stopped):
                 await self._stop(fence, ready)
                 return
+            ready.execution.suspend_after = self.options.suspend_after
+            ready.execution.secret_source = self._token_secret
             task = self._active.get(row.run_id)
             if task is not None:
                 self._active[row.run_id] = (task[0], ready.execution)
@@ -222,8 +241,18 @@ class Worker:
         ctx.run(addresses.current.set, addresses.Branch(""))
         coro: Coroutine[Any, Any, Any] = ready.workflow.fn(run, *ready.args, **ready.kwargs)
         body: asyncio.Task[Any] = asyncio.get_running_loop().create_task(coro, context=ctx)
+
+        def suspend() -> None:
+            body.cancel()
+
+        x.on_suspend = suspend
         try:
             result: Any = await body
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if x.suspended and (current is None or not current.cancelling()):
+                return  # parked on a wait or timer: the store holds it, no worker does
+            raise
         except Drain:
             await self._release_quietly(x.fence)
             return

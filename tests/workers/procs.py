@@ -24,11 +24,12 @@ class Workers:
     """The files a test shares with its worker processes, and the processes."""
 
     tmp: Path
+    url: str | None = None  # the store the workers share; by default SQLite in `tmp`
     procs: list[tuple[subprocess.Popen[bytes], Path]] = dataclasses.field(default_factory=list)
 
     @property
     def db_url(self) -> str:
-        return f"sqlite:///{self.tmp}/stead.db"
+        return self.url or f"sqlite:///{self.tmp}/stead.db"
 
     @property
     def counter(self) -> Path:

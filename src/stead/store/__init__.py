@@ -24,9 +24,19 @@ async def open_store(url: str | None = None, *, clock: Clock | None = None) -> S
         from stead.store import sqlite
 
         store: Store = sqlite.SQLiteStore(url, clock=clock)
+    elif url.startswith(("postgresql:", "postgres:")):
+        try:
+            from stead.store import postgres
+        except ImportError as exc:  # psycopg is an optional dependency
+            raise errors.StoreError(
+                f"{url.split(':', 1)[0]} URLs need psycopg: pip install 'stead[postgres]' "
+                f"({exc})"
+            ) from exc
+        store = postgres.PostgresStore(url, clock=clock)
     else:
         raise errors.StoreError(
-            f"unsupported database URL {url!r}: use sqlite:///path/to/file.db"
+            f"unsupported database URL {url!r}: use sqlite:///path/to/file.db or "
+            "postgresql://user@host:5432/db"
         )
     try:
         await store.open()

@@ -5,10 +5,29 @@ holder is fenced by its epoch and raises `StaleLease` when the fence fails."""
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Callable, Sequence
 
 from stead.clock import Clock
-from stead.records import Fence, NewRun, Record, ResumeRecord, RunRow
+from stead.records import (
+    DeliveryContext,
+    EventRow,
+    Fence,
+    Judgement,
+    NewRun,
+    Record,
+    ResumeRecord,
+    RunRow,
+    StateRow,
+    WaitRow,
+)
+
+# Judges a delivery inside its transaction (pure: no I/O).
+Judge = Callable[[DeliveryContext], Judgement]
+# Given the current task state (or None), returns the new data (JSON text, or
+# None for a refused change) and the status and payload of the journal record
+# that says what happened (the last of the records written with it).
+StateChange = Callable[[StateRow | None], tuple[str | None, str, str]]
 
 
 class Store(abc.ABC):
@@ -93,8 +112,84 @@ class Store(abc.ABC):
         with a new epoch, in one transaction. Raises `NotStopped` if the run is
         not (or no longer) in that status, `UnknownRun` if there is none."""
 
+    # -- waits and events -----------------------------------------------------
+    @abc.abstractmethod
+    async def open_wait(
+        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
+        wait: WaitRow,
+    ) -> None:
+        """Journal `records` and create `wait` (state open) in one fenced transaction."""
+
+    @abc.abstractmethod
+    async def get_wait(self, wait_id: str) -> WaitRow | None: ...
+
+    @abc.abstractmethod
+    async def list_waits(
+        self, *, run_id: str | None = None, state: str | None = None, limit: int = 100
+    ) -> list[WaitRow]: ...
+
+    @abc.abstractmethod
+    async def close_wait(
+        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
+        wait_id: str, state: str,
+    ) -> None:
+        """Move an open wait to `state` (expired, revoked) and journal `records`, in
+        one fenced transaction. Raises `WaitNotOpen` (writing nothing) if the wait
+        was consumed or closed meanwhile."""
+
+    @abc.abstractmethod
+    async def suspend(
+        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
+        wake_at: float | None, wait_ids: Sequence[str],
+    ) -> None:
+        """Journal `records`, release the lease and park the run as waiting until
+        an event or `wake_at`. Raises `WaitNotOpen` (writing nothing) if one of
+        `wait_ids` is no longer open: an event arrived, do not sleep."""
+
+    @abc.abstractmethod
+    async def deliver(self, event: EventRow, judge: Judge) -> tuple[Judgement, EventRow]:
+        """Judge and store `event` in one transaction: read the run, its waits,
+        its task state versions and any event with the same id; call `judge`;
+        store the event with the verdict; if accepted, consume the wait and wake
+        the run. A duplicate stores nothing and returns the original event."""
+
+    @abc.abstractmethod
+    async def revoke_wait(self, wait_id: str) -> WaitRow:
+        """Revoke an open wait and wake its run (it sees `WaitRevoked`)."""
+
+    @abc.abstractmethod
+    async def get_event(self, run_id: str, event_id: str) -> EventRow | None: ...
+
+    @abc.abstractmethod
+    async def list_events(self, run_id: str, limit: int = 1000) -> list[EventRow]: ...
+
+    # -- task state ---------------------------------------------------------
+    @abc.abstractmethod
+    async def read_state(self, task_key: str) -> StateRow | None: ...
+
+    @abc.abstractmethod
+    async def update_state(
+        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
+        task_key: str, change: StateChange,
+    ) -> tuple[StateRow | None, Record]:
+        """Compare-and-set in one fenced transaction: `change` sees the current
+        state and returns the new data (None: refused) and the status and payload
+        of the last of `records`, which is journaled with them. Returns the state
+        now in force (None if there is none) and that last record as written."""
+
+    @abc.abstractmethod
+    async def secret(self) -> bytes:
+        """This database's random secret (created on first use). Wait tokens are
+        signed with STEAD_SECRET when it is set, else with this."""
+
     @abc.abstractmethod
     async def list_resumes(self, run_id: str) -> list[ResumeRecord]: ...
+
+    async def wait_for_work(self, timeout: float) -> None:
+        """Return when a run may have become claimable, or after `timeout`
+        seconds. This default just sleeps (workers poll); a store that can be
+        told about new work (PostgreSQL's LISTEN/NOTIFY) returns early."""
+        await asyncio.sleep(timeout)
 
     @property
     def commits(self) -> int:

@@ -11,7 +11,9 @@ call the journal had acknowledged was not made again.
 
 A *journal write* is one fenced transaction that journals a run's progress:
 each `Store.append`, and the `Store.finish` that ends the run's attempt (it
-carries the records still buffered, such as `run.now()`). Writes are counted
+carries the records still buffered, such as `run.now()`), and the fenced
+writes of waits, timers and task state (`open_wait`, `close_wait`, `suspend`,
+`update_state`), which journal records too. Writes are counted
 per store object, over all the runs it serves. A human's decision journaled by
 `Store.resume_stopped` is not a worker's write and is not counted.
 """
@@ -25,8 +27,18 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from stead.records import Fence, NewRun, Record, ResumeRecord, RunRow
-from stead.store.base import Store
+from stead.records import (
+    EventRow,
+    Fence,
+    Judgement,
+    NewRun,
+    Record,
+    ResumeRecord,
+    RunRow,
+    StateRow,
+    WaitRow,
+)
+from stead.store.base import Judge, StateChange, Store
 
 
 def kill_process() -> NoReturn:
@@ -140,6 +152,59 @@ class DelegatingStore(Store):
     async def list_resumes(self, run_id: str) -> list[ResumeRecord]:
         return await self.inner.list_resumes(run_id)
 
+    async def wait_for_work(self, timeout: float) -> None:
+        await self.inner.wait_for_work(timeout)
+
+    async def open_wait(
+        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
+        wait: WaitRow,
+    ) -> None:
+        await self.inner.open_wait(fence, records, resume, wait)
+
+    async def get_wait(self, wait_id: str) -> WaitRow | None:
+        return await self.inner.get_wait(wait_id)
+
+    async def list_waits(
+        self, *, run_id: str | None = None, state: str | None = None, limit: int = 100
+    ) -> list[WaitRow]:
+        return await self.inner.list_waits(run_id=run_id, state=state, limit=limit)
+
+    async def close_wait(
+        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
+        wait_id: str, state: str,
+    ) -> None:
+        await self.inner.close_wait(fence, records, resume, wait_id, state)
+
+    async def suspend(
+        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
+        wake_at: float | None, wait_ids: Sequence[str],
+    ) -> None:
+        await self.inner.suspend(fence, records, resume, wake_at, wait_ids)
+
+    async def deliver(self, event: EventRow, judge: Judge) -> tuple[Judgement, EventRow]:
+        return await self.inner.deliver(event, judge)
+
+    async def revoke_wait(self, wait_id: str) -> WaitRow:
+        return await self.inner.revoke_wait(wait_id)
+
+    async def get_event(self, run_id: str, event_id: str) -> EventRow | None:
+        return await self.inner.get_event(run_id, event_id)
+
+    async def list_events(self, run_id: str, limit: int = 1000) -> list[EventRow]:
+        return await self.inner.list_events(run_id, limit)
+
+    async def read_state(self, task_key: str) -> StateRow | None:
+        return await self.inner.read_state(task_key)
+
+    async def update_state(
+        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
+        task_key: str, change: StateChange,
+    ) -> tuple[StateRow | None, Record]:
+        return await self.inner.update_state(fence, records, resume, task_key, change)
+
+    async def secret(self) -> bytes:
+        return await self.inner.secret()
+
     @property
     def commits(self) -> int:
         return self.inner.commits
@@ -185,6 +250,39 @@ class CrashingStore(DelegatingStore):
             fence, status, result=result, error=error, records=records, resume=resume
         )
         self._after(number)
+
+    async def open_wait(
+        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
+        wait: WaitRow,
+    ) -> None:
+        number = self._before(records)
+        await self.inner.open_wait(fence, records, resume, wait)
+        self._after(number)
+
+    async def close_wait(
+        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
+        wait_id: str, state: str,
+    ) -> None:
+        number = self._before(records)
+        await self.inner.close_wait(fence, records, resume, wait_id, state)
+        self._after(number)
+
+    async def suspend(
+        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
+        wake_at: float | None, wait_ids: Sequence[str],
+    ) -> None:
+        number = self._before(records)
+        await self.inner.suspend(fence, records, resume, wake_at, wait_ids)
+        self._after(number)
+
+    async def update_state(
+        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
+        task_key: str, change: StateChange,
+    ) -> tuple[StateRow | None, Record]:
+        number = self._before(records)
+        result = await self.inner.update_state(fence, records, resume, task_key, change)
+        self._after(number)
+        return result
 
     def _before(self, records: Sequence[Record]) -> int | None:
         """Count the write; its number, or None if the point does not count it."""

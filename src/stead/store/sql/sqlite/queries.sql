@@ -28,11 +28,12 @@ RETURNING *;
 -- name: claim
 UPDATE runs
 SET epoch = epoch + 1, lease_owner = :worker_id, lease_expires_at = :expires,
-    status = 'running', updated_at = :now
+    status = 'running', wake_at = NULL, updated_at = :now
 WHERE run_id IN (
     SELECT run_id FROM runs
-    WHERE status IN ('pending', 'running')
-      AND (lease_expires_at IS NULL OR lease_expires_at <= :now)
+    WHERE ((status IN ('pending', 'running')
+            AND (lease_expires_at IS NULL OR lease_expires_at <= :now))
+           OR (status = 'waiting' AND wake_at <= :now))
       AND (workflow || '@' || version) IN (SELECT value FROM json_each(:hosted))
       AND run_id NOT IN (SELECT value FROM json_each(:exclude))
     ORDER BY created_at
@@ -89,3 +90,72 @@ RETURNING *;
 
 -- name: next_seq
 SELECT COALESCE(MAX(seq), -1) + 1 FROM journal WHERE run_id = :run_id;
+
+-- name: insert_wait
+INSERT INTO waits (wait_id, run_id, addr, kind, bind, schema, token_hash, task_key,
+                   expires_at, state, created_at)
+VALUES (:wait_id, :run_id, :addr, :kind, :bind, :schema, :token_hash, :task_key,
+        :expires_at, 'open', :created_at);
+
+-- name: get_wait
+SELECT * FROM waits WHERE wait_id = :wait_id;
+
+-- name: run_waits
+SELECT * FROM waits WHERE run_id = :run_id ORDER BY created_at, wait_id;
+
+-- name: list_waits
+SELECT * FROM waits
+WHERE (:run_id IS NULL OR run_id = :run_id) AND (:state IS NULL OR state = :state)
+ORDER BY created_at, wait_id
+LIMIT :limit;
+
+-- name: close_wait
+UPDATE waits SET state = :state, closed_at = :now
+WHERE wait_id = :wait_id AND state = 'open';
+
+-- name: consume_wait
+UPDATE waits SET state = 'consumed', event_id = :event_id, closed_at = :now
+WHERE wait_id = :wait_id AND state = 'open';
+
+-- name: suspend
+UPDATE runs
+SET status = 'waiting', wake_at = :wake_at, lease_owner = NULL, lease_expires_at = NULL,
+    updated_at = :now
+WHERE run_id = :run_id AND epoch = :epoch AND lease_owner = :worker_id
+  AND status = 'running';
+
+-- name: wake
+UPDATE runs SET status = 'running', wake_at = NULL, updated_at = :now
+WHERE run_id = :run_id AND status = 'waiting';
+
+-- name: get_event
+SELECT * FROM events WHERE run_id = :run_id AND event_id = :event_id;
+
+-- name: insert_event
+INSERT INTO events (run_id, event_id, wait_id, kind, payload, bind, verdict, reason,
+                    detail, received_at)
+VALUES (:run_id, :event_id, :wait_id, :kind, :payload, :bind, :verdict, :reason,
+        :detail, :received_at);
+
+-- name: list_events
+SELECT * FROM events WHERE run_id = :run_id ORDER BY received_at, event_id LIMIT :limit;
+
+-- name: read_state
+SELECT * FROM task_state WHERE task_key = :task_key;
+
+-- name: upsert_state
+INSERT INTO task_state (task_key, version, data, run_id, updated_at)
+VALUES (:task_key, :version, :data, :run_id, :now)
+ON CONFLICT (task_key) DO UPDATE
+SET version = excluded.version, data = excluded.data, run_id = excluded.run_id,
+    updated_at = excluded.updated_at;
+
+-- name: insert_state_history
+INSERT INTO task_state_history (task_key, version, data, run_id, at)
+VALUES (:task_key, :version, :data, :run_id, :now);
+
+-- name: get_meta
+SELECT value FROM stead_meta WHERE key = :key;
+
+-- name: insert_meta
+INSERT INTO stead_meta (key, value) VALUES (:key, :value) ON CONFLICT (key) DO NOTHING;

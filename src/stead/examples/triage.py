@@ -5,16 +5,17 @@ and posts a reply. Each `run.step` / `run.llm` is journaled, so if the worker
 dies halfway, the worker that takes the run over reuses what was already
 acknowledged (the model is not asked again) and carries on from there.
 
-Try it (from this folder, so `triage:app` is importable):
+Try it:
 
-    stead start triage:app triage '[{"id": 4711, "customer": "acme",
+    stead start stead.examples.triage:app triage '[{"id": 4711, "customer": "acme",
         "subject": "Charged twice", "body": "Card charged twice for INV-0529."}]' \\
         --task-id ticket-4711
-    stead worker triage:app --until-idle
+    stead worker stead.examples.triage:app --until-idle
     stead runs ls
     stead runs show RUN
 
-`stead demo` runs this same workflow through a real SIGKILL and a resume.
+`stead demo triage` runs this workflow (with a few notes added for its checks)
+through a real SIGKILL mid-step and a resume.
 Swap `ScriptedModel` for a real model adapter; nothing else changes.
 """
 
@@ -25,7 +26,7 @@ from typing import Any
 import stead
 
 app = stead.App("triage")
-
+TEAMS = {"billing": "dana", "bug": "sam", "question": "robin"}
 
 
 def model() -> stead.Model:
@@ -33,8 +34,6 @@ def model() -> stead.Model:
     Its name enters the call's digest: a changed model under a running
     checkpoint is detected on replay."""
     return stead.ScriptedModel(["billing"], name="scripted-triage")
-
-TEAMS = {"billing": "dana", "bug": "sam", "question": "robin"}
 
 
 def load_customer(customer: str) -> dict[str, Any]:

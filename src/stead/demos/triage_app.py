@@ -1,5 +1,5 @@
-"""The app `stead demo` runs: ticket triage, as in `examples/triage.py`, with
-two additions for the demo's checks.
+"""The app `stead demo triage` runs: ticket triage, as in
+`stead/examples/triage.py`, with two additions for the demo's checks.
 
 - Every step function and every real model call appends a line to
   `<workdir>/calls.log` ("start"/"done"/"asked", name, pid), so the demo can
@@ -8,7 +8,7 @@ two additions for the demo's checks.
   first time it runs, mid-step, before anything of it is journaled. A marker
   file in `workdir` makes it happen once.
 
-A worker imports it as `stead.demo:app`.
+A worker imports it as `stead.demos.triage_app:app`.
 """
 
 from __future__ import annotations

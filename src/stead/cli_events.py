@@ -1,0 +1,194 @@
+"""`stead approve`, `stead reject`, `stead events ls`, `stead waits ls`: the
+human side of the resume contract, from the command line."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+from typing import Any
+
+import click
+
+from stead import cli, waits
+from stead.records import EventRow, WaitRow
+
+
+def _when(t: float | None) -> str:
+    if t is None:
+        return "never"
+    return dt.datetime.fromtimestamp(t, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _event_id(run_id: str, wait: str, token: str, payload: Any) -> str:
+    """The same decision typed twice is one event: the second is a Duplicate."""
+    basis = json.dumps([run_id, wait, token, payload], sort_keys=True)
+    return "cli-" + hashlib.sha256(basis.encode()).hexdigest()[:16]
+
+
+def _decide(ctx: click.Context, run_id: str, wait_id: str | None, kind: str | None,
+            token: str, payload: dict[str, Any], bind_json: str | None,
+            event_id: str | None) -> None:
+    if (wait_id is None) == (kind is None):
+        raise click.UsageError("name the wait: --wait ID, or --kind KIND for the run's open "
+                               "wait of that kind")
+    db = cli._db(ctx)
+    cli.require_database(db)
+
+    async def go() -> tuple[waits.Delivery, dict[str, Any]]:
+        async with cli.opened_client(db) as client:
+            if bind_json is not None:
+                bind = cli.parse_json(bind_json, "'--bind'", dict)
+            else:  # approve what the wait is bound to, and say so
+                found = [w for w in await client.waits(run_id=run_id, state=None, limit=1000)
+                         if w.wait_id == wait_id or (wait_id is None and w.kind == kind)]
+                bind = json.loads(found[-1].bind) if found else {}
+            eid = event_id or _event_id(run_id, wait_id or kind or "", token, payload)
+            verdict = await client.deliver(run_id, wait_id=wait_id, kind=kind, event_id=eid,
+                                           payload=payload, bind=bind, token=token)
+            return verdict, bind
+
+    verdict, bind = cli.run_async(go())
+    shown = ", ".join(f"{k}={json.dumps(v)}" for k, v in bind.items()) or "nothing"
+    if isinstance(verdict, waits.Accepted):
+        click.echo(f"accepted: event {verdict.event_id} resumes run {run_id} at wait "
+                   f"{verdict.wait_id} (bound to {shown})")
+    elif isinstance(verdict, waits.Duplicate):
+        click.echo(f"duplicate: event {verdict.event_id} was delivered before "
+                   f"({verdict.original}); nothing happened again")
+    else:
+        raise click.ClickException(f"{verdict} — event {verdict.event_id} stored; "
+                                   "see `stead events ls RUN`")
+
+
+def _decision_options(f: Any) -> Any:
+    for option in reversed([
+        click.option("--wait", "wait_id", metavar="ID", help="The wait's id (stead waits ls)."),
+        click.option("--kind", metavar="KIND", help="Or: the run's open wait of this kind."),
+        click.option("--token", required=True, metavar="T",
+                     help="The wait's token, as it was sent to the person deciding."),
+        click.option("--bind", "bind_json", metavar="JSON",
+                     help="The values the decision is about (default: those the wait is "
+                          "bound to, printed back)."),
+        click.option("--event-id", metavar="ID",
+                     help="The event's id (default: derived from the decision, so the same "
+                          "command twice is a Duplicate)."),
+    ]):
+        f = option(f)
+    return f
+
+
+@click.command(short_help="Approve a waiting run: deliver an approval event.")
+@cli.run_argument
+@_decision_options
+@click.option("--payload", "payload_json", metavar="JSON", default="{}",
+              help="More fields for the event's payload (an object).")
+@click.pass_context
+def approve(ctx: click.Context, run_id: str, wait_id: str | None, kind: str | None,
+            token: str, bind_json: str | None, event_id: str | None,
+            payload_json: str) -> None:
+    """Deliver {"approved": true, ...PAYLOAD} to a wait of RUN. The event is checked
+    against the wait's resume contract (event type, bound values, state version,
+    expiry, token, schema) and stored whatever the verdict; a rejection exits 1."""
+    payload = {"approved": True, **cli.parse_json(payload_json, "'--payload'", dict)}
+    _decide(ctx, run_id, wait_id, kind, token, payload, bind_json, event_id)
+
+
+@click.command(short_help="Decline a waiting run: deliver a rejection event.")
+@cli.run_argument
+@_decision_options
+@click.option("--reason", default="", metavar="TEXT", help="Why, kept in the payload.")
+@click.option("--payload", "payload_json", metavar="JSON", default="{}",
+              help="More fields for the event's payload (an object).")
+@click.pass_context
+def reject(ctx: click.Context, run_id: str, wait_id: str | None, kind: str | None,
+           token: str, bind_json: str | None, event_id: str | None, reason: str,
+           payload_json: str) -> None:
+    """Deliver {"approved": false, "reason": REASON, ...PAYLOAD} to a wait of RUN; the
+    workflow decides what a refusal means."""
+    payload = {"approved": False, "reason": reason,
+               **cli.parse_json(payload_json, "'--payload'", dict)}
+    _decide(ctx, run_id, wait_id, kind, token, payload, bind_json, event_id)
+
+
+@click.group()
+def events() -> None:
+    """Events delivered to runs, with their verdicts."""
+
+
+def _event_line(e: EventRow) -> str:
+    verdict = e.verdict if e.reason is None else f"{e.verdict}: {e.reason.replace('_', ' ')}"
+    detail = f" ({e.detail})" if e.detail else ""
+    return (f"{_when(e.received_at)}  {e.event_id:<24}  {verdict}{detail}  "
+            f"wait={e.wait_id or '-'} payload={e.payload[:60]}")
+
+
+@events.command("ls")
+@cli.run_argument
+@cli.json_option
+@click.pass_context
+def events_ls(ctx: click.Context, run_id: str, as_json: bool) -> None:
+    """Every event delivered to RUN, accepted or not, oldest first."""
+    db = cli._db(ctx)
+    cli.require_database(db)
+
+    async def go() -> list[EventRow]:
+        async with cli.opened_client(db) as client:
+            await client.get(run_id)
+            return await client.events(run_id)
+
+    rows = cli.run_async(go())
+    if as_json:
+        click.echo(json.dumps([{**dataclasses.asdict(e), "payload": json.loads(e.payload),
+                                "bind": json.loads(e.bind)} for e in rows], indent=2)
+                   if rows else "[]")
+        return
+    if not rows:
+        click.echo(f"no events delivered to run {run_id}")
+    for e in rows:
+        click.echo(_event_line(e))
+
+
+@click.group("waits")
+def waits_group() -> None:
+    """Durable waits: what runs are waiting for."""
+
+
+def _wait_line(w: WaitRow) -> str:
+    return (f"{w.wait_id}  run={w.run_id}  kind={w.kind}  state={w.state}  "
+            f"expires={_when(w.expires_at)}  bind={w.bind}")
+
+
+@waits_group.command("ls")
+@click.option("--run", "run_id", metavar="RUN", help="Only this run's waits.")
+@click.option("--all", "show_all", is_flag=True, help="Closed waits too (consumed, expired, "
+                                                      "revoked).")
+@click.option("--limit", default=100, show_default=True, help="At most this many.")
+@cli.json_option
+@click.pass_context
+def waits_ls(ctx: click.Context, run_id: str | None, show_all: bool, limit: int,
+             as_json: bool) -> None:
+    """Open waits across runs (oldest first), with their expiry and bound values."""
+    db = cli._db(ctx)
+    cli.require_database(db)
+
+    async def go() -> list[WaitRow]:
+        async with cli.opened_client(db) as client:
+            return await client.waits(run_id=run_id, state=None if show_all else "open",
+                                      limit=limit)
+
+    rows = cli.run_async(go())
+    if as_json:
+        click.echo(json.dumps([{**dataclasses.asdict(w), "bind": json.loads(w.bind),
+                                "token_hash": None} for w in rows], indent=2))
+        return
+    if not rows:
+        click.echo("no open waits" if not show_all else "no waits")
+    for w in rows:
+        click.echo(_wait_line(w))
+
+
+def register(group: click.Group) -> None:
+    for command in (approve, reject, events, waits_group):
+        group.add_command(command)

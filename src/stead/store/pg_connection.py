@@ -1,0 +1,338 @@
+"""PostgreSQL plumbing for `postgres.PostgresStore`: the URL, a pool whose
+connections use the store's schema, and the one place where driver errors
+become stead errors.
+
+A transaction that fails because the connection dropped (a server restart,
+`pg_terminate_backend`, a network blip) is tried again with backoff, for at
+most `retry_for` seconds, then `StoreUnavailable`. Before COMMIT that is safe:
+the server rolled the transaction back. If the connection drops *during*
+COMMIT nobody knows whether it landed, so the write is resolved by reading
+back (each write says how, see `Connector.write`), never by writing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import random
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from stead import errors
+from stead.store import sql_files
+
+T = TypeVar("T")
+Conn = psycopg.AsyncConnection[DictRow]
+log = logging.getLogger("stead.store.postgres")
+_Q = sql_files.queries("postgres")
+
+# Query parameters stead reads itself; everything else goes to libpq.
+_OURS = ("schema", "pool_size")
+_SCHEMA = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+# Errors that retrying cannot fix: bad password, no such database or role.
+# (libpq gives connection failures no SQLSTATE, so they are told by message.)
+_PERMANENT = ("28", "3D")
+_REFUSED = ("does not exist", "authentication failed", "pg_hba.conf", "permission denied",
+            "no password supplied")
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """What a `postgresql://` URL names."""
+
+    conninfo: str  # for libpq: stead's own parameters removed
+    schema: str
+    pool_size: int
+    display: str  # the URL without its password, for messages
+    kwargs: dict[str, Any]
+
+
+def parse_url(url: str) -> Target:
+    """`postgresql://user@host:5432/db?schema=NAME&pool_size=N`; other query
+    parameters (sslmode, connect_timeout, application_name…) go to libpq."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise errors.StoreError(f"not a postgresql URL: {url!r}")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    ours = {k: v for k, v in query if k in _OURS}
+    rest = [(k, v) for k, v in query if k not in _OURS]
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = netloc.replace(f":{parts.password}@", ":***@", 1)
+    display = urlunsplit((parts.scheme, netloc, parts.path, urlencode(rest), ""))
+    schema = ours.get("schema", "public")
+    if not _SCHEMA.match(schema):
+        raise errors.StoreError(
+            f"postgresql URL {display!r}: schema {schema!r} is not a plain name; use "
+            "letters, digits and _ (at most 63), starting with a letter or _"
+        )
+    text = ours.get("pool_size", "10")
+    if not text.isdigit() or int(text) < 1:
+        raise errors.StoreError(
+            f"postgresql URL {display!r}: pool_size must be a whole number >= 1, got {text!r}"
+        )
+    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest),
+                           parts.fragment))
+    try:
+        conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:
+        raise errors.StoreError(f"postgresql URL {display!r}: {exc}") from exc
+    kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row}
+    given = {k for k, _ in rest}
+    if "application_name" not in given:
+        kwargs["application_name"] = "stead"
+    if "connect_timeout" not in given:
+        kwargs["connect_timeout"] = 10  # a host that does not answer must not hang a retry
+    return Target(
+        conninfo=conninfo, schema=schema, pool_size=int(text), display=display, kwargs=kwargs,
+    )
+
+
+class NotLanded:
+    """A read-back's answer: the write whose commit was unacknowledged did not land."""
+
+
+NOT_LANDED = NotLanded()
+Verify = Callable[[Conn], Awaitable[T | NotLanded]]
+
+
+def _permanent(exc: psycopg.Error) -> bool:
+    return (exc.sqlstate or "")[:2] in _PERMANENT or (
+        exc.sqlstate is None and any(text in str(exc) for text in _REFUSED)
+    )
+
+
+def translate(exc: psycopg.Error, display: str) -> errors.StoreError:
+    """A driver error that retrying does not fix, as a stead error."""
+    if _permanent(exc):
+        return errors.StoreUnavailable(
+            f"PostgreSQL at {display} refused the connection ({exc}); check the user, "
+            "password and database in the URL"
+        )
+    if isinstance(exc, psycopg.OperationalError):
+        return errors.StoreUnavailable(f"PostgreSQL at {display}: {exc}")
+    return errors.StoreError(f"database {display}: {exc}")
+
+
+def _retryable(exc: psycopg.Error) -> bool:
+    """Lost connections, a server starting or shutting down, deadlocks and
+    serialization failures: the transaction did not commit, try again."""
+    return isinstance(exc, psycopg.OperationalError) and not _permanent(exc)
+
+
+def _backoff(attempt: int) -> float:
+    return 0.0 if attempt == 0 else min(2.0, 0.05 * 2 ** (attempt - 1)) * random.uniform(0.5, 1)
+
+
+class Connector:
+    """A pool of autocommit connections on one schema, with retries."""
+
+    def __init__(self, target: Target, *, retry_for: float) -> None:
+        self.target = target
+        self.retry_for = retry_for
+        self.commits = 0
+        self._pool: AsyncConnectionPool[Conn] | None = None
+
+    async def connect(self) -> Conn:
+        """One connection outside the pool, on the schema (which may not exist yet)."""
+        conn: Conn = await Conn.connect(self.target.conninfo, **self.target.kwargs)
+        try:
+            await conn.execute(_Q["set_search_path"], {"schema": self.target.schema})
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    async def open(self, migrate: Callable[[Conn], Awaitable[None]]) -> None:
+        """Migrate on a connection of its own (so a refused connection says why),
+        then open the pool."""
+        async def once(fresh: bool) -> None:
+            conn = await self.connect()
+            try:
+                await migrate(conn)
+            finally:
+                await conn.close()
+
+        await self._retry(once, "open the store")
+        self.commits += 1
+
+        async def configure(conn: Conn) -> None:
+            await conn.execute(_Q["set_search_path"], {"schema": self.target.schema})
+
+        # reconnect_timeout: a pool that cannot connect gives up at once and grows
+        # again on demand, instead of backing off for minutes after a restart
+        # (the retries here bridge the outage on connections of their own).
+        self._pool = AsyncConnectionPool(
+            self.target.conninfo, connection_class=Conn, kwargs=self.target.kwargs,
+            min_size=1, max_size=self.target.pool_size, configure=configure, open=False,
+            name=f"stead:{self.target.schema}", reconnect_timeout=0,
+        )
+        try:
+            await self._pool.open(wait=True, timeout=max(self.retry_for, 1.0))
+        except psycopg.OperationalError as exc:
+            raise errors.StoreUnavailable(
+                f"PostgreSQL at {self.target.display} could not be reached "
+                f"within {self.retry_for:g} s: {exc}"
+            ) from exc
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    async def _retry(self, fn: Callable[[bool], Awaitable[T]], what: str) -> T:
+        """Call `fn(fresh)` until it does not fail for a lost connection, for at
+        most `retry_for` seconds. `fresh` is true after a failure: use a new
+        connection of one's own, not the pool (which may hold dead ones)."""
+        deadline = time.monotonic() + self.retry_for
+        attempt = 0
+        while True:
+            try:
+                return await fn(attempt > 0)
+            except psycopg.Error as exc:
+                if not _retryable(exc):
+                    raise translate(exc, self.target.display) from exc
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise errors.StoreUnavailable(
+                        f"could not {what}: PostgreSQL at {self.target.display} stayed "
+                        f"unreachable for {self.retry_for:g} s ({exc}); nothing was written "
+                        "that was not confirmed, try again"
+                    ) from exc
+                if not isinstance(exc, pg_errors.TransactionRollback):
+                    await self._purge()
+                delay = min(_backoff(attempt), left)
+                log.warning("PostgreSQL at %s: %s; retrying in %.2f s",
+                            self.target.display, exc, delay)
+                attempt += 1
+                await asyncio.sleep(delay)
+
+    async def _purge(self) -> None:
+        """After a lost connection, test the idle ones too and replace the dead
+        (after a server restart every pooled connection is dead)."""
+        if self._pool is not None:
+            try:
+                await self._pool.check()
+            except Exception as exc:  # the pool refills itself; the retry goes on
+                log.debug("pool check failed: %s", exc)
+
+    @contextlib.asynccontextmanager
+    async def _connection(self, fresh: bool) -> AsyncIterator[Conn]:
+        if self._pool is None:
+            raise errors.StoreError("store is closed")
+        if not fresh:
+            async with self._pool.connection(timeout=min(self.retry_for, 5.0)) as conn:
+                yield conn
+            return
+        conn = await self.connect()
+        try:
+            yield conn
+        finally:
+            await conn.close()
+
+    async def read(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        """Run `fn` (reads only) on a pooled connection, retried on connection loss."""
+        async def once(fresh: bool) -> T:
+            async with self._connection(fresh) as conn:
+                return await fn(conn)
+
+        return await self._retry(once, "read")
+
+    async def write(
+        self, fn: Callable[[Conn], Awaitable[T]], *, verify: Verify[T] | None = None,
+    ) -> T:
+        """Run `fn` in one transaction and commit it, counting the commit.
+
+        If the connection drops before COMMIT, `fn` runs again on another
+        connection. If it drops during COMMIT, `verify` reads back whether the
+        write landed: its result is returned if so; on `NOT_LANDED` `fn` runs
+        again. Without `verify`, `fn` must be safe to run twice (it is, for
+        renew, release, cancel and migrations)."""
+        unknown = False
+
+        async def once(fresh: bool) -> T:
+            nonlocal unknown
+            async with self._connection(fresh) as conn:
+                if unknown and verify is not None:
+                    found = await verify(conn)
+                    if not isinstance(found, NotLanded):
+                        log.warning("a write whose commit was not acknowledged had landed: "
+                                    "not writing it again")
+                        self.commits += 1
+                        return found
+                    log.warning("a write whose commit was not acknowledged had not landed: "
+                                "writing it again")
+                unknown = False
+                body_done = False
+                try:
+                    async with conn.transaction():
+                        result = await fn(conn)
+                        body_done = True
+                except psycopg.OperationalError as exc:
+                    # Raised by COMMIT itself: the outcome is unknown unless the
+                    # server said it rolled back.
+                    unknown = body_done and not isinstance(exc, pg_errors.TransactionRollback)
+                    raise
+                self.commits += 1
+                return result
+
+        return await self._retry(once, "write")
+
+
+class Listener:
+    """LISTEN on a connection of its own; `wait` returns early when another
+    process (or this one) commits work to the store's schema (NOTIFY
+    stead_work, with the schema as payload). Started on the first wait, so a
+    store that only starts runs never holds a LISTEN connection."""
+
+    def __init__(self, connector: Connector) -> None:
+        self.connector = connector
+        self._work = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def wait(self, timeout: float) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._listen(), name="stead-listen")
+        try:
+            await asyncio.wait_for(self._work.wait(), timeout)
+        except TimeoutError:
+            return  # a notification that raced the timeout stays set for the next wait
+        self._work.clear()
+
+    async def _listen(self) -> None:
+        attempt = 0
+        while True:
+            try:
+                conn = await self.connector.connect()
+                try:
+                    await conn.execute(_Q["listen"])
+                    attempt = 0
+                    self._work.set()  # work may have come while nobody listened
+                    async for note in conn.notifies():
+                        if note.payload == self.connector.target.schema:
+                            self._work.set()
+                finally:
+                    await conn.close()
+            except psycopg.Error as exc:
+                attempt += 1
+                delay = max(0.05, _backoff(attempt))
+                log.warning("LISTEN connection to %s lost (%s); polling meanwhile, "
+                            "reconnecting in %.2f s", self.connector.target.display, exc, delay)
+                await asyncio.sleep(delay)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None

@@ -1,0 +1,262 @@
+-- Named queries for the PostgreSQL store (psycopg parameters: %(name)s).
+-- Lists are passed as arrays: `= ANY(%(x)s::text[])`, never spliced in.
+
+-- name: migrate_lock
+-- Serialises migrations of one schema across every process that opens it.
+SELECT pg_advisory_xact_lock(1937007972, hashtext(%(schema)s));
+
+-- name: name_schema
+SELECT set_config('stead.schema', %(schema)s, true);
+
+-- name: create_schema
+-- Runs without parameters; the schema name comes from the setting above and
+-- is quoted by format('%I').
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_namespace WHERE nspname = current_setting('stead.schema')
+    ) THEN
+        EXECUTE format('CREATE SCHEMA %I', current_setting('stead.schema'));
+    END IF;
+END
+$$;
+
+-- name: set_search_path
+SELECT set_config('search_path', quote_ident(%(schema)s), false);
+
+-- name: create_version_table
+CREATE TABLE IF NOT EXISTS stead_schema (version INTEGER PRIMARY KEY);
+
+-- name: schema_version
+SELECT COALESCE(MAX(version), 0) AS version FROM stead_schema;
+
+-- name: insert_version
+INSERT INTO stead_schema (version) VALUES (%(version)s);
+
+-- name: listen
+LISTEN stead_work;
+
+-- name: notify_work
+-- Wakes idle workers listening on this database (payload: the schema, so two
+-- apps in two schemas do not wake each other). Delivered at commit.
+SELECT pg_notify('stead_work', %(schema)s);
+
+-- name: find_live_task
+SELECT * FROM runs
+WHERE task_id = %(task_id)s AND status NOT IN ('completed', 'failed', 'cancelled');
+
+-- name: insert_run
+-- ON CONFLICT: a concurrent start of the same task (or a retried start whose
+-- first attempt committed) inserts nothing; the caller then looks it up.
+INSERT INTO runs (run_id, workflow, version, task_id, status, input, epoch,
+                  created_at, updated_at)
+VALUES (%(run_id)s, %(workflow)s, %(version)s, %(task_id)s, 'pending', %(input)s, 0,
+        %(now)s, %(now)s)
+ON CONFLICT DO NOTHING
+RETURNING *;
+
+-- name: get_run
+SELECT * FROM runs WHERE run_id = %(run_id)s;
+
+-- name: list_runs
+SELECT * FROM runs
+WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
+ORDER BY created_at DESC, run_id DESC
+LIMIT %(limit)s;
+
+-- name: cancel_run
+UPDATE runs
+SET status = 'cancelled', epoch = epoch + 1, lease_owner = NULL,
+    lease_expires_at = NULL, updated_at = %(now)s
+WHERE run_id = %(run_id)s AND status NOT IN ('completed', 'failed', 'cancelled')
+RETURNING *;
+
+-- name: claim
+-- SKIP LOCKED: concurrent claimers never wait on, nor share, a run; a row
+-- another transaction changed meanwhile is re-checked against the WHERE.
+WITH picked AS (
+    SELECT run_id FROM runs
+    WHERE ((status IN ('pending', 'running')
+            AND (lease_expires_at IS NULL OR lease_expires_at <= %(now)s))
+           OR (status = 'waiting' AND wake_at <= %(now)s))
+      AND (workflow || '@' || version) = ANY(%(hosted)s::text[])
+      AND NOT (run_id = ANY(%(exclude)s::text[]))
+    ORDER BY created_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE runs
+SET epoch = runs.epoch + 1, lease_owner = %(worker_id)s, lease_expires_at = %(expires)s,
+    status = 'running', wake_at = NULL, updated_at = %(now)s
+FROM picked
+WHERE runs.run_id = picked.run_id
+RETURNING runs.*;
+
+-- name: claimed_by
+-- Read-back after a claim whose commit status is unknown: the runs leased to
+-- this worker by that very claim (its lease end is unique to it).
+SELECT * FROM runs
+WHERE lease_owner = %(worker_id)s AND lease_expires_at = %(expires)s
+  AND updated_at = %(now)s AND status = 'running'
+  AND NOT (run_id = ANY(%(exclude)s::text[]))
+ORDER BY created_at;
+
+-- name: renew
+UPDATE runs SET lease_expires_at = %(expires)s
+FROM unnest(%(run_ids)s::text[], %(epochs)s::bigint[], %(workers)s::text[])
+    AS held (run_id, epoch, worker_id)
+WHERE runs.run_id = held.run_id AND runs.epoch = held.epoch
+  AND runs.lease_owner = held.worker_id AND runs.status = 'running'
+RETURNING runs.run_id, runs.epoch, runs.lease_owner;
+
+-- name: release
+UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, updated_at = %(now)s
+WHERE run_id = %(run_id)s AND epoch = %(epoch)s AND lease_owner = %(worker_id)s
+  AND status = 'running'
+RETURNING run_id;
+
+-- name: fence
+-- Locks the run row until commit: a claim skips it, a cancel waits for it,
+-- so nothing can take the run over between this check and the commit.
+SELECT 1 FROM runs
+WHERE run_id = %(run_id)s AND epoch = %(epoch)s AND lease_owner = %(worker_id)s
+  AND status = 'running'
+FOR NO KEY UPDATE;
+
+-- name: insert_record
+INSERT INTO journal (run_id, seq, addr, attempt, kind, name, digest, status,
+                     payload, epoch, at)
+VALUES (%(run_id)s, %(seq)s, %(addr)s, %(attempt)s, %(kind)s, %(name)s, %(digest)s,
+        %(status)s, %(payload)s, %(epoch)s, %(at)s);
+
+-- name: insert_resume
+INSERT INTO resumes (run_id, epoch, worker_id, at, from_seq, code_version,
+                     reused, detail)
+VALUES (%(run_id)s, %(epoch)s, %(worker_id)s, %(at)s, %(from_seq)s, %(code_version)s,
+        %(reused)s, %(detail)s);
+
+-- name: count_records
+-- Read-back after an append whose commit status is unknown.
+SELECT count(*) AS n FROM journal
+JOIN unnest(%(seqs)s::bigint[], %(addrs)s::text[], %(attempts)s::int[], %(statuses)s::text[])
+    AS rec (seq, addr, attempt, status)
+  ON journal.seq = rec.seq AND journal.addr = rec.addr
+ AND journal.attempt = rec.attempt AND journal.status = rec.status
+WHERE journal.run_id = %(run_id)s;
+
+-- name: has_resume
+SELECT 1 FROM resumes WHERE run_id = %(run_id)s AND epoch = %(epoch)s;
+
+-- name: finish
+UPDATE runs
+SET status = %(status)s, result = %(result)s, error = %(error)s, lease_owner = NULL,
+    lease_expires_at = NULL, updated_at = %(now)s
+WHERE run_id = %(run_id)s AND epoch = %(epoch)s AND lease_owner = %(worker_id)s
+  AND status = 'running';
+
+-- name: load_journal
+SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at
+FROM journal WHERE run_id = %(run_id)s ORDER BY seq;
+
+-- name: list_resumes
+SELECT * FROM resumes WHERE run_id = %(run_id)s ORDER BY epoch;
+
+-- name: resume_stopped
+UPDATE runs
+SET status = 'running', error = NULL, epoch = epoch + 1, lease_owner = NULL,
+    lease_expires_at = NULL, updated_at = %(now)s
+WHERE run_id = %(run_id)s AND status = %(expect)s
+RETURNING *;
+
+-- name: next_seq
+SELECT COALESCE(MAX(seq), -1) + 1 AS seq FROM journal WHERE run_id = %(run_id)s;
+
+-- name: find_record
+SELECT seq FROM journal
+WHERE run_id = %(run_id)s AND addr = %(addr)s AND attempt = %(attempt)s
+  AND status = %(status)s;
+
+-- name: lock_run
+-- Deliveries and revocations lock the run first (as fenced writes do), so
+-- everything that touches one run's waits happens one at a time.
+SELECT 1 FROM runs WHERE run_id = %(run_id)s FOR UPDATE;
+
+-- name: insert_wait
+INSERT INTO waits (wait_id, run_id, addr, kind, bind, schema, token_hash, task_key,
+                   expires_at, state, created_at)
+VALUES (%(wait_id)s, %(run_id)s, %(addr)s, %(kind)s, %(bind)s, %(schema)s, %(token_hash)s,
+        %(task_key)s, %(expires_at)s, 'open', %(created_at)s);
+
+-- name: get_wait
+SELECT * FROM waits WHERE wait_id = %(wait_id)s;
+
+-- name: run_waits
+SELECT * FROM waits WHERE run_id = %(run_id)s ORDER BY created_at, wait_id;
+
+-- name: list_waits
+SELECT * FROM waits
+WHERE (%(run_id)s::text IS NULL OR run_id = %(run_id)s::text)
+  AND (%(state)s::text IS NULL OR state = %(state)s::text)
+ORDER BY created_at, wait_id
+LIMIT %(limit)s;
+
+-- name: close_wait
+UPDATE waits SET state = %(state)s, closed_at = %(now)s
+WHERE wait_id = %(wait_id)s AND state = 'open'
+RETURNING wait_id;
+
+-- name: consume_wait
+UPDATE waits SET state = 'consumed', event_id = %(event_id)s, closed_at = %(now)s
+WHERE wait_id = %(wait_id)s AND state = 'open';
+
+-- name: suspend
+UPDATE runs
+SET status = 'waiting', wake_at = %(wake_at)s, lease_owner = NULL, lease_expires_at = NULL,
+    updated_at = %(now)s
+WHERE run_id = %(run_id)s AND epoch = %(epoch)s AND lease_owner = %(worker_id)s
+  AND status = 'running';
+
+-- name: wake
+UPDATE runs SET status = 'running', wake_at = NULL, updated_at = %(now)s
+WHERE run_id = %(run_id)s AND status = 'waiting'
+RETURNING run_id;
+
+-- name: get_event
+SELECT * FROM events WHERE run_id = %(run_id)s AND event_id = %(event_id)s;
+
+-- name: insert_event
+INSERT INTO events (run_id, event_id, wait_id, kind, payload, bind, verdict, reason,
+                    detail, received_at)
+VALUES (%(run_id)s, %(event_id)s, %(wait_id)s, %(kind)s, %(payload)s, %(bind)s,
+        %(verdict)s, %(reason)s, %(detail)s, %(received_at)s);
+
+-- name: list_events
+SELECT * FROM events WHERE run_id = %(run_id)s
+ORDER BY received_at, event_id LIMIT %(limit)s;
+
+-- name: lock_state
+-- Serialises compare-and-set on one task key, also while it has no row yet.
+SELECT pg_advisory_xact_lock(1937007973, hashtext(%(schema)s || ':' || %(task_key)s));
+
+-- name: read_state
+SELECT * FROM task_state WHERE task_key = %(task_key)s;
+
+-- name: upsert_state
+INSERT INTO task_state (task_key, version, data, run_id, updated_at)
+VALUES (%(task_key)s, %(version)s, %(data)s, %(run_id)s, %(now)s)
+ON CONFLICT (task_key) DO UPDATE
+SET version = excluded.version, data = excluded.data, run_id = excluded.run_id,
+    updated_at = excluded.updated_at;
+
+-- name: insert_state_history
+INSERT INTO task_state_history (task_key, version, data, run_id, at)
+VALUES (%(task_key)s, %(version)s, %(data)s, %(run_id)s, %(now)s);
+
+-- name: get_meta
+SELECT value FROM stead_meta WHERE key = %(key)s;
+
+-- name: insert_meta
+-- Concurrent first uses: one insert wins, every caller reads the winner's value.
+INSERT INTO stead_meta (key, value) VALUES (%(key)s, %(value)s)
+ON CONFLICT (key) DO NOTHING;

