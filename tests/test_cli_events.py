@@ -110,3 +110,11 @@ def test_usage_errors(url: str) -> None:
     assert bad_json.exit_code == 2
     unknown = runner.invoke(main, ["--db", url, "events", "ls", "nope"])
     assert unknown.exit_code == 1 and "no run" in unknown.output
+
+
+def test_db_migrate(url: str, tmp_path: Path) -> None:
+    out = CliRunner().invoke(main, ["--db", url, "db", "migrate"])
+    assert out.exit_code == 0 and "schema at version" in out.output
+    assert (tmp_path / "stead.db").exists()
+    again = CliRunner().invoke(main, ["--db", url, "db", "migrate"])
+    assert again.exit_code == 0

@@ -457,9 +457,10 @@ def demo(story: str, keep: Path | None, model: str) -> None:
 
 def _register_more() -> None:
     # Registered last: these modules use the helpers above.
-    from stead import cli_events
+    from stead import cli_db, cli_events
 
     cli_events.register(main)
+    cli_db.register(main)
 
 
 _register_more()

@@ -1,0 +1,34 @@
+"""`stead db migrate`: bring a database's schema up to date explicitly (opening
+a store does it too, safely when many processes start at once)."""
+
+from __future__ import annotations
+
+import click
+
+from stead import cli
+from stead.store import open_store, sql_files
+
+
+@click.group("db")
+def db_group() -> None:
+    """The database: schema migrations."""
+
+
+@db_group.command("migrate")
+@click.pass_context
+def migrate(ctx: click.Context) -> None:
+    """Create the schema, or apply the migrations it lacks, then exit."""
+    url = cli._db(ctx)
+    dialect = "sqlite" if url.startswith("sqlite:") else "postgres"
+
+    async def go() -> None:
+        store = await open_store(url)  # migrates on open, under a lock
+        await store.close()
+
+    cli.run_async(go())
+    latest = max(v for v, _ in sql_files.migrations(dialect))
+    click.echo(f"{url}: schema at version {latest}")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(db_group)
