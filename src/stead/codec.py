@@ -56,16 +56,32 @@ def loads(text: str) -> Any:
     return json.loads(text)
 
 
+_secrets_made = False
+
+
+def secret_made() -> None:
+    """A secret (a wait token) exists in this process: from now on, arguments
+    are searched for secrets before they are digested or stored."""
+    global _secrets_made
+    _secrets_made = True
+
+
 def redact(value: Any) -> Any:
     """`value` with secrets (wait tokens) replaced by a reference to them, for
     what enters the journal as call arguments."""
+    if not _secrets_made:
+        return value  # nothing to find: skip the walk (it costs O(size) per call)
+    return _redact(value)
+
+
+def _redact(value: Any) -> Any:
     hook = getattr(type(value), "__stead_redacted__", None)
     if hook is not None:
         return hook(value)
     if isinstance(value, dict):
-        return {k: redact(v) for k, v in value.items()}
+        return {k: _redact(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [redact(v) for v in value]
+        return [_redact(v) for v in value]
     return value
 
 

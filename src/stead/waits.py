@@ -107,6 +107,7 @@ class Token(str):
     def __new__(cls, value: str, wait_id: str) -> Token:
         token = super().__new__(cls, value)
         token.wait_id = wait_id
+        codec.secret_made()
         return token
 
     def __stead_redacted__(self) -> str:
