@@ -358,3 +358,41 @@ async def test_a_step_costs_one_commit(fstore: stead.Store) -> None:
     # per run: 1 claim + n steps + 1 finish; plus the final empty claim
     empty_run, full_run = 1 + 0 + 1, 1 + 50 + 1
     assert fstore.commits - before == empty_run + full_run + 1
+
+
+async def test_an_incompatible_run_resumes_once_fitting_code_is_back(
+    fstore: stead.Store, clock: stead.FakeClock
+) -> None:
+    crashed = [False]
+
+    def boom() -> None:
+        if not crashed[0]:
+            crashed[0] = True
+            raise Crash()
+
+    def build(step_name: str) -> stead.App:
+        app = stead.App("t")
+
+        @app.workflow(name="wf")
+        async def wf(run: stead.Run) -> str:
+            await run.step(step_name, lambda: 1)
+            await run.step("boom", boom)
+            return "done"
+
+        return app
+
+    good, bad = build("first"), build("renamed")
+    client = stead.Client(fstore, good)
+    info = await client.start("wf")
+    await stead.Worker(good, fstore).run_until_idle()
+    clock.advance(31)
+    await stead.Worker(bad, fstore).run_until_idle()  # a deploy that does not fit
+    assert (await client.get(info.run_id)).status == "incompatible_checkpoint"
+    with pytest.raises(stead.UnknownRun):
+        await client.retry("nope")
+    retried = await client.retry(info.run_id)  # the fix is rolled out
+    assert retried.status == "running" and retried.error is None
+    await stead.Worker(good, fstore).run_until_idle()
+    assert await client.result(info.run_id, timeout=5) == "done"
+    with pytest.raises(stead.NotStopped):
+        await client.retry(info.run_id)

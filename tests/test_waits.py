@@ -457,3 +457,98 @@ async def test_a_mutated_event_is_never_accepted(
     except stead.InvalidInput:
         return  # refused before it was judged (a NUL in an id): not accepted either
     assert isinstance(verdict, stead.Rejected), (mutation, verdict)
+
+
+async def test_ending_a_run_closes_its_open_waits(fstore: stead.Store) -> None:
+    app = stead.App("t")
+
+    @app.workflow()
+    async def wf(run: stead.Run) -> Any:
+        return await (await run.wait("go", token=False))
+
+    client = stead.Client(fstore, app)
+    info = await client.start(wf)
+    await stead.Worker(app, fstore).run_until_idle()
+    assert len(await client.waits(run_id=info.run_id)) == 1
+    await client.cancel(info.run_id)
+    assert await client.waits(run_id=info.run_id) == []
+    [closed] = await client.waits(run_id=info.run_id, state=None)
+    assert closed.state == "revoked"
+    late = await client.deliver(info.run_id, kind="go", event_id="e")
+    assert isinstance(late, stead.Rejected) and late.reason == "not_waiting"
+
+
+async def test_two_open_waits_of_one_kind_are_told_apart_by_their_bind(
+    fstore: stead.Store,
+) -> None:
+    app = stead.App("t")
+
+    @app.workflow()
+    async def wf(run: stead.Run) -> list[Any]:
+        a = await run.wait("same", bind={"i": 1}, token=False)
+        b = await run.wait("same", bind={"i": 2}, token=False)
+        return list(await asyncio.gather(a, b))
+
+    client = stead.Client(fstore, app)
+    info = await client.start(wf)
+    await stead.Worker(app, fstore).run_until_idle()
+    first = await client.deliver(info.run_id, kind="same", event_id="1", bind={"i": 1},
+                                 payload="a")
+    assert isinstance(first, stead.Accepted)
+    # One open wait of the kind is left: it is judged on its own bind.
+    wrong = await client.deliver(info.run_id, kind="same", event_id="2", bind={"i": 3})
+    assert isinstance(wrong, stead.Rejected) and wrong.reason == "bound_value_mismatch"
+    second = await client.deliver(info.run_id, kind="same", event_id="3", bind={"i": 2},
+                                  payload="b")
+    assert isinstance(second, stead.Accepted)
+    await stead.Worker(app, fstore).run_until_idle()
+    assert await client.result(info.run_id) == ["a", "b"]
+
+
+async def test_an_ambiguous_kind_is_rejected_naming_the_problem(fstore: stead.Store) -> None:
+    app = stead.App("t")
+
+    @app.workflow()
+    async def wf(run: stead.Run) -> list[Any]:
+        a = await run.wait("same", bind={"i": 1}, token=False)
+        b = await run.wait("same", bind={"i": 2}, token=False)
+        return list(await asyncio.gather(a, b))
+
+    client = stead.Client(fstore, app)
+    info = await client.start(wf)
+    await stead.Worker(app, fstore).run_until_idle()
+    verdict = await client.deliver(info.run_id, kind="same", event_id="1", bind={"i": 9})
+    assert isinstance(verdict, stead.Rejected) and verdict.reason == "wrong_wait"
+    assert "2 open waits" in verdict.detail
+
+
+async def test_a_rejected_event_is_judged_again_when_redelivered(fstore: stead.Store) -> None:
+    """A webhook that arrives before its wait opens is rejected; the queue's
+    redelivery, once the wait is open, is accepted, and only then a Duplicate."""
+    app = stead.App("t")
+
+    @app.workflow()
+    async def wf(run: stead.Run) -> Any:
+        return await (await run.wait("ci_done", token=False))
+
+    client = stead.Client(fstore, app)
+    info = await client.start(wf)
+    early = await client.deliver(info.run_id, kind="ci_done", event_id="gh-42", payload=1)
+    assert isinstance(early, stead.Rejected) and early.reason == "not_waiting"
+    await stead.Worker(app, fstore).run_until_idle()
+    later = await client.deliver(info.run_id, kind="ci_done", event_id="gh-42", payload=1)
+    assert isinstance(later, stead.Accepted)
+    again = await client.deliver(info.run_id, kind="ci_done", event_id="gh-42", payload=1)
+    assert isinstance(again, stead.Duplicate)
+    [stored] = await client.events(info.run_id)
+    assert stored.verdict == "accepted"
+    await stead.Worker(app, fstore).run_until_idle()
+    assert await client.result(info.run_id) == 1
+
+
+def test_a_plain_def_workflow_is_refused_at_registration() -> None:
+    app = stead.App("t")
+    with pytest.raises(TypeError, match="async def"):
+        @app.workflow()
+        def wf(run: stead.Run) -> int:  # type: ignore[arg-type]
+            return 1

@@ -4,6 +4,7 @@ the worker, the client and the CLI are handed an App (`module:app`)."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
@@ -47,6 +48,11 @@ class App:
             raise ValueError("workflow version must be a positive integer")
 
         def register(fn: Callable[Concatenate[Run, P], Coroutine[Any, Any, R]]) -> Workflow[P, R]:
+            if not inspect.iscoroutinefunction(fn):
+                raise TypeError(
+                    f"workflow {getattr(fn, '__name__', fn)!r} must be an `async def` "
+                    "function: its calls to run.* are awaited"
+                )
             wf_name = name or fn.__name__
             if not _NAME.match(wf_name):
                 raise ValueError(f"workflow name {wf_name!r} must be an identifier-like word")

@@ -47,11 +47,19 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
 
 @contextlib.asynccontextmanager
 async def opened_client(db: str, app: App | None = None) -> AsyncIterator[Client]:
-    store = await open_store(db)
+    # A person is waiting: give up on an unreachable server after a few
+    # seconds, with one error line instead of a retry log.
+    quiet = logging.getLogger("stead.store")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
     try:
-        yield Client(store, app)
+        store = await open_store(db, retry_for=3.0)
+        try:
+            yield Client(store, app)
+        finally:
+            await store.close()
     finally:
-        await store.close()
+        quiet.setLevel(level)
 
 
 def require_database(db: str) -> None:
@@ -338,6 +346,26 @@ def runs_cancel(ctx: click.Context, run_id: str) -> None:
         )
     else:
         click.echo(f"cancelled run {run_id} (was {before.status})")
+
+
+@runs.command("retry")
+@run_argument
+@click.pass_context
+def runs_retry(ctx: click.Context, run_id: str) -> None:
+    """Let a run stopped as incompatible_checkpoint be claimed again, after
+    deploying code that fits its journal (the old version registered next to
+    the new one, or the change rolled back). If it still does not fit, it stops
+    again; nothing in the journal is changed."""
+    db = _db(ctx)
+    require_database(db)
+
+    async def go() -> Any:
+        async with opened_client(db) as client:
+            return await client.retry(run_id)
+
+    info = run_async(go())
+    click.echo(f"run {run_id} is claimable again (epoch {info.epoch}): a worker hosting "
+               f"{info.workflow}@{info.version} replays it")
 
 
 def _any_json(text: str, what: str) -> Any:

@@ -21,9 +21,10 @@ def _when(t: float | None) -> str:
     return dt.datetime.fromtimestamp(t, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def _event_id(run_id: str, wait: str, token: str, payload: Any) -> str:
-    """The same decision typed twice is one event: the second is a Duplicate."""
-    basis = json.dumps([run_id, wait, token, payload], sort_keys=True)
+def _event_id(run_id: str, wait: str, token: str, payload: Any, bind: Any) -> str:
+    """The same decision typed twice is one event: the second is a Duplicate.
+    A corrected one (other payload or bound values) is a new event."""
+    basis = json.dumps([run_id, wait, token, payload, bind], sort_keys=True)
     return "cli-" + hashlib.sha256(basis.encode()).hexdigest()[:16]
 
 
@@ -44,7 +45,7 @@ def _decide(ctx: click.Context, run_id: str, wait_id: str | None, kind: str | No
                 found = [w for w in await client.waits(run_id=run_id, state=None, limit=1000)
                          if w.wait_id == wait_id or (wait_id is None and w.kind == kind)]
                 bind = json.loads(found[-1].bind) if found else {}
-            eid = event_id or _event_id(run_id, wait_id or kind or "", token, payload)
+            eid = event_id or _event_id(run_id, wait_id or kind or "", token, payload, bind)
             verdict = await client.deliver(run_id, wait_id=wait_id, kind=kind, event_id=eid,
                                            payload=payload, bind=bind, token=token)
             return verdict, bind
@@ -164,7 +165,8 @@ def _wait_line(w: WaitRow) -> str:
 @click.option("--run", "run_id", metavar="RUN", help="Only this run's waits.")
 @click.option("--all", "show_all", is_flag=True, help="Closed waits too (consumed, expired, "
                                                       "revoked).")
-@click.option("--limit", default=100, show_default=True, help="At most this many.")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(min=1),
+              help="At most this many.")
 @cli.json_option
 @click.pass_context
 def waits_ls(ctx: click.Context, run_id: str | None, show_all: bool, limit: int,

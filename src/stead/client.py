@@ -218,6 +218,14 @@ class Client:
         row = await self.store.resume_stopped(run_id, records.OUTCOME_UNKNOWN, record)
         return RunInfo.from_row(row)
 
+    async def retry(self, run_id: str) -> RunInfo:
+        """Let a run stopped as `incompatible_checkpoint` be claimed again, once
+        code that fits its journal is deployed (the old version registered next
+        to the new, or the change rolled back). Nothing in the journal changes;
+        if the code still does not fit, the run stops again."""
+        row = await self.store.resume_stopped(run_id, records.INCOMPATIBLE, None)
+        return RunInfo.from_row(row)
+
     # -- events and waits -----------------------------------------------------
     async def deliver(
         self,

@@ -33,7 +33,8 @@ def _validate(run_id: str, recs: Sequence[Record]) -> None:
         if problem is not None:
             raise errors.CorruptRecord(
                 f"run {run_id}: journal record at seq {r.seq} is corrupt: {problem}. "
-                "The record is kept as it is; repair or cancel the run."
+                "The record is kept as it is; repair it, then `stead runs retry RUN`; "
+                "or cancel the run."
             )
 
 
@@ -60,7 +61,7 @@ class Journal:
                 f"run {self.run_id}: at position {addr} (seq {first.seq}) the journal "
                 f"holds {first.kind} {first.name!r}, but the code now calls {kind} {name!r}. "
                 "The workflow code changed under a running checkpoint: register the old "
-                "version alongside the new one, or cancel the run."
+                "version alongside the new one, then `stead runs retry RUN`; or cancel the run."
             )
         if first.digest != digest:
             raise errors.NonDeterminism(

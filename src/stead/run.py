@@ -133,7 +133,7 @@ class Run:
             self._x.incompatible = errors.NonDeterminism(
                 f"run {self.id}: the recorded result of step {name!r} does not fit its "
                 f"declared return type {rtype!r} any more ({exc}). Register the old "
-                "version alongside the new one, or cancel the run."
+                "version alongside the new one, then `stead runs retry RUN`; or cancel the run."
             )
             raise self._x.incompatible from exc
 

@@ -72,8 +72,8 @@ class Accepted:
 
 @dataclasses.dataclass(frozen=True)
 class Duplicate:
-    """An event with this id was delivered before; nothing happened again.
-    `original` is the first delivery's verdict (accepted or rejected)."""
+    """An event with this id was accepted before; nothing happened again.
+    (A redelivered event that was *rejected* is judged again instead.)"""
 
     event_id: str
     original: str
@@ -156,8 +156,16 @@ def _find_wait(inc: Incoming, ctx: DeliveryContext) -> WaitRow | Judgement:
         return _reject(WRONG_WAIT, "name the wait (wait_id) or its kind")
     of_kind = [w for w in ctx.waits if w.kind == inc.kind]
     open_of_kind = [w for w in of_kind if w.state == records.OPEN]
+    if len(open_of_kind) > 1:
+        # Several open waits of that kind: the event's bound values say which.
+        fits = [w for w in open_of_kind
+                if _canonical(json.loads(w.bind)) == _canonical(inc.bind)]
+        if len(fits) == 1:
+            return fits[0]
+        return _reject(WRONG_WAIT, f"{len(open_of_kind)} open waits of kind {inc.kind!r} "
+                                   f"and {len(fits)} bound to these values: name the wait_id")
     if open_of_kind:
-        return open_of_kind[-1]
+        return open_of_kind[0]
     if of_kind:
         return of_kind[-1]  # its closed state says why
     awaiting = sorted({w.kind for w in ctx.waits if w.state == records.OPEN})
@@ -168,7 +176,9 @@ def _find_wait(inc: Incoming, ctx: DeliveryContext) -> WaitRow | Judgement:
 
 def judge(inc: Incoming, ctx: DeliveryContext) -> Judgement:
     """The resume contract: may this event resume that run at that wait?"""
-    if ctx.existing is not None:
+    if ctx.existing is not None and ctx.existing.verdict == "accepted":
+        # Accepted once: nothing happens twice. A rejected event is judged again
+        # (a webhook that came before its wait opened may fit it now).
         return Judgement("duplicate", wait_id=ctx.existing.wait_id,
                          reason=ctx.existing.reason, detail=ctx.existing.verdict)
     if ctx.run is None:

@@ -284,7 +284,7 @@ class Worker:
                 f"run {row.run_id}: the workflow returned, but the journal holds "
                 f"{len(left)} record(s) the code no longer makes, first {first.kind} "
                 f"{first.name!r} at seq {first.seq}. Register the old version alongside "
-                "the new one, or cancel the run."
+                "the new one, then `stead runs retry RUN`; or cancel the run."
             ))
             return
         try:

@@ -16,8 +16,12 @@ def database_url(url: str | None = None) -> str:
     return url or os.environ.get("STEAD_DATABASE_URL") or DEFAULT_URL
 
 
-async def open_store(url: str | None = None, *, clock: Clock | None = None) -> Store:
-    """Open (and migrate) the store at `url`; see `database_url` for the default."""
+async def open_store(
+    url: str | None = None, *, clock: Clock | None = None, retry_for: float = 30.0
+) -> Store:
+    """Open (and migrate) the store at `url`; see `database_url` for the default.
+    A server-backed store retries a lost connection for up to `retry_for`
+    seconds before raising `StoreUnavailable`."""
     url = database_url(url)
     clock = clock or SystemClock()
     if url.startswith("sqlite:"):
@@ -32,7 +36,7 @@ async def open_store(url: str | None = None, *, clock: Clock | None = None) -> S
                 f"{url.split(':', 1)[0]} URLs need psycopg: pip install 'stead[postgres]' "
                 f"({exc})"
             ) from exc
-        store = postgres.PostgresStore(url, clock=clock)
+        store = postgres.PostgresStore(url, clock=clock, retry_for=retry_for)
     else:
         raise errors.StoreError(
             f"unsupported database URL {url!r}: use sqlite:///path/to/file.db or "

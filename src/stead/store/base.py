@@ -106,10 +106,12 @@ class Store(abc.ABC):
         releasing the lease, in one fenced transaction."""
 
     @abc.abstractmethod
-    async def resume_stopped(self, run_id: str, expect_status: str, record: Record) -> RunRow:
+    async def resume_stopped(
+        self, run_id: str, expect_status: str, record: Record | None
+    ) -> RunRow:
         """A human's decision on a run stopped as `expect_status`: journal `record`
-        (its seq and epoch are assigned here) and make the run claimable again,
-        with a new epoch, in one transaction. Raises `NotStopped` if the run is
+        (if any; its seq and epoch are assigned here) and make the run claimable
+        again, with a new epoch, in one transaction. Raises `NotStopped` if the run is
         not (or no longer) in that status, `UnknownRun` if there is none."""
 
     # -- waits and events -----------------------------------------------------

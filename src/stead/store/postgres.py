@@ -230,7 +230,9 @@ class PostgresStore(PgWaits, Store):
 
         await self._db.write(op, verify=verify)
 
-    async def resume_stopped(self, run_id: str, expect_status: str, record: Record) -> RunRow:
+    async def resume_stopped(
+        self, run_id: str, expect_status: str, record: Record | None
+    ) -> RunRow:
         async def op(conn: Conn) -> RunRow:
             now = self.clock.now()
             row = await one(conn, "resume_stopped",
@@ -244,6 +246,9 @@ class PostgresStore(PgWaits, Store):
                     "nothing to decide (was it decided already?)"
                 )
             run = run_row(row)
+            if record is None:
+                await self._notify(conn)
+                return run
             seq_row = await one(conn, "next_seq", {"run_id": run_id})
             seq = int(seq_row["seq"]) if seq_row else 0
             rec = record.evolve(seq=seq, epoch=run.epoch, at=now)
@@ -252,6 +257,11 @@ class PostgresStore(PgWaits, Store):
             return run
 
         async def verify(conn: Conn) -> RunRow | NotLanded:
+            if record is None:  # landed if the run left the stopped status
+                now_row = await one(conn, "get_run", {"run_id": run_id})
+                if now_row is None or now_row["status"] == expect_status:
+                    return NOT_LANDED
+                return run_row(now_row)
             found = await one(conn, "find_record", {
                 "run_id": run_id, "addr": record.addr, "attempt": record.attempt,
                 "status": record.status,

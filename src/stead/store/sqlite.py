@@ -162,7 +162,9 @@ class SQLiteStore(SQLiteWaits):
 
         await self._call(op)
 
-    async def resume_stopped(self, run_id: str, expect_status: str, record: Record) -> RunRow:
+    async def resume_stopped(
+        self, run_id: str, expect_status: str, record: Record | None
+    ) -> RunRow:
         def op(conn: sqlite3.Connection) -> RunRow:
             with self._write(conn):
                 now = self.clock.now()
@@ -178,6 +180,8 @@ class SQLiteStore(SQLiteWaits):
                         "nothing to decide (was it decided already?)"
                     )
                 run = _run_row(row)
+                if record is None:
+                    return run
                 seq = conn.execute(_Q["next_seq"], {"run_id": run_id}).fetchone()[0]
                 rec = record.evolve(seq=seq, epoch=run.epoch, at=now)
                 conn.execute(_Q["insert_record"], _record_params(run_id, rec))

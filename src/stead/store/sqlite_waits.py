@@ -119,7 +119,8 @@ class SQLiteWaits(SQLiteBase):
                     existing=None if found is None else _event_row(found), now=now,
                 )
                 verdict = judge(ctx)
-                if ctx.existing is not None:
+                if verdict.verdict == "duplicate":
+                    assert ctx.existing is not None
                     return verdict, ctx.existing
                 stored = dataclasses.replace(
                     event, wait_id=verdict.wait_id or event.wait_id, verdict=verdict.verdict,

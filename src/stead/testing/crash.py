@@ -146,7 +146,9 @@ class DelegatingStore(Store):
             fence, status, result=result, error=error, records=records, resume=resume
         )
 
-    async def resume_stopped(self, run_id: str, expect_status: str, record: Record) -> RunRow:
+    async def resume_stopped(
+        self, run_id: str, expect_status: str, record: Record | None
+    ) -> RunRow:
         return await self.inner.resume_stopped(run_id, expect_status, record)
 
     async def list_resumes(self, run_id: str) -> list[ResumeRecord]:

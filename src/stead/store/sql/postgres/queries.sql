@@ -226,10 +226,15 @@ RETURNING run_id;
 SELECT * FROM events WHERE run_id = %(run_id)s AND event_id = %(event_id)s;
 
 -- name: insert_event
+-- A redelivered event that was rejected is judged again: its row takes the new verdict.
 INSERT INTO events (run_id, event_id, wait_id, kind, payload, bind, verdict, reason,
                     detail, received_at)
 VALUES (%(run_id)s, %(event_id)s, %(wait_id)s, %(kind)s, %(payload)s, %(bind)s,
-        %(verdict)s, %(reason)s, %(detail)s, %(received_at)s);
+        %(verdict)s, %(reason)s, %(detail)s, %(received_at)s)
+ON CONFLICT (run_id, event_id) DO UPDATE
+SET wait_id = excluded.wait_id, kind = excluded.kind, payload = excluded.payload,
+    bind = excluded.bind, verdict = excluded.verdict, reason = excluded.reason,
+    detail = excluded.detail, received_at = excluded.received_at;
 
 -- name: list_events
 SELECT * FROM events WHERE run_id = %(run_id)s

@@ -132,10 +132,15 @@ WHERE run_id = :run_id AND status = 'waiting';
 SELECT * FROM events WHERE run_id = :run_id AND event_id = :event_id;
 
 -- name: insert_event
+-- A redelivered event that was rejected is judged again: its row takes the new verdict.
 INSERT INTO events (run_id, event_id, wait_id, kind, payload, bind, verdict, reason,
                     detail, received_at)
 VALUES (:run_id, :event_id, :wait_id, :kind, :payload, :bind, :verdict, :reason,
-        :detail, :received_at);
+        :detail, :received_at)
+ON CONFLICT (run_id, event_id) DO UPDATE
+SET wait_id = excluded.wait_id, kind = excluded.kind, payload = excluded.payload,
+    bind = excluded.bind, verdict = excluded.verdict, reason = excluded.reason,
+    detail = excluded.detail, received_at = excluded.received_at;
 
 -- name: list_events
 SELECT * FROM events WHERE run_id = :run_id ORDER BY received_at, event_id LIMIT :limit;

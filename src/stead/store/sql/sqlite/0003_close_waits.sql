@@ -1,0 +1,8 @@
+-- stead schema 3 (SQLite): when a run ends (completed, failed, cancelled), its
+-- open waits close with it, so `stead waits ls` lists only what runs wait for.
+CREATE TRIGGER close_waits_of_ended_runs AFTER UPDATE OF status ON runs
+WHEN NEW.status IN ('completed', 'failed', 'cancelled')
+BEGIN
+    UPDATE waits SET state = 'revoked', closed_at = NEW.updated_at
+    WHERE run_id = NEW.run_id AND state = 'open';
+END;
