@@ -385,3 +385,39 @@ async def test_a_decision_that_does_not_fit_stops_the_run_again(
     await stead.Worker(app, fstore).run_until_idle()
     assert await client.result(info.run_id, timeout=10) == {"id": 7}
     assert len(mail.calls) == 1
+
+
+async def test_a_stop_waits_for_a_sync_effect_in_flight_and_journals_it(
+    fstore: stead.Store,
+) -> None:
+    """The thread cannot be stopped: the worker waits past its grace period and
+    records the outcome, instead of leaving a known outcome to reconcile."""
+    app = stead.App("t")
+    started = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def pay(op: stead.Operation) -> str:
+        loop.call_soon_threadsafe(started.set)
+        import time
+
+        time.sleep(0.4)
+        return "paid"
+
+    @app.workflow()
+    async def wf(run: stead.Run) -> str:
+        receipt = await run.effect("pay", pay)
+        await run.step("after", lambda: None)
+        return receipt
+
+    client = stead.Client(fstore, app)
+    info = await client.start(wf)
+    worker = stead.Worker(app, fstore, stead.WorkerOptions(shutdown_grace=0.05))
+    task = asyncio.create_task(worker.run())
+    await started.wait()
+    worker.stop()
+    await asyncio.wait_for(task, 10)
+    assert _status(await client.journal(info.run_id)) == ["intent", "ok"]
+    row = await client.get(info.run_id)
+    assert row.status == "running" and row.lease_owner is None
+    await stead.Worker(app, fstore).run_until_idle()
+    assert await client.result(info.run_id, timeout=5) == "paid"

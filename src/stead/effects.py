@@ -131,10 +131,15 @@ class Effect:
             "resend": resend,
         })
         op = self._operation(attempt, None, live=True)
+        sync = not calls.is_async(self.spec.fn)
         try:
             call = calls.invoke(self.spec.fn, (op, *self.spec.args), self.spec.kwargs)
-            with self.x.busy():
-                value = await asyncio.wait_for(call, self.spec.timeout)
+            self.x.sending_sync += sync
+            try:
+                with self.x.busy():
+                    value = await asyncio.wait_for(call, self.spec.timeout)
+            finally:
+                self.x.sending_sync -= sync
         except self.spec.uncertain as exc:
             await self._write(attempt, records.UNKNOWN_OUTCOME, {
                 "reason": f"{type(exc).__qualname__}: {exc}" if str(exc)

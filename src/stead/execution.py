@@ -67,6 +67,7 @@ class Execution:
         self.draining = False
         self.classes: dict[str, int] = {}
         self.inflight = 0
+        self.sending_sync = 0  # sync effect functions running in threads now
         self.suspended = False
         self.on_suspend: Callable[[], None] | None = None
         self.suspend_after = suspend_after

@@ -166,9 +166,18 @@ class Worker:
         for _task, execution in self._active.values():
             if execution is not None:
                 execution.drain()
-        tasks = [t for t, _ in self._active.values()]
+        executions = {t: x for t, x in self._active.values()}
+        tasks = list(executions)
         _done, pending = await asyncio.wait(tasks, timeout=self.options.shutdown_grace)
         for t in pending:
+            x = executions[t]
+            if x is not None and x.sending_sync:
+                # A sync effect runs in a thread no one can stop, and the process
+                # cannot exit before it returns: wait for it and journal its
+                # outcome, rather than leave a known outcome to be reconciled.
+                log.warning("run %s: waiting past the grace period for an effect in "
+                            "flight, to journal its outcome", x.fence.run_id)
+                continue
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
