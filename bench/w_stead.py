@@ -1,0 +1,279 @@
+"""stead's side of every workload, run in the project's venv as
+`python -m bench.w_stead '{"workload": ..., "url": ...}'`."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bench import common
+
+T_START = common.now()
+import stead  # noqa: E402  (import time is part of what recovery measures)
+
+T_IMPORTED = common.now()
+
+app = stead.App("bench")
+HANG = os.environ.get("BENCH_HANG") == "1"
+step_times: list[float] = []
+
+
+def noop(i: int) -> int:
+    return i
+
+
+def step_or_hang(i: int, n: int) -> int:
+    """Step `n` of the recovery workload: the first process says it is there
+    and waits to be SIGKILLed; the fresh process just records when it ran."""
+    if i == n:
+        step_times.append(common.now())
+        if HANG:
+            common.emit("READY", {"at": common.now()})
+            time.sleep(3600)
+    return i
+
+
+@app.workflow(version=1)
+async def seq(run: stead.Run, n: int) -> int:
+    for i in range(n):
+        await run.step("s", noop, i)
+    return n
+
+
+async def anoop(i: int) -> int:
+    return i
+
+
+@app.workflow(version=1)
+async def seq_async(run: stead.Run, n: int) -> int:
+    for i in range(n):
+        await run.step("s", anoop, i)
+    return n
+
+
+@app.workflow(version=1)
+async def small(run: stead.Run, i: int) -> int:
+    a = await run.step("a", noop, i)
+    b = await run.step("b", noop, a)
+    return await run.step("c", noop, b)
+
+
+entries: list[float] = []
+
+
+@app.workflow(version=1)
+async def recover(run: stead.Run, n: int) -> int:
+    entries.append(common.now())
+    for i in range(n + 1):
+        await run.step("s", step_or_hang, i, n)
+    return n
+
+
+class Chat:
+    """A model that answers every conversation with a 1 KB message."""
+
+    name = "bench-chat"
+
+    async def complete(
+        self, messages: Sequence[Mapping[str, Any]], **params: Any
+    ) -> stead.Completion:
+        step_times.append(common.now())
+        return stead.Completion(text=common.message(len(messages)), model=self.name)
+
+
+@app.workflow(version=1)
+async def growth(run: stead.Run, n: int, feed: bool = True) -> int:
+    """An agent loop: the whole conversation goes to the model at every turn
+    (with `feed=False` it does not, to time the storage path alone)."""
+    model = Chat()
+    history: list[dict[str, str]] = []
+    for _ in range(n):
+        reply = await run.llm("chat", model, history if feed else [])
+        history.append({"role": "assistant", "content": reply.text})
+    return len(history)
+
+
+def woke(run_id: str) -> str:
+    common.emit("WOKE", {"run_id": run_id, "at": common.now()})
+    return run_id
+
+
+@app.workflow(version=1)
+async def approval(run: stead.Run) -> str:
+    w = await run.wait("approval", token=False)
+    event = await w
+    await run.step("after", woke, run.id)
+    return str(event)
+
+
+# -- workloads ------------------------------------------------------------------------
+async def w_seq(job: dict[str, Any]) -> dict[str, Any]:
+    trace = common.SqliteTrace()
+    if job.get("count"):
+        trace.install()
+    n = job["n"]
+    store = await stead.open_store(job["url"])
+    client = stead.Client(store, app)
+    await client.start(seq, n)
+    worker = stead.Worker(app, store, stead.WorkerOptions(concurrency=1))
+    c0, (s0, k0) = store.commits, trace.snapshot()
+    t0 = common.now()
+    await worker.run_until_idle()
+    elapsed = common.now() - t0
+    c1, (s1, k1) = store.commits, trace.snapshot()
+    await store.close()
+    return {"seconds": elapsed, "store_commits": c1 - c0,
+            "sqlite_statements": s1 - s0, "sqlite_commits": k1 - k0}
+
+
+async def w_seq_parts(job: dict[str, Any]) -> dict[str, Any]:
+    """Where a sequential step's time goes: the same run with an async step
+    function (no thread hop for the user function), and the bare store round
+    trip (one fenced `append` of one record) with no workflow at all."""
+    from stead.records import Fence  # internal: a diagnostic, not an API use
+
+    n = job["n"]
+    store = await stead.open_store(job["url"])
+    client = stead.Client(store, app)
+    await client.start(seq_async, n)
+    t0 = common.now()
+    await stead.Worker(app, store, stead.WorkerOptions(concurrency=1)).run_until_idle()
+    async_step = common.now() - t0
+    info = await client.start(seq, 0)
+    (row,) = await store.claim("bench", [seq.key], 60, 1)
+    fence = Fence(info.run_id, row.epoch, "bench")
+    t0 = common.now()
+    for i in range(n):
+        await store.append(fence, [stead.Record(
+            seq=i, addr=str(i), attempt=1, kind="step", name="s", digest="0" * 32,
+            status="ok", payload=str(i), epoch=row.epoch, at=time.time())])
+    append = common.now() - t0
+    await store.close()
+    return {"async_step_us": async_step / n * 1e6, "append_us": append / n * 1e6}
+
+
+async def w_many(job: dict[str, Any]) -> dict[str, Any]:
+    store = await stead.open_store(job["url"])
+    client = stead.Client(store, app)
+    t0 = common.now()
+    for i in range(job["runs"]):
+        await client.start(small, i)
+    t1 = common.now()
+    worker = stead.Worker(app, store, stead.WorkerOptions(concurrency=job["concurrency"]))
+    await worker.run_until_idle()
+    t2 = common.now()
+    done = await store.list_runs(status="completed", limit=job["runs"] + 1)
+    await store.close()
+    return {"start_seconds": t1 - t0, "exec_seconds": t2 - t1, "seconds": t2 - t0,
+            "completed": len(done)}
+
+
+async def w_recover_prepare(job: dict[str, Any]) -> dict[str, Any]:
+    store = await stead.open_store(job["url"])
+    client = stead.Client(store, app)
+    info = await client.start(recover, job["n"])
+    common.emit("RUN", {"run_id": info.run_id})
+    # A short lease, so the fresh process can take the run over soon after the kill.
+    await stead.Worker(app, store, stead.WorkerOptions(
+        concurrency=1, lease_seconds=job["lease_seconds"])).run_until_idle()
+    return {}
+
+
+async def w_recover(job: dict[str, Any]) -> dict[str, Any]:
+    store = await stead.open_store(job["url"])
+    t_ready = common.now()
+    worker = stead.Worker(app, store, stead.WorkerOptions(concurrency=1))
+    await worker.run_until_idle()
+    t_done = common.now()
+    info = await stead.Client(store, app).get(job["run_id"])
+    journal = await store.load_journal(job["run_id"])
+    await store.close()
+    return {"t_imported": T_IMPORTED, "t_ready": t_ready, "t_entry": entries[0],
+            "t_live": step_times[0], "t_done": t_done, "status": info.status,
+            "result": info.result, "journal": len(journal)}
+
+
+async def w_growth(job: dict[str, Any]) -> dict[str, Any]:
+    store = await stead.open_store(job["url"])
+    client = stead.Client(store, app)
+    await client.start(growth, 0)  # schema, first run row: not the growth
+    await stead.Worker(app, store).run_until_idle()
+    before = common.used_bytes(job["url"])
+    step_times.clear()
+    info = await client.start(growth, job["n"], job.get("feed", True))
+    t0 = common.now()
+    await stead.Worker(app, store, stead.WorkerOptions(concurrency=1)).run_until_idle()
+    elapsed = common.now() - t0
+    after = common.used_bytes(job["url"])
+    status = (await client.get(info.run_id)).status
+    await store.close()
+    return {"bytes": after - before, "seconds": elapsed, "step_times": step_times,
+            "status": status}
+
+
+async def w_waits_setup(job: dict[str, Any]) -> dict[str, Any]:
+    """Start `runs` runs that each open a wait; one worker takes each to its
+    wait and suspends it."""
+    store = await stead.open_store(job["url"])
+    client = stead.Client(store, app)
+    before = common.used_bytes(job["url"])
+    t0 = common.now()
+    ids = [(await client.start(approval)).run_id for _ in range(job["runs"])]
+    t1 = common.now()
+    await stead.Worker(app, store, stead.WorkerOptions(concurrency=32)).run_until_idle()
+    t2 = common.now()
+    waiting = await store.list_runs(status="waiting", limit=job["runs"] + 1)
+    after = common.used_bytes(job["url"])
+    await store.close()
+    return {"start_seconds": t1 - t0, "suspend_seconds": t2 - t1, "waiting": len(waiting),
+            "bytes": after - before, "run_ids": ids, "rss": common.rss_bytes()}
+
+
+async def w_waits_worker(job: dict[str, Any]) -> dict[str, Any]:
+    """An idle worker (default options) that prints WOKE for each woken run."""
+    store = await stead.open_store(job["url"])
+    worker = stead.Worker(app, store)
+    task = asyncio.create_task(worker.run())
+    common.emit("IDLE", {"pid": os.getpid()})
+    await asyncio.get_running_loop().run_in_executor(None, input)  # parent says stop
+    worker.stop()
+    await task
+    await store.close()
+    return {}
+
+
+async def w_deliver(job: dict[str, Any]) -> dict[str, Any]:
+    store = await stead.open_store(job["url"])
+    client = stead.Client(store, app)
+    sent: dict[str, float] = {}
+    for i, run_id in enumerate(job["run_ids"]):
+        await asyncio.sleep(job["gaps"][i])
+        t = common.now()
+        verdict = await client.deliver(run_id, event_id=f"e-{run_id}", kind="approval",
+                                       payload={"ok": True})
+        if not isinstance(verdict, stead.Accepted):
+            raise SystemExit(f"delivery to {run_id} was not accepted: {verdict}")
+        sent[run_id] = t
+    await store.close()
+    return {"sent": sent}
+
+
+WORKLOADS = {
+    "seq": w_seq, "seq_parts": w_seq_parts, "many": w_many,
+    "recover_prepare": w_recover_prepare, "recover": w_recover,
+    "growth": w_growth, "waits_setup": w_waits_setup, "waits_worker": w_waits_worker,
+    "deliver": w_deliver,
+}
+
+
+def main() -> None:
+    job = common.args()
+    out = asyncio.run(WORKLOADS[job["workload"]](job))
+    common.result({**out, "t_start": T_START})
+
+
+if __name__ == "__main__":
+    main()
