@@ -110,3 +110,31 @@ async def test_unknown_run(store: stead.Store) -> None:
 async def test_an_unknown_url_scheme_is_a_clear_error() -> None:
     with pytest.raises(stead.StoreError, match="unsupported database URL"):
         await stead.open_store("mysql://localhost/x")
+
+
+@pytest.mark.sqlite_only
+async def test_concurrent_appends_share_commits_and_keep_their_own_fences(
+    db_url: str,
+) -> None:
+    """Group commit: appends waiting together share a transaction, yet a stale
+    writer's append fails alone and writes nothing."""
+    store = await stead.open_store(db_url)
+    try:
+        for i in range(20):
+            await _new(store, f"r{i}")
+        rows = await store.claim("w1", ["wf@1"], 30, 20)
+        fences = {r.run_id: Fence(r.run_id, r.epoch, "w1") for r in rows}
+        await store.cancel_run("r0")  # its holder is now stale
+        before = store.commits
+        results = await asyncio.gather(
+            *(store.append(fences[f"r{i}"], [_rec(0, 1)]) for i in range(20)),
+            return_exceptions=True,
+        )
+        assert isinstance(results[0], stead.StaleLease)
+        assert results[1:] == [None] * 19
+        assert store.commits - before < 20  # some appends shared a commit
+        assert await store.load_journal("r0") == []
+        for i in range(1, 20):
+            assert [r.seq for r in await store.load_journal(f"r{i}")] == [0]
+    finally:
+        await store.close()

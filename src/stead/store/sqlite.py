@@ -134,12 +134,8 @@ class SQLiteStore(SQLiteWaits):
     async def append(
         self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None = None
     ) -> None:
-        def op(conn: sqlite3.Connection) -> None:
-            with self._write(conn):
-                self._check_fence(conn, fence)
-                self._insert(conn, fence, records, resume)
-
-        await self._call(op)
+        # Appends waiting at the same time share one commit (sqlite_group).
+        await self._appends.append(fence, records, resume)
 
     async def finish(
         self,

@@ -26,7 +26,7 @@ from stead.records import (
     StateRow,
     WaitRow,
 )
-from stead.store import sql_files
+from stead.store import sql_files, sqlite_group
 from stead.store.base import Store
 
 T = TypeVar("T")
@@ -147,11 +147,15 @@ class SQLiteBase(Store):
         self._conn: sqlite3.Connection | None = None
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stead-sqlite")
         self._commits = 0
+        self._appends = sqlite_group.GroupCommit(self)
 
     # -- plumbing -----------------------------------------------------------
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._thread, self._guarded, fn)
+
+    def _translate(self, exc: sqlite3.Error) -> errors.StoreError:
+        return _translate(exc, self.path)
 
     def _guarded(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._conn is None:

@@ -1,0 +1,101 @@
+"""Group commit for journal appends on SQLite.
+
+Every append waits for its own durable commit, but appends that arrive while
+the writer thread is busy share the next transaction: with many runs in
+flight, one fsync carries several runs' steps. Each append keeps its own
+fence: it runs under a savepoint, so a stale writer's append is rolled back
+alone and fails alone with `StaleLease`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from stead import errors
+from stead.records import Fence, Record, ResumeRecord
+
+if TYPE_CHECKING:
+    from stead.store.sqlite_base import SQLiteBase
+
+_Job = tuple[Fence, Sequence[Record], ResumeRecord | None,
+             "asyncio.Future[None]", asyncio.AbstractEventLoop]
+
+
+def _settle(fut: asyncio.Future[None], exc: BaseException | None) -> None:
+    if fut.done():  # the waiter was cancelled meanwhile
+        return
+    if exc is None:
+        fut.set_result(None)
+    else:
+        fut.set_exception(exc)
+
+
+class GroupCommit:
+    def __init__(self, store: SQLiteBase) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._queue: list[_Job] = []
+        self._scheduled = False
+
+    async def append(
+        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            self._queue.append((fence, records, resume, fut, loop))
+            start = not self._scheduled
+            self._scheduled = True
+        if start:
+            loop.run_in_executor(self._store._thread, self._flush)
+        await fut
+
+    def _flush(self) -> None:
+        """On the writer thread: commit everything queued so far, together."""
+        with self._lock:
+            batch, self._queue = self._queue, []
+            self._scheduled = False
+        outcomes = self._commit(batch)
+        for (_f, _r, _s, fut, loop), exc in zip(batch, outcomes, strict=True):
+            # A closed loop has nobody waiting any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle, fut, exc)
+
+    def _commit(self, batch: list[_Job]) -> list[BaseException | None]:
+        store = self._store
+        conn = store._conn
+        if conn is None:
+            return [errors.StoreError("store is closed")] * len(batch)
+        outcomes: list[BaseException | None] = []
+        try:
+            with store._write(conn):
+                if len(batch) == 1:  # alone: no savepoint needed
+                    fence, records, resume, _fut, _loop = batch[0]
+                    store._check_fence(conn, fence)
+                    store._insert(conn, fence, records, resume)
+                    return [None]
+                for fence, records, resume, _fut, _loop in batch:
+                    outcomes.append(self._one(conn, fence, records, resume))
+        except errors.SteadError as exc:
+            return [exc] * len(batch)
+        except sqlite3.Error as exc:
+            return [store._translate(exc)] * len(batch)
+        return outcomes
+
+    def _one(self, conn: sqlite3.Connection, fence: Fence, records: Sequence[Record],
+             resume: ResumeRecord | None) -> BaseException | None:
+        conn.execute("SAVEPOINT one_append")
+        try:
+            self._store._check_fence(conn, fence)
+            self._store._insert(conn, fence, records, resume)
+        except (errors.StaleLease, sqlite3.IntegrityError) as exc:
+            conn.execute("ROLLBACK TO one_append")
+            conn.execute("RELEASE one_append")
+            return exc if isinstance(exc, errors.SteadError) else self._store._translate(exc)
+        conn.execute("RELEASE one_append")
+        return None
