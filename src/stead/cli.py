@@ -168,7 +168,7 @@ def main(db: str) -> None:
 @click.option("--lease", "lease", type=click.FloatRange(min=0, min_open=True), default=30.0,
               show_default=True, metavar="SECONDS",
               help="Lease length; a crashed worker's runs are taken over after it.")
-@click.option("--poll", type=click.FloatRange(min=0, min_open=True), default=0.5,
+@click.option("--poll", type=click.FloatRange(min=0, min_open=True), default=0.2,
               show_default=True, metavar="SECONDS", help="Pause between claims when idle.")
 @click.option("--grace", type=click.FloatRange(min=0), default=10.0, show_default=True,
               metavar="SECONDS",

@@ -36,7 +36,7 @@ log = logging.getLogger("stead.worker")
 class WorkerOptions:
     concurrency: int = 16
     lease_seconds: float = 30.0
-    poll_interval: float = 0.5
+    poll_interval: float = 0.2  # an idle poll is a read; PostgreSQL is woken by NOTIFY
     shutdown_grace: float = 10.0
     worker_id: str | None = None
     # A run parked on a wait or timer further away than this is suspended

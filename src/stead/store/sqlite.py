@@ -91,11 +91,14 @@ class SQLiteStore(SQLiteWaits):
 
         def op(conn: sqlite3.Connection) -> list[RunRow]:
             now = self.clock.now()
+            params = {"worker_id": worker_id, "expires": now + lease_seconds, "now": now,
+                      "hosted": hosted_json, "exclude": exclude_json, "limit": limit}
+            # An idle worker's poll is a read: it takes the write lock (and costs a
+            # commit) only when there is something to claim.
+            if conn.execute(_Q["claimable"], params).fetchone() is None:
+                return []
             with self._write(conn):
-                rows = conn.execute(_Q["claim"], {
-                    "worker_id": worker_id, "expires": now + lease_seconds, "now": now,
-                    "hosted": hosted_json, "exclude": exclude_json, "limit": limit,
-                }).fetchall()
+                rows = conn.execute(_Q["claim"], params).fetchall()
             return [_run_row(r) for r in rows]
 
         return await self._call(op)

@@ -40,6 +40,15 @@ WHERE run_id IN (
     LIMIT :limit)
 RETURNING *;
 
+-- name: claimable
+SELECT 1 FROM runs
+WHERE ((status IN ('pending', 'running')
+        AND (lease_expires_at IS NULL OR lease_expires_at <= :now))
+       OR (status = 'waiting' AND wake_at <= :now))
+  AND (workflow || '@' || version) IN (SELECT value FROM json_each(:hosted))
+  AND run_id NOT IN (SELECT value FROM json_each(:exclude))
+LIMIT 1;
+
 -- name: renew
 UPDATE runs SET lease_expires_at = :expires
 WHERE run_id = :run_id AND epoch = :epoch AND lease_owner = :worker_id
