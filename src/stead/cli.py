@@ -46,14 +46,17 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
 
 
 @contextlib.asynccontextmanager
-async def opened_client(db: str, app: App | None = None) -> AsyncIterator[Client]:
-    # A person is waiting: give up on an unreachable server after a few
-    # seconds, with one error line instead of a retry log.
+async def opened_client(
+    db: str, app: App | None = None, *, interactive: bool = True
+) -> AsyncIterator[Client]:
+    # A person waiting on a command gives up on an unreachable server after a
+    # few seconds, with one error line; a worker rides out outages and logs them.
     quiet = logging.getLogger("stead.store")
     level = quiet.level
-    quiet.setLevel(logging.ERROR)
+    if interactive:
+        quiet.setLevel(logging.ERROR)
     try:
-        store = await open_store(db, retry_for=3.0)
+        store = await open_store(db, retry_for=3.0 if interactive else 30.0)
         try:
             yield Client(store, app)
         finally:
@@ -206,7 +209,7 @@ def worker(ctx: click.Context, app_spec: str, concurrency: int, lease: float, po
 
 
 async def _work(db: str, app: App, options: WorkerOptions, until_idle: bool) -> None:
-    async with opened_client(db, app) as client:
+    async with opened_client(db, app, interactive=False) as client:
         w = Worker(app, client.store, options)
         loop = asyncio.get_running_loop()
 

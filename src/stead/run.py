@@ -248,38 +248,30 @@ class Run:
         addr = addresses.reserve()
         digest = codec.digest(kind, bind_json, seconds, schema_json, token)
         prior = self._x.take(addr, records.WAIT, kind, digest)
+        resolution = None
         if prior:
             opened = codec.loads(prior[0].payload)
-            row = records.WaitRow(
-                wait_id=opened["wait_id"], run_id=self.id, addr=addr, kind=kind,
-                bind=codec.dumps(bind_json, what="bind"), schema=schema_json,
-                token_hash=None, task_key=self._task_key, expires_at=opened["expires_at"],
-                state=records.OPEN, event_id=None, created_at=prior[0].at,
-            )
+            wait_id, expires_at, created_at = opened["wait_id"], opened["expires_at"], prior[0].at
             resolution = prior[1] if len(prior) > 1 else None
         else:
             self._x.check_live()
-            wait_id = _uuid.uuid4().hex
-            now = self._x.clock.now()
-            minted = waits.make_token(await self._x.secret(), self.id, wait_id)
-            row = records.WaitRow(
-                wait_id=wait_id, run_id=self.id, addr=addr, kind=kind,
-                bind=codec.dumps(bind_json, what="bind"), schema=schema_json,
-                token_hash=waits.token_hash(minted) if token else None,
-                task_key=self._task_key,
-                expires_at=None if seconds is None else now + seconds,
-                state=records.OPEN, event_id=None, created_at=now,
-            )
+            wait_id, created_at = _uuid.uuid4().hex, self._x.clock.now()
+            expires_at = None if seconds is None else created_at + seconds
+        minted = waits.make_token(await self._x.secret(), self.id, wait_id) if token else None
+        row = records.WaitRow(
+            wait_id=wait_id, run_id=self.id, addr=addr, kind=kind,
+            bind=codec.dumps(bind_json, what="bind"), schema=schema_json,
+            token_hash=None if minted is None else waits.token_hash(minted),
+            task_key=self._task_key, expires_at=expires_at, state=records.OPEN,
+            event_id=None, created_at=created_at,
+        )
+        if not prior:
             rec = self._x.record(addr, 1, records.WAIT, kind, digest, records.OPEN, codec.dumps(
-                {"wait_id": wait_id, "expires_at": row.expires_at, "bind": bind_json},
+                {"wait_id": wait_id, "expires_at": expires_at, "bind": bind_json},
                 what="the wait"))
             await self._x.write([rec], lambda batch, resume: self._x.store.open_wait(
                 self._x.fence, batch, resume, row))
-            resolution = None
-        minted_token = (
-            waits.make_token(await self._x.secret(), self.id, row.wait_id) if token else None
-        )
-        return waits.Wait(self._x, addr, kind, digest, row, minted_token, schema, resolution)
+        return waits.Wait(self._x, addr, kind, digest, row, minted, schema, resolution)
 
     async def sleep(self, duration: dt.timedelta | float) -> None:
         """Sleep durably: the wake-up time is journaled, so a run taken over
