@@ -138,3 +138,71 @@ async def test_concurrent_appends_share_commits_and_keep_their_own_fences(
             assert [r.seq for r in await store.load_journal(f"r{i}")] == [0]
     finally:
         await store.close()
+
+
+@pytest.mark.sqlite_only
+async def test_a_run_writing_alone_never_waits_on_the_loop_for_another_process(
+    db_url: str, tmp_path: Path,
+) -> None:
+    """A run writing alone commits on the event loop itself; when another
+    process holds the file's write lock, its append waits on the store thread
+    instead, so the loop keeps running, and it lands once the lock is free."""
+    store = await stead.open_store(db_url)
+    try:
+        await _new(store)
+        [row] = await store.claim("w1", ["wf@1"], 30, 1)
+        fence = Fence("r1", row.epoch, "w1")
+        await store.append(fence, [_rec(0, row.epoch)])  # alone: inline
+
+        other = sqlite3.connect(tmp_path / "stead.db", isolation_level=None,
+                                check_same_thread=False)
+        other.execute("BEGIN IMMEDIATE")  # another process's writer, as far as SQLite knows
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        ticker = asyncio.create_task(tick())
+        append = asyncio.create_task(store.append(fence, [_rec(1, row.epoch)]))
+        await asyncio.sleep(0.3)
+        assert not append.done()  # waiting for the lock...
+        assert ticks >= 10  # ...off the loop
+        other.execute("COMMIT")
+        await append
+        ticker.cancel()
+        other.close()
+        assert [r.seq for r in await store.load_journal("r1")] == [0, 1]
+    finally:
+        await store.close()
+
+
+async def test_claims_take_pending_expired_and_due_runs_oldest_first(db_url: str) -> None:
+    clock = stead.FakeClock()
+    store = await stead.open_store(db_url, clock=clock)
+    try:
+        for name in ("sleeper", "pending-1", "crashed", "pending-2", "napping", "leased"):
+            await _new(store, name)
+            clock.advance(1)
+        # crashed: leased, then its lease ran out; leased: lease still held;
+        # sleeper: waiting, due now; napping: waiting, due later.
+        for name, wake in (("sleeper", clock.now() + 5), ("napping", clock.now() + 500)):
+            [row] = await store.claim("w0", ["wf@1"], 1000, 1, exclude=_others(name))
+            await store.suspend(Fence(name, row.epoch, "w0"), [], None, wake, [])
+        await store.claim("w0", ["wf@1"], 10, 1, exclude=_others("crashed"))
+        clock.advance(20)
+        await store.claim("w0", ["wf@1"], 1000, 1, exclude=_others("leased"))
+        first = await store.claim("w1", ["wf@1"], 10, 2)
+        assert {r.run_id for r in first} == {"sleeper", "pending-1"}
+        then = await store.claim("w1", ["wf@1"], 10, 10)
+        assert {r.run_id for r in then} == {"crashed", "pending-2"}
+        assert await store.claim("w2", ["wf@1"], 10, 10) == []
+    finally:
+        await store.close()
+
+
+def _others(name: str) -> list[str]:
+    return [n for n in ("sleeper", "pending-1", "crashed", "pending-2", "napping", "leased")
+            if n != name]

@@ -95,11 +95,13 @@ class SQLiteStore(SQLiteWaits):
                       "hosted": hosted_json, "exclude": exclude_json, "limit": limit}
             # An idle worker's poll is a read: it takes the write lock (and costs a
             # commit) only when there is something to claim.
-            if conn.execute(_Q["claimable"], params).fetchone() is None:
+            if conn.execute(_Q["claim_candidates"], params).fetchone() is None:
                 return []
             with self._write(conn):
-                rows = conn.execute(_Q["claim"], params).fetchall()
-            return [_run_row(r) for r in rows]
+                ids = [r[0] for r in conn.execute(_Q["claim_candidates"], params)]
+                rows = conn.execute(_Q["claim"], {**params, "run_ids": json.dumps(ids)})
+                taken = [_run_row(r) for r in rows]
+            return sorted(taken, key=lambda r: r.created_at)
 
         return await self._call(op)
 
@@ -120,6 +122,8 @@ class SQLiteStore(SQLiteWaits):
         return await self._call(op)
 
     async def release(self, fence: Fence) -> None:
+        self._done_writing(fence.run_id)
+
         def op(conn: sqlite3.Connection) -> None:
             with self._write(conn):
                 conn.execute(_Q["release"], {**_fence(fence), "now": self.clock.now()})
@@ -159,7 +163,10 @@ class SQLiteStore(SQLiteWaits):
                     "now": self.clock.now(),
                 })
 
-        await self._call(op)
+        try:
+            await self._call_for(fence.run_id, op)
+        finally:
+            self._done_writing(fence.run_id)
 
     async def resume_stopped(
         self, run_id: str, expect_status: str, record: Record | None

@@ -9,6 +9,7 @@ import asyncio
 import concurrent.futures
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -31,6 +32,16 @@ from stead.store.base import Store
 
 T = TypeVar("T")
 _Q = sql_files.queries("sqlite")
+
+# A run counts as writing alongside others for this long after its last append.
+_ALONE_WINDOW = 0.25
+
+
+class _Busy:
+    """The connection (or the file's write lock) is taken right now."""
+
+
+BUSY = _Busy()
 _TERMINAL_SQL = ("completed", "failed", "cancelled")
 
 
@@ -145,25 +156,81 @@ class SQLiteBase(Store):
         self.path = path_from_url(url)
         self.busy_timeout = busy_timeout_from_url(url, busy_timeout)
         self._conn: sqlite3.Connection | None = None
+        # A second connection that never waits for the file's write lock: the
+        # event loop commits on it itself when nothing else is writing (below).
+        self._inline_conn: sqlite3.Connection | None = None
+        # The store thread and the event loop take turns with the connections.
+        self._conn_lock = threading.Lock()
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stead-sqlite")
         self._commits = 0
         self._appends = sqlite_group.GroupCommit(self)
+        self._writers: dict[str, float] = {}  # run id -> when it last appended
 
     # -- plumbing -----------------------------------------------------------
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn` with the connection: on the event loop itself while no run
+        is writing (see `_alone`), else on the store thread."""
+        return await self._call_for(None, fn)
+
+    async def _call_for(self, run_id: str | None, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """`_call` for a write of run `run_id`'s execution (None: of no run)."""
+        if self._alone(run_id):
+            done = self._try_inline(fn)
+            if not isinstance(done, _Busy):
+                return done
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._thread, self._guarded, fn)
+
+    def _alone(self, run_id: str | None) -> bool:
+        """Whether no run but `run_id` has written to this store lately.
+        Alone, handing a statement to the store thread buys nothing but two
+        thread wake-ups (measured: ~0.3 ms a commit on a 2-core VM); with
+        runs writing side by side, the thread lets their appends share commits
+        and their Python work overlap the disk."""
+        now = time.monotonic()
+        writers = self._writers
+        if run_id is not None:
+            writers[run_id] = now
+        if len(writers) > 1 or (writers and run_id is None):
+            horizon = now - _ALONE_WINDOW
+            for other in [k for k, at in writers.items() if at < horizon]:
+                del writers[other]
+        return not writers or (run_id is not None and len(writers) == 1)
+
+    def _done_writing(self, run_id: str) -> None:
+        self._writers.pop(run_id, None)
+
+    def _try_inline(self, fn: Callable[[sqlite3.Connection], T]) -> T | _Busy:
+        """Run `fn` on the calling thread (the event loop) on the inline
+        connection, unless the store thread is using the connections or
+        another process holds the write lock: then `BUSY`, nothing done. The
+        inline connection never waits for a lock, so the loop blocks for one
+        local commit at most, never for another process."""
+        conn = self._inline_conn
+        if conn is None or not self._conn_lock.acquire(blocking=False):
+            return BUSY
+        try:
+            return fn(conn)
+        except sqlite3.OperationalError as exc:
+            if _is_locked(exc):
+                return BUSY
+            raise _translate(exc, self.path) from exc
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.path) from exc
+        finally:
+            self._conn_lock.release()
 
     def _translate(self, exc: sqlite3.Error) -> errors.StoreError:
         return _translate(exc, self.path)
 
     def _guarded(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        if self._conn is None:
-            raise errors.StoreError("store is closed")
-        try:
-            return fn(self._conn)
-        except sqlite3.Error as exc:
-            raise _translate(exc, self.path) from exc
+        with self._conn_lock:
+            if self._conn is None:
+                raise errors.StoreError("store is closed")
+            try:
+                return fn(self._conn)
+            except sqlite3.Error as exc:
+                raise _translate(exc, self.path) from exc
 
     @contextmanager
     def _write(self, conn: sqlite3.Connection) -> Iterator[None]:
@@ -189,18 +256,23 @@ class SQLiteBase(Store):
                     f"cannot create database {self.path}: folder {parent} does not exist"
                 )
         try:
-            conn = sqlite3.connect(
-                self.path, timeout=self.busy_timeout, isolation_level=None,
-                check_same_thread=False,
-            )
-            conn.row_factory = sqlite3.Row
+            conn = self._open_connection(self.busy_timeout)
             _set_wal(conn, self.busy_timeout)
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute("PRAGMA foreign_keys=ON")
             self._conn = conn
             self._migrate(conn)
+            if self.path != ":memory:":  # a second :memory: connection is another database
+                self._inline_conn = self._open_connection(0.0)
         except sqlite3.Error as exc:
             raise _translate(exc, self.path) from exc
+
+    def _open_connection(self, timeout: float) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, timeout=timeout, isolation_level=None, check_same_thread=False,
+        )
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        return conn
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         with self._write(conn):
@@ -222,9 +294,11 @@ class SQLiteBase(Store):
 
     async def close(self) -> None:
         def _close() -> None:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            with self._conn_lock:
+                for conn in (self._conn, self._inline_conn):
+                    if conn is not None:
+                        conn.close()
+                self._conn = self._inline_conn = None
 
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._thread, _close)
@@ -270,6 +344,11 @@ def _statements(script: str) -> Iterator[str]:
             buf = []
     if "\n".join(buf).strip():
         raise errors.StoreError("migration ends with an incomplete statement")
+
+
+def _is_locked(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc)
+    return "locked" in text or "busy" in text
 
 
 def _set_wal(conn: sqlite3.Connection, timeout: float) -> None:

@@ -4,7 +4,8 @@ Every append waits for its own durable commit, but appends that arrive while
 the writer thread is busy share the next transaction: with many runs in
 flight, one fsync carries several runs' steps. Each append keeps its own
 fence: it runs under a savepoint, so a stale writer's append is rolled back
-alone and fails alone with `StaleLease`.
+alone and fails alone with `StaleLease`. A run writing alone commits on the
+event loop itself: there is nobody to share the commit with.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ class GroupCommit:
     async def append(
         self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None
     ) -> None:
+        store = self._store
+        if not self._scheduled and store._alone(fence.run_id):
+            done = store._try_inline(lambda conn: self._commit_alone(conn, fence, records, resume))
+            if done is None:
+                return
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         with self._lock:
@@ -66,26 +72,32 @@ class GroupCommit:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_settle, fut, exc)
 
+    def _commit_alone(self, conn: sqlite3.Connection, fence: Fence, records: Sequence[Record],
+                      resume: ResumeRecord | None) -> None:
+        with self._store._write(conn):
+            self._store._check_fence(conn, fence)
+            self._store._insert(conn, fence, records, resume)
+
     def _commit(self, batch: list[_Job]) -> list[BaseException | None]:
         store = self._store
-        conn = store._conn
-        if conn is None:
-            return [errors.StoreError("store is closed")] * len(batch)
-        outcomes: list[BaseException | None] = []
-        try:
-            with store._write(conn):
+        with store._conn_lock:
+            conn = store._conn
+            if conn is None:
+                return [errors.StoreError("store is closed")] * len(batch)
+            outcomes: list[BaseException | None] = []
+            try:
                 if len(batch) == 1:  # alone: no savepoint needed
                     fence, records, resume, _fut, _loop = batch[0]
-                    store._check_fence(conn, fence)
-                    store._insert(conn, fence, records, resume)
+                    self._commit_alone(conn, fence, records, resume)
                     return [None]
-                for fence, records, resume, _fut, _loop in batch:
-                    outcomes.append(self._one(conn, fence, records, resume))
-        except errors.SteadError as exc:
-            return [exc] * len(batch)
-        except sqlite3.Error as exc:
-            return [store._translate(exc)] * len(batch)
-        return outcomes
+                with store._write(conn):
+                    for fence, records, resume, _fut, _loop in batch:
+                        outcomes.append(self._one(conn, fence, records, resume))
+            except errors.SteadError as exc:
+                return [exc] * len(batch)
+            except sqlite3.Error as exc:
+                return [store._translate(exc)] * len(batch)
+            return outcomes
 
     def _one(self, conn: sqlite3.Connection, fence: Fence, records: Sequence[Record],
              resume: ResumeRecord | None) -> BaseException | None:

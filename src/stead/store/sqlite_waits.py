@@ -98,6 +98,7 @@ class SQLiteWaits(SQLiteBase):
                     **_fence(fence), "wake_at": wake_at, "now": self.clock.now(),
                 })
 
+        self._done_writing(fence.run_id)
         await self._call(op)
 
     async def deliver(self, event: EventRow, judge: Judge) -> tuple[Judgement, EventRow]:

@@ -25,29 +25,36 @@ SET status = 'cancelled', epoch = epoch + 1, lease_owner = NULL,
 WHERE run_id = :run_id AND status NOT IN ('completed', 'failed', 'cancelled')
 RETURNING *;
 
+-- name: claim_candidates
+-- The runs a claim would take, oldest first. Two arms, each reading an index
+-- in order and stopping at :limit (one OR of both read every pending run and
+-- sorted them); due sleepers come from the wake_at index, not from all
+-- waiting runs.
+SELECT run_id FROM (
+SELECT * FROM (
+    SELECT run_id, created_at FROM runs INDEXED BY runs_runnable
+    WHERE status IN ('pending', 'running')
+      AND (lease_expires_at IS NULL OR lease_expires_at <= :now)
+      AND (workflow || '@' || version) IN (SELECT value FROM json_each(:hosted))
+      AND run_id NOT IN (SELECT value FROM json_each(:exclude))
+    ORDER BY created_at LIMIT :limit)
+UNION ALL
+SELECT * FROM (
+    SELECT run_id, created_at FROM runs INDEXED BY runs_waking
+    WHERE status = 'waiting' AND wake_at <= :now
+      AND (workflow || '@' || version) IN (SELECT value FROM json_each(:hosted))
+      AND run_id NOT IN (SELECT value FROM json_each(:exclude))
+    ORDER BY created_at LIMIT :limit)
+)
+ORDER BY created_at LIMIT :limit;
+
 -- name: claim
+-- :run_ids are claim_candidates read in the same write transaction.
 UPDATE runs
 SET epoch = epoch + 1, lease_owner = :worker_id, lease_expires_at = :expires,
     status = 'running', wake_at = NULL, updated_at = :now
-WHERE run_id IN (
-    SELECT run_id FROM runs
-    WHERE ((status IN ('pending', 'running')
-            AND (lease_expires_at IS NULL OR lease_expires_at <= :now))
-           OR (status = 'waiting' AND wake_at <= :now))
-      AND (workflow || '@' || version) IN (SELECT value FROM json_each(:hosted))
-      AND run_id NOT IN (SELECT value FROM json_each(:exclude))
-    ORDER BY created_at
-    LIMIT :limit)
+WHERE run_id IN (SELECT value FROM json_each(:run_ids))
 RETURNING *;
-
--- name: claimable
-SELECT 1 FROM runs
-WHERE ((status IN ('pending', 'running')
-        AND (lease_expires_at IS NULL OR lease_expires_at <= :now))
-       OR (status = 'waiting' AND wake_at <= :now))
-  AND (workflow || '@' || version) IN (SELECT value FROM json_each(:hosted))
-  AND run_id NOT IN (SELECT value FROM json_each(:exclude))
-LIMIT 1;
 
 -- name: renew
 UPDATE runs SET lease_expires_at = :expires
