@@ -87,18 +87,32 @@ def _redact(value: Any) -> Any:
     return value
 
 
-def digest(*parts: Any) -> str:
-    """A stable fingerprint of call arguments, independent of dict key order
-    (secrets enter it as references, never as values)."""
+def redacting() -> bool:
+    """Whether `redact` searches values for secrets (it does once one exists)."""
+    return _secrets_made
+
+
+DIGEST_CHARS = 32  # hex characters of sha256 kept in a digest
+
+
+def canonical(value: Any) -> str:
+    """The canonical JSON text of `value` that digests hash: sorted keys, no
+    spaces, secrets as references."""
     try:
-        canonical = json.dumps(
-            redact(parts), default=_default, separators=(",", ":"), sort_keys=True, allow_nan=False
+        return json.dumps(
+            redact(value), default=_default, separators=(",", ":"), sort_keys=True, allow_nan=False
         )
     except (TypeError, ValueError, RecursionError) as exc:
         raise errors.SerializationError(
             f"arguments cannot be stored as JSON: {exc}. Pass JSON-compatible values."
         ) from exc
-    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+def digest(*parts: Any) -> str:
+    """A stable fingerprint of call arguments, independent of dict key order
+    (secrets enter it as references, never as values). `digests.Digests`
+    computes the same fingerprint incrementally for a growing list argument."""
+    return hashlib.sha256(canonical(parts).encode()).hexdigest()[:DIGEST_CHARS]
 
 
 @functools.lru_cache(maxsize=512)

@@ -83,7 +83,7 @@ class Effect:
         self.x = x
         self.addr = addr
         self.spec = spec
-        self.digest = codec.digest(list(spec.args), dict(spec.kwargs))
+        self.digest = x.digests.call(records.EFFECT, spec.name, spec.args, spec.kwargs)
         self.args_json = codec.loads(
             codec.dumps(codec.redact({"args": list(spec.args), "kwargs": dict(spec.kwargs)}),
                         what=f"the arguments of effect {spec.name!r}")

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import TypeVar
 
-from stead import errors
+from stead import digests, errors
 from stead.clock import Clock
 from stead.records import Fence, Record, ResumeRecord
 from stead.replay import Journal
@@ -76,6 +76,8 @@ class Execution:
         # Signs wait tokens; the worker sets where it comes from (read lazily).
         self.secret_source: Callable[[], Awaitable[bytes]] | None = None
         self._settling: asyncio.Task[None] | None = None
+        # Argument digests, incremental for a conversation that grows: per run.
+        self.digests = digests.Digests()
 
     def classify(self, cls: str) -> None:
         """Count a replayed record's class (DESIGN.md §4) for the resume record."""

@@ -115,7 +115,7 @@ class Run:
         """Call `fn(*args, **kwargs)` once, ever: its result (or its error) is
         journaled and returned from the journal on replay. Sync functions run in
         a thread. A failure raises `StepError`, live and on replay alike."""
-        digest = codec.digest(list(args), kwargs)
+        digest = self._x.digests.call(records.STEP, name, args, kwargs)
         status, payload, attempts = await self._recorded(
             records.STEP, name, digest,
             lambda: calls.invoke(fn, args, kwargs),
@@ -143,7 +143,7 @@ class Run:
     ) -> Completion:
         """Ask `model` once, ever: the completion is journaled, and a resumed run
         gets the recorded answer instead of asking again."""
-        digest = codec.digest(model.name, list(messages), params)
+        digest = self._x.digests.llm(name, model.name, messages, params)
 
         async def call() -> Completion:
             with addresses.outside_branches():
