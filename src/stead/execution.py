@@ -114,7 +114,7 @@ class Execution:
 
     def _numbered(self, recs: Sequence[Record]) -> list[Record]:
         batch = [*self._buffer, *recs]
-        return [r.evolve(seq=self._next_seq + i) for i, r in enumerate(batch)]
+        return [r.numbered(self._next_seq + i) for i, r in enumerate(batch)]
 
     def _resume(self) -> ResumeRecord | None:
         if not self._resume_pending:
