@@ -162,3 +162,32 @@ async def test_list_and_get(store: stead.Store) -> None:
     assert [r.run_id for r in done] == [a.run_id]
     assert [r.run_id for r in await client.list_runs(status="pending")] == [b.run_id]
     assert (await client.get(a.run_id)).result == 2
+
+
+async def test_an_idle_worker_wakes_on_a_commit_long_before_its_next_poll(
+    db_url: str,
+) -> None:
+    """Started runs are taken at once by a worker idle 60 s from its next poll:
+    on PostgreSQL it LISTENs; on SQLite it watches the file's data version,
+    which every commit changes, from another process or from this one."""
+    app = stead.App("t")
+
+    @app.workflow()
+    async def hello(run: stead.Run, name: str) -> str:
+        return f"hello {name}"
+
+    worker_store = await stead.open_store(db_url)
+    other_store = await stead.open_store(db_url)  # as another process would
+    worker = stead.Worker(app, worker_store, stead.WorkerOptions(poll_interval=60))
+    task = asyncio.create_task(worker.run())
+    try:
+        for i, store in enumerate([other_store, worker_store, other_store]):
+            await asyncio.sleep(0.2)  # idle, 60 s from its next poll
+            client = stead.Client(store, app)
+            info = await client.start(hello, f"n{i}")
+            assert await client.result(info.run_id, timeout=10, poll=0.005) == f"hello n{i}"
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+        await worker_store.close()
+        await other_store.close()

@@ -35,6 +35,8 @@ _Q = sql_files.queries("sqlite")
 
 # A run counts as writing alongside others for this long after its last append.
 _ALONE_WINDOW = 0.25
+# How often an idle worker looks whether anyone committed to the file.
+_WATCH_INTERVAL = 0.01
 
 
 class _Busy:
@@ -159,6 +161,8 @@ class SQLiteBase(Store):
         # A second connection that never waits for the file's write lock: the
         # event loop commits on it itself when nothing else is writing (below).
         self._inline_conn: sqlite3.Connection | None = None
+        # Only ever asked PRAGMA data_version, by idle workers (`wait_for_work`).
+        self._watch_conn: sqlite3.Connection | None = None
         # The store thread and the event loop take turns with the connections.
         self._conn_lock = threading.Lock()
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stead-sqlite")
@@ -262,6 +266,7 @@ class SQLiteBase(Store):
             self._migrate(conn)
             if self.path != ":memory:":  # a second :memory: connection is another database
                 self._inline_conn = self._open_connection(0.0)
+                self._watch_conn = self._open_connection(0.0)
         except sqlite3.Error as exc:
             raise _translate(exc, self.path) from exc
 
@@ -295,14 +300,41 @@ class SQLiteBase(Store):
     async def close(self) -> None:
         def _close() -> None:
             with self._conn_lock:
-                for conn in (self._conn, self._inline_conn):
+                for conn in (self._conn, self._inline_conn, self._watch_conn):
                     if conn is not None:
                         conn.close()
-                self._conn = self._inline_conn = None
+                self._conn = self._inline_conn = self._watch_conn = None
 
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._thread, _close)
         self._thread.shutdown(wait=False)
+
+    async def wait_for_work(self, timeout: float) -> None:
+        """Return soon after anyone (another process, this one) commits to the
+        file, or after `timeout`. SQLite cannot notify, but `PRAGMA
+        data_version` changes with every commit made on another connection and
+        reading it touches no disk: a look every 10 ms costs microseconds, and
+        the worker's claim query runs only when something changed (or at the
+        poll, for timers that came due)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        seen = self._data_version()
+        if seen is None:
+            await asyncio.sleep(timeout)
+            return
+        while (left := deadline - loop.time()) > 0:
+            await asyncio.sleep(min(_WATCH_INTERVAL, left))
+            if self._data_version() != seen:
+                return
+
+    def _data_version(self) -> int | None:
+        conn = self._watch_conn
+        if conn is None:
+            return None
+        try:
+            return int(conn.execute("PRAGMA data_version").fetchone()[0])
+        except sqlite3.Error:  # cannot look: the poll's timeout still wakes the worker
+            return None
 
     def _check_fence(self, conn: sqlite3.Connection, fence: Fence) -> None:
         if conn.execute(_Q["fence"], _fence(fence)).fetchone() is None:
