@@ -201,6 +201,9 @@ def _profile_misses(ctx: Context, ts: list[report.Target], scratch: runner.Path,
         try:
             if kind == "sequential":
                 path = profiles.profile(name, {"workload": "seq", "n": 3000}, scratch, db)
+            elif kind == "many":
+                path = profiles.profile(
+                    name, {"workload": "many", "runs": 500, "concurrency": 32}, scratch, db)
             elif kind == "growth":
                 path = profiles.profile(name, {"workload": "growth", "n": 1000}, scratch, db)
             elif kind == "recovery":

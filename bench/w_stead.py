@@ -162,13 +162,15 @@ async def w_many(job: dict[str, Any]) -> dict[str, Any]:
     for i in range(job["runs"]):
         await client.start(small, i)
     t1 = common.now()
+    c1, cpu1 = store.commits, time.process_time()
     worker = stead.Worker(app, store, stead.WorkerOptions(concurrency=job["concurrency"]))
     await worker.run_until_idle()
     t2 = common.now()
+    c2, cpu2 = store.commits, time.process_time()
     done = await store.list_runs(status="completed", limit=job["runs"] + 1)
     await store.close()
     return {"start_seconds": t1 - t0, "exec_seconds": t2 - t1, "seconds": t2 - t0,
-            "completed": len(done)}
+            "completed": len(done), "exec_commits": c2 - c1, "exec_cpu_seconds": cpu2 - cpu1}
 
 
 async def w_recover_prepare(job: dict[str, Any]) -> dict[str, Any]:
