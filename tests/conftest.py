@@ -66,3 +66,25 @@ async def fstore(db_url: str, clock: stead.FakeClock) -> AsyncIterator[stead.Sto
     s = await stead.open_store(db_url, clock=clock)
     yield s
     await s.close()
+
+
+# -- PostgreSQL only ----------------------------------------------------------------
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    with pg.fresh_schema() as url:
+        yield url
+
+
+@pytest.fixture
+async def pstore(pg_url: str) -> AsyncIterator[stead.Store]:
+    s = await stead.open_store(pg_url)
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+async def proxy() -> AsyncIterator[pg.Proxy]:
+    """A TCP proxy in front of the server, to lose answers and drop connections."""
+    pg.require()
+    async with pg.Proxy(pg.server_address()) as p:
+        yield p

@@ -15,6 +15,7 @@ import functools
 import glob
 import os
 import pwd
+import re
 import shutil
 import socket
 import subprocess
@@ -107,11 +108,79 @@ def drop_schema(name: str) -> None:
 
 
 # -- a proxy that loses connections ------------------------------------------------
+class _Commits:
+    """Follows what a client sends on one connection (protocol 3 frontend
+    messages) to tell which bytes make the server commit: a COMMIT, or a
+    statement that writes sent outside a transaction block, which commits on
+    its own (autocommit; the store's journal writes are such statements)."""
+
+    _STARTUP = 196608  # protocol 3.0; SSL and GSS requests come before it
+    _LOCKING = re.compile(rb"FOR (NO KEY |KEY )?(UPDATE|SHARE)")
+    _COMMENT = re.compile(rb"--[^\n]*")
+
+    def __init__(self) -> None:
+        self.buf = b""
+        self.started = False
+        self.in_block = False
+        self.statements: dict[bytes, bytes] = {}  # prepared name -> its SQL
+
+    def feed(self, data: bytes) -> bool:
+        """Whether `data` completes a message that commits."""
+        self.buf += data
+        commits = False
+        while True:
+            if not self.started:
+                if len(self.buf) < 8:
+                    break
+                size = int.from_bytes(self.buf[:4], "big")
+                if len(self.buf) < size:
+                    break
+                self.started = int.from_bytes(self.buf[4:8], "big") == self._STARTUP
+                self.buf = self.buf[size:]
+                continue
+            if len(self.buf) < 5:
+                break
+            size = int.from_bytes(self.buf[1:5], "big")
+            if len(self.buf) < 1 + size:
+                break
+            kind, body, self.buf = self.buf[:1], self.buf[5:1 + size], self.buf[1 + size:]
+            commits |= self._message(kind, body)
+        return commits
+
+    def _message(self, kind: bytes, body: bytes) -> bool:
+        if kind == b"Q":  # a simple query
+            return self._runs(body.split(b"\0", 1)[0])
+        if kind == b"P":  # Parse: remember the statement, it runs at Bind
+            name, rest = body.split(b"\0", 1)
+            self.statements[name] = rest.split(b"\0", 1)[0]
+            return False
+        if kind == b"B":  # Bind: the statement runs
+            name = body.split(b"\0", 2)[1]
+            return self._runs(self.statements.get(name, b""))
+        return False
+
+    def _runs(self, sql: bytes) -> bool:
+        text = self._COMMENT.sub(b"", sql).strip().upper()
+        if text.startswith((b"BEGIN", b"START TRANSACTION")):
+            self.in_block = True
+            return False
+        if text.startswith((b"COMMIT", b"END")):
+            self.in_block = False
+            return True
+        if text.startswith(b"ROLLBACK"):
+            self.in_block = False
+            return False
+        text = self._LOCKING.sub(b"", text)
+        writes = any(verb in text for verb in (b"INSERT ", b"UPDATE ", b"DELETE "))
+        return writes and not self.in_block
+
+
 class Proxy:
     """A TCP proxy in front of the server, on 127.0.0.1, that can cut every
     connection now (`cut_all`), or cut one connection right after the server
-    has answered a COMMIT it forwarded, before the client hears the answer
-    (`lose_commit_acks`): the commit landed, the client cannot know it."""
+    has answered a commit it forwarded, before the client hears the answer
+    (`lose_commit_acks`): the commit landed, the client cannot know it. A
+    commit is a COMMIT, or a write that commits on its own (see `_Commits`)."""
 
     def __init__(self, address: tuple[str, int] | str) -> None:
         self.address = address  # (host, port), or the path of a unix socket
@@ -119,6 +188,8 @@ class Proxy:
         self.acks_to_lose = 0  # lose the answers to the next N COMMITs
         self.commits_to_drop = 0  # drop the next N COMMITs before the server sees them
         self.lose_every = 0  # ...and then every N-th COMMIT's answer
+        self.lose_at = 0  # ...and the answer to the commit numbered so (see commits_seen)
+        self.drop_at = 0  # drop the commit numbered so
         self.commits_seen = 0
         self.lost_acks = 0
         self.dropped_commits = 0
@@ -130,7 +201,7 @@ class Proxy:
         parts = urlsplit(url)
         netloc = f"{parts.username or 'postgres'}@127.0.0.1:{self.listen_port}"
         return with_query(urlunsplit(parts._replace(netloc=netloc)), sslmode="disable",
-                          host="127.0.0.1")
+                          gssencmode="disable", host="127.0.0.1")
 
     async def __aenter__(self) -> Proxy:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -150,6 +221,10 @@ class Proxy:
 
     def _fate(self) -> str:
         self.commits_seen += 1
+        if self.commits_seen == self.drop_at:
+            return "drop"
+        if self.commits_seen == self.lose_at:
+            return "lose"
         if self.commits_to_drop > 0:
             self.commits_to_drop -= 1
             return "drop"
@@ -171,6 +246,7 @@ class Proxy:
             return
         self._links |= {client_w, server_w}
         commit_sent = asyncio.Event()
+        commits = _Commits()
 
         def cut() -> None:
             for w in (client_w, server_w):
@@ -179,7 +255,7 @@ class Proxy:
 
         async def upstream() -> None:
             while data := await client_r.read(65536):
-                fate = self._fate() if b"COMMIT" in data else "pass"
+                fate = self._fate() if commits.feed(data) else "pass"
                 if fate == "drop":
                     self.dropped_commits += 1
                     cut()  # the server never sees this COMMIT: it rolls back

@@ -20,12 +20,6 @@ from stead.store.postgres import PostgresStore
 from tests import pg
 
 
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    with pg.fresh_schema() as url:
-        yield url
-
-
 class Pipeline:
     """A workflow of steps (one of them in a gather) and an effect, counting
     every call in this process, so 'exactly once' can be checked exactly."""

@@ -112,7 +112,6 @@ async def test_an_unknown_url_scheme_is_a_clear_error() -> None:
         await stead.open_store("mysql://localhost/x")
 
 
-@pytest.mark.sqlite_only
 async def test_concurrent_appends_share_commits_and_keep_their_own_fences(
     db_url: str,
 ) -> None:

@@ -125,7 +125,7 @@ def translate(exc: psycopg.Error, display: str) -> errors.StoreError:
     return errors.StoreError(f"database {display}: {exc}")
 
 
-def _retryable(exc: psycopg.Error) -> bool:
+def retryable(exc: psycopg.Error) -> bool:
     """Lost connections, a server starting or shutting down, deadlocks and
     serialization failures: the transaction did not commit, try again."""
     return isinstance(exc, psycopg.OperationalError) and not _permanent(exc)
@@ -201,7 +201,7 @@ class Connector:
             try:
                 return await fn(attempt > 0)
             except psycopg.Error as exc:
-                if not _retryable(exc):
+                if not retryable(exc):
                     raise translate(exc, self.target.display) from exc
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -251,6 +251,7 @@ class Connector:
 
     async def write(
         self, fn: Callable[[Conn], Awaitable[T]], *, verify: Verify[T] | None = None,
+        unknown: bool = False, autocommit: bool = False,
     ) -> T:
         """Run `fn` in one transaction and commit it, counting the commit.
 
@@ -258,8 +259,12 @@ class Connector:
         connection. If it drops during COMMIT, `verify` reads back whether the
         write landed: its result is returned if so; on `NOT_LANDED` `fn` runs
         again. Without `verify`, `fn` must be safe to run twice (it is, for
-        renew, release, cancel and migrations)."""
-        unknown = False
+        renew, release, cancel and migrations). `unknown`: an earlier attempt
+        elsewhere may have committed this write, so read back first.
+
+        `autocommit`: `fn` writes with ONE statement (reads may come before
+        it), which commits on its own: one round trip, no BEGIN and COMMIT. A
+        connection lost while `fn` runs leaves the outcome unknown."""
 
         async def once(fresh: bool) -> T:
             nonlocal unknown
@@ -276,12 +281,17 @@ class Connector:
                 unknown = False
                 body_done = False
                 try:
-                    async with conn.transaction():
+                    if autocommit:
+                        body_done = True  # the statement may commit as it runs
                         result = await fn(conn)
-                        body_done = True
+                    else:
+                        async with conn.transaction():
+                            result = await fn(conn)
+                            body_done = True
                 except psycopg.OperationalError as exc:
-                    # Raised by COMMIT itself: the outcome is unknown unless the
-                    # server said it rolled back.
+                    # Raised by COMMIT itself (or by a statement that commits on
+                    # its own): the outcome is unknown unless the server said it
+                    # rolled back.
                     unknown = body_done and not isinstance(exc, pg_errors.TransactionRollback)
                     raise
                 self.commits += 1

@@ -1,10 +1,15 @@
 """What the PostgreSQL store's writes share: row conversions, the fence, the
 journal inserts, the read-backs that settle an unacknowledged commit, and
-NOTIFY. Each takes the connection of the transaction it is part of."""
+NOTIFY. Each takes the connection of the transaction it is part of.
+
+Records travel as one JSON parameter (`json_to_recordset` on the server):
+however many there are, the statement stays the same, and building it costs
+one `json.dumps` instead of a parameter per field of every record."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -43,7 +48,72 @@ def state_row(row: dict[str, Any]) -> StateRow:
 
 
 def record_params(run_id: str, r: Record) -> dict[str, Any]:
-    return {"run_id": run_id, **dataclasses.asdict(r)}
+    return {"run_id": run_id, **record_row(r)}
+
+
+def record_row(r: Record) -> dict[str, Any]:
+    return {"seq": r.seq, "addr": r.addr, "attempt": r.attempt, "kind": r.kind, "name": r.name,
+            "digest": r.digest, "status": r.status, "payload": r.payload, "epoch": r.epoch,
+            "at": r.at}
+
+
+def resume_row(r: ResumeRecord) -> dict[str, Any]:
+    return {"epoch": r.epoch, "worker_id": r.worker_id, "at": r.at, "from_seq": r.from_seq,
+            "code_version": r.code_version, "reused": r.reused, "detail": r.detail}
+
+
+def to_json(rows: list[dict[str, Any]]) -> str:
+    return json.dumps(rows, ensure_ascii=False)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FencedWrite:
+    """One fenced write of the journal: `records` and the takeover's `resume`
+    record under `fence`; with `finish` ({status, result, error, now}) it also
+    ends the run's attempt."""
+
+    fence: Fence
+    records: Sequence[Record]
+    resume: ResumeRecord | None = None
+    finish: dict[str, Any] | None = None
+
+
+def fenced_query(writes: Sequence[FencedWrite]) -> tuple[str, dict[str, Any]]:
+    """The statement (its name in queries.sql) and parameters that make
+    `writes` in one go: `fenced_write` (`append_one` and `finish_one` for a
+    lone write of one record or none). Jobs are numbered from 1 in the order given, which is
+    the order their runs are locked in. Each row it returns (n) is a job whose
+    fence held."""
+    if len(writes) == 1:
+        w = writes[0]
+        if w.resume is None and len(w.records) == 1 and w.finish is None:
+            r = w.records[0]
+            return "append_one", {
+                **fence_params(w.fence), "seq": r.seq, "addr": r.addr, "attempt": r.attempt,
+                "kind": r.kind, "name": r.name, "digest": r.digest, "status": r.status,
+                "payload": r.payload, "record_epoch": r.epoch, "at": r.at,
+            }
+        if w.resume is None and not w.records and w.finish is not None:
+            return "finish_one", {**fence_params(w.fence), **w.finish}
+    jobs: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []
+    resumes: list[dict[str, Any]] = []
+    finishes: list[dict[str, Any]] = []
+    for n, w in enumerate(writes, 1):
+        f = w.fence
+        jobs.append({"n": n, "run_id": f.run_id, "epoch": f.epoch, "worker_id": f.worker_id})
+        for r in w.records:
+            row = record_row(r)
+            row["n"] = n
+            records.append(row)
+        if w.resume is not None:
+            row = resume_row(w.resume)
+            row["n"] = n
+            resumes.append(row)
+        if w.finish is not None:
+            finishes.append({"n": n, **w.finish})
+    return "fenced_write", {"jobs": to_json(jobs), "records": to_json(records),
+                            "resumes": to_json(resumes), "finishes": to_json(finishes)}
 
 
 def fence_params(fence: Fence) -> dict[str, Any]:
@@ -65,26 +135,39 @@ async def notify(conn: Conn, schema: str) -> None:
     await conn.execute(Q["notify_work"], {"schema": schema})
 
 
+def stale(fence: Fence) -> errors.StaleLease:
+    return errors.StaleLease(
+        f"worker {fence.worker_id} no longer holds run {fence.run_id} at epoch "
+        f"{fence.epoch}: it was taken over or cancelled; the write was rejected"
+    )
+
+
 async def check_fence(conn: Conn, fence: Fence) -> None:
     """Raise `StaleLease` unless `fence` holds; if it does, the run row stays
     locked until commit, so nothing can take the run over in between."""
     if await one(conn, "fence", fence_params(fence)) is None:
-        raise errors.StaleLease(
-            f"worker {fence.worker_id} no longer holds run {fence.run_id} at epoch "
-            f"{fence.epoch}: it was taken over or cancelled; the write was rejected"
-        )
+        raise stale(fence)
+
+
+async def fenced_write(conn: Conn, write: FencedWrite) -> None:
+    """Make `write` in one statement (the fence and the inserts together);
+    raise `StaleLease`, having written nothing, unless its fence holds. In a
+    transaction the run row stays locked until the commit."""
+    name, params = fenced_query([write])
+    cur = await conn.execute(Q[name], params)
+    if not await cur.fetchall():
+        raise stale(write.fence)
 
 
 async def insert(
     conn: Conn, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
 ) -> None:
-    if records:
-        async with conn.cursor() as cur:
-            await cur.executemany(
-                Q["insert_record"], [record_params(fence.run_id, r) for r in records]
-            )
-    if resume is not None:
-        await conn.execute(Q["insert_resume"], dataclasses.asdict(resume))
+    """Insert `records` and `resume` in a transaction that checked `fence`."""
+    if records or resume is not None:
+        await conn.execute(Q["insert_records"], {
+            "run_id": fence.run_id, "records": to_json([record_row(r) for r in records]),
+            "resumes": to_json([] if resume is None else [resume_row(resume)]),
+        })
 
 
 async def landed(

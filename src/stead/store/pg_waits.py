@@ -30,7 +30,7 @@ from stead.records import (
 from stead.store import pg_connection, pg_ops
 from stead.store.base import Judge, StateChange
 from stead.store.pg_connection import NOT_LANDED, Conn, NotLanded
-from stead.store.pg_ops import Q, all_rows, one
+from stead.store.pg_ops import FencedWrite, Q, all_rows, one
 
 _WAIT_INSERT = tuple(
     f.name for f in dataclasses.fields(WaitRow) if f.name not in ("state", "event_id", "closed_at")
@@ -57,8 +57,7 @@ class PgWaits:
         wait: WaitRow,
     ) -> None:
         async def op(conn: Conn) -> None:
-            await pg_ops.check_fence(conn, fence)
-            await pg_ops.insert(conn, fence, records, resume)
+            await pg_ops.fenced_write(conn, FencedWrite(fence, records, resume))
             await conn.execute(Q["insert_wait"], {f: getattr(wait, f) for f in _WAIT_INSERT})
 
         async def verify(conn: Conn) -> NotLanded | None:
@@ -89,13 +88,12 @@ class PgWaits:
         wait_id: str, state: str,
     ) -> None:
         async def op(conn: Conn) -> None:
-            await pg_ops.check_fence(conn, fence)
+            await pg_ops.fenced_write(conn, FencedWrite(fence, records, resume))
             closed = await one(conn, "close_wait", {
                 "wait_id": wait_id, "state": state, "now": self.clock.now(),
             })
-            if closed is None:
+            if closed is None:  # raising rolls the records back too
                 raise errors.WaitNotOpen(wait_id, await self._wait_state(conn, wait_id))
-            await pg_ops.insert(conn, fence, records, resume)
 
         async def verify(conn: Conn) -> NotLanded | None:
             done = await pg_ops.landed(conn, fence.run_id, records, resume)
@@ -110,12 +108,11 @@ class PgWaits:
         wake_at: float | None, wait_ids: Sequence[str],
     ) -> None:
         async def op(conn: Conn) -> None:
-            await pg_ops.check_fence(conn, fence)
+            await pg_ops.fenced_write(conn, FencedWrite(fence, records, resume))
             for wait_id in wait_ids:
                 state = await self._wait_state(conn, wait_id)
-                if state != "open":
+                if state != "open":  # raising rolls the records back too
                     raise errors.WaitNotOpen(wait_id, state)
-            await pg_ops.insert(conn, fence, records, resume)
             now = self.clock.now()
             await conn.execute(Q["suspend"], {
                 **pg_ops.fence_params(fence), "wake_at": wake_at, "now": now,

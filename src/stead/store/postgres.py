@@ -9,6 +9,8 @@ transaction with the same semantics as the SQLite store:
   concurrent claimers never wait on, nor share, a run;
 - a fenced write locks its run row (`FOR NO KEY UPDATE`) while it checks the
   epoch, so no claim or cancel can slip in between the check and the commit;
+- journal appends and finishes are one statement each (fence, inserts and
+  commit in one round trip), and concurrent ones share it (`pg_group`);
 - a write that makes a run claimable sends `NOTIFY stead_work` in its
   transaction; idle workers `LISTEN` and wake in milliseconds (`wait_for_work`),
   with polling as the fallback.
@@ -24,10 +26,10 @@ from typing import Any
 from stead import errors
 from stead.clock import Clock
 from stead.records import Fence, NewRun, Record, ResumeRecord, RunRow
-from stead.store import pg_connection, pg_ops, sql_files
+from stead.store import pg_connection, pg_group, pg_ops, sql_files
 from stead.store.base import Store
 from stead.store.pg_connection import NOT_LANDED, Conn, NotLanded
-from stead.store.pg_ops import Q, all_rows, fence_params, one, record_params, run_row
+from stead.store.pg_ops import FencedWrite, Q, all_rows, fence_params, one, record_params, run_row
 from stead.store.pg_waits import PgWaits
 
 
@@ -38,6 +40,7 @@ class PostgresStore(PgWaits, Store):
         self.target = pg_connection.parse_url(url)
         self._db = pg_connection.Connector(self.target, retry_for=retry_for)
         self._listener = pg_connection.Listener(self._db)
+        self._group = pg_group.GroupCommit(self._db)
 
     @property
     def commits(self) -> int:
@@ -68,6 +71,7 @@ class PostgresStore(PgWaits, Store):
                     await conn.execute(Q["insert_version"], {"version": version})
 
     async def close(self) -> None:
+        await self._group.close()
         await self._listener.close()
         await self._db.close()
 
@@ -89,9 +93,9 @@ class PostgresStore(PgWaits, Store):
                 row = await one(conn, "insert_run", {
                     "run_id": new.run_id, "workflow": new.workflow, "version": new.version,
                     "task_id": new.task_id, "input": new.input, "now": self.clock.now(),
+                    "schema": self.schema,
                 })
                 if row is not None:
-                    await self._notify(conn)
                     return run_row(row), True
                 if new.task_id is None:
                     break
@@ -105,7 +109,7 @@ class PostgresStore(PgWaits, Store):
             row = await one(conn, "get_run", {"run_id": new.run_id})
             return NOT_LANDED if row is None else (run_row(row), True)
 
-        return await self._db.write(op, verify=verify)
+        return await self._db.write(op, verify=verify, autocommit=True)
 
     async def get_run(self, run_id: str) -> RunRow:
         async def op(conn: Conn) -> RunRow:
@@ -135,7 +139,8 @@ class PostgresStore(PgWaits, Store):
                     raise self._unknown(run_id)
             return run_row(row)
 
-        return await self._db.write(op)  # twice is once: the second finds it cancelled
+        # Twice is once: the second finds it cancelled.
+        return await self._db.write(op, autocommit=True)
 
     # -- leases -------------------------------------------------------------
     async def claim(
@@ -157,7 +162,7 @@ class PostgresStore(PgWaits, Store):
             # none means it did not land, and claiming nothing is a fine answer.
             return [run_row(r) for r in await all_rows(conn, "claimed_by", params)]
 
-        return await self._db.write(op, verify=verify)
+        return await self._db.write(op, verify=verify, autocommit=True)
 
     async def renew(self, fences: Sequence[Fence], lease_seconds: float) -> list[Fence]:
         async def op(conn: Conn) -> list[Fence]:
@@ -169,15 +174,15 @@ class PostgresStore(PgWaits, Store):
             held = {(r["run_id"], r["epoch"], r["lease_owner"]) for r in rows}
             return [f for f in fences if (f.run_id, f.epoch, f.worker_id) not in held]
 
-        return await self._db.write(op)  # renewing twice is renewing
+        return await self._db.write(op, autocommit=True)  # renewing twice is renewing
 
     async def release(self, fence: Fence) -> None:
         async def op(conn: Conn) -> None:
-            row = await one(conn, "release", {**fence_params(fence), "now": self.clock.now()})
-            if row is not None:
-                await self._notify(conn)
+            await conn.execute(Q["release"], {
+                **fence_params(fence), "now": self.clock.now(), "schema": self.schema,
+            })
 
-        await self._db.write(op)  # a second release is a no-op
+        await self._db.write(op, autocommit=True)  # a second release is a no-op
 
     # -- journal ------------------------------------------------------------
     async def load_journal(self, run_id: str) -> list[Record]:
@@ -190,15 +195,11 @@ class PostgresStore(PgWaits, Store):
     async def append(
         self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None = None
     ) -> None:
-        async def op(conn: Conn) -> None:
-            await pg_ops.check_fence(conn, fence)
-            await pg_ops.insert(conn, fence, records, resume)
-
         async def verify(conn: Conn) -> NotLanded | None:
             landed = await pg_ops.landed(conn, fence.run_id, records, resume)
             return None if landed else NOT_LANDED
 
-        await self._db.write(op, verify=verify)
+        await self._group.write(FencedWrite(fence, records, resume), verify)
 
     async def finish(
         self,
@@ -210,13 +211,7 @@ class PostgresStore(PgWaits, Store):
         records: Sequence[Record] = (),
         resume: ResumeRecord | None = None,
     ) -> None:
-        async def op(conn: Conn) -> None:
-            await pg_ops.check_fence(conn, fence)
-            await pg_ops.insert(conn, fence, records, resume)
-            await conn.execute(Q["finish"], {
-                **fence_params(fence), "status": status, "result": result, "error": error,
-                "now": self.clock.now(),
-            })
+        end = {"status": status, "result": result, "error": error, "now": self.clock.now()}
 
         async def verify(conn: Conn) -> NotLanded | None:
             if records:
@@ -228,7 +223,7 @@ class PostgresStore(PgWaits, Store):
             )
             return None if ended else NOT_LANDED
 
-        await self._db.write(op, verify=verify)
+        await self._group.write(FencedWrite(fence, records, resume, end), verify)
 
     async def resume_stopped(
         self, run_id: str, expect_status: str, record: Record | None

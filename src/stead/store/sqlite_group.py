@@ -19,21 +19,13 @@ from typing import TYPE_CHECKING
 
 from stead import errors
 from stead.records import Fence, Record, ResumeRecord
+from stead.store.futures import settle
 
 if TYPE_CHECKING:
     from stead.store.sqlite_base import SQLiteBase
 
 _Job = tuple[Fence, Sequence[Record], ResumeRecord | None,
              "asyncio.Future[None]", asyncio.AbstractEventLoop]
-
-
-def _settle(fut: asyncio.Future[None], exc: BaseException | None) -> None:
-    if fut.done():  # the waiter was cancelled meanwhile
-        return
-    if exc is None:
-        fut.set_result(None)
-    else:
-        fut.set_exception(exc)
 
 
 class GroupCommit:
@@ -70,7 +62,7 @@ class GroupCommit:
         for (_f, _r, _s, fut, loop), exc in zip(batch, outcomes, strict=True):
             # A closed loop has nobody waiting any more.
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_settle, fut, exc)
+                loop.call_soon_threadsafe(settle, fut, exc)
 
     def _commit_alone(self, conn: sqlite3.Connection, fence: Fence, records: Sequence[Record],
                       resume: ResumeRecord | None) -> None:

@@ -1,5 +1,6 @@
 -- Named queries for the PostgreSQL store (psycopg parameters: %(name)s).
--- Lists are passed as arrays: `= ANY(%(x)s::text[])`, never spliced in.
+-- Lists are passed as arrays: `= ANY(%(x)s::text[])`, and lists of rows as one
+-- JSON array (`json_to_recordset(%(x)s::json)`); never spliced in.
 
 -- name: migrate_lock
 -- Serialises migrations of one schema across every process that opens it.
@@ -47,13 +48,19 @@ WHERE task_id = %(task_id)s AND status NOT IN ('completed', 'failed', 'cancelled
 
 -- name: insert_run
 -- ON CONFLICT: a concurrent start of the same task (or a retried start whose
--- first attempt committed) inserts nothing; the caller then looks it up.
-INSERT INTO runs (run_id, workflow, version, task_id, status, input, epoch,
-                  created_at, updated_at)
-VALUES (%(run_id)s, %(workflow)s, %(version)s, %(task_id)s, 'pending', %(input)s, 0,
-        %(now)s, %(now)s)
-ON CONFLICT DO NOTHING
-RETURNING *;
+-- first attempt committed) inserts nothing; the caller then looks it up. A
+-- run inserted wakes idle workers (NOTIFY, delivered at commit): one
+-- statement, so it may commit on its own.
+WITH created AS (
+    INSERT INTO runs (run_id, workflow, version, task_id, status, input, epoch,
+                      created_at, updated_at)
+    VALUES (%(run_id)s, %(workflow)s, %(version)s, %(task_id)s, 'pending', %(input)s, 0,
+            %(now)s, %(now)s)
+    ON CONFLICT DO NOTHING
+    RETURNING *
+)
+SELECT created.* FROM created
+CROSS JOIN LATERAL (SELECT pg_notify('stead_work', %(schema)s)) AS woken;
 
 -- name: get_run
 SELECT * FROM runs WHERE run_id = %(run_id)s;
@@ -103,18 +110,35 @@ WHERE lease_owner = %(worker_id)s AND lease_expires_at = %(expires)s
 ORDER BY created_at;
 
 -- name: renew
+-- Locks the runs in run_id order, as a group of fenced writes does, so a
+-- renewal and a group commit never wait for each other in a cycle.
+WITH held AS MATERIALIZED (
+    SELECT locked.run_id
+    FROM (SELECT * FROM unnest(%(run_ids)s::text[], %(epochs)s::bigint[], %(workers)s::text[])
+              AS f (run_id, epoch, worker_id)
+          ORDER BY run_id) AS f
+    CROSS JOIN LATERAL (
+        SELECT runs.run_id FROM runs
+        WHERE runs.run_id = f.run_id AND runs.epoch = f.epoch
+          AND runs.lease_owner = f.worker_id AND runs.status = 'running'
+        FOR NO KEY UPDATE
+    ) AS locked
+)
 UPDATE runs SET lease_expires_at = %(expires)s
-FROM unnest(%(run_ids)s::text[], %(epochs)s::bigint[], %(workers)s::text[])
-    AS held (run_id, epoch, worker_id)
-WHERE runs.run_id = held.run_id AND runs.epoch = held.epoch
-  AND runs.lease_owner = held.worker_id AND runs.status = 'running'
+FROM held
+WHERE runs.run_id = held.run_id
 RETURNING runs.run_id, runs.epoch, runs.lease_owner;
 
 -- name: release
-UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, updated_at = %(now)s
-WHERE run_id = %(run_id)s AND epoch = %(epoch)s AND lease_owner = %(worker_id)s
-  AND status = 'running'
-RETURNING run_id;
+-- The run is claimable again: wake idle workers (NOTIFY, delivered at commit).
+WITH released AS (
+    UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, updated_at = %(now)s
+    WHERE run_id = %(run_id)s AND epoch = %(epoch)s AND lease_owner = %(worker_id)s
+      AND status = 'running'
+    RETURNING run_id
+)
+SELECT released.run_id FROM released
+CROSS JOIN LATERAL (SELECT pg_notify('stead_work', %(schema)s)) AS woken;
 
 -- name: fence
 -- Locks the run row until commit: a claim skips it, a cancel waits for it,
@@ -124,17 +148,107 @@ WHERE run_id = %(run_id)s AND epoch = %(epoch)s AND lease_owner = %(worker_id)s
   AND status = 'running'
 FOR NO KEY UPDATE;
 
+-- name: fenced_write
+-- Fenced journal writes of any number of runs as ONE statement that commits
+-- on its own (autocommit): one round trip and one commit for a whole group.
+-- jobs: the fences [{n, run_id, epoch, worker_id}], in run_id order (the
+-- order rows are locked in, so two groups never deadlock). A fence that holds
+-- locks its run row until the commit, so no claim or cancel can slip in, and
+-- only then are that job's records and resume record inserted; a stale fence
+-- inserts nothing. The jobs listed in finishes [{n, status, result, error,
+-- now}] also end their run's attempt (releasing the lease), in the same
+-- statement and commit. Returns the jobs (n) whose fence held.
+WITH fence AS MATERIALIZED (
+    SELECT job.n, held.run_id
+    FROM json_to_recordset(%(jobs)s::json)
+        AS job (n int, run_id text, epoch bigint, worker_id text)
+    CROSS JOIN LATERAL (
+        SELECT runs.run_id FROM runs
+        WHERE runs.run_id = job.run_id AND runs.epoch = job.epoch
+          AND runs.lease_owner = job.worker_id AND runs.status = 'running'
+        FOR NO KEY UPDATE
+    ) AS held
+), records AS (
+    INSERT INTO journal (run_id, seq, addr, attempt, kind, name, digest, status, payload,
+                         epoch, at)
+    SELECT fence.run_id, r.seq, r.addr, r.attempt, r.kind, r.name, r.digest, r.status,
+           r.payload, r.epoch, r.at
+    FROM json_to_recordset(%(records)s::json)
+        AS r (n int, seq bigint, addr text, attempt int, kind text, name text, digest text,
+              status text, payload text, epoch bigint, at float8)
+    JOIN fence ON fence.n = r.n
+), resumes AS (
+    INSERT INTO resumes (run_id, epoch, worker_id, at, from_seq, code_version, reused, detail)
+    SELECT fence.run_id, r.epoch, r.worker_id, r.at, r.from_seq, r.code_version, r.reused,
+           r.detail
+    FROM json_to_recordset(%(resumes)s::json)
+        AS r (n int, epoch bigint, worker_id text, at float8, from_seq bigint,
+              code_version text, reused int, detail text)
+    JOIN fence ON fence.n = r.n
+), finished AS (
+    UPDATE runs
+    SET status = f.status, result = f.result, error = f.error, lease_owner = NULL,
+        lease_expires_at = NULL, updated_at = f.now
+    FROM json_to_recordset(%(finishes)s::json)
+        AS f (n int, status text, result text, error text, now float8)
+    JOIN fence ON fence.n = f.n
+    WHERE runs.run_id = fence.run_id
+      AND runs.run_id = ANY (ARRAY(SELECT run_id FROM fence))  -- by the primary key
+)
+SELECT n FROM fence;
+
+-- name: append_one
+-- `fenced_write` of the commonest write, one record of one run, in plain
+-- parameters: cheaper, on both sides, than the JSON a group needs.
+WITH fence AS MATERIALIZED (
+    SELECT run_id FROM runs
+    WHERE run_id = %(run_id)s AND epoch = %(epoch)s AND lease_owner = %(worker_id)s
+      AND status = 'running'
+    FOR NO KEY UPDATE
+)
+INSERT INTO journal (run_id, seq, addr, attempt, kind, name, digest, status, payload,
+                     epoch, at)
+SELECT fence.run_id, %(seq)s::bigint, %(addr)s::text, %(attempt)s::int, %(kind)s::text,
+       %(name)s::text, %(digest)s::text, %(status)s::text, %(payload)s::text,
+       %(record_epoch)s::bigint, %(at)s::float8
+FROM fence
+RETURNING 1 AS n;
+
+-- name: finish_one
+-- `fenced_write` of one run that has no record left to write: the UPDATE is
+-- the fence (it locks the row while it checks the epoch).
+UPDATE runs
+SET status = %(status)s, result = %(result)s, error = %(error)s, lease_owner = NULL,
+    lease_expires_at = NULL, updated_at = %(now)s
+WHERE run_id = %(run_id)s AND epoch = %(epoch)s AND lease_owner = %(worker_id)s
+  AND status = 'running'
+RETURNING 1 AS n;
+
+-- name: insert_records
+-- Records of a transaction that checked its fence itself (`fence`), as in
+-- `fenced_write`: records [{seq, addr, ...}], resumes [{epoch, ...}].
+WITH records AS (
+    INSERT INTO journal (run_id, seq, addr, attempt, kind, name, digest, status, payload,
+                         epoch, at)
+    SELECT %(run_id)s, r.seq, r.addr, r.attempt, r.kind, r.name, r.digest, r.status,
+           r.payload, r.epoch, r.at
+    FROM json_to_recordset(%(records)s::json)
+        AS r (seq bigint, addr text, attempt int, kind text, name text, digest text,
+              status text, payload text, epoch bigint, at float8)
+)
+INSERT INTO resumes (run_id, epoch, worker_id, at, from_seq, code_version, reused, detail)
+SELECT %(run_id)s, r.epoch, r.worker_id, r.at, r.from_seq, r.code_version, r.reused,
+       r.detail
+FROM json_to_recordset(%(resumes)s::json)
+    AS r (epoch bigint, worker_id text, at float8, from_seq bigint, code_version text,
+          reused int, detail text);
+
 -- name: insert_record
+-- One record (a human's decision on a stopped run, see resume_stopped).
 INSERT INTO journal (run_id, seq, addr, attempt, kind, name, digest, status,
                      payload, epoch, at)
 VALUES (%(run_id)s, %(seq)s, %(addr)s, %(attempt)s, %(kind)s, %(name)s, %(digest)s,
         %(status)s, %(payload)s, %(epoch)s, %(at)s);
-
--- name: insert_resume
-INSERT INTO resumes (run_id, epoch, worker_id, at, from_seq, code_version,
-                     reused, detail)
-VALUES (%(run_id)s, %(epoch)s, %(worker_id)s, %(at)s, %(from_seq)s, %(code_version)s,
-        %(reused)s, %(detail)s);
 
 -- name: count_records
 -- Read-back after an append whose commit status is unknown.
@@ -147,13 +261,6 @@ WHERE journal.run_id = %(run_id)s;
 
 -- name: has_resume
 SELECT 1 FROM resumes WHERE run_id = %(run_id)s AND epoch = %(epoch)s;
-
--- name: finish
-UPDATE runs
-SET status = %(status)s, result = %(result)s, error = %(error)s, lease_owner = NULL,
-    lease_expires_at = NULL, updated_at = %(now)s
-WHERE run_id = %(run_id)s AND epoch = %(epoch)s AND lease_owner = %(worker_id)s
-  AND status = 'running';
 
 -- name: load_journal
 SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at

@@ -1,0 +1,15 @@
+"""What the group commits share: answering the writer waiting on a future."""
+
+from __future__ import annotations
+
+import asyncio
+
+
+def settle(fut: asyncio.Future[None], exc: BaseException | None) -> None:
+    """Resolve `fut` with success or `exc`, unless its waiter gave up (cancelled)."""
+    if fut.done():
+        return
+    if exc is None:
+        fut.set_result(None)
+    else:
+        fut.set_exception(exc)
