@@ -82,16 +82,32 @@ RETURNING *;
 -- name: claim
 -- SKIP LOCKED: concurrent claimers never wait on, nor share, a run; a row
 -- another transaction changed meanwhile is re-checked against the WHERE.
-WITH picked AS (
-    SELECT run_id FROM runs
-    WHERE ((status IN ('pending', 'running')
-            AND (lease_expires_at IS NULL OR lease_expires_at <= %(now)s))
-           OR (status = 'waiting' AND wake_at <= %(now)s))
+-- Two arms, each reading an index in order and stopping at :limit (one OR of
+-- both read every pending run and sorted them): runnable runs oldest first
+-- (runs_runnable; the planner takes it once runs is analyzed, see schema 5),
+-- due sleepers longest overdue first (runs_waking), not all waiting runs.
+-- Rows an arm locked but the final LIMIT leaves are unlocked at the commit.
+WITH runnable AS (
+    SELECT run_id, created_at FROM runs
+    WHERE status IN ('pending', 'running')
+      AND (lease_expires_at IS NULL OR lease_expires_at <= %(now)s)
       AND (workflow || '@' || version) = ANY(%(hosted)s::text[])
       AND NOT (run_id = ANY(%(exclude)s::text[]))
     ORDER BY created_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), due AS (
+    SELECT run_id, created_at FROM runs
+    WHERE status = 'waiting' AND wake_at <= %(now)s
+      AND (workflow || '@' || version) = ANY(%(hosted)s::text[])
+      AND NOT (run_id = ANY(%(exclude)s::text[]))
+    ORDER BY wake_at  -- the order of runs_waking: longest overdue first
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT run_id FROM (SELECT * FROM runnable UNION ALL SELECT * FROM due) AS candidates
+    ORDER BY created_at
+    LIMIT %(limit)s
 )
 UPDATE runs
 SET epoch = runs.epoch + 1, lease_owner = %(worker_id)s, lease_expires_at = %(expires)s,
