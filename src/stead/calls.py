@@ -5,17 +5,30 @@ outside the run's branches, so tasks it creates do not shift call addresses."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from stead import addresses
 
+# By function: asking inspect costs a few µs, at every step. Weak keys: a
+# cached function is not kept alive.
+_ASYNC: weakref.WeakKeyDictionary[Callable[..., Any], bool] = weakref.WeakKeyDictionary()
+
 
 def is_async(fn: Callable[..., Any]) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+    try:
+        return _ASYNC[fn]
+    except (KeyError, TypeError):  # not seen yet, or not weakly referenceable
+        pass
+    found = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
         getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
     )
+    with contextlib.suppress(TypeError):
+        _ASYNC[fn] = found
+    return found
 
 
 async def invoke(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:

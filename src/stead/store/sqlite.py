@@ -156,8 +156,7 @@ class SQLiteStore(SQLiteWaits):
     ) -> None:
         def op(conn: sqlite3.Connection) -> None:
             with self._write(conn):
-                self._check_fence(conn, fence)
-                self._insert(conn, fence, records, resume)
+                self._fenced_insert(conn, fence, records, resume)
                 conn.execute(_Q["finish"], {
                     **_fence(fence), "status": status, "result": result, "error": error,
                     "now": self.clock.now(),

@@ -338,16 +338,32 @@ class SQLiteBase(Store):
 
     def _check_fence(self, conn: sqlite3.Connection, fence: Fence) -> None:
         if conn.execute(_Q["fence"], _fence(fence)).fetchone() is None:
-            raise errors.StaleLease(
-                f"worker {fence.worker_id} no longer holds run {fence.run_id} at epoch "
-                f"{fence.epoch}: it was taken over or cancelled; the write was rejected"
-            )
+            raise _stale(fence)
+
+    def _fenced_insert(
+        self, conn: sqlite3.Connection, fence: Fence, records: Sequence[Record],
+        resume: ResumeRecord | None,
+    ) -> None:
+        """`_check_fence` then `_insert`, in a write transaction; the fence is
+        checked by the first record's INSERT itself (a journal append is then
+        three statements: BEGIN, INSERT, COMMIT)."""
+        if not records:
+            self._check_fence(conn, fence)
+            self._insert(conn, fence, records, resume)
+            return
+        first = _record_params(fence.run_id, records[0])
+        first["fence_epoch"], first["worker_id"] = fence.epoch, fence.worker_id
+        if conn.execute(_Q["insert_record_fenced"], first).rowcount == 0:
+            raise _stale(fence)
+        self._insert(conn, fence, records[1:], resume)
 
     def _insert(
         self, conn: sqlite3.Connection, fence: Fence, records: Sequence[Record],
         resume: ResumeRecord | None,
     ) -> None:
-        if records:
+        if len(records) == 1:
+            conn.execute(_Q["insert_record"], _record_params(fence.run_id, records[0]))
+        elif records:
             conn.executemany(
                 _Q["insert_record"], [_record_params(fence.run_id, r) for r in records]
             )
@@ -357,6 +373,13 @@ class SQLiteBase(Store):
     def _wait_state(self, conn: sqlite3.Connection, wait_id: str) -> str:
         row = conn.execute(_Q["get_wait"], {"wait_id": wait_id}).fetchone()
         return "missing" if row is None else str(row["state"])
+
+
+def _stale(fence: Fence) -> errors.StaleLease:
+    return errors.StaleLease(
+        f"worker {fence.worker_id} no longer holds run {fence.run_id} at epoch "
+        f"{fence.epoch}: it was taken over or cancelled; the write was rejected"
+    )
 
 
 def _fence(fence: Fence) -> dict[str, Any]:

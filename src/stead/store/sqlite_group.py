@@ -67,8 +67,7 @@ class GroupCommit:
     def _commit_alone(self, conn: sqlite3.Connection, fence: Fence, records: Sequence[Record],
                       resume: ResumeRecord | None) -> None:
         with self._store._write(conn):
-            self._store._check_fence(conn, fence)
-            self._store._insert(conn, fence, records, resume)
+            self._store._fenced_insert(conn, fence, records, resume)
 
     def _commit(self, batch: list[_Job]) -> list[BaseException | None]:
         store = self._store
@@ -95,8 +94,7 @@ class GroupCommit:
              resume: ResumeRecord | None) -> BaseException | None:
         conn.execute("SAVEPOINT one_append")
         try:
-            self._store._check_fence(conn, fence)
-            self._store._insert(conn, fence, records, resume)
+            self._store._fenced_insert(conn, fence, records, resume)
         except (errors.StaleLease, sqlite3.IntegrityError) as exc:
             conn.execute("ROLLBACK TO one_append")
             conn.execute("RELEASE one_append")

@@ -71,6 +71,17 @@ SELECT 1 FROM runs
 WHERE run_id = :run_id AND epoch = :epoch AND lease_owner = :worker_id
   AND status = 'running';
 
+-- name: insert_record_fenced
+-- insert_record, done only if the fence holds (`fence`): one statement fewer
+-- for a journal append. No row inserted means a stale fence.
+INSERT INTO journal (run_id, seq, addr, attempt, kind, name, digest, status,
+                     payload, epoch, at)
+SELECT :run_id, :seq, :addr, :attempt, :kind, :name, :digest, :status,
+       :payload, :epoch, :at
+WHERE EXISTS (SELECT 1 FROM runs
+              WHERE run_id = :run_id AND epoch = :fence_epoch
+                AND lease_owner = :worker_id AND status = 'running');
+
 -- name: insert_record
 INSERT INTO journal (run_id, seq, addr, attempt, kind, name, digest, status,
                      payload, epoch, at)
