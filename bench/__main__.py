@@ -69,8 +69,9 @@ METHOD = """\
 - **5. waits.** N runs each wait for one event. stead: the runs are started and one
   worker takes each to its wait, where it is suspended (no lease, no worker); then an
   idle worker with default options (SQLite: watches the file's `data_version` every
-  10 ms, polls every 0.2 s; PostgreSQL: LISTEN, polls every 0.2 s) runs while a separate process calls `client.deliver` for a random sample of
-  the waiting runs, spaced at random (mean 25 ms apart). DBOS: async workflows parked
+  10 ms, polls every 0.2 s; PostgreSQL: LISTEN, polls every 0.2 s) runs while a
+  separate process calls `client.deliver` for a random sample of the waiting runs,
+  spaced at random (mean 25 ms apart). DBOS: async workflows parked
   in `DBOS.recv_async`, sent messages by a `DBOSClient` from another process. LangGraph:
   threads stopped at `interrupt()`, resumed by `invoke(Command(resume=...))`. Latency is
   from the start of the delivery call to the run's next step starting. Bytes per

@@ -36,7 +36,9 @@ log = logging.getLogger("stead.worker")
 class WorkerOptions:
     concurrency: int = 16
     lease_seconds: float = 30.0
-    poll_interval: float = 0.2  # an idle poll is a read; PostgreSQL is woken by NOTIFY
+    # Idle workers wake at once on PostgreSQL (NOTIFY) and SQLite (data_version);
+    # the poll catches timers that come due.
+    poll_interval: float = 0.2
     shutdown_grace: float = 10.0
     worker_id: str | None = None
     # A run parked on a wait or timer further away than this is suspended
