@@ -4,14 +4,13 @@ outside the run's branches, so tasks it creates do not shift call addresses."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import inspect
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from stead import addresses
+from stead import addresses, threads
 
 # By function: asking inspect costs a few µs, at every step. Weak keys: a
 # cached function is not kept alive.
@@ -35,7 +34,7 @@ async def invoke(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[st
     with addresses.outside_branches():
         if is_async(fn):
             return await fn(*args, **kwargs)
-        value = await asyncio.to_thread(fn, *args, **kwargs)
+        value = await threads.call(fn, args, kwargs)
         if inspect.isawaitable(value):
             value = await value
         return value

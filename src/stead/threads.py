@@ -1,0 +1,101 @@
+"""The threads sync user functions run in, so they never block the event loop.
+
+`asyncio.to_thread` goes through `concurrent.futures` (a work item, a
+condition, a second future chained to the asyncio one): on a small VM that
+machinery costs about as much as a step's commit. Here a call is one put on a
+C-level queue and one `call_soon_threadsafe` back, with the caller's
+contextvars, like `to_thread`.
+
+The threads are daemons: a sync step still running when the process exits is
+cut off like a crash (its record was never written, so it runs again on
+takeover), and the worker already waits for effects in flight before it lets
+the process go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import os
+import queue
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+# As many sync calls at once as the worker's default concurrency allows, with
+# room for gathers; beyond that calls wait their turn in the queue.
+MAX_THREADS = 32
+
+_Job = tuple[asyncio.Future[Any], contextvars.Context, Callable[..., Any],
+             Sequence[Any], Mapping[str, Any]]
+
+
+class _Pool:
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+        # Waiting threads minus queued jobs: below zero, a job has no thread yet.
+        self._free = 0
+
+    def submit(self, job: _Job) -> None:
+        with self._lock:
+            self._free -= 1
+            if self._free < 0 and self._threads < MAX_THREADS:
+                self._threads += 1
+                self._free += 1
+                threading.Thread(target=self._serve, name=f"stead-call-{self._threads}",
+                                 daemon=True).start()
+        self._jobs.put(job)
+
+    def _serve(self) -> None:
+        while True:
+            fut, context, fn, args, kwargs = self._jobs.get()
+            value: Any = None
+            try:
+                value = context.run(fn, *args, **kwargs)
+            except BaseException as exc:  # handed to the awaiting task, whatever it is
+                _answer(fut, None, exc)
+            else:
+                _answer(fut, value, None)
+            del fut, context, fn, args, kwargs, value  # hold nothing while idle
+            with self._lock:
+                self._free += 1
+
+
+def _answer(fut: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: no one waits
+        fut.get_loop().call_soon_threadsafe(_settle, fut, value, exc)
+
+
+def _settle(fut: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
+    if fut.done():  # the awaiting task was cancelled
+        return
+    if exc is None:
+        fut.set_result(value)
+    elif isinstance(exc, StopIteration):  # a future refuses it, as a coroutine would
+        error = RuntimeError(f"{type(exc).__name__} raised by a function in a thread")
+        error.__cause__ = exc
+        fut.set_exception(error)
+    else:
+        fut.set_exception(exc)
+
+
+_pool = _Pool()
+
+
+def _forget_threads() -> None:
+    # A forked child has none of the parent's threads.
+    global _pool
+    _pool = _Pool()
+
+
+os.register_at_fork(after_in_child=_forget_threads)
+
+
+async def call(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    """`fn(*args, **kwargs)` in a thread, with the caller's contextvars."""
+    fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    _pool.submit((fut, contextvars.copy_context(), fn, args, kwargs))
+    return await fut

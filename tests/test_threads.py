@@ -1,0 +1,88 @@
+"""The threads sync user functions run in (`stead.threads`): results, errors,
+contextvars and cancellation as `asyncio.to_thread` gives them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+
+import pytest
+
+from stead import threads
+
+who: contextvars.ContextVar[str] = contextvars.ContextVar("who", default="nobody")
+
+
+async def test_a_call_returns_the_functions_result_from_another_thread() -> None:
+    def where(a: int, *, b: int) -> tuple[int, str]:
+        return a + b, threading.current_thread().name
+
+    value, name = await threads.call(where, (1,), {"b": 2})
+    assert value == 3
+    assert name != threading.current_thread().name
+
+
+async def test_an_exception_reaches_the_caller_as_raised() -> None:
+    def boom() -> None:
+        raise KeyError("missing")
+
+    with pytest.raises(KeyError, match="missing"):
+        await threads.call(boom, (), {})
+
+
+async def test_stop_iteration_reaches_the_caller_as_a_runtime_error() -> None:
+    # A future cannot carry StopIteration (it would end a coroutine): to_thread
+    # fails on it; here it arrives wrapped, its cause kept.
+    def stop() -> None:
+        raise StopIteration
+
+    with pytest.raises(RuntimeError) as info:
+        await threads.call(stop, (), {})
+    assert isinstance(info.value.__cause__, StopIteration)
+
+
+async def test_the_callers_contextvars_are_seen_and_not_leaked_back() -> None:
+    def read_and_set() -> str:
+        seen = who.get()
+        who.set("thread")
+        return seen
+
+    who.set("caller")
+    assert await threads.call(read_and_set, (), {}) == "caller"
+    assert who.get() == "caller"
+
+
+async def test_calls_run_side_by_side() -> None:
+    """Blocking calls awaited together run at once, each in a thread of its own."""
+    n = 8
+    barrier = threading.Barrier(n, timeout=10)
+    names = await asyncio.gather(
+        *(threads.call(lambda: (barrier.wait(), threading.current_thread().name)[1], (), {})
+          for _ in range(n))
+    )
+    assert len(set(names)) == n
+
+
+async def test_a_cancelled_caller_leaves_the_thread_to_finish_quietly() -> None:
+    release = threading.Event()
+    finished = threading.Event()
+
+    def slow() -> int:
+        release.wait(10)
+        finished.set()
+        return 1
+
+    errors: list[object] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    task = asyncio.create_task(threads.call(slow, (), {}))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    release.set()
+    assert await asyncio.to_thread(finished.wait, 10)
+    await asyncio.sleep(0.05)  # the thread's answer reaches the loop: ignored
+    assert errors == []
+    assert await threads.call(lambda: 2, (), {}) == 2  # the thread serves again
