@@ -112,6 +112,15 @@ async def test_an_unknown_url_scheme_is_a_clear_error() -> None:
         await stead.open_store("mysql://localhost/x")
 
 
+async def _twenty_held_r0_cancelled(store: stead.Store) -> dict[str, Fence]:
+    """Runs r0..r19 claimed by w1; r0 then cancelled, so its holder is stale."""
+    for i in range(20):
+        await _new(store, f"r{i}")
+    rows = await store.claim("w1", ["wf@1"], 30, 20)
+    await store.cancel_run("r0")
+    return {r.run_id: Fence(r.run_id, r.epoch, "w1") for r in rows}
+
+
 async def test_concurrent_appends_share_commits_and_keep_their_own_fences(
     db_url: str,
 ) -> None:
@@ -119,11 +128,7 @@ async def test_concurrent_appends_share_commits_and_keep_their_own_fences(
     writer's append fails alone and writes nothing."""
     store = await stead.open_store(db_url)
     try:
-        for i in range(20):
-            await _new(store, f"r{i}")
-        rows = await store.claim("w1", ["wf@1"], 30, 20)
-        fences = {r.run_id: Fence(r.run_id, r.epoch, "w1") for r in rows}
-        await store.cancel_run("r0")  # its holder is now stale
+        fences = await _twenty_held_r0_cancelled(store)
         before = store.commits
         results = await asyncio.gather(
             *(store.append(fences[f"r{i}"], [_rec(0, 1)]) for i in range(20)),
@@ -134,6 +139,34 @@ async def test_concurrent_appends_share_commits_and_keep_their_own_fences(
         assert store.commits - before < 20  # some appends shared a commit
         assert await store.load_journal("r0") == []
         for i in range(1, 20):
+            assert [r.seq for r in await store.load_journal(f"r{i}")] == [0]
+    finally:
+        await store.close()
+
+
+async def test_concurrent_finishes_share_commits_and_a_stale_one_fails_alone(
+    db_url: str,
+) -> None:
+    """Finishes join the group commit like appends: runs ending together share
+    transactions, and a finish whose lease is gone changes nothing of its run."""
+    store = await stead.open_store(db_url)
+    try:
+        fences = await _twenty_held_r0_cancelled(store)
+        before = store.commits
+        results = await asyncio.gather(
+            *(store.finish(fences[f"r{i}"], "completed", result=str(i), records=[_rec(0, 1)])
+              for i in range(20)),
+            return_exceptions=True,
+        )
+        assert isinstance(results[0], stead.StaleLease)
+        assert results[1:] == [None] * 19
+        assert store.commits - before < 20
+        r0 = await store.get_run("r0")
+        assert r0.status == "cancelled" and r0.result is None
+        assert await store.load_journal("r0") == []
+        for i in range(1, 20):
+            run = await store.get_run(f"r{i}")
+            assert (run.status, run.result, run.lease_owner) == ("completed", str(i), None)
             assert [r.seq for r in await store.load_journal(f"r{i}")] == [0]
     finally:
         await store.close()

@@ -154,16 +154,14 @@ class SQLiteStore(SQLiteWaits):
         records: Sequence[Record] = (),
         resume: ResumeRecord | None = None,
     ) -> None:
-        def op(conn: sqlite3.Connection) -> None:
-            with self._write(conn):
-                self._fenced_insert(conn, fence, records, resume)
-                conn.execute(_Q["finish"], {
-                    **_fence(fence), "status": status, "result": result, "error": error,
-                    "now": self.clock.now(),
-                })
+        def then(conn: sqlite3.Connection) -> None:
+            conn.execute(_Q["finish"], {
+                **_fence(fence), "status": status, "result": result, "error": error,
+                "now": self.clock.now(),
+            })
 
-        try:
-            await self._call_for(fence.run_id, op)
+        try:  # in a group commit with other runs' appends, like an append
+            await self._appends.append(fence, records, resume, then)
         finally:
             self._done_writing(fence.run_id)
 

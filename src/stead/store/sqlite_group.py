@@ -2,7 +2,8 @@
 
 Every append waits for its own durable commit, but appends that arrive while
 the writer thread is busy share the next transaction: with many runs in
-flight, one fsync carries several runs' steps. Each append keeps its own
+flight, one fsync carries several runs' steps, and their finishes (a finish
+is an append that then updates the run's row). Each append keeps its own
 fence: it runs under a savepoint, so a stale writer's append is rolled back
 alone and fails alone with `StaleLease`. A run writing alone commits on the
 event loop itself: there is nobody to share the commit with.
@@ -14,7 +15,7 @@ import asyncio
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from stead import errors
@@ -24,7 +25,9 @@ from stead.store.futures import settle
 if TYPE_CHECKING:
     from stead.store.sqlite_base import SQLiteBase
 
-_Job = tuple[Fence, Sequence[Record], ResumeRecord | None,
+# What else a write does once its records are in (a run's finish updates its row).
+Then = Callable[[sqlite3.Connection], None] | None
+_Job = tuple[Fence, Sequence[Record], ResumeRecord | None, Then,
              "asyncio.Future[None]", asyncio.AbstractEventLoop]
 
 
@@ -36,17 +39,19 @@ class GroupCommit:
         self._scheduled = False
 
     async def append(
-        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None
+        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
+        then: Then = None,
     ) -> None:
         store = self._store
         if not self._scheduled and store._alone(fence.run_id):
-            done = store._try_inline(lambda conn: self._commit_alone(conn, fence, records, resume))
+            done = store._try_inline(
+                lambda conn: self._commit_alone(conn, fence, records, resume, then))
             if done is None:
                 return
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         with self._lock:
-            self._queue.append((fence, records, resume, fut, loop))
+            self._queue.append((fence, records, resume, then, fut, loop))
             start = not self._scheduled
             self._scheduled = True
         if start:
@@ -59,15 +64,17 @@ class GroupCommit:
             batch, self._queue = self._queue, []
             self._scheduled = False
         outcomes = self._commit(batch)
-        for (_f, _r, _s, fut, loop), exc in zip(batch, outcomes, strict=True):
+        for (_f, _r, _s, _t, fut, loop), exc in zip(batch, outcomes, strict=True):
             # A closed loop has nobody waiting any more.
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(settle, fut, exc)
 
     def _commit_alone(self, conn: sqlite3.Connection, fence: Fence, records: Sequence[Record],
-                      resume: ResumeRecord | None) -> None:
+                      resume: ResumeRecord | None, then: Then) -> None:
         with self._store._write(conn):
             self._store._fenced_insert(conn, fence, records, resume)
+            if then is not None:
+                then(conn)
 
     def _commit(self, batch: list[_Job]) -> list[BaseException | None]:
         store = self._store
@@ -78,12 +85,12 @@ class GroupCommit:
             outcomes: list[BaseException | None] = []
             try:
                 if len(batch) == 1:  # alone: no savepoint needed
-                    fence, records, resume, _fut, _loop = batch[0]
-                    self._commit_alone(conn, fence, records, resume)
+                    fence, records, resume, then, _fut, _loop = batch[0]
+                    self._commit_alone(conn, fence, records, resume, then)
                     return [None]
                 with store._write(conn):
-                    for fence, records, resume, _fut, _loop in batch:
-                        outcomes.append(self._one(conn, fence, records, resume))
+                    for fence, records, resume, then, _fut, _loop in batch:
+                        outcomes.append(self._one(conn, fence, records, resume, then))
             except errors.SteadError as exc:
                 return [exc] * len(batch)
             except sqlite3.Error as exc:
@@ -91,10 +98,12 @@ class GroupCommit:
             return outcomes
 
     def _one(self, conn: sqlite3.Connection, fence: Fence, records: Sequence[Record],
-             resume: ResumeRecord | None) -> BaseException | None:
+             resume: ResumeRecord | None, then: Then) -> BaseException | None:
         conn.execute("SAVEPOINT one_append")
         try:
             self._store._fenced_insert(conn, fence, records, resume)
+            if then is not None:
+                then(conn)
         except (errors.StaleLease, sqlite3.IntegrityError) as exc:
             conn.execute("ROLLBACK TO one_append")
             conn.execute("RELEASE one_append")
