@@ -26,7 +26,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from stead import calls, codec, errors, records
+from stead import addresses, calls, codec, errors, records
 from stead.execution import Execution, Stop
 from stead.outcomes import Operation, Outcome, OutcomeUncertain
 from stead.records import Record
@@ -136,7 +136,9 @@ class Effect:
             call = calls.invoke(self.spec.fn, (op, *self.spec.args), self.spec.kwargs)
             self.x.sending_sync += sync
             try:
-                with self.x.busy():
+                # wait_for runs the call in a task of its own: the runtime's,
+                # live only, so not a branch (see `addresses`).
+                with self.x.busy(), addresses.outside_branches():
                     value = await asyncio.wait_for(call, self.spec.timeout)
             finally:
                 self.x.sending_sync -= sync

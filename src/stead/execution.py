@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import TypeVar
 
-from stead import digests, errors
+from stead import addresses, digests, errors
 from stead.clock import Clock
 from stead.records import Fence, Record, ResumeRecord
 from stead.replay import Journal
@@ -235,7 +235,9 @@ class Execution:
 
     def _schedule_settle(self) -> None:
         if self._settling is None or self._settling.done():
-            self._settling = asyncio.get_running_loop().create_task(self._settle())
+            # The runtime's task, not a branch of the workflow (see `addresses`).
+            with addresses.outside_branches():
+                self._settling = asyncio.get_running_loop().create_task(self._settle())
 
     async def _settle(self) -> None:
         # Let every branch run up to its next await before judging quiescence.

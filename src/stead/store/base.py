@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import functools
+import inspect
 from collections.abc import Callable, Sequence
+from typing import Any
 
+from stead import addresses
 from stead.clock import Clock
 from stead.records import (
     DeliveryContext,
@@ -30,9 +34,33 @@ Judge = Callable[[DeliveryContext], Judgement]
 StateChange = Callable[[StateRow | None], tuple[str | None, str, str]]
 
 
+def _outside_branches(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        with addresses.outside_branches():
+            return await method(*args, **kwargs)
+
+    call.stead_outside_branches = True  # type: ignore[attr-defined]
+    return call
+
+
 class Store(abc.ABC):
+    """A store's public coroutines run outside the workflow's branches: a task
+    a store starts while a run awaits it (a pool waiting for a free connection,
+    a group commit's flusher) must not be numbered as one of the run's
+    branches, or the run's next gather would get other addresses on replay,
+    where that store call is not made. Every subclass gets this by itself."""
+
     url: str
     clock: Clock
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in dir(cls):  # mixins' methods too (PostgreSQL's waits)
+            member = inspect.getattr_static(cls, name)
+            if (not name.startswith("_") and inspect.iscoroutinefunction(member)
+                    and not getattr(member, "stead_outside_branches", False)):
+                setattr(cls, name, _outside_branches(member))
 
     @abc.abstractmethod
     async def open(self) -> None:
