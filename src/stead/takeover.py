@@ -117,7 +117,10 @@ async def prepare(
     if isinstance(gated, Stopped):
         return gated
     try:
-        journal = Journal(row.run_id, await store.load_journal(row.run_id))
+        # Epoch 1 is a run's first claim ever (every claim, retry and cancel
+        # bumps it): no one has journaled anything yet, so skip the round trip.
+        recorded = await store.load_journal(row.run_id) if row.epoch > 1 else []
+        journal = Journal(row.run_id, recorded)
         args, kwargs = decode_input(gated, row)
     except errors.CorruptRecord as exc:
         return Stopped(records.INCOMPATIBLE, str(exc))
