@@ -144,6 +144,27 @@ async def test_concurrent_appends_share_commits_and_keep_their_own_fences(
         await store.close()
 
 
+async def test_a_duplicate_append_in_a_shared_commit_fails_alone(db_url: str) -> None:
+    """An append that fails past its fence (its record is there already) in a
+    group commit fails alone: the others land, and it leaves nothing half done."""
+    store = await stead.open_store(db_url)
+    try:
+        fences = await _twenty_held_r0_cancelled(store)
+        await store.append(fences["r1"], [_rec(0, 1)])
+        results = await asyncio.gather(
+            *(store.append(fences[f"r{i}"], [_rec(0, 1), _rec(1, 1)]) for i in range(2, 20)),
+            store.append(fences["r1"], [_rec(0, 1), _rec(1, 1)]),  # r1's seq 0 is taken
+            return_exceptions=True,
+        )
+        assert results[:-1] == [None] * 18
+        assert isinstance(results[-1], stead.StoreError)
+        assert [r.seq for r in await store.load_journal("r1")] == [0]  # not seq 1 alone
+        for i in range(2, 20):
+            assert [r.seq for r in await store.load_journal(f"r{i}")] == [0, 1]
+    finally:
+        await store.close()
+
+
 async def test_concurrent_finishes_share_commits_and_a_stale_one_fails_alone(
     db_url: str,
 ) -> None:

@@ -13,3 +13,8 @@ def settle(fut: asyncio.Future[None], exc: BaseException | None) -> None:
         fut.set_result(None)
     else:
         fut.set_exception(exc)
+
+
+def settle_all(settled: list[tuple[asyncio.Future[None], BaseException | None]]) -> None:
+    for fut, exc in settled:
+        settle(fut, exc)

@@ -4,9 +4,12 @@ Every append waits for its own durable commit, but appends that arrive while
 the writer thread is busy share the next transaction: with many runs in
 flight, one fsync carries several runs' steps, and their finishes (a finish
 is an append that then updates the run's row). Each append keeps its own
-fence: it runs under a savepoint, so a stale writer's append is rolled back
-alone and fails alone with `StaleLease`. A run writing alone commits on the
-event loop itself: there is nobody to share the commit with.
+fence: a stale writer's append is found out before it changes anything (its
+first INSERT carries the fence) and fails alone with `StaleLease`; an append
+that fails past its fence (a duplicate record) sends the batch round again
+with each append under a savepoint, so it fails alone too. A run writing
+alone commits on the event loop itself: there is nobody to share the commit
+with.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from stead import errors
 from stead.records import Fence, Record, ResumeRecord
-from stead.store.futures import settle
+from stead.store.futures import settle_all
 
 if TYPE_CHECKING:
     from stead.store.sqlite_base import SQLiteBase
@@ -64,10 +67,16 @@ class GroupCommit:
             batch, self._queue = self._queue, []
             self._scheduled = False
         outcomes = self._commit(batch)
+        # One wake-up per event loop for the whole batch: each costs a write to
+        # the loop's self-pipe (a syscall, ~40 µs on a small VM).
+        answers: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[None],
+                                                             BaseException | None]]] = {}
         for (_f, _r, _s, _t, fut, loop), exc in zip(batch, outcomes, strict=True):
+            answers.setdefault(loop, []).append((fut, exc))
+        for loop, settled in answers.items():
             # A closed loop has nobody waiting any more.
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(settle, fut, exc)
+                loop.call_soon_threadsafe(settle_all, settled)
 
     def _commit_alone(self, conn: sqlite3.Connection, fence: Fence, records: Sequence[Record],
                       resume: ResumeRecord | None, then: Then) -> None:
@@ -82,20 +91,43 @@ class GroupCommit:
             conn = store._conn
             if conn is None:
                 return [errors.StoreError("store is closed")] * len(batch)
-            outcomes: list[BaseException | None] = []
             try:
                 if len(batch) == 1:  # alone: no savepoint needed
                     fence, records, resume, then, _fut, _loop = batch[0]
                     self._commit_alone(conn, fence, records, resume, then)
                     return [None]
-                with store._write(conn):
-                    for fence, records, resume, then, _fut, _loop in batch:
-                        outcomes.append(self._one(conn, fence, records, resume, then))
+                try:
+                    return self._together(conn, batch, isolate=False)
+                except (errors.SteadError, sqlite3.Error):
+                    # A write failed past its fence (a duplicate record, say) and
+                    # took the transaction with it: again, each under a savepoint.
+                    return self._together(conn, batch, isolate=True)
             except errors.SteadError as exc:
                 return [exc] * len(batch)
             except sqlite3.Error as exc:
                 return [store._translate(exc)] * len(batch)
-            return outcomes
+
+    def _together(self, conn: sqlite3.Connection, batch: list[_Job],
+                  isolate: bool) -> list[BaseException | None]:
+        outcomes: list[BaseException | None] = []
+        with self._store._write(conn):
+            for fence, records, resume, then, _fut, _loop in batch:
+                write = self._one if isolate else self._unguarded
+                outcomes.append(write(conn, fence, records, resume, then))
+        return outcomes
+
+    def _unguarded(self, conn: sqlite3.Connection, fence: Fence, records: Sequence[Record],
+                   resume: ResumeRecord | None, then: Then) -> BaseException | None:
+        """A write with no savepoint. A stale fence is found before the write
+        changes anything (the first INSERT carries the fence), so that write can
+        fail alone; any other failure raises, undoing the whole transaction."""
+        try:
+            self._store._fenced_insert(conn, fence, records, resume)
+        except errors.StaleLease as exc:
+            return exc
+        if then is not None:
+            then(conn)
+        return None
 
     def _one(self, conn: sqlite3.Connection, fence: Fence, records: Sequence[Record],
              resume: ResumeRecord | None, then: Then) -> BaseException | None:
