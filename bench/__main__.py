@@ -48,7 +48,11 @@ METHOD = """\
   default 1 s poll would cap a concurrency-1 queue at about one run per second) and
   waits for every result; LangGraph has no queue or worker, so its N runs are
   `invoke`s (3 nodes, one thread each) from a pool of 1 or 32 threads sharing the
-  checkpointer. Runs/s counts the whole thing, starting included.
+  checkpointer. Runs/s counts the whole thing, starting included; "executing started
+  runs" counts the worker's part alone (LangGraph has no start, so its figure is the
+  same; DBOS executes while it enqueues, so its phases do not split). The group-commit
+  target is judged on that part: starting runs one `client.start` after another is a
+  commit each, whatever the worker does.
 - **3. recovery.** A process journals 1,000 steps and, inside step 1,001, says so and is
   SIGKILLed. A fresh process then finishes the run: stead opens the store and runs a
   worker until idle (the killed worker's 1 s lease has run out first); DBOS launches,

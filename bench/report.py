@@ -124,11 +124,16 @@ def targets(ctx: Context) -> list[Target]:
                 f"missed: {r:.2f}x of 3x (stead would need <= {lg / 3:.0f} µs/step, "
                 f"has {s:.0f})", seq_profile)
         c32 = med("2.", db, "runs/s, concurrency=32", "stead")
-        if c32 and lim:
+        x32 = med("2.", db, "runs/s executing started runs, concurrency=32", "stead")
+        if x32 and c32 and lim:
+            # Group commit is the worker's: judged on executing runs. Starting them one
+            # `client.start` after another is a commit each, shown beside it.
             rate = 1e6 / (3 * lim)
-            add("32 concurrent runs lift runs/s past one commit per step (3 steps a run)",
-                db, c32 > rate, f"{c32:.0f} runs/s vs {rate:.0f} runs/s at one commit per step",
-                f"missed: {c32 / rate:.2f}x of the one-commit-per-step rate (see Reading "
+            add("32 concurrent runs: the worker executes them past one commit per step "
+                "(3 steps a run)", db, x32 > rate,
+                f"{x32:.0f} runs/s executing vs {rate:.0f} runs/s at one commit per step "
+                f"({c32:.0f} runs/s counting their one-by-one starts)",
+                f"missed: {x32 / rate:.2f}x of the one-commit-per-step rate (see Reading "
                 "the misses)", f"many-{db}")
         rp = med("3.", db, "replay", "stead")
         rpd = med("3.", db, "replay", "dbos")
@@ -301,14 +306,15 @@ def _reading(ctx: Context, ts: list[Target]) -> str:
         c1 = _median(ctx, "2.", db, "runs/s, concurrency=1", "stead")
         many32 = ctx.details.get(f"many/{db}/c32/stead")
         if ("concurrency", db) in missed and c32 and c1 and lim and many32:
-            out = many32[len(many32) // 2]
+            out = sorted(many32, key=lambda o: o["exec_seconds"])[len(many32) // 2]
             n = out["completed"]
             commits = out["exec_commits"] / n
             cpu_ms = out["exec_cpu_seconds"] / n * 1000
             wall_ms = out["exec_seconds"] / n * 1000
             start_ms = out["start_seconds"] / n * 1000
             lines.append(
-                f"- **concurrency 32, {name}:** {c32:.0f} runs/s against {c1:.0f} at "
+                f"- **concurrency 32, {name}:** the worker executed {n / out['exec_seconds']:.0f} "
+                f"runs/s ({c32:.0f} counting the one-by-one starts) against {c1:.0f} at "
                 f"concurrency 1 and {1e6 / (3 * lim):.0f} at one commit per step. While "
                 f"executing, the worker committed {commits:.2f} times per run of 3 steps "
                 "(a claim, the steps, the finish; records of runs in flight together share "
