@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
+import os
 import threading
+import weakref
 
 import pytest
 
@@ -86,3 +89,33 @@ async def test_a_cancelled_caller_leaves_the_thread_to_finish_quietly() -> None:
     await asyncio.sleep(0.05)  # the thread's answer reaches the loop: ignored
     assert errors == []
     assert await threads.call(lambda: 2, (), {}) == 2  # the thread serves again
+
+
+def test_a_finished_event_loop_is_not_kept_alive() -> None:
+    async def once() -> int:
+        return int(await threads.call(lambda: 1, (), {}))
+
+    loop = asyncio.new_event_loop()
+    assert loop.run_until_complete(once()) == 1
+    loop.close()
+    gone = weakref.ref(loop)
+    del loop
+    gc.collect()
+    assert gone() is None
+
+
+@pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")  # 3.12: fork with threads
+def test_a_forked_child_gets_threads_of_its_own() -> None:
+    """After a fork the parent's threads are not there: the child must start its
+    own rather than queue calls for threads that do not exist."""
+    assert asyncio.run(threads.call(lambda: 1, (), {})) == 1  # the parent has a thread
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if a call gets answered
+        code = 1
+        try:
+            answer = asyncio.run(asyncio.wait_for(threads.call(lambda: 2, (), {}), 5))
+            code = 0 if answer == 2 else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -37,7 +37,9 @@ class _Mailbox:
     a wake-up is already on its way ride along with it."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        # Weakly: the mailbox is the loop's value in `_mailboxes`, whose weak
+        # key a strong reference back would keep alive forever.
+        self._loop = weakref.ref(loop)
         self._lock = threading.Lock()
         self._answers: list[_Answer] = []
 
@@ -46,8 +48,11 @@ class _Mailbox:
             self._answers.append(answer)
             if len(self._answers) > 1:
                 return  # the loop was woken for the first one and has not drained yet
+        loop = self._loop()
+        if loop is None:
+            return  # the loop is gone: no one waits
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: no one waits
-            self._loop.call_soon_threadsafe(self._drain)
+            loop.call_soon_threadsafe(self._drain)
 
     def _drain(self) -> None:
         with self._lock:
@@ -123,9 +128,12 @@ _pool = _Pool()
 
 
 def _forget_threads() -> None:
-    # A forked child has none of the parent's threads.
-    global _pool
+    # A forked child has none of the parent's threads, and a lock one of them
+    # held at the fork would stay held for ever.
+    global _pool, _mailboxes, _mailboxes_lock
     _pool = _Pool()
+    _mailboxes = weakref.WeakKeyDictionary()
+    _mailboxes_lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_threads)
