@@ -15,6 +15,10 @@ def settle(fut: asyncio.Future[None], exc: BaseException | None) -> None:
         fut.set_exception(exc)
 
 
-def settle_all(settled: list[tuple[asyncio.Future[None], BaseException | None]]) -> None:
+# A writer's future and how its write ended (None: committed).
+Settled = tuple[asyncio.Future[None], BaseException | None]
+
+
+def settle_all(settled: list[Settled]) -> None:
     for fut, exc in settled:
         settle(fut, exc)

@@ -20,7 +20,6 @@ with backoff like any other write.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import dataclasses
 import logging
 
@@ -71,11 +70,9 @@ class GroupCommit:
             await self._commit([job])
         finally:
             if self._queue:
-                # Started in an empty context: the caller's (a workflow's) context
-                # must not see this task, nor number it as one of its branches.
-                self._task = contextvars.Context().run(
-                    asyncio.create_task, self._drain(), name="stead-group-commit"
-                )
+                # Not a branch of the caller's workflow: store calls run outside
+                # branches (see Store).
+                self._task = asyncio.create_task(self._drain(), name="stead-group-commit")
             else:
                 self._busy = False
         job.future.result()

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from stead import errors
 from stead.records import Fence, Record, ResumeRecord
-from stead.store.futures import settle_all
+from stead.store.futures import Settled, settle_all
 
 if TYPE_CHECKING:
     from stead.store.sqlite_base import SQLiteBase
@@ -69,8 +69,7 @@ class GroupCommit:
         outcomes = self._commit(batch)
         # One wake-up per event loop for the whole batch: each costs a write to
         # the loop's self-pipe (a syscall, ~40 µs on a small VM).
-        answers: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[None],
-                                                             BaseException | None]]] = {}
+        answers: dict[asyncio.AbstractEventLoop, list[Settled]] = {}
         for (_f, _r, _s, _t, fut, loop), exc in zip(batch, outcomes, strict=True):
             answers.setdefault(loop, []).append((fut, exc))
         for loop, settled in answers.items():
@@ -78,12 +77,17 @@ class GroupCommit:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(settle_all, settled)
 
+    def _apply(self, conn: sqlite3.Connection, fence: Fence, records: Sequence[Record],
+               resume: ResumeRecord | None, then: Then) -> None:
+        """One write's statements, inside a transaction someone else holds."""
+        self._store._fenced_insert(conn, fence, records, resume)
+        if then is not None:
+            then(conn)
+
     def _commit_alone(self, conn: sqlite3.Connection, fence: Fence, records: Sequence[Record],
                       resume: ResumeRecord | None, then: Then) -> None:
         with self._store._write(conn):
-            self._store._fenced_insert(conn, fence, records, resume)
-            if then is not None:
-                then(conn)
+            self._apply(conn, fence, records, resume, then)
 
     def _commit(self, batch: list[_Job]) -> list[BaseException | None]:
         store = self._store
@@ -109,12 +113,10 @@ class GroupCommit:
 
     def _together(self, conn: sqlite3.Connection, batch: list[_Job],
                   isolate: bool) -> list[BaseException | None]:
-        outcomes: list[BaseException | None] = []
+        write = self._one if isolate else self._unguarded
         with self._store._write(conn):
-            for fence, records, resume, then, _fut, _loop in batch:
-                write = self._one if isolate else self._unguarded
-                outcomes.append(write(conn, fence, records, resume, then))
-        return outcomes
+            return [write(conn, fence, records, resume, then)
+                    for fence, records, resume, then, _fut, _loop in batch]
 
     def _unguarded(self, conn: sqlite3.Connection, fence: Fence, records: Sequence[Record],
                    resume: ResumeRecord | None, then: Then) -> BaseException | None:
@@ -122,20 +124,16 @@ class GroupCommit:
         changes anything (the first INSERT carries the fence), so that write can
         fail alone; any other failure raises, undoing the whole transaction."""
         try:
-            self._store._fenced_insert(conn, fence, records, resume)
+            self._apply(conn, fence, records, resume, then)
         except errors.StaleLease as exc:
             return exc
-        if then is not None:
-            then(conn)
         return None
 
     def _one(self, conn: sqlite3.Connection, fence: Fence, records: Sequence[Record],
              resume: ResumeRecord | None, then: Then) -> BaseException | None:
         conn.execute("SAVEPOINT one_append")
         try:
-            self._store._fenced_insert(conn, fence, records, resume)
-            if then is not None:
-                then(conn)
+            self._apply(conn, fence, records, resume, then)
         except (errors.StaleLease, sqlite3.IntegrityError) as exc:
             conn.execute("ROLLBACK TO one_append")
             conn.execute("RELEASE one_append")
