@@ -19,8 +19,9 @@ import pytest
 
 import stead
 from stead.records import Fence, NewRun, Record
-from stead.store import pg_connection, sql_files
+from stead.store import sql_files
 from stead.store.postgres import PostgresStore
+from stead.store.postgres import connection as pg_connection
 from tests import pg
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,7 +15,8 @@ from psycopg import sql
 
 import stead
 from stead.records import Fence, NewRun, Record, ResumeRecord
-from stead.store import pg_connection, sql_files
+from stead.store import sql_files
+from stead.store.postgres import connection as pg_connection
 from tests import pg
 
 
@@ -267,13 +268,13 @@ def _journal_indexes(schema: str) -> set[object]:
 async def _schema3_store(url: str) -> stead.Store:
     """A store on a schema-3 database that does not migrate it (its journal
     still has the unique index schema 4 drops)."""
-    from stead.store.postgres import PostgresStore
+    from stead.store.postgres import PostgresDatabase
 
-    class Schema3(PostgresStore):
-        async def _migrate(self, conn: pg_connection.Conn) -> None:
+    class Schema3(PostgresDatabase):
+        async def migrate(self, conn: pg_connection.Conn) -> None:
             return None
 
-    store = Schema3(url, clock=stead.SystemClock())
+    store = stead.Store(Schema3(url, clock=stead.SystemClock()))
     await store.open()
     return store
 

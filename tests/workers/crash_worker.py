@@ -220,9 +220,10 @@ async def main(argv: Sequence[str] | None = None) -> None:
 
     inner = await stead.open_store(args.db)
     CONFIG.store = inner
-    store: stead.Store = ClaimLog(inner)
+    store: stead.Store = inner
     if args.crash:
         store = CrashingStore(store, crash_point(args.crash))
+    store = ClaimLog(store)
     worker = stead.Worker(app, store, stead.WorkerOptions(
         concurrency=args.concurrency, lease_seconds=args.lease, poll_interval=0.05,
         shutdown_grace=args.grace, worker_id=args.worker_id,

@@ -198,9 +198,10 @@ async def main() -> None:
 
     connect(args.outside)
     inner = await stead.open_store(args.db)
-    store: stead.Store = ClaimLog(inner, args.events)
+    store: stead.Store = inner
     if args.crash:
         store = CrashingStore(store, crash_point(args.crash))
+    store = ClaimLog(store, args.events)
     worker = stead.Worker(app, store, stead.WorkerOptions(
         lease_seconds=args.lease, poll_interval=0.05, shutdown_grace=5.0,
     ))

@@ -1,20 +1,19 @@
-"""The storage interface. It knows runs, journals and leases, nothing of
-workflows. Every state change is one transaction; every write by a run's
-holder is fenced by its epoch and raises `StaleLease` when the fence fails."""
+"""The store: runs, journals, leases, waits, events and task state, over a
+`Database` (SQLite or PostgreSQL). It knows nothing of workflows. Every state
+change is one transaction, written once in `_transactions`; every write by a
+run's holder is fenced by its epoch and raises `StaleLease` when the fence
+fails. docs/architecture.md draws the whole."""
 
 from __future__ import annotations
 
-import abc
-import asyncio
 import functools
 import inspect
+import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from stead import addresses
-from stead.clock import Clock
+from stead import addresses, errors
 from stead.records import (
-    DeliveryContext,
     EventRow,
     Fence,
     Judgement,
@@ -25,13 +24,12 @@ from stead.records import (
     StateRow,
     WaitRow,
 )
+from stead.store import _rows
+from stead.store import _transactions as tx
+from stead.store.seam import Claim, Database, FencedWrite, Finish, Writing
 
-# Judges a delivery inside its transaction (pure: no I/O).
-Judge = Callable[[DeliveryContext], Judgement]
-# Given the current task state (or None), returns the new data (JSON text, or
-# None for a refused change) and the status and payload of the journal record
-# that says what happened (the last of the records written with it).
-StateChange = Callable[[StateRow | None], tuple[str | None, str, str]]
+Judge = tx.Judge
+StateChange = tx.StateChange
 
 
 def _outside_branches(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -44,52 +42,90 @@ def _outside_branches(method: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-class Store(abc.ABC):
+def run_outside_branches(cls: type) -> None:
+    """Make every public coroutine of `cls` run outside branches (see `Store`)."""
+    for name in dir(cls):
+        member = inspect.getattr_static(cls, name)
+        if (not name.startswith("_") and inspect.iscoroutinefunction(member)
+                and not getattr(member, "stead_outside_branches", False)):
+            setattr(cls, name, _outside_branches(member))
+
+
+class Store:
     """A store's public coroutines run outside the workflow's branches: a task
     a store starts while a run awaits it (a pool waiting for a free connection,
     a group commit's flusher) must not be numbered as one of the run's
     branches, or the run's next gather would get other addresses on replay,
-    where that store call is not made. Every subclass gets this by itself."""
+    where that store call is not made. Subclasses get this by themselves."""
 
-    url: str
-    clock: Clock
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self.url = database.url
+        self.clock = database.clock
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        for name in dir(cls):  # mixins' methods too (PostgreSQL's waits)
-            member = inspect.getattr_static(cls, name)
-            if (not name.startswith("_") and inspect.iscoroutinefunction(member)
-                    and not getattr(member, "stead_outside_branches", False)):
-                setattr(cls, name, _outside_branches(member))
+        run_outside_branches(cls)
 
-    @abc.abstractmethod
     async def open(self) -> None:
         """Connect and migrate the schema."""
+        await self.database.open()
 
-    @abc.abstractmethod
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        await self.database.close()
 
     # -- runs ---------------------------------------------------------------
-    @abc.abstractmethod
     async def create_run(self, new: NewRun) -> tuple[RunRow, bool]:
         """Insert `new`, unless a live run owns its task_id: then return that
         run and False."""
+        made: tuple[RunRow, bool] | None = await self.database.write(
+            lambda: tx.create_run(new, self.clock.now()),
+            Writing(landed=lambda _: tx.created(new), one_statement=True),
+        )
+        if made is None:
+            raise errors.StoreError(
+                f"could not create run {new.run_id} (task {new.task_id!r}): it conflicts "
+                "with another run that is not live; try again"
+            )
+        return made
 
-    @abc.abstractmethod
     async def get_run(self, run_id: str) -> RunRow:
         """Raise `UnknownRun` if there is none."""
+        run = await self.database.read(
+            lambda: tx.read_one("get_run", {"run_id": run_id}, _rows.run))
+        if run is None:
+            raise tx.unknown_run(run_id, self.database.display)
+        return run
 
-    @abc.abstractmethod
     async def list_runs(
         self, *, status: str | None = None, workflow: str | None = None, limit: int = 100
-    ) -> list[RunRow]: ...
+    ) -> list[RunRow]:
+        return await self.database.read(lambda: tx.read_all(
+            "list_runs", {"status": status, "workflow": workflow, "limit": limit}, _rows.run))
 
-    @abc.abstractmethod
     async def cancel_run(self, run_id: str) -> RunRow:
-        """Cancel a live run and bump its epoch, so its holder's next write fails."""
+        """Cancel a live run and bump its epoch, so its holder's next write
+        fails. Twice is once: the second finds it cancelled."""
+        where = self.database.display
+        return await self.database.write(
+            lambda: tx.cancel_run(run_id, self.clock.now(), where),
+            Writing(one_statement=True),
+        )
+
+    async def resume_stopped(
+        self, run_id: str, expect_status: str, record: Record | None
+    ) -> RunRow:
+        """A human's decision on a run stopped as `expect_status`: journal `record`
+        (if any; its seq and epoch are assigned here) and make the run claimable
+        again, with a new epoch, in one transaction. Raises `NotStopped` if the run is
+        not (or no longer) in that status, `UnknownRun` if there is none."""
+        where = self.database.display
+        return await self.database.write(
+            lambda: tx.resume_stopped(run_id, expect_status, record, self.clock.now(), where),
+            Writing(landed=lambda _: tx.resumed(run_id, expect_status, record)),
+        )
 
     # -- leases -------------------------------------------------------------
-    @abc.abstractmethod
     async def claim(
         self, worker_id: str, hosted: Sequence[str], lease_seconds: float, limit: int,
         exclude: Sequence[str] = (),
@@ -98,28 +134,38 @@ class Store(abc.ABC):
         `hosted`, each with a fresh epoch and a lease until now + lease_seconds.
         `exclude` lists runs the caller still executes (a late heartbeat must
         not make a worker take over its own run)."""
+        return await self.database.claim(
+            Claim(worker_id, hosted, lease_seconds, limit, exclude))
 
-    @abc.abstractmethod
     async def renew(self, fences: Sequence[Fence], lease_seconds: float) -> list[Fence]:
-        """Extend the leases still held; return the fences that were lost."""
+        """Extend the leases still held; return the fences that were lost.
+        Renewing twice is renewing."""
+        return await self.database.write(
+            lambda: tx.renew(fences, self.clock.now() + lease_seconds),
+            Writing(one_statement=True),
+        )
 
-    @abc.abstractmethod
     async def release(self, fence: Fence) -> None:
         """Give the run back (it stays runnable); no-op if already lost."""
+        await self.database.write(
+            lambda: tx.release(fence, self.clock.now()),
+            Writing(one_statement=True, releases=fence.run_id),
+        )
 
     # -- journal ------------------------------------------------------------
-    @abc.abstractmethod
     async def load_journal(self, run_id: str) -> list[Record]:
         """The whole journal in one query, ordered by seq."""
+        return await self.database.read(
+            lambda: tx.read_all("load_journal", {"run_id": run_id}, _rows.record))
 
-    @abc.abstractmethod
     async def append(
         self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None = None
     ) -> None:
         """Commit `records` (and the takeover's resume record) in one fenced
         transaction."""
+        write = FencedWrite(fence, records, resume)
+        await self.database.journal(write, lambda _: tx.journaled(write))
 
-    @abc.abstractmethod
     async def finish(
         self,
         fence: Fence,
@@ -132,33 +178,36 @@ class Store(abc.ABC):
     ) -> None:
         """End the run's attempt with `status` (terminal, or stopped for a human),
         releasing the lease, in one fenced transaction."""
+        end = Finish(status, result, error, self.clock.now())
+        write = FencedWrite(fence, records, resume, end)
+        await self.database.journal(write, lambda _: tx.journaled(write))
 
-    @abc.abstractmethod
-    async def resume_stopped(
-        self, run_id: str, expect_status: str, record: Record | None
-    ) -> RunRow:
-        """A human's decision on a run stopped as `expect_status`: journal `record`
-        (if any; its seq and epoch are assigned here) and make the run claimable
-        again, with a new epoch, in one transaction. Raises `NotStopped` if the run is
-        not (or no longer) in that status, `UnknownRun` if there is none."""
+    async def list_resumes(self, run_id: str) -> list[ResumeRecord]:
+        return await self.database.read(
+            lambda: tx.read_all("list_resumes", {"run_id": run_id}, _rows.resume))
 
     # -- waits and events -----------------------------------------------------
-    @abc.abstractmethod
     async def open_wait(
         self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
         wait: WaitRow,
     ) -> None:
         """Journal `records` and create `wait` (state open) in one fenced transaction."""
+        write = FencedWrite(fence, records, resume)
+        await self.database.write(
+            lambda: tx.open_wait(write, wait),
+            Writing(landed=lambda _: tx.wait_opened(wait.wait_id)),
+        )
 
-    @abc.abstractmethod
-    async def get_wait(self, wait_id: str) -> WaitRow | None: ...
+    async def get_wait(self, wait_id: str) -> WaitRow | None:
+        return await self.database.read(
+            lambda: tx.read_one("get_wait", {"wait_id": wait_id}, _rows.wait))
 
-    @abc.abstractmethod
     async def list_waits(
         self, *, run_id: str | None = None, state: str | None = None, limit: int = 100
-    ) -> list[WaitRow]: ...
+    ) -> list[WaitRow]:
+        return await self.database.read(lambda: tx.read_all(
+            "list_waits", {"run_id": run_id, "state": state, "limit": limit}, _rows.wait))
 
-    @abc.abstractmethod
     async def close_wait(
         self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
         wait_id: str, state: str,
@@ -166,8 +215,12 @@ class Store(abc.ABC):
         """Move an open wait to `state` (expired, revoked) and journal `records`, in
         one fenced transaction. Raises `WaitNotOpen` (writing nothing) if the wait
         was consumed or closed meanwhile."""
+        write = FencedWrite(fence, records, resume)
+        await self.database.write(
+            lambda: tx.close_wait(write, wait_id, state, self.clock.now()),
+            Writing(landed=lambda _: tx.wait_closed(write, wait_id, state)),
+        )
 
-    @abc.abstractmethod
     async def suspend(
         self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
         wake_at: float | None, wait_ids: Sequence[str],
@@ -175,29 +228,43 @@ class Store(abc.ABC):
         """Journal `records`, release the lease and park the run as waiting until
         an event or `wake_at`. Raises `WaitNotOpen` (writing nothing) if one of
         `wait_ids` is no longer open: an event arrived, do not sleep."""
+        write = FencedWrite(fence, records, resume)
+        await self.database.write(
+            lambda: tx.suspend(write, wake_at, wait_ids, self.clock.now()),
+            Writing(landed=lambda _: tx.suspended(write), releases=fence.run_id),
+        )
 
-    @abc.abstractmethod
     async def deliver(self, event: EventRow, judge: Judge) -> tuple[Judgement, EventRow]:
         """Judge and store `event` in one transaction: read the run, its waits,
         its task state versions and any event with the same id; call `judge`;
         store the event with the verdict; if accepted, consume the wait and wake
         the run. A duplicate stores nothing and returns the original event."""
+        return await self.database.write(
+            lambda: tx.deliver(event, judge, self.clock.now()),
+            Writing(landed=lambda attempted: tx.delivered(event, attempted)),
+        )
 
-    @abc.abstractmethod
     async def revoke_wait(self, wait_id: str) -> WaitRow:
         """Revoke an open wait and wake its run (it sees `WaitRevoked`)."""
+        where = self.database.display
+        return await self.database.write(
+            lambda: tx.revoke_wait(wait_id, self.clock.now(), where),
+            Writing(landed=lambda _: tx.wait_revoked(wait_id)),
+        )
 
-    @abc.abstractmethod
-    async def get_event(self, run_id: str, event_id: str) -> EventRow | None: ...
+    async def get_event(self, run_id: str, event_id: str) -> EventRow | None:
+        return await self.database.read(lambda: tx.read_one(
+            "get_event", {"run_id": run_id, "event_id": event_id}, _rows.event))
 
-    @abc.abstractmethod
-    async def list_events(self, run_id: str, limit: int = 1000) -> list[EventRow]: ...
+    async def list_events(self, run_id: str, limit: int = 1000) -> list[EventRow]:
+        return await self.database.read(lambda: tx.read_all(
+            "list_events", {"run_id": run_id, "limit": limit}, _rows.event))
 
     # -- task state ---------------------------------------------------------
-    @abc.abstractmethod
-    async def read_state(self, task_key: str) -> StateRow | None: ...
+    async def read_state(self, task_key: str) -> StateRow | None:
+        return await self.database.read(
+            lambda: tx.read_one("read_state", {"task_key": task_key}, _rows.state))
 
-    @abc.abstractmethod
     async def update_state(
         self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
         task_key: str, change: StateChange,
@@ -206,22 +273,34 @@ class Store(abc.ABC):
         state and returns the new data (None: refused) and the status and payload
         of the last of `records`, which is journaled with them. Returns the state
         now in force (None if there is none) and that last record as written."""
+        write = FencedWrite(fence, records, resume)
+        return await self.database.write(
+            lambda: tx.update_state(write, task_key, change, self.clock.now()),
+            Writing(landed=lambda attempted: tx.state_updated(write, attempted)),
+        )
 
-    @abc.abstractmethod
+    # -- settings -----------------------------------------------------------
     async def secret(self) -> bytes:
         """This database's random secret (created on first use). Wait tokens are
         signed with STEAD_SECRET when it is set, else with this."""
-
-    @abc.abstractmethod
-    async def list_resumes(self, run_id: str) -> list[ResumeRecord]: ...
+        value = await self.database.read(
+            lambda: tx.read_one("get_meta", {"key": "secret"}, lambda row: str(row["value"])))
+        if value is None:  # concurrent first uses: one insert wins, all read it
+            fresh = secrets.token_hex(32)
+            value = await self.database.write(lambda: tx.set_meta_once("secret", fresh), Writing())
+        return bytes.fromhex(value)
 
     async def wait_for_work(self, timeout: float) -> None:
         """Return when a run may have become claimable, or after `timeout`
-        seconds. This default just sleeps (workers poll); a store that can be
-        told about new work (PostgreSQL's LISTEN/NOTIFY) returns early."""
-        await asyncio.sleep(timeout)
+        seconds (SQLite: soon after any commit to the file; PostgreSQL: on
+        NOTIFY)."""
+        await self.database.wait_for_work(timeout)
 
     @property
     def commits(self) -> int:
-        """Transactions committed by this store object (for tests and benches)."""
-        return 0
+        """Transactions committed by this store's database object (for tests
+        and benches)."""
+        return self.database.commits
+
+
+run_outside_branches(Store)

@@ -1,28 +1,43 @@
-"""SQL lives in .sql files, one folder per dialect: numbered migrations and a
-`queries.sql` of named blocks (`-- name: claim`)."""
+"""SQL lives in .sql files, in a `sql/` folder beside each dialect's code:
+numbered migrations and a `queries.sql` of named blocks (`-- name: claim`)."""
 
 from __future__ import annotations
 
 import functools
 import re
 from importlib import resources
+from importlib.resources.abc import Traversable
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+_DIALECTS = ("sqlite", "postgres")
+
+
+def _folder(dialect: str) -> Traversable:
+    if dialect not in _DIALECTS:
+        raise ValueError(f"unknown SQL dialect {dialect!r}")
+    return resources.files(f"stead.store.{dialect}") / "sql"
 
 
 @functools.cache
 def queries(dialect: str) -> dict[str, str]:
-    text = (resources.files("stead.store") / "sql" / dialect / "queries.sql").read_text()
-    parts = _NAME.split(text)
+    """Each named block's SQL, comments and all (an empty body: the query
+    has nothing to do in this dialect)."""
+    parts = _NAME.split((_folder(dialect) / "queries.sql").read_text())
     # parts = [preamble, name1, body1, name2, body2, ...]
-    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+    return {name: _strip(body) for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+def _strip(body: str) -> str:
+    """The body, or "" if it holds nothing but comments."""
+    code = [line for line in body.splitlines()
+            if line.strip() and not line.lstrip().startswith("--")]
+    return body.strip() if code else ""
 
 
 def migrations(dialect: str) -> list[tuple[int, str]]:
     """`(version, sql)` for every numbered migration, in order."""
-    folder = resources.files("stead.store") / "sql" / dialect
     found = []
-    for entry in folder.iterdir():
+    for entry in _folder(dialect).iterdir():
         head = entry.name.split("_", 1)[0]
         if entry.name.endswith(".sql") and head.isdigit():
             found.append((int(head), entry.read_text()))

@@ -16,29 +16,25 @@ writes of waits, timers and task state (`open_wait`, `close_wait`, `suspend`,
 `update_state`), which journal records too. Writes are counted
 per store object, over all the runs it serves. A human's decision journaled by
 `Store.resume_stopped` is not a worker's write and is not counted.
+
+Every one of those writes reaches the store's database as a fenced journal
+write, so the crash is injected there, under the store's logic: a crashing
+store is the same store on a database that dies on cue.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import signal
 import time
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn, TypeVar
 
-from stead.records import (
-    EventRow,
-    Fence,
-    Judgement,
-    NewRun,
-    Record,
-    ResumeRecord,
-    RunRow,
-    StateRow,
-    WaitRow,
-)
-from stead.store.base import Judge, StateChange, Store
+from stead.records import Record, RunRow
+from stead.store import seam
+from stead.store.base import Store, run_outside_branches
 
 
 def kill_process() -> NoReturn:
@@ -82,15 +78,49 @@ class CrashPoint:
 
 class DelegatingStore(Store):
     """A `Store` that hands every call to another one. Subclass it to inject
-    faults or to watch what a worker does, overriding only what you need.
+    faults or to watch what a worker does, overriding only what you need
+    (call `self.inner.<method>` or `super().<method>` for the real thing).
 
-    Each method is spelled out (so it type-checks): a method added to `Store`
-    must be added here too, or instantiating this class fails loudly."""
+    It runs on the inner store's database, so `commits` and the data are
+    the inner store's; every public coroutine of `Store` is delegated, so a
+    method `Store` gains later is delegated too."""
 
     def __init__(self, inner: Store) -> None:
+        super().__init__(inner.database)
         self.inner = inner
-        self.url = inner.url
-        self.clock = inner.clock
+
+
+def _delegate(name: str) -> Callable[..., Any]:
+    async def call(self: DelegatingStore, *args: Any, **kwargs: Any) -> Any:
+        return await getattr(self.inner, name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = getattr(Store, name).__doc__
+    return call
+
+
+for _name, _member in inspect.getmembers(Store, inspect.iscoroutinefunction):
+    if not _name.startswith("_"):
+        setattr(DelegatingStore, _name, _delegate(_name))
+run_outside_branches(DelegatingStore)  # as Store's own methods do
+
+
+T = TypeVar("T")
+
+
+class CrashingDatabase(seam.Database):
+    """`inner`, except that it calls `crash` at `point` (see `CrashingStore`)."""
+
+    def __init__(self, inner: seam.Database, point: CrashPoint, crash: Callable[[], None]) -> None:
+        self.inner = inner
+        self.point = point
+        self.crash = crash
+        self.writes = 0
+        self.url, self.clock, self.display = inner.url, inner.clock, inner.display
+
+    @property
+    def commits(self) -> int:
+        return self.inner.commits
 
     async def open(self) -> None:
         await self.inner.open()
@@ -98,193 +128,40 @@ class DelegatingStore(Store):
     async def close(self) -> None:
         await self.inner.close()
 
-    async def create_run(self, new: NewRun) -> tuple[RunRow, bool]:
-        return await self.inner.create_run(new)
+    async def read(self, flow: seam.FlowFactory[T]) -> T:
+        return await self.inner.read(flow)
 
-    async def get_run(self, run_id: str) -> RunRow:
-        return await self.inner.get_run(run_id)
+    async def write(self, flow: seam.FlowFactory[T], how: seam.Writing[T]) -> T:
+        counted: list[int | None] = []  # a write tried again is counted once
 
-    async def list_runs(
-        self, *, status: str | None = None, workflow: str | None = None, limit: int = 100
-    ) -> list[RunRow]:
-        return await self.inner.list_runs(status=status, workflow=workflow, limit=limit)
+        def watched() -> seam.Flow[T]:
+            steps = flow()
+            answer = None
+            while True:
+                try:
+                    step = steps.send(answer)
+                except StopIteration as done:
+                    result: T = done.value
+                    return result
+                if isinstance(step, seam.Journal) and not counted:
+                    counted.append(self._before(step.write.records))
+                answer = yield step
 
-    async def cancel_run(self, run_id: str) -> RunRow:
-        return await self.inner.cancel_run(run_id)
+        result = await self.inner.write(watched, how)
+        if counted:
+            self._after(counted[0])
+        return result
 
-    async def claim(
-        self, worker_id: str, hosted: Sequence[str], lease_seconds: float, limit: int,
-        exclude: Sequence[str] = (),
-    ) -> list[RunRow]:
-        return await self.inner.claim(worker_id, hosted, lease_seconds, limit, exclude)
+    async def journal(self, write: seam.FencedWrite, landed: seam.Landed[None]) -> None:
+        number = self._before(write.records)
+        await self.inner.journal(write, landed)
+        self._after(number)
 
-    async def renew(self, fences: Sequence[Fence], lease_seconds: float) -> list[Fence]:
-        return await self.inner.renew(fences, lease_seconds)
-
-    async def release(self, fence: Fence) -> None:
-        await self.inner.release(fence)
-
-    async def load_journal(self, run_id: str) -> list[Record]:
-        return await self.inner.load_journal(run_id)
-
-    async def append(
-        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None = None
-    ) -> None:
-        await self.inner.append(fence, records, resume)
-
-    async def finish(
-        self,
-        fence: Fence,
-        status: str,
-        *,
-        result: str | None = None,
-        error: str | None = None,
-        records: Sequence[Record] = (),
-        resume: ResumeRecord | None = None,
-    ) -> None:
-        await self.inner.finish(
-            fence, status, result=result, error=error, records=records, resume=resume
-        )
-
-    async def resume_stopped(
-        self, run_id: str, expect_status: str, record: Record | None
-    ) -> RunRow:
-        return await self.inner.resume_stopped(run_id, expect_status, record)
-
-    async def list_resumes(self, run_id: str) -> list[ResumeRecord]:
-        return await self.inner.list_resumes(run_id)
+    async def claim(self, claim: seam.Claim) -> list[RunRow]:
+        return await self.inner.claim(claim)
 
     async def wait_for_work(self, timeout: float) -> None:
         await self.inner.wait_for_work(timeout)
-
-    async def open_wait(
-        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
-        wait: WaitRow,
-    ) -> None:
-        await self.inner.open_wait(fence, records, resume, wait)
-
-    async def get_wait(self, wait_id: str) -> WaitRow | None:
-        return await self.inner.get_wait(wait_id)
-
-    async def list_waits(
-        self, *, run_id: str | None = None, state: str | None = None, limit: int = 100
-    ) -> list[WaitRow]:
-        return await self.inner.list_waits(run_id=run_id, state=state, limit=limit)
-
-    async def close_wait(
-        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
-        wait_id: str, state: str,
-    ) -> None:
-        await self.inner.close_wait(fence, records, resume, wait_id, state)
-
-    async def suspend(
-        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
-        wake_at: float | None, wait_ids: Sequence[str],
-    ) -> None:
-        await self.inner.suspend(fence, records, resume, wake_at, wait_ids)
-
-    async def deliver(self, event: EventRow, judge: Judge) -> tuple[Judgement, EventRow]:
-        return await self.inner.deliver(event, judge)
-
-    async def revoke_wait(self, wait_id: str) -> WaitRow:
-        return await self.inner.revoke_wait(wait_id)
-
-    async def get_event(self, run_id: str, event_id: str) -> EventRow | None:
-        return await self.inner.get_event(run_id, event_id)
-
-    async def list_events(self, run_id: str, limit: int = 1000) -> list[EventRow]:
-        return await self.inner.list_events(run_id, limit)
-
-    async def read_state(self, task_key: str) -> StateRow | None:
-        return await self.inner.read_state(task_key)
-
-    async def update_state(
-        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
-        task_key: str, change: StateChange,
-    ) -> tuple[StateRow | None, Record]:
-        return await self.inner.update_state(fence, records, resume, task_key, change)
-
-    async def secret(self) -> bytes:
-        return await self.inner.secret()
-
-    @property
-    def commits(self) -> int:
-        return self.inner.commits
-
-
-class CrashingStore(DelegatingStore):
-    """Delegates to `inner` and calls `crash` (by default `kill_process`) at
-    `point`. `writes` is the number of counted journal writes begun so far
-(a write that then fails, e.g. with `StaleLease`, still counts).
-
-    `crash` may be replaced, e.g. by a function raising an exception, to use
-    the wrapper in-process; if it returns, the store carries on as if nothing
-    happened (at `before_commit`, the write is then made).
-    """
-
-    def __init__(
-        self, inner: Store, point: CrashPoint, *, crash: Callable[[], None] = kill_process
-    ) -> None:
-        super().__init__(inner)
-        self.point = point
-        self.crash = crash
-        self.writes = 0
-
-    async def append(
-        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None = None
-    ) -> None:
-        number = self._before(records)
-        await self.inner.append(fence, records, resume)
-        self._after(number)
-
-    async def finish(
-        self,
-        fence: Fence,
-        status: str,
-        *,
-        result: str | None = None,
-        error: str | None = None,
-        records: Sequence[Record] = (),
-        resume: ResumeRecord | None = None,
-    ) -> None:
-        number = self._before(records)
-        await self.inner.finish(
-            fence, status, result=result, error=error, records=records, resume=resume
-        )
-        self._after(number)
-
-    async def open_wait(
-        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
-        wait: WaitRow,
-    ) -> None:
-        number = self._before(records)
-        await self.inner.open_wait(fence, records, resume, wait)
-        self._after(number)
-
-    async def close_wait(
-        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
-        wait_id: str, state: str,
-    ) -> None:
-        number = self._before(records)
-        await self.inner.close_wait(fence, records, resume, wait_id, state)
-        self._after(number)
-
-    async def suspend(
-        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
-        wake_at: float | None, wait_ids: Sequence[str],
-    ) -> None:
-        number = self._before(records)
-        await self.inner.suspend(fence, records, resume, wake_at, wait_ids)
-        self._after(number)
-
-    async def update_state(
-        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
-        task_key: str, change: StateChange,
-    ) -> tuple[StateRow | None, Record]:
-        number = self._before(records)
-        result = await self.inner.update_state(fence, records, resume, task_key, change)
-        self._after(number)
-        return result
 
     def _before(self, records: Sequence[Record]) -> int | None:
         """Count the write; its number, or None if the point does not count it."""
@@ -300,3 +177,41 @@ class CrashingStore(DelegatingStore):
         # `number`, not `self.writes`: another run's write may have started meanwhile.
         if number is not None and self.point.after_commit == number:
             self.crash()
+
+
+class CrashingStore(Store):
+    """`inner`'s store logic on `inner`'s database, calling `crash` (by
+    default `kill_process`) at `point`. `writes` is the number of counted
+    journal writes begun so far (a write that then fails, e.g. with
+    `StaleLease`, still counts).
+
+    `crash` may be replaced, e.g. by a function raising an exception, to use
+    the wrapper in-process; if it returns, the store carries on as if nothing
+    happened (at `before_commit`, the write is then made).
+
+    Wrap other `DelegatingStore`s around it (`ClaimLog(CrashingStore(store,
+    point))`), not inside it: it runs the store's own logic, so it would not
+    see their overrides.
+    """
+
+    def __init__(
+        self, inner: Store, point: CrashPoint, *, crash: Callable[[], None] = kill_process
+    ) -> None:
+        if isinstance(inner, DelegatingStore):
+            raise TypeError(
+                f"CrashingStore runs under the store logic, so it would bypass what "
+                f"{type(inner).__name__} overrides: wrap it the other way round, "
+                f"{type(inner).__name__}(CrashingStore(store, point))"
+            )
+        self._crashing = CrashingDatabase(inner.database, point, crash)
+        super().__init__(self._crashing)
+        self.inner = inner
+        self.point = point
+
+    @property
+    def writes(self) -> int:
+        return self._crashing.writes
+
+    @property
+    def crash(self) -> Callable[[], None]:
+        return self._crashing.crash

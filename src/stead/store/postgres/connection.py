@@ -1,6 +1,6 @@
-"""PostgreSQL plumbing for `postgres.PostgresStore`: the URL, a pool whose
-connections use the store's schema, and the one place where driver errors
-become stead errors.
+"""Connecting to PostgreSQL: the URL, a pool whose connections use the
+store's schema, retries, LISTEN, and the one place where driver errors become
+stead errors.
 
 A transaction that fails because the connection dropped (a server restart,
 `pg_terminate_backend`, a network blip) is tried again with backoff, for at
@@ -8,6 +8,8 @@ most `retry_for` seconds, then `StoreUnavailable`. Before COMMIT that is safe:
 the server rolled the transaction back. If the connection drops *during*
 COMMIT nobody knows whether it landed, so the write is resolved by reading
 back (each write says how, see `Connector.write`), never by writing twice.
+
+The SQL lives in `sql/queries.sql`, by name.
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ from psycopg_pool import AsyncConnectionPool
 
 from stead import errors
 from stead.store import sql_files
+from stead.store.seam import NotLanded
 
 T = TypeVar("T")
+_MISSING: Any = object()
 Conn = psycopg.AsyncConnection[DictRow]
 log = logging.getLogger("stead.store.postgres")
 _Q = sql_files.queries("postgres")
@@ -99,12 +103,10 @@ def parse_url(url: str) -> Target:
     )
 
 
-class NotLanded:
-    """A read-back's answer: the write whose commit was unacknowledged did not land."""
-
-
-NOT_LANDED = NotLanded()
-Verify = Callable[[Conn], Awaitable[T | NotLanded]]
+# Reads back on a connection whether a write whose commit went unacknowledged
+# landed: its result if so, else NOT_LANDED. Given what that attempt computed
+# before its commit (None: not known).
+Verify = Callable[[Conn, T | None], Awaitable[T | NotLanded]]
 
 
 def _permanent(exc: psycopg.Error) -> bool:
@@ -257,20 +259,23 @@ class Connector:
 
         If the connection drops before COMMIT, `fn` runs again on another
         connection. If it drops during COMMIT, `verify` reads back whether the
-        write landed: its result is returned if so; on `NOT_LANDED` `fn` runs
-        again. Without `verify`, `fn` must be safe to run twice (it is, for
-        renew, release, cancel and migrations). `unknown`: an earlier attempt
+        write landed (given what `fn` computed before the commit, if it did):
+        its result is returned if so; on `NOT_LANDED` `fn` runs again. Without
+        `verify`, `fn` must be safe to run twice (it is, for renew, release,
+        cancel and migrations). `unknown`: an earlier attempt
         elsewhere may have committed this write, so read back first.
 
         `autocommit`: `fn` writes with ONE statement (reads may come before
         it), which commits on its own: one round trip, no BEGIN and COMMIT. A
         connection lost while `fn` runs leaves the outcome unknown."""
 
+        attempted: T | None = None
+
         async def once(fresh: bool) -> T:
-            nonlocal unknown
+            nonlocal unknown, attempted
             async with self._connection(fresh) as conn:
                 if unknown and verify is not None:
-                    found = await verify(conn)
+                    found = await verify(conn, attempted)
                     if not isinstance(found, NotLanded):
                         log.warning("a write whose commit was not acknowledged had landed: "
                                     "not writing it again")
@@ -279,7 +284,9 @@ class Connector:
                     log.warning("a write whose commit was not acknowledged had not landed: "
                                 "writing it again")
                 unknown = False
+                attempted = None
                 body_done = False
+                result = _MISSING
                 try:
                     if autocommit:
                         body_done = True  # the statement may commit as it runs
@@ -293,6 +300,7 @@ class Connector:
                     # its own): the outcome is unknown unless the server said it
                     # rolled back.
                     unknown = body_done and not isinstance(exc, pg_errors.TransactionRollback)
+                    attempted = None if result is _MISSING else result
                     raise
                 self.commits += 1
                 return result

@@ -3,9 +3,11 @@ SELECT * FROM runs
 WHERE task_id = :task_id AND status NOT IN ('completed', 'failed', 'cancelled');
 
 -- name: insert_run
+-- Nothing (no row) if it conflicts: the flow then reads the run that won.
 INSERT INTO runs (run_id, workflow, version, task_id, status, input, epoch,
                   created_at, updated_at)
 VALUES (:run_id, :workflow, :version, :task_id, 'pending', :input, 0, :now, :now)
+ON CONFLICT DO NOTHING
 RETURNING *;
 
 -- name: get_run
@@ -57,9 +59,17 @@ WHERE run_id IN (SELECT value FROM json_each(:run_ids))
 RETURNING *;
 
 -- name: renew
+-- :run_ids, :epochs, :workers: the fences, as three JSON arrays.
+WITH fences AS (
+    SELECT r.value AS run_id, e.value AS epoch, w.value AS worker_id
+    FROM json_each(:run_ids) AS r
+    JOIN json_each(:epochs) AS e ON e.key = r.key
+    JOIN json_each(:workers) AS w ON w.key = r.key
+)
 UPDATE runs SET lease_expires_at = :expires
-WHERE run_id = :run_id AND epoch = :epoch AND lease_owner = :worker_id
-  AND status = 'running';
+WHERE status = 'running'
+  AND (run_id, epoch, lease_owner) IN (SELECT run_id, epoch, worker_id FROM fences)
+RETURNING run_id, epoch, lease_owner;
 
 -- name: release
 UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
@@ -116,7 +126,37 @@ WHERE run_id = :run_id AND status = :expect
 RETURNING *;
 
 -- name: next_seq
-SELECT COALESCE(MAX(seq), -1) + 1 FROM journal WHERE run_id = :run_id;
+SELECT COALESCE(MAX(seq), -1) + 1 AS seq FROM journal WHERE run_id = :run_id;
+
+-- name: find_record
+SELECT seq FROM journal
+WHERE run_id = :run_id AND addr = :addr AND attempt = :attempt AND status = :status;
+
+-- name: count_records
+-- Read-back after a write whose commit status is unknown (SQLite always
+-- knows: kept so that both dialects answer every flow).
+SELECT count(*) AS n FROM journal
+JOIN (SELECT s.value AS seq, a.value AS addr, t.value AS attempt, u.value AS status
+      FROM json_each(:seqs) AS s
+      JOIN json_each(:addrs) AS a ON a.key = s.key
+      JOIN json_each(:attempts) AS t ON t.key = s.key
+      JOIN json_each(:statuses) AS u ON u.key = s.key) AS rec
+  ON journal.seq = rec.seq AND journal.addr = rec.addr
+ AND journal.attempt = rec.attempt AND journal.status = rec.status
+WHERE journal.run_id = :run_id;
+
+-- name: has_resume
+SELECT 1 FROM resumes WHERE run_id = :run_id AND epoch = :epoch;
+
+-- name: lock_run
+-- Nothing to do: a write transaction (BEGIN IMMEDIATE) holds the file's one
+-- write lock, so everything that touches a run happens one at a time.
+
+-- name: lock_state
+-- Nothing to do: the write transaction holds the file's write lock.
+
+-- name: notify_work
+-- Nothing to send: idle workers watch the file's data_version instead.
 
 -- name: insert_wait
 INSERT INTO waits (wait_id, run_id, addr, kind, bind, schema, token_hash, task_key,

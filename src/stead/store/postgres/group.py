@@ -28,10 +28,10 @@ from psycopg import errors as pg_errors
 from psycopg import pq
 
 from stead import errors
-from stead.store import pg_ops
 from stead.store.futures import settle
-from stead.store.pg_connection import Conn, Connector, Verify, retryable, translate
-from stead.store.pg_ops import FencedWrite, Q
+from stead.store.postgres import journal
+from stead.store.postgres.connection import Conn, Connector, Verify, retryable, translate
+from stead.store.seam import FencedWrite, stale
 
 log = logging.getLogger("stead.store.postgres")
 
@@ -114,9 +114,9 @@ class GroupCommit:
             if conn is None or conn.closed:
                 self._conn = None
                 conn = self._conn = await self._db.connect()
-            name, params = pg_ops.fenced_query([job.write for job in batch])
+            name, params = journal.fenced_query([job.write for job in batch])
             sent = True
-            cur = await conn.execute(Q[name], params, prepare=True)
+            cur = await conn.execute(journal.Q[name], params, prepare=True)
             held = {int(row["n"]) for row in await cur.fetchall()}
         except BaseException as exc:
             await self._check_connection()
@@ -129,7 +129,7 @@ class GroupCommit:
         if held:
             self._db.commits += 1
         for n, job in enumerate(batch, 1):
-            settle(job.future, None if n in held else pg_ops.stale(job.write.fence))
+            settle(job.future, None if n in held else stale(job.write.fence))
 
     async def _check_connection(self) -> None:
         """Keep the writer connection only if it is healthy and idle."""
@@ -163,7 +163,7 @@ class GroupCommit:
 
     async def _alone(self, job: _Job, unknown: bool) -> None:
         async def op(conn: Conn) -> None:
-            await pg_ops.fenced_write(conn, job.write)
+            await journal.write_fenced(conn, job.write)
 
         try:
             await self._db.write(op, verify=job.verify, unknown=unknown)

@@ -39,8 +39,9 @@ LISTEN stead_work;
 
 -- name: notify_work
 -- Wakes idle workers listening on this database (payload: the schema, so two
--- apps in two schemas do not wake each other). Delivered at commit.
-SELECT pg_notify('stead_work', %(schema)s);
+-- apps in two schemas do not wake each other; the search path is the store's
+-- schema alone). Delivered at commit.
+SELECT pg_notify('stead_work', current_schema());
 
 -- name: find_live_task
 SELECT * FROM runs
@@ -60,7 +61,7 @@ WITH created AS (
     RETURNING *
 )
 SELECT created.* FROM created
-CROSS JOIN LATERAL (SELECT pg_notify('stead_work', %(schema)s)) AS woken;
+CROSS JOIN LATERAL (SELECT pg_notify('stead_work', current_schema())) AS woken;
 
 -- name: get_run
 SELECT * FROM runs WHERE run_id = %(run_id)s;
@@ -154,7 +155,7 @@ WITH released AS (
     RETURNING run_id
 )
 SELECT released.run_id FROM released
-CROSS JOIN LATERAL (SELECT pg_notify('stead_work', %(schema)s)) AS woken;
+CROSS JOIN LATERAL (SELECT pg_notify('stead_work', current_schema())) AS woken;
 
 -- name: fence
 -- Locks the run row until commit: a claim skips it, a cancel waits for it,
@@ -365,7 +366,7 @@ ORDER BY received_at, event_id LIMIT %(limit)s;
 
 -- name: lock_state
 -- Serialises compare-and-set on one task key, also while it has no row yet.
-SELECT pg_advisory_xact_lock(1937007973, hashtext(%(schema)s || ':' || %(task_key)s));
+SELECT pg_advisory_xact_lock(1937007973, hashtext(current_schema() || ':' || %(task_key)s));
 
 -- name: read_state
 SELECT * FROM task_state WHERE task_key = %(task_key)s;

@@ -1,0 +1,351 @@
+"""Every transaction of the store, written once, as a flow (see `database`):
+what it reads, where it asks a pure judgement (the fence, `Judge`,
+`StateChange`), what it writes. Each function returns a fresh flow; a backend
+runs it in one transaction.
+
+The read-backs (`created`, `journaled`, `delivered`...) settle a write whose
+commit nobody acknowledged (a connection lost during COMMIT): they say
+whether it is stored, so it is never written twice. Only a server database
+needs them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from stead import errors
+from stead.records import (
+    DeliveryContext,
+    EventRow,
+    Fence,
+    Judgement,
+    NewRun,
+    Record,
+    ResumeRecord,
+    RunRow,
+    StateRow,
+    WaitRow,
+)
+from stead.store import _rows
+from stead.store._rows import Row
+from stead.store.seam import (
+    NOT_LANDED,
+    FencedWrite,
+    Flow,
+    Journal,
+    NotLanded,
+    count,
+    execute,
+    fence_params,
+    one,
+    rows,
+    stale,
+)
+
+R = TypeVar("R")
+# Judges a delivery inside its transaction (pure: no I/O).
+Judge = Callable[[DeliveryContext], Judgement]
+# Given the current task state (or None), returns the new data (JSON text, or
+# None for a refused change) and the status and payload of the journal record
+# that says what happened (the last of the records written with it).
+StateChange = Callable[[StateRow | None], tuple[str | None, str, str]]
+
+
+def unknown_run(run_id: str, where: str) -> errors.UnknownRun:
+    return errors.UnknownRun(f"no run {run_id!r} in {where}")
+
+
+# -- runs ---------------------------------------------------------------------
+def create_run(new: NewRun, now: float) -> Flow[tuple[RunRow, bool] | None]:
+    """The new run and True, or the live run owning its task and False; None
+    if the insert lost to a conflicting run that is not live."""
+    params = {"run_id": new.run_id, "workflow": new.workflow, "version": new.version,
+              "task_id": new.task_id, "input": new.input, "now": now}
+    for _ in range(3):
+        if new.task_id is not None:
+            row = yield one("find_live_task", {"task_id": new.task_id})
+            if row is not None:
+                return _rows.run(row), False
+        row = yield one("insert_run", params)
+        if row is not None:
+            return _rows.run(row), True
+        if new.task_id is None:
+            break
+        # A concurrent start of this task won the insert: read its run.
+    return None
+
+
+def created(new: NewRun) -> Flow[tuple[RunRow, bool] | NotLanded | None]:
+    row = yield one("get_run", {"run_id": new.run_id})
+    return NOT_LANDED if row is None else (_rows.run(row), True)
+
+
+def read_one(name: str, params: dict[str, Any], convert: Callable[[Row], R]) -> Flow[R | None]:
+    """The row query `name` finds, as a record; None if none."""
+    row = yield one(name, params)
+    return None if row is None else convert(row)
+
+
+def read_all(name: str, params: dict[str, Any], convert: Callable[[Row], R]) -> Flow[list[R]]:
+    return [convert(row) for row in (yield rows(name, params))]
+
+
+def cancel_run(run_id: str, now: float, where: str) -> Flow[RunRow]:
+    row = yield one("cancel_run", {"run_id": run_id, "now": now})
+    if row is None:  # not live: as it is
+        row = yield one("get_run", {"run_id": run_id})
+        if row is None:
+            raise unknown_run(run_id, where)
+    return _rows.run(row)
+
+
+def resume_stopped(
+    run_id: str, expect_status: str, record: Record | None, now: float, where: str,
+) -> Flow[RunRow]:
+    row = yield one("resume_stopped", {"run_id": run_id, "expect": expect_status, "now": now})
+    if row is None:
+        current = yield one("get_run", {"run_id": run_id})
+        if current is None:
+            raise unknown_run(run_id, where)
+        raise errors.NotStopped(
+            f"run {run_id} is {current['status']}, not {expect_status}: "
+            "nothing to decide (was it decided already?)"
+        )
+    run = _rows.run(row)
+    if record is not None:
+        seq_row = yield one("next_seq", {"run_id": run_id})
+        decided = record.evolve(seq=int(seq_row["seq"]), epoch=run.epoch, at=now)
+        yield execute("insert_record", _rows.record_params(run_id, decided))
+    yield execute("notify_work")
+    return run
+
+
+def resumed(run_id: str, expect_status: str, record: Record | None) -> Flow[RunRow | NotLanded]:
+    row = yield one("get_run", {"run_id": run_id})
+    if record is None:  # landed if the run left the stopped status
+        if row is None or row["status"] == expect_status:
+            return NOT_LANDED
+        return _rows.run(row)
+    found = yield one("find_record", {
+        "run_id": run_id, "addr": record.addr, "attempt": record.attempt,
+        "status": record.status,
+    })
+    return NOT_LANDED if found is None or row is None else _rows.run(row)
+
+
+# -- leases -------------------------------------------------------------------
+def renew(fences: Sequence[Fence], expires: float) -> Flow[list[Fence]]:
+    """Extend the leases still held; the fences that were lost."""
+    held_rows = yield rows("renew", {
+        "expires": expires, "run_ids": [f.run_id for f in fences],
+        "epochs": [f.epoch for f in fences], "workers": [f.worker_id for f in fences],
+    })
+    held = {(r["run_id"], r["epoch"], r["lease_owner"]) for r in held_rows}
+    return [f for f in fences if (f.run_id, f.epoch, f.worker_id) not in held]
+
+
+def release(fence: Fence, now: float) -> Flow[None]:
+    yield execute("release", {**fence_params(fence), "now": now})
+
+
+# -- journal ------------------------------------------------------------------
+def records_landed(
+    run_id: str, records: Sequence[Record], resume: ResumeRecord | None = None,
+) -> Flow[bool | None]:
+    """Whether a write of `records` (or, with none, of `resume`) is stored;
+    None if neither tells."""
+    if records:
+        row = yield one("count_records", {
+            "run_id": run_id, "seqs": [r.seq for r in records],
+            "addrs": [r.addr for r in records], "attempts": [r.attempt for r in records],
+            "statuses": [r.status for r in records],
+        })
+        n = int(row["n"]) if row else 0
+        if 0 < n < len(records):
+            raise errors.StoreError(
+                f"run {run_id}: {n} of the {len(records)} records of one write are stored; "
+                "the journal was changed outside stead"
+            )
+        return n == len(records)
+    if resume is not None:
+        found = yield one("has_resume", {"run_id": run_id, "epoch": resume.epoch})
+        return found is not None
+    return None
+
+
+def journaled(write: FencedWrite) -> Flow[NotLanded | None]:
+    """The read-back of an append or a finish."""
+
+    fence, end = write.fence, write.finish
+    if end is None or write.records:
+        done = yield from records_landed(fence.run_id, write.records, write.resume)
+        return None if done else NOT_LANDED
+    row = yield one("get_run", {"run_id": fence.run_id})
+    ended = row is not None and (row["status"], row["epoch"], row["lease_owner"]) == (
+        end.status, fence.epoch, None
+    )
+    return None if ended else NOT_LANDED
+
+
+# -- waits ----------------------------------------------------------------------
+def wait_state(wait_id: str) -> Flow[str]:
+    row = yield one("get_wait", {"wait_id": wait_id})
+    return "missing" if row is None else str(row["state"])
+
+
+def open_wait(write: FencedWrite, wait: WaitRow) -> Flow[None]:
+    yield Journal(write)
+    yield execute("insert_wait", _rows.wait_params(wait))
+
+
+def wait_opened(wait_id: str) -> Flow[NotLanded | None]:
+    found = yield one("get_wait", {"wait_id": wait_id})
+    return None if found is not None else NOT_LANDED
+
+
+def close_wait(write: FencedWrite, wait_id: str, state: str, now: float) -> Flow[None]:
+    yield Journal(write)
+    closed = yield count("close_wait", {"wait_id": wait_id, "state": state, "now": now})
+    if not closed:  # raising rolls the records back too
+        raise errors.WaitNotOpen(wait_id, (yield from wait_state(wait_id)))
+
+
+def wait_closed(write: FencedWrite, wait_id: str, state: str) -> Flow[NotLanded | None]:
+    done = yield from records_landed(write.fence.run_id, write.records, write.resume)
+    if done is None:
+        done = (yield from wait_state(wait_id)) == state
+    return None if done else NOT_LANDED
+
+
+def suspend(
+    write: FencedWrite, wake_at: float | None, wait_ids: Sequence[str], now: float,
+) -> Flow[None]:
+    yield Journal(write)
+    for wait_id in wait_ids:
+        state = yield from wait_state(wait_id)
+        if state != "open":  # an event arrived: do not sleep (the records roll back)
+            raise errors.WaitNotOpen(wait_id, state)
+    yield execute("suspend", {**fence_params(write.fence), "wake_at": wake_at, "now": now})
+    if wake_at is not None and wake_at <= now:
+        yield execute("notify_work")  # due already: claimable at once
+
+
+def suspended(write: FencedWrite) -> Flow[NotLanded | None]:
+    fence = write.fence
+    done = yield from records_landed(fence.run_id, write.records, write.resume)
+    if done is None:
+        row = yield one("get_run", {"run_id": fence.run_id})
+        done = row is not None and (row["status"], row["epoch"]) == ("waiting", fence.epoch)
+    return None if done else NOT_LANDED
+
+
+def revoke_wait(wait_id: str, now: float, where: str) -> Flow[WaitRow]:
+    row = yield one("get_wait", {"wait_id": wait_id})
+    if row is None:
+        raise errors.SteadError(f"no wait {wait_id!r} in {where}")
+    # Lock the run (as a delivery does), then read the wait again under the lock.
+    yield execute("lock_run", {"run_id": row["run_id"]})
+    wait = _rows.wait((yield one("get_wait", {"wait_id": wait_id})) or row)
+    if wait.state != "open":
+        raise errors.WaitNotOpen(wait_id, wait.state)
+    yield execute("close_wait", {"wait_id": wait_id, "state": "revoked", "now": now})
+    if (yield count("wake", {"run_id": wait.run_id, "now": now})):
+        yield execute("notify_work")
+    return wait.evolve(state="revoked", closed_at=now)
+
+
+def wait_revoked(wait_id: str) -> Flow[WaitRow | NotLanded]:
+    row = yield one("get_wait", {"wait_id": wait_id})
+    if row is None or row["state"] != "revoked":
+        return NOT_LANDED
+    return _rows.wait(row)
+
+
+# -- events ---------------------------------------------------------------------
+def deliver(event: EventRow, judge: Judge, now: float) -> Flow[tuple[Judgement, EventRow]]:
+    """Judge and store `event`: the run is locked first, so a delivery, a
+    suspension and a revocation of one run happen one at a time."""
+    key = {"run_id": event.run_id, "event_id": event.event_id}
+    yield execute("lock_run", key)
+    found = yield one("get_event", key)
+    run = yield one("get_run", key)
+    waits = tuple(_rows.wait(r) for r in (yield rows("run_waits", key)))
+    versions: dict[str, int] = {}
+    for w in waits:
+        state = yield one("read_state", {"task_key": w.task_key})
+        versions[w.task_key] = 0 if state is None else int(state["version"])
+    ctx = DeliveryContext(
+        run=None if run is None else _rows.run(run), waits=waits, state_versions=versions,
+        existing=None if found is None else _rows.event(found), now=now,
+    )
+    verdict = judge(ctx)
+    if verdict.verdict == "duplicate":
+        assert ctx.existing is not None
+        return verdict, ctx.existing
+    stored = dataclasses.replace(
+        event, wait_id=verdict.wait_id or event.wait_id, verdict=verdict.verdict,
+        reason=verdict.reason, detail=verdict.detail, received_at=now,
+    )
+    yield execute("insert_event", _rows.event_params(stored))
+    if verdict.verdict == "accepted" and verdict.wait_id is not None:
+        yield execute("consume_wait",
+                      {"wait_id": verdict.wait_id, "event_id": event.event_id, "now": now})
+        if (yield count("wake", {"run_id": event.run_id, "now": now})):
+            yield execute("notify_work")
+    return verdict, stored
+
+
+def delivered(
+    event: EventRow, attempted: tuple[Judgement, EventRow] | None,
+) -> Flow[tuple[Judgement, EventRow] | NotLanded]:
+    # Stored means this delivery landed (a duplicate stores nothing).
+    found = yield one("get_event", {"run_id": event.run_id, "event_id": event.event_id})
+    if found is None or attempted is None:
+        return NOT_LANDED
+    return attempted[0], _rows.event(found)
+
+
+# -- task state -------------------------------------------------------------------
+def update_state(
+    write: FencedWrite, task_key: str, change: StateChange, now: float,
+) -> Flow[tuple[StateRow | None, Record]]:
+    """Compare-and-set: the fence is checked (and the run locked) first, then
+    the task key is locked, also while it has no row yet."""
+    fence, records = write.fence, write.records
+    if (yield one("fence", fence_params(fence))) is None:
+        raise stale(fence)
+    yield execute("lock_state", {"task_key": task_key})
+    row = yield one("read_state", {"task_key": task_key})
+    current = None if row is None else _rows.state(row)
+    data, status, payload = change(current)
+    last = records[-1].evolve(status=status, payload=payload)
+    result = current
+    if data is not None:
+        version = (current.version if current else 0) + 1
+        params = {"task_key": task_key, "version": version, "data": data,
+                  "run_id": fence.run_id, "now": now}
+        yield execute("upsert_state", params)
+        yield execute("insert_state_history", params)
+        result = StateRow(task_key, version, data, fence.run_id, now)
+    yield Journal(dataclasses.replace(write, records=[*records[:-1], last]), checked=True)
+    return result, last
+
+
+def state_updated(
+    write: FencedWrite, attempted: tuple[StateRow | None, Record] | None,
+) -> Flow[tuple[StateRow | None, Record] | NotLanded]:
+    if attempted is None:
+        return NOT_LANDED
+    written = [*write.records[:-1], attempted[1]]
+    done = yield from records_landed(write.fence.run_id, written)
+    return attempted if done else NOT_LANDED
+
+
+# -- settings ---------------------------------------------------------------------
+def set_meta_once(key: str, value: str) -> Flow[str]:
+    """Store `value` under `key` unless one is there already; the value that is."""
+    yield execute("insert_meta", {"key": key, "value": value})
+    row = yield one("get_meta", {"key": key})
+    return str(row["value"])

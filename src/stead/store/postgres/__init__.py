@@ -1,0 +1,18 @@
+"""The server store: PostgreSQL (`postgresql://user@host:5432/db?schema=NAME`)."""
+
+from __future__ import annotations
+
+from stead.clock import Clock
+from stead.store.base import Store
+from stead.store.postgres.database import PostgresDatabase
+
+
+class PostgresStore(Store):
+    """The store on a PostgreSQL schema (see `database`). A lost connection is
+    retried for up to `retry_for` seconds before `StoreUnavailable`."""
+
+    def __init__(self, url: str, *, clock: Clock, retry_for: float = 30.0) -> None:
+        super().__init__(PostgresDatabase(url, clock=clock, retry_for=retry_for))
+
+
+__all__ = ["PostgresDatabase", "PostgresStore"]

@@ -1,0 +1,148 @@
+"""The PostgreSQL database, for workers on many machines sharing one database.
+
+`postgresql://user@host:5432/db?schema=NAME` (schema optional, default
+`public`; two apps in two schemas of one database never see each other's
+runs). psycopg 3 with a connection pool; every state change is one
+transaction with the same semantics as on SQLite:
+
+- claims are one `UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED)`, so
+  concurrent claimers never wait on, nor share, a run;
+- a fenced write locks its run row (`FOR NO KEY UPDATE`) while it checks the
+  epoch, so no claim or cancel can slip in between the check and the commit;
+  everything that touches a run's waits locks the run row first, and
+  compare-and-set on task state takes an advisory lock per task key;
+- journal appends and finishes are one statement each (fence, inserts and
+  commit in one round trip), and concurrent ones share it (`group`);
+- a write that makes a run claimable sends `NOTIFY stead_work` in its
+  transaction; idle workers `LISTEN` and wake in milliseconds (`wait_for_work`),
+  with polling as the fallback.
+
+Connection faults and unacknowledged commits are handled in `connection`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar, cast
+
+from stead.clock import Clock
+from stead.records import RunRow
+from stead.store import _rows, seam, sql_files
+from stead.store.postgres import connection, journal
+from stead.store.postgres.connection import Conn
+from stead.store.postgres.group import GroupCommit
+
+T = TypeVar("T")
+Q = sql_files.queries("postgres")
+
+
+class PostgresDatabase(seam.Database):
+    def __init__(self, url: str, *, clock: Clock, retry_for: float = 30.0) -> None:
+        self.url = url
+        self.clock = clock
+        self.target = connection.parse_url(url)
+        self.display = self.target.display
+        self._db = connection.Connector(self.target, retry_for=retry_for)
+        self._listener = connection.Listener(self._db)
+        self._group = GroupCommit(self._db)
+
+    @property
+    def commits(self) -> int:
+        return self._db.commits
+
+    @property
+    def schema(self) -> str:
+        return self.target.schema
+
+    async def open(self) -> None:
+        await self._db.open(self.migrate)
+
+    async def migrate(self, conn: Conn) -> None:
+        """Create the schema and apply every newer migration, under a lock held
+        by one opener at a time, so many processes may start at once."""
+        schema = {"schema": self.schema}
+        async with conn.transaction():
+            await conn.execute(Q["migrate_lock"], schema)
+            await conn.execute(Q["name_schema"], schema)
+            await conn.execute(Q["create_schema"])
+            await conn.execute(Q["create_version_table"])
+            cur = await conn.execute(Q["schema_version"])
+            row = await cur.fetchone()
+            current = int(row["version"]) if row else 0
+            for version, script in sql_files.migrations("postgres"):
+                if version > current:
+                    await conn.execute(script.encode())
+                    await conn.execute(Q["insert_version"], {"version": version})
+
+    async def close(self) -> None:
+        await self._group.close()
+        await self._listener.close()
+        await self._db.close()
+
+    # -- flows ----------------------------------------------------------------
+    async def read(self, flow: seam.FlowFactory[T]) -> T:
+        return await self._db.read(lambda conn: _run(conn, flow))
+
+    async def write(self, flow: seam.FlowFactory[T], how: seam.Writing[T]) -> T:
+        landed = how.landed
+
+        async def verify(conn: Conn, attempted: T | None) -> T | seam.NotLanded:
+            assert landed is not None
+            return await _run(conn, lambda: landed(attempted))
+
+        return await self._db.write(
+            lambda conn: _run(conn, flow), verify=None if landed is None else verify,
+            autocommit=how.one_statement,
+        )
+
+    async def journal(self, write: seam.FencedWrite, landed: seam.Landed[None]) -> None:
+        async def verify(conn: Conn, attempted: None) -> seam.NotLanded | None:
+            return await _run(conn, lambda: landed(attempted))
+
+        await self._group.write(write, verify)
+
+    # -- claiming and waking ------------------------------------------------------
+    async def claim(self, claim: seam.Claim) -> list[RunRow]:
+        params: dict[str, Any] = {
+            "worker_id": claim.worker_id, "hosted": list(claim.hosted),
+            "exclude": list(claim.exclude), "limit": claim.limit,
+        }
+
+        async def op(conn: Conn) -> list[RunRow]:
+            now = self.clock.now()
+            params.update(now=now, expires=now + claim.lease_seconds)
+            cur = await conn.execute(Q["claim"], params)
+            return [_rows.run(r) for r in await cur.fetchall()]
+
+        async def verify(conn: Conn, attempted: list[RunRow] | None) -> list[RunRow]:
+            # The runs this very claim leased (its lease end and time are its own);
+            # none means it did not land, and claiming nothing is a fine answer.
+            cur = await conn.execute(Q["claimed_by"], params)
+            return [_rows.run(r) for r in await cur.fetchall()]
+
+        return await self._db.write(op, verify=verify, autocommit=True)
+
+    async def wait_for_work(self, timeout: float) -> None:
+        """Return when a run may have become claimable (NOTIFY), or after `timeout`."""
+        await self._listener.wait(timeout)
+
+
+async def _run(conn: Conn, flow: seam.FlowFactory[T]) -> T:
+    """Drive a flow to its end on `conn`, in whatever transaction is open."""
+    steps, answer = flow(), None
+    try:
+        while True:
+            answer = await _do(conn, steps.send(answer))
+    except StopIteration as done:
+        return cast(T, done.value)
+
+
+async def _do(conn: Conn, step: seam.Query | seam.Journal) -> Any:
+    if isinstance(step, seam.Journal):
+        return await journal.apply(conn, step)
+    sql = Q[step.name]  # empty: nothing to do in this dialect
+    cur = await conn.execute(sql, step.params) if sql else None
+    if cur is None or step.fetch is seam.Fetch.NOTHING:
+        return None
+    if step.fetch is seam.Fetch.COUNT:
+        return cur.rowcount
+    return await (cur.fetchone() if step.fetch is seam.Fetch.ONE else cur.fetchall())

@@ -1,0 +1,198 @@
+"""The seam between the store's logic and a database.
+
+Every transaction of the store is written once (in `_transactions`) as a
+*flow*: a generator that yields what it wants done, one step at a time, and
+receives each step's answer, like httpx's authentication flow. A step is a
+named query (`Query`; each dialect keeps its SQL under that name in its
+`queries.sql`) or a journal insert under a fence (`Journal`, which each
+dialect makes in its own fastest way). SQLite runs a flow on its writer
+thread, PostgreSQL awaits each step on a pooled connection: the decisions
+between the steps (the fence, the resume contract, a state change) exist
+once.
+
+A backend implements `Database`: connecting and migrating, running flows,
+committing journal writes (with its own group commit), claiming runs, waking
+idle workers, and translating its driver's errors. Nothing else.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import dataclasses
+import enum
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, Generic, TypeVar
+
+from stead import errors
+from stead.clock import Clock
+from stead.records import Fence, Record, ResumeRecord, RunRow
+
+T = TypeVar("T")
+
+
+class Fetch(enum.Enum):
+    """What a query's answer is."""
+
+    NOTHING = "nothing"  # None
+    ONE = "one"  # the first row, or None
+    ALL = "all"  # a list of rows
+    COUNT = "count"  # the number of rows the statement changed
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Query:
+    """Run the dialect's query `name` with `params`. Rows are read by column
+    name (`row["status"]`) on both dialects. A list parameter becomes an array
+    on PostgreSQL and JSON text on SQLite (read there with `json_each`). A
+    query whose body is empty in a dialect's file does nothing there (a lock
+    SQLite's single writer already holds, a NOTIFY it cannot send)."""
+
+    name: str
+    params: dict[str, Any]
+    fetch: Fetch = Fetch.NOTHING
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Finish:
+    """How a run's attempt ends, written with its last records."""
+
+    status: str
+    result: str | None
+    error: str | None
+    now: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FencedWrite:
+    """A write of run `fence.run_id`'s journal: `records` and the takeover's
+    `resume` record, made only while `fence` holds; with `finish` it also ends
+    the run's attempt and releases its lease."""
+
+    fence: Fence
+    records: Sequence[Record]
+    resume: ResumeRecord | None = None
+    finish: Finish | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Journal:
+    """Insert `write.records` and `write.resume`. Unless `checked` (the flow
+    checked the fence itself, with the `fence` query), only if the fence
+    holds: else raise `StaleLease`, having written nothing."""
+
+    write: FencedWrite
+    checked: bool = False
+
+
+Step = Query | Journal
+Flow = Generator[Step, Any, T]
+# Makes a fresh flow (a write that is tried again starts from the beginning).
+FlowFactory = Callable[[], Flow[T]]
+
+
+class NotLanded:
+    """A read-back's answer: the write whose commit was unacknowledged did not land."""
+
+
+NOT_LANDED = NotLanded()
+# Reads back whether a write whose commit nobody acknowledged landed: its
+# result if it did, NOT_LANDED if not. Given what the unacknowledged attempt
+# computed before its commit, or None if that is not known.
+Landed = Callable[[T | None], Flow[T | NotLanded]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Writing(Generic[T]):
+    """How a write goes. `landed` reads back a write whose commit went
+    unacknowledged (without it the flow must be safe to run twice).
+    `one_statement`: the flow writes with its last statement alone, which may
+    commit on its own. `releases`: the write gives up that run's lease."""
+
+    landed: Landed[T] | None = None
+    one_statement: bool = False
+    releases: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Claim:
+    """Take up to `limit` runnable runs whose `workflow@version` is in
+    `hosted` for `worker_id`, leased until `now + lease_seconds`, none of
+    `exclude`."""
+
+    worker_id: str
+    hosted: Sequence[str]
+    lease_seconds: float
+    limit: int
+    exclude: Sequence[str] = ()
+
+
+def one(name: str, params: dict[str, Any]) -> Query:
+    return Query(name, params, Fetch.ONE)
+
+
+def rows(name: str, params: dict[str, Any]) -> Query:
+    return Query(name, params, Fetch.ALL)
+
+
+def count(name: str, params: dict[str, Any]) -> Query:
+    return Query(name, params, Fetch.COUNT)
+
+
+def execute(name: str, params: dict[str, Any] | None = None) -> Query:
+    return Query(name, params or {})
+
+
+def stale(fence: Fence) -> errors.StaleLease:
+    return errors.StaleLease(
+        f"worker {fence.worker_id} no longer holds run {fence.run_id} at epoch "
+        f"{fence.epoch}: it was taken over or cancelled; the write was rejected"
+    )
+
+
+def fence_params(fence: Fence) -> dict[str, Any]:
+    return {"run_id": fence.run_id, "epoch": fence.epoch, "worker_id": fence.worker_id}
+
+
+class Database(abc.ABC):
+    """What a backend supplies; see the module docstring."""
+
+    url: str
+    clock: Clock
+    # The URL as it may be shown (without a password).
+    display: str
+
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Connect and migrate the schema."""
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    @abc.abstractmethod
+    async def read(self, flow: FlowFactory[T]) -> T:
+        """Run a flow that only reads."""
+
+    @abc.abstractmethod
+    async def write(self, flow: FlowFactory[T], how: Writing[T]) -> T:
+        """Run `flow` in one transaction and commit it (see `Writing`)."""
+
+    @abc.abstractmethod
+    async def journal(self, write: FencedWrite, landed: Landed[None]) -> None:
+        """Commit a fenced journal write (an append, or a finish), sharing the
+        commit with writes made at the same time; raise `StaleLease` (this
+        write alone) if its fence no longer holds."""
+
+    @abc.abstractmethod
+    async def claim(self, claim: Claim) -> list[RunRow]:
+        """Lease runs (see `Claim`) with a fresh epoch each, oldest first."""
+
+    async def wait_for_work(self, timeout: float) -> None:
+        """Return when a run may have become claimable, or after `timeout`.
+        This default sleeps (workers poll)."""
+        await asyncio.sleep(timeout)
+
+    @property
+    @abc.abstractmethod
+    def commits(self) -> int:
+        """Transactions committed through this object (for tests and benches)."""

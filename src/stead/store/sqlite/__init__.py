@@ -1,0 +1,18 @@
+"""The embedded store: SQLite (`sqlite:///stead.db`)."""
+
+from __future__ import annotations
+
+from stead.clock import Clock
+from stead.store.base import Store
+from stead.store.sqlite.connection import busy_timeout_from_url, path_from_url
+from stead.store.sqlite.database import SQLiteDatabase
+
+
+class SQLiteStore(Store):
+    """The store on an SQLite file (see `database`)."""
+
+    def __init__(self, url: str, *, clock: Clock, busy_timeout: float = 10.0) -> None:
+        super().__init__(SQLiteDatabase(url, clock=clock, busy_timeout=busy_timeout))
+
+
+__all__ = ["SQLiteDatabase", "SQLiteStore", "busy_timeout_from_url", "path_from_url"]

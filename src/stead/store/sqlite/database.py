@@ -1,0 +1,137 @@
+"""The embedded database: one SQLite file in WAL mode with synchronous commits.
+
+Several worker processes on one machine share the file; SQLite serialises
+writers (`BEGIN IMMEDIATE`), so every claim and fenced write is atomic, and
+the database itself is the arbiter of every race. The blocking driver runs on
+one thread per store object (see `connection.Connector`), so the event loop
+never waits on disk; a run writing alone commits on the loop itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from typing import Any, TypeVar, cast
+
+from stead.clock import Clock
+from stead.records import RunRow
+from stead.store import _rows, seam, sql_files
+from stead.store.sqlite import journal
+from stead.store.sqlite.connection import Connector, busy_timeout_from_url, path_from_url
+from stead.store.sqlite.group import GroupCommit
+
+T = TypeVar("T")
+Q = sql_files.queries("sqlite")
+# How often an idle worker looks whether anyone committed to the file.
+_WATCH_INTERVAL = 0.01
+
+
+class SQLiteDatabase(seam.Database):
+    def __init__(self, url: str, *, clock: Clock, busy_timeout: float = 10.0) -> None:
+        self.url = self.display = url
+        self.clock = clock
+        self.path = path_from_url(url)
+        self.busy_timeout = busy_timeout_from_url(url, busy_timeout)
+        self._db = Connector(self.path, self.busy_timeout)
+        self._group = GroupCommit(self._db)
+
+    @property
+    def commits(self) -> int:
+        return self._db.commits
+
+    async def open(self) -> None:
+        await self._db.open()
+
+    async def close(self) -> None:
+        await self._db.close()
+
+    # -- flows ----------------------------------------------------------------
+    async def read(self, flow: seam.FlowFactory[T]) -> T:
+        return await self._db.call(lambda conn: _run(conn, flow))
+
+    async def write(self, flow: seam.FlowFactory[T], how: seam.Writing[T]) -> T:
+        # A local commit either returns or raises: `how.landed` is never needed.
+        if how.releases is not None:
+            self._db.done_writing(how.releases)
+
+        def transact(conn: sqlite3.Connection) -> T:
+            with self._db.transaction(conn):
+                return _run(conn, flow)
+
+        return await self._db.call(transact)
+
+    async def journal(self, write: seam.FencedWrite, landed: seam.Landed[None]) -> None:
+        try:
+            await self._group.write(write)
+        finally:
+            if write.finish is not None:
+                self._db.done_writing(write.fence.run_id)
+
+    # -- claiming -------------------------------------------------------------
+    async def claim(self, claim: seam.Claim) -> list[RunRow]:
+        hosted = json.dumps(list(claim.hosted))
+        exclude = json.dumps(list(claim.exclude))
+
+        def op(conn: sqlite3.Connection) -> list[RunRow]:
+            now = self.clock.now()
+            params = {"worker_id": claim.worker_id, "expires": now + claim.lease_seconds,
+                      "now": now, "hosted": hosted, "exclude": exclude, "limit": claim.limit}
+            # An idle worker's poll is a read: it takes the write lock (and costs a
+            # commit) only when there is something to claim.
+            if conn.execute(Q["claim_candidates"], params).fetchone() is None:
+                return []
+            with self._db.transaction(conn):
+                ids = [r[0] for r in conn.execute(Q["claim_candidates"], params)]
+                taken = [_rows.run(r) for r in
+                         conn.execute(Q["claim"], {**params, "run_ids": json.dumps(ids)})]
+            return sorted(taken, key=lambda r: r.created_at)
+
+        return await self._db.call(op)
+
+    async def wait_for_work(self, timeout: float) -> None:
+        """Return soon after anyone (another process, this one) commits to the
+        file, or after `timeout`. SQLite cannot notify, but `PRAGMA
+        data_version` changes with every commit made on another connection and
+        reading it touches no disk: a look every 10 ms costs microseconds, and
+        the worker's claim query runs only when something changed (or at the
+        poll, for timers that came due)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        seen = self._db.data_version()
+        if seen is None:
+            await asyncio.sleep(timeout)
+            return
+        while (left := deadline - loop.time()) > 0:
+            await asyncio.sleep(min(_WATCH_INTERVAL, left))
+            if self._db.data_version() != seen:
+                return
+
+
+def _run(conn: sqlite3.Connection, flow: seam.FlowFactory[T]) -> T:
+    """Drive a flow to its end on `conn`, in whatever transaction is open."""
+    steps, answer = flow(), None
+    try:
+        while True:
+            answer = _do(conn, steps.send(answer))
+    except StopIteration as done:
+        return cast(T, done.value)
+
+
+def _do(conn: sqlite3.Connection, step: seam.Query | seam.Journal) -> Any:
+    if isinstance(step, seam.Journal):
+        return journal.apply(conn, step)
+    sql = Q[step.name]  # empty: nothing to do in this dialect
+    cur = conn.execute(sql, _params(step.params)) if sql else None
+    if cur is None or step.fetch is seam.Fetch.NOTHING:
+        return None
+    if step.fetch is seam.Fetch.COUNT:
+        return cur.rowcount
+    return cur.fetchone() if step.fetch is seam.Fetch.ONE else cur.fetchall()
+
+
+def _params(params: dict[str, Any]) -> dict[str, Any]:
+    """Lists go as JSON text (the query reads them with `json_each`)."""
+    if any(type(v) is list for v in params.values()):
+        return {k: json.dumps(v) if type(v) is list else v for k, v in params.items()}
+    return params

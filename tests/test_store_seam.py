@@ -1,0 +1,79 @@
+"""The store's logic is written once over a small seam: what a backend must
+supply, and what each dialect's SQL file must answer."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+
+import stead
+from stead.store import _transactions, sql_files
+from stead.store.seam import Database
+from stead.testing import CrashingStore, CrashPoint, DelegatingStore
+
+# Queries one dialect needs for what it does its own way (claiming, its
+# journal statements, its migrations and LISTEN).
+ONLY = {
+    "sqlite": {"claim_candidates", "claim", "insert_record_fenced", "finish", "insert_resume"},
+    "postgres": {
+        "claim", "claimed_by", "migrate_lock", "name_schema", "create_schema",
+        "set_search_path", "create_version_table", "schema_version", "insert_version",
+        "listen", "fenced_write", "append_one", "finish_one", "insert_records",
+    },
+}
+
+
+def _flow_queries() -> set[str]:
+    """Every query name the shared transactions (and the store) ask for."""
+    names: set[str] = set()
+    for module in (_transactions, stead.store.base):
+        tree = ast.parse(inspect.getsource(module))
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and node.args
+                    and isinstance(node.args[0], ast.Constant)
+                    and isinstance(node.args[0].value, str)
+                    and getattr(node.func, "id", getattr(node.func, "attr", None))
+                    in {"one", "rows", "count", "execute", "read_one", "read_all"}):
+                names.add(node.args[0].value)
+    return names
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_each_dialect_answers_every_query_of_the_shared_transactions(dialect: str) -> None:
+    used = _flow_queries()
+    assert {"get_run", "fence", "insert_event", "renew", "lock_run"} <= used
+    missing = used - set(sql_files.queries(dialect))
+    assert not missing, f"{dialect}/sql/queries.sql lacks {sorted(missing)}"
+
+
+def test_the_dialects_differ_only_in_what_a_backend_does_its_own_way() -> None:
+    sqlite, postgres = set(sql_files.queries("sqlite")), set(sql_files.queries("postgres"))
+    assert sqlite - postgres <= ONLY["sqlite"]
+    assert postgres - sqlite <= ONLY["postgres"]
+
+
+def test_a_backend_implements_a_handful_of_methods_not_the_whole_store() -> None:
+    abstract = set(Database.__abstractmethods__)
+    assert abstract == {"open", "close", "read", "write", "journal", "claim", "commits"}
+    assert not inspect.isabstract(stead.Store)
+    for backend in ("sqlite", "postgres"):
+        folder = Path(stead.__file__).parent / "store" / backend
+        assert sorted(p.name for p in folder.glob("*.py")) == [
+            "__init__.py", "connection.py", "database.py", "group.py", "journal.py",
+        ]
+
+
+async def test_a_crashing_store_refuses_to_sit_under_a_delegating_one(
+    store: stead.Store,
+) -> None:
+    class Watching(DelegatingStore):
+        pass
+
+    with pytest.raises(TypeError, match=r"Watching\(CrashingStore\(store, point\)\)"):
+        CrashingStore(Watching(store), CrashPoint(after_commit=1))
+    # The other way round works, and sees the crash store's writes.
+    watched = Watching(CrashingStore(store, CrashPoint(after_commit=99)))
+    assert watched.commits == store.commits
