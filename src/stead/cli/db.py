@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from stead import cli
+from stead.cli import common
 from stead.store import open_store, sql_files
 
 
@@ -18,17 +18,13 @@ def db_group() -> None:
 @click.pass_context
 def migrate(ctx: click.Context) -> None:
     """Create the schema, or apply the migrations it lacks, then exit."""
-    url = cli._db(ctx)
+    url = common.database_url(ctx)
     dialect = "sqlite" if url.startswith("sqlite:") else "postgres"
 
     async def go() -> None:
         store = await open_store(url)  # migrates on open, under a lock
         await store.close()
 
-    cli.run_async(go())
+    common.run_async(go())
     latest = max(v for v, _ in sql_files.migrations(dialect))
     click.echo(f"{url}: schema at version {latest}")
-
-
-def register(group: click.Group) -> None:
-    group.add_command(db_group)

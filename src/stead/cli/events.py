@@ -11,7 +11,8 @@ from typing import Any
 
 import click
 
-from stead import cli, waits
+from stead import waits
+from stead.cli import common
 from stead.records import EventRow, WaitRow
 
 
@@ -34,13 +35,13 @@ def _decide(ctx: click.Context, run_id: str, wait_id: str | None, kind: str | No
     if (wait_id is None) == (kind is None):
         raise click.UsageError("name the wait: --wait ID, or --kind KIND for the run's open "
                                "wait of that kind")
-    db = cli._db(ctx)
-    cli.require_database(db)
+    db = common.database_url(ctx)
+    common.require_database(db)
 
     async def go() -> tuple[waits.Delivery, dict[str, Any]]:
-        async with cli.opened_client(db) as client:
+        async with common.opened_client(db) as client:
             if bind_json is not None:
-                bind = cli.parse_json(bind_json, "'--bind'", dict)
+                bind = common.parse_json(bind_json, "'--bind'", dict)
             else:  # approve what the wait is bound to, and say so
                 found = [w for w in await client.waits(run_id=run_id, state=None, limit=1000)
                          if w.wait_id == wait_id or (wait_id is None and w.kind == kind)]
@@ -50,7 +51,7 @@ def _decide(ctx: click.Context, run_id: str, wait_id: str | None, kind: str | No
                                            payload=payload, bind=bind, token=token)
             return verdict, bind
 
-    verdict, bind = cli.run_async(go())
+    verdict, bind = common.run_async(go())
     shown = ", ".join(f"{k}={json.dumps(v)}" for k, v in bind.items()) or "nothing"
     if isinstance(verdict, waits.Accepted):
         click.echo(f"accepted: event {verdict.event_id} resumes run {run_id} at wait "
@@ -81,7 +82,7 @@ def _decision_options(f: Any) -> Any:
 
 
 @click.command(short_help="Approve a waiting run: deliver an approval event.")
-@cli.run_argument
+@common.run_argument
 @_decision_options
 @click.option("--payload", "payload_json", metavar="JSON", default="{}",
               help="More fields for the event's payload (an object).")
@@ -92,12 +93,12 @@ def approve(ctx: click.Context, run_id: str, wait_id: str | None, kind: str | No
     """Deliver {"approved": true, ...PAYLOAD} to a wait of RUN. The event is checked
     against the wait's resume contract (event type, bound values, state version,
     expiry, token, schema) and stored whatever the verdict; a rejection exits 1."""
-    payload = {"approved": True, **cli.parse_json(payload_json, "'--payload'", dict)}
+    payload = {"approved": True, **common.parse_json(payload_json, "'--payload'", dict)}
     _decide(ctx, run_id, wait_id, kind, token, payload, bind_json, event_id)
 
 
 @click.command(short_help="Decline a waiting run: deliver a rejection event.")
-@cli.run_argument
+@common.run_argument
 @_decision_options
 @click.option("--reason", default="", metavar="TEXT", help="Why, kept in the payload.")
 @click.option("--payload", "payload_json", metavar="JSON", default="{}",
@@ -109,7 +110,7 @@ def reject(ctx: click.Context, run_id: str, wait_id: str | None, kind: str | Non
     """Deliver {"approved": false, "reason": REASON, ...PAYLOAD} to a wait of RUN; the
     workflow decides what a refusal means."""
     payload = {"approved": False, "reason": reason,
-               **cli.parse_json(payload_json, "'--payload'", dict)}
+               **common.parse_json(payload_json, "'--payload'", dict)}
     _decide(ctx, run_id, wait_id, kind, token, payload, bind_json, event_id)
 
 
@@ -126,20 +127,20 @@ def _event_line(e: EventRow) -> str:
 
 
 @events.command("ls")
-@cli.run_argument
-@cli.json_option
+@common.run_argument
+@common.json_option
 @click.pass_context
 def events_ls(ctx: click.Context, run_id: str, as_json: bool) -> None:
     """Every event delivered to RUN, accepted or not, oldest first."""
-    db = cli._db(ctx)
-    cli.require_database(db)
+    db = common.database_url(ctx)
+    common.require_database(db)
 
     async def go() -> list[EventRow]:
-        async with cli.opened_client(db) as client:
+        async with common.opened_client(db) as client:
             await client.get(run_id)
             return await client.events(run_id)
 
-    rows = cli.run_async(go())
+    rows = common.run_async(go())
     if as_json:
         click.echo(json.dumps([{**dataclasses.asdict(e), "payload": json.loads(e.payload),
                                 "bind": json.loads(e.bind)} for e in rows], indent=2)
@@ -167,20 +168,20 @@ def _wait_line(w: WaitRow) -> str:
                                                       "revoked).")
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(min=1),
               help="At most this many.")
-@cli.json_option
+@common.json_option
 @click.pass_context
 def waits_ls(ctx: click.Context, run_id: str | None, show_all: bool, limit: int,
              as_json: bool) -> None:
     """Open waits across runs (oldest first), with their expiry and bound values."""
-    db = cli._db(ctx)
-    cli.require_database(db)
+    db = common.database_url(ctx)
+    common.require_database(db)
 
     async def go() -> list[WaitRow]:
-        async with cli.opened_client(db) as client:
+        async with common.opened_client(db) as client:
             return await client.waits(run_id=run_id, state=None if show_all else "open",
                                       limit=limit)
 
-    rows = cli.run_async(go())
+    rows = common.run_async(go())
     if as_json:
         click.echo(json.dumps([{**dataclasses.asdict(w), "bind": json.loads(w.bind),
                                 "token_hash": None} for w in rows], indent=2))
@@ -190,7 +191,3 @@ def waits_ls(ctx: click.Context, run_id: str | None, show_all: bool, limit: int,
     for w in rows:
         click.echo(_wait_line(w))
 
-
-def register(group: click.Group) -> None:
-    for command in (approve, reject, events, waits_group):
-        group.add_command(command)

@@ -1,0 +1,41 @@
+"""The `stead` command: run a worker, start runs, inspect and cancel them,
+reconcile an effect whose outcome is unknown, answer waiting runs, migrate the
+database, and watch a run survive a crash (`stead demo`).
+
+This module builds the root group and adds the command groups, one module each;
+what they share (the database URL, loading `module:app`, opening a client,
+error handling) is in `stead.cli.common`. Nothing imports this module back.
+Commands reach the store only through `stead.Client`, except `worker`, which
+runs a `stead.Worker`, and `db migrate`, which opens the store to migrate it.
+"""
+
+from __future__ import annotations
+
+import click
+
+from stead.cli import common, db, demo, events, reconcile, runs, worker
+
+__all__ = ["main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@common.database_option
+@click.version_option(package_name="stead", prog_name="stead")
+def main(db: str) -> None:
+    """stead: durable execution for AI agents. Resume, don't rerun.
+
+    Run workers for your app, start runs, and inspect what each run journaled
+    and how it was resumed. Try `stead demo` to watch a run survive a crash.
+    """
+
+
+main.add_command(worker.worker)
+main.add_command(runs.start)
+main.add_command(runs.runs)
+main.add_command(reconcile.reconcile)
+main.add_command(events.approve)
+main.add_command(events.reject)
+main.add_command(events.events)
+main.add_command(events.waits_group)
+main.add_command(db.db_group)
+main.add_command(demo.demo)

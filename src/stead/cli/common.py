@@ -1,0 +1,156 @@
+"""What every `stead` command shares: the database URL, loading `module:app`,
+opening a client, reading JSON arguments, the common options, and turning a
+`SteadError` into a one-line message.
+
+Every error a user can cause (a bad `module:app`, bad JSON, an unknown run, a
+database that cannot be opened) ends as a one-line message and a non-zero exit,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import json
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any, TypeVar
+
+import click
+
+from stead import errors
+from stead.app import App
+from stead.client import Client
+from stead.store import DEFAULT_URL, open_store
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+# -- the database ----------------------------------------------------------------------
+def database_option(f: F) -> F:
+    """`--db URL` on the root group; commands read it with `database_url`."""
+    return click.option(
+        "--db", default=DEFAULT_URL, show_default=True, envvar="STEAD_DATABASE_URL",
+        show_envvar=True, metavar="URL", help="The database, e.g. sqlite:///path/to/stead.db.",
+    )(f)
+
+
+def database_url(ctx: click.Context) -> str:
+    """The URL given to the root group's `--db`."""
+    return str(ctx.find_root().params["db"])
+
+
+def require_database(db: str) -> None:
+    """Commands that only read or change existing runs refuse to create an
+    empty database by accident (a mistyped --db, a forgotten env var)."""
+    if not db.startswith("sqlite:"):
+        return
+    from stead.store.sqlite import path_from_url
+
+    try:
+        path = path_from_url(db)
+    except errors.StoreError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if path != ":memory:" and not os.path.exists(path):
+        raise click.ClickException(
+            f"no database at {path} ({db}); pass --db URL or set STEAD_DATABASE_URL"
+        )
+
+
+# -- running ---------------------------------------------------------------------------
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run `coro`; any `SteadError` becomes a clean one-line CLI error."""
+    try:
+        return asyncio.run(coro)
+    except errors.SteadError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@contextlib.asynccontextmanager
+async def opened_client(
+    db: str, app: App | None = None, *, interactive: bool = True
+) -> AsyncIterator[Client]:
+    """A `Client` on the store at `db`, closed on exit."""
+    # A person waiting on a command gives up on an unreachable server after a
+    # few seconds, with one error line; a worker rides out outages and logs them.
+    quiet = logging.getLogger("stead.store")
+    level = quiet.level
+    if interactive:
+        quiet.setLevel(logging.ERROR)
+    try:
+        store = await open_store(db, retry_for=3.0 if interactive else 30.0)
+        try:
+            yield Client(store, app)
+        finally:
+            await store.close()
+    finally:
+        quiet.setLevel(level)
+
+
+# -- arguments -------------------------------------------------------------------------
+def load_app(spec: str) -> App:
+    """Import `module:attribute` (the attribute may be dotted) and check that it
+    is a `stead.App`. The current directory is importable, as with uvicorn."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise click.BadParameter(
+            f"{spec!r} is not module:attribute, e.g. myproject.workflows:app",
+            param_hint="'MODULE:APP'",
+        )
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if module_name == missing or module_name.startswith(missing + "."):
+            raise click.ClickException(
+                f"cannot import module {module_name!r} for {spec!r}: {exc}. Run stead from "
+                "the folder that contains it, or install the package."
+            ) from exc
+        raise  # the module exists but one of its own imports fails: show the traceback
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise click.ClickException(
+                f"module {module_name!r} has no attribute {attr!r} (from {spec!r})"
+            ) from None
+    if not isinstance(obj, App):
+        raise click.ClickException(
+            f"{spec!r} is a {type(obj).__qualname__}, not a stead.App; point at the "
+            "object made with stead.App(...)"
+        )
+    return obj
+
+
+def parse_json(text: str, what: str, kind: type[list[Any]] | type[dict[str, Any]]) -> Any:
+    """`text` as JSON of the given kind (array or object); `what` names the
+    parameter in the error message."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint=what) from exc
+    if not isinstance(value, kind):
+        shape = "array, e.g. '[1, \"a\"]'" if kind is list else "object, e.g. '{\"a\": 1}'"
+        raise click.BadParameter(f"must be a JSON {shape}", param_hint=what)
+    return value
+
+
+def app_argument(f: F) -> F:
+    return click.argument("app_spec", metavar="MODULE:APP")(f)
+
+
+def run_argument(f: F) -> F:
+    return click.argument("run_id", metavar="RUN")(f)
+
+
+def json_option(f: F) -> F:
+    return click.option("--json", "as_json", is_flag=True,
+                        help="Print JSON instead of text.")(f)

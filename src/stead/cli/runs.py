@@ -1,0 +1,152 @@
+"""`stead start` and `stead runs ls|show|cancel|retry`: start runs, list and
+inspect them (the journal as a timeline, every takeover), cancel them, and let
+a run stopped as incompatible_checkpoint be claimed again."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from stead import records, timeline
+from stead.cli import common
+
+
+@click.command()
+@common.app_argument
+@click.argument("workflow")
+@click.argument("args_json", metavar="[ARGS_JSON]", required=False)
+@click.option("--kwargs", "kwargs_json", metavar="JSON",
+              help="Keyword arguments as a JSON object.")
+@click.option("--task-id", default=None,
+              help="Business key (e.g. order-123): starting it again returns the live run.")
+@click.option("--version", "version", type=click.IntRange(min=1), default=None,
+              help="Workflow version (default: the newest the app registers).")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the run id.")
+@click.pass_context
+def start(ctx: click.Context, app_spec: str, workflow: str, args_json: str | None,
+          kwargs_json: str | None, task_id: str | None, version: int | None,
+          quiet: bool) -> None:
+    """Start a run of WORKFLOW from MODULE:APP.
+
+    ARGS_JSON is a JSON array of positional arguments, e.g. '[{"id": 4711}]'.
+    A worker picks the run up. With --task-id, a live run of that task is
+    returned instead of starting a second one.
+    """
+    app = common.load_app(app_spec)
+    args = common.parse_json(args_json, "'ARGS_JSON'", list) if args_json is not None else []
+    kwargs = (common.parse_json(kwargs_json, "'--kwargs'", dict) if kwargs_json is not None
+              else {})
+
+    async def go() -> Any:
+        async with common.opened_client(common.database_url(ctx), app) as client:
+            return await client.start(workflow, *args, task_id=task_id, version=version,
+                                      **kwargs)
+
+    info = common.run_async(go())
+    if quiet:
+        click.echo(info.run_id)
+    elif info.created:
+        task = f", task {info.task_id}" if info.task_id else ""
+        click.echo(f"started run {info.run_id} ({info.workflow}@{info.version}{task})")
+    else:
+        click.echo(f"run {info.run_id} already exists for task {info.task_id} "
+                   f"(status {info.status}); not started again")
+
+
+@click.group()
+def runs() -> None:
+    """List, inspect and cancel runs."""
+
+
+@runs.command("ls")
+@click.option("--status", type=click.Choice(records.STATUSES), default=None,
+              help="Only runs with this status.")
+@click.option("--workflow", default=None, help="Only runs of this workflow.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True,
+              help="At most this many runs, newest first.")
+@common.json_option
+@click.pass_context
+def runs_ls(ctx: click.Context, status: str | None, workflow: str | None, limit: int,
+            as_json: bool) -> None:
+    """List runs, newest first."""
+    db = common.database_url(ctx)
+    common.require_database(db)
+
+    async def go() -> Any:
+        async with common.opened_client(db) as client:
+            return await client.list_runs(status=status, workflow=workflow, limit=limit)
+
+    infos = common.run_async(go())
+    if as_json:
+        click.echo(json.dumps([timeline.run_json(i) for i in infos], indent=2))
+    else:
+        click.echo(timeline.render_runs(infos))
+
+
+@runs.command("show", short_help="Show a run, its journal as a timeline, and its resumes.")
+@common.run_argument
+@common.json_option
+@click.pass_context
+def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
+    """Show a run: status, result or error, the journal as a timeline, and
+    every takeover (who resumed it, at which epoch, from where, what was reused)."""
+    db = common.database_url(ctx)
+    common.require_database(db)
+
+    async def go() -> Any:
+        async with common.opened_client(db) as client:
+            info = await client.get(run_id)
+            return info, await client.journal(run_id), await client.resumes(run_id)
+
+    info, journal, resumes = common.run_async(go())
+    if as_json:
+        click.echo(json.dumps(timeline.show_json(info, journal, resumes), indent=2))
+    else:
+        click.echo(timeline.render_run(info, journal, resumes))
+
+
+@runs.command("cancel")
+@common.run_argument
+@click.pass_context
+def runs_cancel(ctx: click.Context, run_id: str) -> None:
+    """Cancel a live run. Its worker's next write is rejected and it stops;
+    the journal is kept."""
+    db = common.database_url(ctx)
+    common.require_database(db)
+
+    async def go() -> Any:
+        async with common.opened_client(db) as client:
+            before = await client.get(run_id)
+            return before, await client.cancel(run_id)
+
+    before, after = common.run_async(go())
+    if before.status == records.CANCELLED:
+        click.echo(f"run {run_id} was already cancelled")
+    elif after.status != records.CANCELLED:
+        raise click.ClickException(
+            f"run {run_id} already ended as {after.status}; there is nothing to cancel"
+        )
+    else:
+        click.echo(f"cancelled run {run_id} (was {before.status})")
+
+
+@runs.command("retry")
+@common.run_argument
+@click.pass_context
+def runs_retry(ctx: click.Context, run_id: str) -> None:
+    """Let a run stopped as incompatible_checkpoint be claimed again, after
+    deploying code that fits its journal (the old version registered next to
+    the new one, or the change rolled back). If it still does not fit, it stops
+    again; nothing in the journal is changed."""
+    db = common.database_url(ctx)
+    common.require_database(db)
+
+    async def go() -> Any:
+        async with common.opened_client(db) as client:
+            return await client.retry(run_id)
+
+    info = common.run_async(go())
+    click.echo(f"run {run_id} is claimable again (epoch {info.epoch}): a worker hosting "
+               f"{info.workflow}@{info.version} replays it")
