@@ -1,4 +1,4 @@
-"""The opening story of DESIGN.md, with real processes: order 123 waits for the
+"""The order-123 story (the demo's), with real processes: order 123 waits for the
 user's confirmation, the worker dies, the approval arrives while no worker
 runs, a new worker wakes exactly that run at that wait, once."""
 
