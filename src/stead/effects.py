@@ -26,17 +26,11 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from stead import addresses, calls, codec, errors, records
+from stead import addresses, calls, codec, errors
 from stead.execution import Execution, Stop
 from stead.outcomes import Operation, Outcome, OutcomeUncertain
-from stead.records import Record
+from stead.records import Record, RecordKind, RecordStatus, ResumeClass, RunStatus
 from stead.retry import Retry
-
-# Classes of DESIGN.md §4, counted in the resume record.
-NOT_STARTED = "not_started"
-REUSE = "reuse"
-PENDING_EXTERNAL = "pending_external"
-OUTCOME_UNKNOWN = "outcome_unknown"
 
 # Exceptions that say "I cannot tell whether it happened", not "it failed".
 DEFAULT_UNCERTAIN: tuple[type[BaseException], ...] = (TimeoutError, OutcomeUncertain)
@@ -83,7 +77,7 @@ class Effect:
         self.x = x
         self.addr = addr
         self.spec = spec
-        self.digest = x.digests.call(records.EFFECT, spec.name, spec.args, spec.kwargs)
+        self.digest = x.digests.call(RecordKind.EFFECT, spec.name, spec.args, spec.kwargs)
         self.args_json = codec.loads(
             codec.dumps(codec.redact({"args": list(spec.args), "kwargs": dict(spec.kwargs)}),
                         what=f"the arguments of effect {spec.name!r}")
@@ -92,10 +86,10 @@ class Effect:
         self.rtype = codec.return_type(spec.fn)
 
     # -- journal ------------------------------------------------------------
-    async def _write(self, attempt: int, status: str, payload: dict[str, Any]) -> None:
+    async def _write(self, attempt: int, status: RecordStatus, payload: dict[str, Any]) -> None:
         text = codec.dumps(payload, what=f"the outcome of effect {self.spec.name!r}")
         await self.x.commit([self.x.record(
-            self.addr, attempt, records.EFFECT, self.spec.name, self.digest, status, text,
+            self.addr, attempt, RecordKind.EFFECT, self.spec.name, self.digest, status, text,
         )])
 
     def _result(self, payload: dict[str, Any]) -> Any:
@@ -103,30 +97,30 @@ class Effect:
 
     # -- the state machine ----------------------------------------------------
     async def run(self) -> Any:
-        recs = self.x.take(self.addr, records.EFFECT, self.spec.name, self.digest)
+        recs = self.x.take(self.addr, RecordKind.EFFECT, self.spec.name, self.digest)
         if not recs:
-            self.x.classify(NOT_STARTED)
+            self.x.classify(ResumeClass.NOT_STARTED)
             return await self._send(1)
         last = recs[-1]
         data = _payload(last)
-        if last.status == records.OK:
-            self.x.classify(REUSE)
+        if last.status == RecordStatus.OK:
+            self.x.classify(ResumeClass.REUSE)
             return self._result(data)
-        if last.status == records.ERROR:
-            self.x.classify(REUSE)
+        if last.status == RecordStatus.ERROR:
+            self.x.classify(ResumeClass.REUSE)
             return await self._after_failure(last.attempt, data)
-        if last.status == records.RECONCILED:
-            self.x.classify(REUSE)
+        if last.status == RecordStatus.RECONCILED:
+            self.x.classify(ResumeClass.REUSE)
             return await self._after_reconcile(last.attempt, data)
-        if last.status == records.ACCEPTED:
-            self.x.classify(PENDING_EXTERNAL)
+        if last.status == RecordStatus.ACCEPTED:
+            self.x.classify(ResumeClass.PENDING_EXTERNAL)
             return await self._resolve(last.attempt, str(data["external_id"]))
-        self.x.classify(OUTCOME_UNKNOWN)  # intent or unknown last
+        self.x.classify(ResumeClass.OUTCOME_UNKNOWN)  # intent or unknown last
         return await self._resolve(last.attempt, None)
 
     async def _send(self, attempt: int, *, resend: bool = False) -> Any:
         self.x.check_live()
-        await self._write(attempt, records.INTENT, {
+        await self._write(attempt, RecordStatus.INTENT, {
             "key": self.key, "arguments": self.args_json, "idempotent": self.spec.idempotent,
             "resend": resend,
         })
@@ -143,7 +137,7 @@ class Effect:
             finally:
                 self.x.sending_sync -= sync
         except self.spec.uncertain as exc:
-            await self._write(attempt, records.UNKNOWN_OUTCOME, {
+            await self._write(attempt, RecordStatus.UNKNOWN, {
                 "reason": f"{type(exc).__qualname__}: {exc}" if str(exc)
                 else type(exc).__qualname__,
             })
@@ -154,7 +148,7 @@ class Effect:
 
     async def _done(self, attempt: int, value: Any) -> Any:
         text = codec.dumps(value, what=f"the result of effect {self.spec.name!r}")
-        await self._write(attempt, records.OK, {"result": codec.loads(text)})
+        await self._write(attempt, RecordStatus.OK, {"result": codec.loads(text)})
         return codec.decode(text, self.rtype)
 
     async def _failed(self, attempt: int, kind: str, message: str,
@@ -162,7 +156,7 @@ class Effect:
         probe = exc if exc is not None else RuntimeError(message)
         retry_at = self.spec.retry.retry_at(attempt, probe, self.x.clock.now())
         payload = {"type": kind, "message": message, "retry_at": retry_at}
-        await self._write(attempt, records.ERROR, payload)
+        await self._write(attempt, RecordStatus.ERROR, payload)
         return await self._after_failure(attempt, payload)
 
     async def _after_failure(self, attempt: int, data: dict[str, Any]) -> Any:
@@ -231,7 +225,7 @@ class Effect:
 
     def _operation(self, attempt: int, external_id: str | None, *, live: bool) -> Operation:
         async def accepted(ext: str) -> None:
-            await self._write(attempt, records.ACCEPTED, {"external_id": ext})
+            await self._write(attempt, RecordStatus.ACCEPTED, {"external_id": ext})
 
         return Operation(
             run_id=self.x.fence.run_id, name=self.spec.name, key=self.key, attempt=attempt,
@@ -240,7 +234,7 @@ class Effect:
         )
 
     def _stop(self, attempt: int, known: str) -> None:
-        raise Stop(records.OUTCOME_UNKNOWN, {
+        raise Stop(RunStatus.OUTCOME_UNKNOWN, {
             "type": "OutcomeUnknown",
             "message": (
                 f"effect {self.spec.name!r} (key {self.key}, attempt {attempt}): {known}. "

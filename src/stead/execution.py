@@ -17,7 +17,15 @@ from typing import TypeVar
 
 from stead import addresses, digests, errors
 from stead.clock import Clock
-from stead.records import Fence, Record, ResumeRecord
+from stead.records import (
+    Fence,
+    Record,
+    RecordKind,
+    RecordStatus,
+    ResumeClass,
+    ResumeRecord,
+    RunStatus,
+)
 from stead.replay import Journal
 from stead.store.base import Store
 
@@ -34,7 +42,7 @@ class Stop(BaseException):
     """Unwinds the workflow to stop the run for a human (`status`, with `error`
     saying what is known). A BaseException, so workflow code cannot swallow it."""
 
-    def __init__(self, status: str, error: dict[str, object]) -> None:
+    def __init__(self, status: RunStatus, error: dict[str, object]) -> None:
         super().__init__(error.get("message", status))
         self.status = status
         self.error = error
@@ -65,7 +73,7 @@ class Execution:
         self.lost: errors.StaleLease | None = None
         self.incompatible: errors.NonDeterminism | None = None
         self.draining = False
-        self.classes: dict[str, int] = {}
+        self.classes: dict[ResumeClass, int] = {}
         self.inflight = 0
         self.sending_sync = 0  # sync effect functions running in threads now
         self.suspended = False
@@ -79,7 +87,7 @@ class Execution:
         # Argument digests, incremental for a conversation that grows: per run.
         self.digests = digests.Digests()
 
-    def classify(self, cls: str) -> None:
+    def classify(self, cls: ResumeClass) -> None:
         """Count a replayed record's class (DESIGN.md §4) for the resume record."""
         if self._resume_pending:
             self.classes[cls] = self.classes.get(cls, 0) + 1
@@ -94,7 +102,7 @@ class Execution:
         if self.draining:
             raise Drain()
 
-    def take(self, addr: str, kind: str, name: str, digest: str) -> list[Record]:
+    def take(self, addr: str, kind: RecordKind, name: str, digest: str) -> list[Record]:
         try:
             return self.journal.take(addr, kind, name, digest)
         except errors.NonDeterminism as exc:
@@ -102,8 +110,8 @@ class Execution:
             raise
 
     # -- writes -------------------------------------------------------------
-    def record(self, addr: str, attempt: int, kind: str, name: str, digest: str,
-               status: str, payload: str) -> Record:
+    def record(self, addr: str, attempt: int, kind: RecordKind, name: str, digest: str,
+               status: RecordStatus, payload: str) -> Record:
         return Record(
             seq=-1, addr=addr, attempt=attempt, kind=kind, name=name, digest=digest,
             status=status, payload=payload, epoch=self.fence.epoch, at=self.clock.now(),
@@ -168,7 +176,7 @@ class Execution:
         """Journal `recs` (with the buffered records) in one fenced transaction."""
         await self.write(recs, lambda batch, resume: self.store.append(self.fence, batch, resume))
 
-    async def finish(self, status: str, *, result: str | None = None,
+    async def finish(self, status: RunStatus, *, result: str | None = None,
                      error: str | None = None) -> None:
         await self.write((), lambda batch, resume: self.store.finish(
             self.fence, status, result=result, error=error, records=batch, resume=resume,

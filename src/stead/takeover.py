@@ -17,11 +17,11 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from stead import codec, errors, records
+from stead import codec, errors
 from stead.app import App, Workflow
 from stead.clock import Clock
 from stead.execution import Execution
-from stead.records import Fence, RunRow
+from stead.records import Fence, RunRow, RunStatus
 from stead.replay import Journal
 from stead.store.base import Store
 
@@ -30,7 +30,7 @@ from stead.store.base import Store
 class Stopped:
     """The pipeline decided the run cannot continue here, and why."""
 
-    status: str
+    status: RunStatus
     reason: str
 
 
@@ -49,7 +49,7 @@ def version_gate(app: App, row: RunRow) -> Workflow[Any, Any] | Stopped:
     except errors.UnknownWorkflow as exc:
         # Claims only take hosted versions, so this means the app changed
         # between claim and gate: leave the run for a worker that hosts it.
-        return Stopped(records.PENDING, str(exc))
+        return Stopped(RunStatus.PENDING, str(exc))
 
 
 def decode_input(wf: Workflow[Any, Any], row: RunRow) -> tuple[list[Any], dict[str, Any]]:
@@ -123,7 +123,7 @@ async def prepare(
         journal = Journal(row.run_id, recorded)
         args, kwargs = decode_input(gated, row)
     except errors.CorruptRecord as exc:
-        return Stopped(records.INCOMPATIBLE, str(exc))
+        return Stopped(RunStatus.INCOMPATIBLE, str(exc))
     execution = Execution(
         store=store,
         fence=Fence(row.run_id, row.epoch, worker_id),

@@ -21,11 +21,11 @@ import uuid
 from collections.abc import Coroutine
 from typing import Any
 
-from stead import addresses, codec, errors, records, takeover
+from stead import addresses, codec, errors, takeover
 from stead.app import App
 from stead.clock import Clock, SystemClock
 from stead.execution import Drain, Execution, Stop
-from stead.records import Fence, RunRow
+from stead.records import Fence, RunRow, RunStatus
 from stead.run import Run
 from stead.store.base import Store
 
@@ -236,7 +236,7 @@ class Worker:
             raise
 
     async def _stop(self, fence: Fence, stopped: takeover.Stopped) -> None:
-        if stopped.status == records.PENDING:
+        if stopped.status == RunStatus.PENDING:
             await self.store.release(fence)
         else:
             log.error("run %s stopped as %s: %s", fence.run_id, stopped.status, stopped.reason)
@@ -281,7 +281,7 @@ class Worker:
                 await self._incompatible(x, x.incompatible)
                 return
             log.info("run %s failed: %s: %s", row.run_id, type(exc).__qualname__, exc)
-            await x.finish(records.FAILED, error=_error_json(exc))
+            await x.finish(RunStatus.FAILED, error=_error_json(exc))
             return
         if x.lost is not None:
             raise x.lost
@@ -301,14 +301,14 @@ class Worker:
         try:
             text = codec.dumps(result, what=f"the result of workflow {row.workflow!r}")
         except errors.SerializationError as exc:
-            await x.finish(records.FAILED, error=_error_json(exc))
+            await x.finish(RunStatus.FAILED, error=_error_json(exc))
             return
-        await x.finish(records.COMPLETED, result=text)
+        await x.finish(RunStatus.COMPLETED, result=text)
 
     async def _incompatible(self, x: Execution, exc: errors.NonDeterminism) -> None:
         log.error("%s", exc)
         x.incompatible = None  # the finish below must be allowed through
-        await x.finish(records.INCOMPATIBLE, error=json.dumps({
+        await x.finish(RunStatus.INCOMPATIBLE, error=json.dumps({
             "type": "NonDeterminism", "message": str(exc),
         }))
 
