@@ -28,26 +28,12 @@ from typing import Any
 
 from stead import addresses, calls, codec, errors
 from stead.execution import Execution, Stop
-from stead.outcomes import Operation, Outcome, OutcomeUncertain
+from stead.outcomes import Operation, Outcome
 from stead.records import Record, RecordKind, RecordStatus, ResumeClass, RunStatus
 from stead.retry import Retry
 
 # Exceptions that say "I cannot tell whether it happened", not "it failed".
-DEFAULT_UNCERTAIN: tuple[type[BaseException], ...] = (TimeoutError, OutcomeUncertain)
-
-
-class EffectFailed(errors.StepError):
-    """The outside said no (a known failure), after every allowed attempt."""
-
-
-class EffectCompensated(errors.SteadError):
-    """A human reconciled the effect as compensated: it happened and was undone."""
-
-    def __init__(self, name: str, key: str, detail: Any) -> None:
-        super().__init__(f"effect {name!r} (key {key}) was compensated: {detail}")
-        self.name = name
-        self.key = key
-        self.detail = detail
+DEFAULT_UNCERTAIN: tuple[type[BaseException], ...] = (TimeoutError, errors.OutcomeUncertain)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,8 +148,8 @@ class Effect:
     async def _after_failure(self, attempt: int, data: dict[str, Any]) -> Any:
         retry_at = data.get("retry_at")
         if retry_at is None:
-            raise EffectFailed(self.spec.name, str(data.get("type")), str(data.get("message")),
-                               attempts=attempt)
+            raise errors.EffectFailed(self.spec.name, str(data.get("type")),
+                                      str(data.get("message")), attempts=attempt)
         self.x.check_live()
         await self.x.sleep_until(float(retry_at))
         return await self._send(attempt + 1)
@@ -180,7 +166,7 @@ class Effect:
                                     f"return type ({exc}); reconcile it again")
         if decision == "not_happened":
             return await self._send(attempt + 1)
-        raise EffectCompensated(self.spec.name, self.key, data.get("result"))
+        raise errors.EffectCompensated(self.spec.name, self.key, data.get("result"))
 
     async def _resolve(self, attempt: int, external_id: str | None) -> Any:
         """The outcome of `attempt` is not known: find it out, or stop."""

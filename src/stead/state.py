@@ -17,19 +17,6 @@ from stead.execution import Execution
 from stead.records import RecordKind, RecordStatus, StateRow
 
 
-class StateConflict(errors.SteadError):
-    """The task state moved: it is not at the version the change expected."""
-
-    def __init__(self, task: str, expected: int | None, actual: int) -> None:
-        super().__init__(
-            f"task {task}: state is at version {actual}, not {expected}; "
-            "read it again and decide on what it says now"
-        )
-        self.task = task
-        self.expected = expected
-        self.actual = actual
-
-
 @dataclasses.dataclass(frozen=True)
 class Facts:
     """A task's state at one version. Version 0 is "nothing recorded yet"."""
@@ -115,7 +102,7 @@ class TaskState:
     def _settle(self, status: RecordStatus, payload: str) -> Facts:
         if status == RecordStatus.ERROR:
             data = codec.loads(payload)
-            raise StateConflict(self.task_key, data.get("expected"), int(data["actual"]))
+            raise errors.StateConflict(self.task_key, data.get("expected"), int(data["actual"]))
         return _facts(payload)
 
 

@@ -39,24 +39,6 @@ T = TypeVar("T")
 STATE_VERSION_KEY = "state_version"
 
 
-class WaitExpired(errors.SteadError):
-    """The wait expired before an event was accepted for it."""
-
-    def __init__(self, kind: str, wait_id: str) -> None:
-        super().__init__(f"wait {kind!r} ({wait_id}) expired with no accepted event")
-        self.kind = kind
-        self.wait_id = wait_id
-
-
-class WaitRevoked(errors.SteadError):
-    """The wait was revoked (`client.revoke_wait`) before an event was accepted."""
-
-    def __init__(self, kind: str, wait_id: str) -> None:
-        super().__init__(f"wait {kind!r} ({wait_id}) was revoked")
-        self.kind = kind
-        self.wait_id = wait_id
-
-
 # -- verdicts --------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Accepted:
@@ -271,9 +253,9 @@ class Wait(Generic[T]):
 
     def _settle(self, rec: Record) -> T:
         if rec.status == RecordStatus.EXPIRED:
-            raise WaitExpired(self.kind, self.wait_id)
+            raise errors.WaitExpired(self.kind, self.wait_id)
         if rec.status == RecordStatus.REVOKED:
-            raise WaitRevoked(self.kind, self.wait_id)
+            raise errors.WaitRevoked(self.kind, self.wait_id)
         value: T = codec.convert(codec.loads(rec.payload)["payload"], self._schema)
         return value
 
