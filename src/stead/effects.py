@@ -111,17 +111,13 @@ class Effect:
             "resend": resend,
         })
         op = self._operation(attempt, None, live=True)
-        sync = not calls.is_async(self.spec.fn)
+        in_thread = not calls.is_async(self.spec.fn)
         try:
             call = calls.invoke(self.spec.fn, (op, *self.spec.args), self.spec.kwargs)
-            self.x.sending_sync += sync
-            try:
-                # wait_for runs the call in a task of its own: the runtime's,
-                # live only, so not a branch (see `addresses`).
-                with self.x.busy(), addresses.outside_branches():
-                    value = await asyncio.wait_for(call, self.spec.timeout)
-            finally:
-                self.x.sending_sync -= sync
+            # wait_for runs the call in a task of its own: the runtime's, live
+            # only, so not a branch (see `addresses`).
+            with self.x.sending(in_thread=in_thread), addresses.outside_branches():
+                value = await asyncio.wait_for(call, self.spec.timeout)
         except self.spec.uncertain as exc:
             await self._write(attempt, RecordStatus.UNKNOWN, {
                 "reason": f"{type(exc).__qualname__}: {exc}" if str(exc)

@@ -130,12 +130,11 @@ class Run:
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
             # The journal holds a value the declared type no longer accepts:
             # the code changed under the checkpoint.
-            self._x.incompatible = errors.NonDeterminism(
+            raise self._x.stop_as_incompatible(errors.NonDeterminism(
                 f"run {self.id}: the recorded result of step {name!r} does not fit its "
                 f"declared return type {rtype!r} any more ({exc}). Register the old "
                 "version alongside the new one, then `stead runs retry RUN`; or cancel the run."
-            )
-            raise self._x.incompatible from exc
+            )) from exc
 
     async def llm(
         self, name: str, model: Model, messages: Sequence[Mapping[str, Any]], *,

@@ -20,7 +20,7 @@ from typing import Any
 from stead import codec, errors
 from stead.app import App, Workflow
 from stead.clock import Clock
-from stead.execution import Execution
+from stead.execution import Execution, ExecutionOptions
 from stead.records import Fence, RunRow, RunStatus
 from stead.replay import Journal
 from stead.store.base import Store
@@ -110,7 +110,8 @@ def bind_input(
 
 
 async def prepare(
-    app: App, store: Store, clock: Clock, row: RunRow, worker_id: str
+    app: App, store: Store, clock: Clock, row: RunRow, worker_id: str,
+    options: ExecutionOptions,
 ) -> Ready | Stopped:
     """Everything between the claim and the first replayed call."""
     gated = version_gate(app, row)
@@ -131,5 +132,6 @@ async def prepare(
         clock=clock,
         code_version=gated.key,
         takeover=row.epoch > 1 or journal.length > 0,
+        options=options,
     )
     return Ready(gated, execution, args, kwargs)
