@@ -9,7 +9,7 @@ import json
 import uuid
 from typing import Any
 
-from stead import codec, errors, records, takeover, waits
+from stead import codec, errors, inputs, records, waits
 from stead.app import App, Workflow
 from stead.records import (
     Record,
@@ -104,6 +104,18 @@ def _unknown_effect(journal: list[Record], run_id: str, effect: str) -> Record:
     return found[0]
 
 
+def _check_input(wf: Workflow[Any, Any], payload: str) -> None:
+    """Bind the input as stored, as every takeover will: arguments that would
+    fail every attempt are refused before the run exists."""
+    args, kwargs = inputs.decode(payload)
+    try:
+        inputs.bind(wf, args, kwargs)
+    except (TypeError, ValueError) as exc:
+        raise errors.InvalidInput(
+            f"these arguments do not fit workflow {wf.key}: {exc}"
+        ) from exc
+
+
 class Client:
     def __init__(self, store: Store, app: App | None = None) -> None:
         self.store = store
@@ -133,16 +145,9 @@ class Client:
         else:
             wf = workflow
             name, wf_version = workflow.name, workflow.version
-        payload = codec.dumps({"args": list(args), "kwargs": kwargs},
-                              what=f"the input of workflow {name!r}")
+        payload = inputs.encode(args, kwargs, workflow=name)
         if wf is not None:
-            stored = codec.loads(payload)
-            try:
-                takeover.bind_input(wf, stored["args"], stored["kwargs"])
-            except (TypeError, ValueError) as exc:
-                raise errors.InvalidInput(
-                    f"these arguments do not fit workflow {wf.key}: {exc}"
-                ) from exc
+            _check_input(wf, payload)
         new = records.NewRun(
             run_id=uuid.uuid4().hex, workflow=name, version=wf_version,
             task_id=task_id, input=payload,

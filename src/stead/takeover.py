@@ -11,13 +11,9 @@ in here as their own functions.
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import json
-import weakref
-from collections.abc import Callable
 from typing import Any
 
-from stead import codec, errors
+from stead import errors, inputs
 from stead.app import App, Workflow
 from stead.clock import Clock
 from stead.execution import Execution, ExecutionOptions
@@ -54,8 +50,7 @@ def version_gate(app: App, row: RunRow) -> Workflow[Any, Any] | Stopped:
 
 def decode_input(wf: Workflow[Any, Any], row: RunRow) -> tuple[list[Any], dict[str, Any]]:
     try:
-        data = json.loads(row.input)
-        args, kwargs = list(data["args"]), dict(data["kwargs"])
+        args, kwargs = inputs.decode(row.input)
     except (ValueError, KeyError, TypeError) as exc:
         raise errors.CorruptRecord(
             f"run {row.run_id}: its stored input is corrupt ({exc}); repair or cancel it"
@@ -63,50 +58,12 @@ def decode_input(wf: Workflow[Any, Any], row: RunRow) -> tuple[list[Any], dict[s
     try:
         # An input that does not fit the parameters would fail every attempt
         # the same way: stop the run for a human instead of retrying forever.
-        return bind_input(wf, args, kwargs)
+        return inputs.bind(wf, args, kwargs)
     except (ValueError, TypeError) as exc:
         raise errors.CorruptRecord(
             f"run {row.run_id}: its stored input does not fit the parameters of "
             f"{wf.key} ({exc}); cancel it and start it again with valid arguments"
         ) from exc
-
-
-_Shape = tuple[inspect.Signature, list[inspect.Parameter], dict[str, Any]]
-# By workflow function: resolving string annotations compiles each one, ~0.3 ms
-# a run otherwise, at every start and every takeover. Weak keys: a cached
-# function is not kept alive.
-_SHAPES: weakref.WeakKeyDictionary[Callable[..., Any], _Shape] = weakref.WeakKeyDictionary()
-
-
-def _parameters(fn: Callable[..., Any]) -> _Shape:
-    """`fn`'s signature, its parameters after `run`, and their resolved types."""
-    shape = _SHAPES.get(fn)
-    if shape is None:
-        signature = inspect.signature(fn)
-        params = list(signature.parameters.values())[1:]  # skip `run`
-        hints = codec.parameter_types(fn)
-        shape = (signature, params, hints)
-        if hints or not getattr(fn, "__annotations__", None):
-            _SHAPES[fn] = shape  # unresolvable annotations are tried again next time
-    return shape
-
-
-def bind_input(
-    wf: Workflow[Any, Any], args: list[Any], kwargs: dict[str, Any]
-) -> tuple[list[Any], dict[str, Any]]:
-    """Fit decoded JSON arguments to the workflow's parameters and declared
-    types. Raises TypeError or ValueError (pydantic's) when they do not fit."""
-    signature, params, hints = _parameters(wf.fn)
-    signature.bind(None, *args, **kwargs)
-    args, kwargs = list(args), dict(kwargs)
-    for i, value in enumerate(args):
-        if i < len(params) and params[i].kind in (
-            inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD
-        ):
-            args[i] = codec.convert(value, hints.get(params[i].name))
-    for key, value in kwargs.items():
-        kwargs[key] = codec.convert(value, hints.get(key))
-    return args, kwargs
 
 
 async def prepare(
