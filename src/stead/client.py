@@ -1,5 +1,6 @@
-"""`Client`: start runs, read their status and result, list and cancel them.
-The CLI and the dashboard use only this."""
+"""`Client`: what is done to runs from outside a worker. Start them; read their
+status, result, journal, waits and events; list, cancel, retry and reconcile
+them; deliver events to their waits."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ An effect's records at its address, in order, tell its phase:
 
 The intent is committed *before* the function runs, so after a crash the
 journal always says whether the effect may have been sent. A takeover
-classifies it (DESIGN.md §4):
+classifies it (see docs/architecture.md):
 
 - no records                    → not_started: send it
 - ok / error / reconciled last  → reuse the recorded outcome

@@ -3,7 +3,7 @@ replays, and the buffer of records that ride along with the next commit.
 
 `run.now()`, `run.uuid()` and `run.random()` are buffered, not committed on
 their own: nothing that depends on them can leave the process before the next
-durable write, which carries them (DESIGN.md §3).
+durable write, which carries them (see docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ class Execution:
         return task
 
     def classify(self, cls: ResumeClass) -> None:
-        """Count a replayed record's class (DESIGN.md §4) for the resume record."""
+        """Count a replayed record's class for the resume record."""
         if self._resume_pending:
             self._classes[cls] = self._classes.get(cls, 0) + 1
 

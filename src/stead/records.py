@@ -7,9 +7,10 @@ identity in the workflow code (see `addresses`), which is what replay matches.
 
 Statuses, kinds, states, verdicts, rejection reasons and resume classes are
 `StrEnum`s: a member is a `str` equal to its value, so it is stored, compared,
-hashed, formatted and written as JSON exactly as that string. Rows read from the store
-may carry the plain string instead of the member; code therefore compares these
-fields with `==` and `in`, never with `is`, `isinstance` or `.value`.
+hashed, formatted and written as JSON exactly as that string. Rows read from
+the store may carry the plain string instead of the member; code therefore
+compares these fields with `==` and `in`, never with `is`, `isinstance` or
+`.value`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
-"""The takeover pipeline of DESIGN.md §4, one small function per stage.
+"""The takeover pipeline (see docs/architecture.md), one small function per stage.
 
     claim (worker.py) → version gate → load checkpoint → replay → resume record
 
-Replay is the workflow re-executing against the journal (`run.py`); the
-resume record rides along with the first write after it (`execution.py`).
-Later stages (migrations, intent revalidation, effect classification) slot
-in here as their own functions.
+`prepare` runs the stages between the claim and replay. Replay is the workflow
+re-executing against the journal (`run.py`), which classifies each journaled
+call as it meets it (an effect's phases in `effects.py`); the resume record,
+counting those classes, rides along with the first write after it
+(`execution.py`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Waits, events and the resume contract (DESIGN.md §5).
+"""Waits, events and the resume contract (see docs/architecture.md).
 
 `w = await run.wait(kind, bind=..., expires_in=..., schema=...)` journals a wait
 with a stable `wait_id` and an unguessable token; `await w` returns the one

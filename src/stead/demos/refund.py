@@ -1,4 +1,4 @@
-"""`stead demo` (the default story): order 123, as in DESIGN.md §1.
+"""`stead demo` (the default story): order 123 (see docs/architecture.md).
 
 1. worker A runs the refund agent: the model decides to check eligibility,
    the check runs, the order moves to `awaiting_user_confirmation`, a wait
