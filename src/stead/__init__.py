@@ -3,40 +3,37 @@
 from stead.app import App, Workflow
 from stead.client import Client, RunInfo
 from stead.clock import Clock, FakeClock, SystemClock
-from stead.effects import EffectCompensated, EffectFailed
 from stead.errors import (
     CorruptRecord,
+    EffectCompensated,
+    EffectFailed,
     InvalidInput,
     NonDeterminism,
     NotStopped,
+    OutcomeUncertain,
     RunFailed,
+    ScriptExhausted,
     SerializationError,
     StaleLease,
+    StateConflict,
     SteadError,
     StepError,
     StoreError,
     StoreUnavailable,
     UnknownRun,
     UnknownWorkflow,
+    WaitExpired,
     WaitNotOpen,
+    WaitRevoked,
 )
-from stead.llm import Completion, Model, ScriptedModel, ScriptExhausted, ToolCall, Usage
-from stead.outcomes import Operation, Outcome, OutcomeUncertain
+from stead.llm import Completion, Model, ScriptedModel, ToolCall, Usage
+from stead.outcomes import Operation, Outcome
 from stead.records import Record, ResumeRecord
 from stead.retry import Retry
 from stead.run import Run
-from stead.state import Facts, StateConflict
+from stead.state import Facts
 from stead.store import Store, open_store
-from stead.waits import (
-    Accepted,
-    Delivery,
-    Duplicate,
-    Rejected,
-    Token,
-    Wait,
-    WaitExpired,
-    WaitRevoked,
-)
+from stead.waits import Accepted, Delivery, Duplicate, Rejected, Token, Wait
 from stead.worker import Worker, WorkerOptions
 
 __version__ = "0.1.0"

@@ -1,5 +1,6 @@
-"""`Client`: start runs, read their status and result, list and cancel them.
-The CLI and the dashboard use only this."""
+"""`Client`: what is done to runs from outside a worker. Start them; read their
+status, result, journal, waits and events; list, cancel, retry and reconcile
+them; deliver events to their waits."""
 
 from __future__ import annotations
 
@@ -9,9 +10,17 @@ import json
 import uuid
 from typing import Any
 
-from stead import codec, errors, records, takeover, waits
+from stead import codec, errors, inputs, records, waits
 from stead.app import App, Workflow
-from stead.records import Record, ResumeRecord, RunRow
+from stead.records import (
+    Record,
+    RecordKind,
+    RecordStatus,
+    ResumeRecord,
+    RunRow,
+    RunStatus,
+    WaitState,
+)
 from stead.state import Facts
 from stead.store.base import Store
 
@@ -24,7 +33,7 @@ class RunInfo:
     workflow: str
     version: int
     task_id: str | None
-    status: str
+    status: RunStatus
     epoch: int
     created_at: float
     updated_at: float
@@ -71,15 +80,15 @@ def _unknown_effect(journal: list[Record], run_id: str, effect: str) -> Record:
     last: dict[str, Record] = {}
     keys: dict[str, str] = {}
     for r in journal:
-        if r.kind != records.EFFECT:
+        if r.kind != RecordKind.EFFECT:
             continue
         last[r.addr] = r
-        if r.status == records.INTENT:
+        if r.status == RecordStatus.INTENT:
             keys[r.addr] = str(_loads(r.payload, run_id).get("key", ""))
     # A reconciled effect is open again only while its run is stopped on it
     # (the decided result did not fit): resume_stopped checks that status.
-    open_phases = (records.INTENT, records.ACCEPTED, records.UNKNOWN_OUTCOME,
-                   records.RECONCILED)
+    open_phases = (RecordStatus.INTENT, RecordStatus.ACCEPTED, RecordStatus.UNKNOWN,
+                   RecordStatus.RECONCILED)
     found = [
         r for addr, r in last.items()
         if r.status in open_phases and effect in (r.name, keys.get(addr))
@@ -94,6 +103,18 @@ def _unknown_effect(journal: list[Record], run_id: str, effect: str) -> Record:
             f"outcomes; name one by its key: {', '.join(keys.get(r.addr, '?') for r in found)}"
         )
     return found[0]
+
+
+def _check_input(wf: Workflow[Any, Any], payload: str) -> None:
+    """Bind the input as stored, as every takeover will: arguments that would
+    fail every attempt are refused before the run exists."""
+    args, kwargs = inputs.decode(payload)
+    try:
+        inputs.bind(wf, args, kwargs)
+    except (TypeError, ValueError) as exc:
+        raise errors.InvalidInput(
+            f"these arguments do not fit workflow {wf.key}: {exc}"
+        ) from exc
 
 
 class Client:
@@ -125,16 +146,9 @@ class Client:
         else:
             wf = workflow
             name, wf_version = workflow.name, workflow.version
-        payload = codec.dumps({"args": list(args), "kwargs": kwargs},
-                              what=f"the input of workflow {name!r}")
+        payload = inputs.encode(args, kwargs, workflow=name)
         if wf is not None:
-            stored = codec.loads(payload)
-            try:
-                takeover.bind_input(wf, stored["args"], stored["kwargs"])
-            except (TypeError, ValueError) as exc:
-                raise errors.InvalidInput(
-                    f"these arguments do not fit workflow {wf.key}: {exc}"
-                ) from exc
+            _check_input(wf, payload)
         new = records.NewRun(
             run_id=uuid.uuid4().hex, workflow=name, version=wf_version,
             task_id=task_id, input=payload,
@@ -161,16 +175,19 @@ class Client:
                 await asyncio.sleep(poll)
 
         info = await asyncio.wait_for(wait(), timeout)
-        if info.status != records.COMPLETED:
+        if info.status != RunStatus.COMPLETED:
             raise errors.RunFailed(run_id, info.status, (info.error or {}).get("message"))
         return info.result
 
     async def list_runs(self, *, status: str | None = None, workflow: str | None = None,
                    limit: int = 100) -> list[RunInfo]:
-        if status is not None and status not in records.STATUSES:
-            raise errors.SteadError(
-                f"unknown status {status!r}; one of: {', '.join(records.STATUSES)}"
-            )
+        if status is not None:
+            try:
+                status = RunStatus(status)
+            except ValueError:
+                raise errors.SteadError(
+                    f"unknown status {status!r}; one of: {', '.join(RunStatus)}"
+                ) from None
         rows = await self.store.list_runs(status=status, workflow=workflow, limit=limit)
         return [RunInfo.from_row(r) for r in rows]
 
@@ -213,9 +230,9 @@ class Client:
         text = codec.dumps(payload, what="the reconcile decision")
         # One record per (address, attempt, phase): a second decision on the
         # same attempt takes the next attempt number.
-        attempt = target.attempt + 1 if target.status == records.RECONCILED else target.attempt
-        record = target.evolve(status=records.RECONCILED, payload=text, attempt=attempt)
-        row = await self.store.resume_stopped(run_id, records.OUTCOME_UNKNOWN, record)
+        attempt = target.attempt + 1 if target.status == RecordStatus.RECONCILED else target.attempt
+        record = target.evolve(status=RecordStatus.RECONCILED, payload=text, attempt=attempt)
+        row = await self.store.resume_stopped(run_id, RunStatus.OUTCOME_UNKNOWN, record)
         return RunInfo.from_row(row)
 
     async def retry(self, run_id: str) -> RunInfo:
@@ -223,7 +240,7 @@ class Client:
         code that fits its journal is deployed (the old version registered next
         to the new, or the change rolled back). Nothing in the journal changes;
         if the code still does not fit, the run stops again."""
-        row = await self.store.resume_stopped(run_id, records.INCOMPATIBLE, None)
+        row = await self.store.resume_stopped(run_id, RunStatus.INCOMPATIBLE, None)
         return RunInfo.from_row(row)
 
     # -- events and waits -----------------------------------------------------
@@ -262,7 +279,7 @@ class Client:
         event = records.EventRow(
             run_id=run_id, event_id=event_id, wait_id=wait_id, kind=kind,
             payload=payload_text, bind=codec.dumps(bind_json, what="bind"),
-            verdict="", reason=None, detail=None, received_at=0.0,
+            verdict=None, reason=None, detail=None, received_at=0.0,
         )
         judgement, _stored = await self.store.deliver(
             event, lambda ctx: waits.judge(incoming, ctx))
@@ -273,7 +290,7 @@ class Client:
         to `WaitRevoked`."""
         await self.store.revoke_wait(wait_id)
 
-    async def waits(self, *, run_id: str | None = None, state: str | None = "open",
+    async def waits(self, *, run_id: str | None = None, state: str | None = WaitState.OPEN,
                     limit: int = 100) -> list[records.WaitRow]:
         """Waits (by default the open ones), oldest first."""
         return await self.store.list_waits(run_id=run_id, state=state, limit=limit)

@@ -6,7 +6,7 @@ An effect's records at its address, in order, tell its phase:
 
 The intent is committed *before* the function runs, so after a crash the
 journal always says whether the effect may have been sent. A takeover
-classifies it (DESIGN.md §4):
+classifies it (see docs/architecture.md):
 
 - no records                    → not_started: send it
 - ok / error / reconciled last  → reuse the recorded outcome
@@ -26,34 +26,14 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from stead import addresses, calls, codec, errors, records
+from stead import addresses, calls, codec, errors
 from stead.execution import Execution, Stop
-from stead.outcomes import Operation, Outcome, OutcomeUncertain
-from stead.records import Record
+from stead.outcomes import Operation, Outcome
+from stead.records import Record, RecordKind, RecordStatus, ResumeClass, RunStatus
 from stead.retry import Retry
 
-# Classes of DESIGN.md §4, counted in the resume record.
-NOT_STARTED = "not_started"
-REUSE = "reuse"
-PENDING_EXTERNAL = "pending_external"
-OUTCOME_UNKNOWN = "outcome_unknown"
-
 # Exceptions that say "I cannot tell whether it happened", not "it failed".
-DEFAULT_UNCERTAIN: tuple[type[BaseException], ...] = (TimeoutError, OutcomeUncertain)
-
-
-class EffectFailed(errors.StepError):
-    """The outside said no (a known failure), after every allowed attempt."""
-
-
-class EffectCompensated(errors.SteadError):
-    """A human reconciled the effect as compensated: it happened and was undone."""
-
-    def __init__(self, name: str, key: str, detail: Any) -> None:
-        super().__init__(f"effect {name!r} (key {key}) was compensated: {detail}")
-        self.name = name
-        self.key = key
-        self.detail = detail
+DEFAULT_UNCERTAIN: tuple[type[BaseException], ...] = (TimeoutError, errors.OutcomeUncertain)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +63,7 @@ class Effect:
         self.x = x
         self.addr = addr
         self.spec = spec
-        self.digest = x.digests.call(records.EFFECT, spec.name, spec.args, spec.kwargs)
+        self.digest = x.digests.call(RecordKind.EFFECT, spec.name, spec.args, spec.kwargs)
         self.args_json = codec.loads(
             codec.dumps(codec.redact({"args": list(spec.args), "kwargs": dict(spec.kwargs)}),
                         what=f"the arguments of effect {spec.name!r}")
@@ -92,10 +72,10 @@ class Effect:
         self.rtype = codec.return_type(spec.fn)
 
     # -- journal ------------------------------------------------------------
-    async def _write(self, attempt: int, status: str, payload: dict[str, Any]) -> None:
+    async def _write(self, attempt: int, status: RecordStatus, payload: dict[str, Any]) -> None:
         text = codec.dumps(payload, what=f"the outcome of effect {self.spec.name!r}")
         await self.x.commit([self.x.record(
-            self.addr, attempt, records.EFFECT, self.spec.name, self.digest, status, text,
+            self.addr, attempt, RecordKind.EFFECT, self.spec.name, self.digest, status, text,
         )])
 
     def _result(self, payload: dict[str, Any]) -> Any:
@@ -103,47 +83,43 @@ class Effect:
 
     # -- the state machine ----------------------------------------------------
     async def run(self) -> Any:
-        recs = self.x.take(self.addr, records.EFFECT, self.spec.name, self.digest)
+        recs = self.x.take(self.addr, RecordKind.EFFECT, self.spec.name, self.digest)
         if not recs:
-            self.x.classify(NOT_STARTED)
+            self.x.classify(ResumeClass.NOT_STARTED)
             return await self._send(1)
         last = recs[-1]
         data = _payload(last)
-        if last.status == records.OK:
-            self.x.classify(REUSE)
+        if last.status == RecordStatus.OK:
+            self.x.classify(ResumeClass.REUSE)
             return self._result(data)
-        if last.status == records.ERROR:
-            self.x.classify(REUSE)
+        if last.status == RecordStatus.ERROR:
+            self.x.classify(ResumeClass.REUSE)
             return await self._after_failure(last.attempt, data)
-        if last.status == records.RECONCILED:
-            self.x.classify(REUSE)
+        if last.status == RecordStatus.RECONCILED:
+            self.x.classify(ResumeClass.REUSE)
             return await self._after_reconcile(last.attempt, data)
-        if last.status == records.ACCEPTED:
-            self.x.classify(PENDING_EXTERNAL)
+        if last.status == RecordStatus.ACCEPTED:
+            self.x.classify(ResumeClass.PENDING_EXTERNAL)
             return await self._resolve(last.attempt, str(data["external_id"]))
-        self.x.classify(OUTCOME_UNKNOWN)  # intent or unknown last
+        self.x.classify(ResumeClass.OUTCOME_UNKNOWN)  # intent or unknown last
         return await self._resolve(last.attempt, None)
 
     async def _send(self, attempt: int, *, resend: bool = False) -> Any:
         self.x.check_live()
-        await self._write(attempt, records.INTENT, {
+        await self._write(attempt, RecordStatus.INTENT, {
             "key": self.key, "arguments": self.args_json, "idempotent": self.spec.idempotent,
             "resend": resend,
         })
         op = self._operation(attempt, None, live=True)
-        sync = not calls.is_async(self.spec.fn)
+        in_thread = not calls.is_async(self.spec.fn)
         try:
             call = calls.invoke(self.spec.fn, (op, *self.spec.args), self.spec.kwargs)
-            self.x.sending_sync += sync
-            try:
-                # wait_for runs the call in a task of its own: the runtime's,
-                # live only, so not a branch (see `addresses`).
-                with self.x.busy(), addresses.outside_branches():
-                    value = await asyncio.wait_for(call, self.spec.timeout)
-            finally:
-                self.x.sending_sync -= sync
+            # wait_for runs the call in a task of its own: the runtime's, live
+            # only, so not a branch (see `addresses`).
+            with self.x.sending(in_thread=in_thread), addresses.outside_branches():
+                value = await asyncio.wait_for(call, self.spec.timeout)
         except self.spec.uncertain as exc:
-            await self._write(attempt, records.UNKNOWN_OUTCOME, {
+            await self._write(attempt, RecordStatus.UNKNOWN, {
                 "reason": f"{type(exc).__qualname__}: {exc}" if str(exc)
                 else type(exc).__qualname__,
             })
@@ -154,7 +130,7 @@ class Effect:
 
     async def _done(self, attempt: int, value: Any) -> Any:
         text = codec.dumps(value, what=f"the result of effect {self.spec.name!r}")
-        await self._write(attempt, records.OK, {"result": codec.loads(text)})
+        await self._write(attempt, RecordStatus.OK, {"result": codec.loads(text)})
         return codec.decode(text, self.rtype)
 
     async def _failed(self, attempt: int, kind: str, message: str,
@@ -162,14 +138,14 @@ class Effect:
         probe = exc if exc is not None else RuntimeError(message)
         retry_at = self.spec.retry.retry_at(attempt, probe, self.x.clock.now())
         payload = {"type": kind, "message": message, "retry_at": retry_at}
-        await self._write(attempt, records.ERROR, payload)
+        await self._write(attempt, RecordStatus.ERROR, payload)
         return await self._after_failure(attempt, payload)
 
     async def _after_failure(self, attempt: int, data: dict[str, Any]) -> Any:
         retry_at = data.get("retry_at")
         if retry_at is None:
-            raise EffectFailed(self.spec.name, str(data.get("type")), str(data.get("message")),
-                               attempts=attempt)
+            raise errors.EffectFailed(self.spec.name, str(data.get("type")),
+                                      str(data.get("message")), attempts=attempt)
         self.x.check_live()
         await self.x.sleep_until(float(retry_at))
         return await self._send(attempt + 1)
@@ -186,7 +162,7 @@ class Effect:
                                     f"return type ({exc}); reconcile it again")
         if decision == "not_happened":
             return await self._send(attempt + 1)
-        raise EffectCompensated(self.spec.name, self.key, data.get("result"))
+        raise errors.EffectCompensated(self.spec.name, self.key, data.get("result"))
 
     async def _resolve(self, attempt: int, external_id: str | None) -> Any:
         """The outcome of `attempt` is not known: find it out, or stop."""
@@ -231,7 +207,7 @@ class Effect:
 
     def _operation(self, attempt: int, external_id: str | None, *, live: bool) -> Operation:
         async def accepted(ext: str) -> None:
-            await self._write(attempt, records.ACCEPTED, {"external_id": ext})
+            await self._write(attempt, RecordStatus.ACCEPTED, {"external_id": ext})
 
         return Operation(
             run_id=self.x.fence.run_id, name=self.spec.name, key=self.key, attempt=attempt,
@@ -240,7 +216,7 @@ class Effect:
         )
 
     def _stop(self, attempt: int, known: str) -> None:
-        raise Stop(records.OUTCOME_UNKNOWN, {
+        raise Stop(RunStatus.OUTCOME_UNKNOWN, {
             "type": "OutcomeUnknown",
             "message": (
                 f"effect {self.spec.name!r} (key {self.key}, attempt {attempt}): {known}. "

@@ -6,6 +6,8 @@ operator at the moment something went wrong.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class SteadError(Exception):
     """Base of every error stead raises on purpose."""
@@ -57,6 +59,31 @@ class WaitNotOpen(SteadError):
         self.state = state
 
 
+class WaitExpired(SteadError):
+    """The wait expired before an event was accepted for it."""
+
+    def __init__(self, kind: str, wait_id: str) -> None:
+        super().__init__(
+            f"wait {kind!r} ({wait_id}) expired with no accepted event; catch "
+            "stead.WaitExpired in the workflow to decide what happens then (open a new "
+            "wait, or give up)"
+        )
+        self.kind = kind
+        self.wait_id = wait_id
+
+
+class WaitRevoked(SteadError):
+    """The wait was revoked (`client.revoke_wait`) before an event was accepted."""
+
+    def __init__(self, kind: str, wait_id: str) -> None:
+        super().__init__(
+            f"wait {kind!r} ({wait_id}) was revoked before an event was accepted; catch "
+            "stead.WaitRevoked in the workflow to handle it"
+        )
+        self.kind = kind
+        self.wait_id = wait_id
+
+
 class NotStopped(SteadError):
     """A decision was given for a run that is not stopped waiting for one."""
 
@@ -66,13 +93,65 @@ class StepError(SteadError):
     from the journal (`error_type`, `message`), so its control flow is the same."""
 
     def __init__(self, step: str, error_type: str, message: str, attempts: int = 1) -> None:
-        super().__init__(
-            f"step {step!r} failed after {attempts} attempt(s): {error_type}: {message}"
-        )
+        super().__init__(self._describe(step, error_type, message, attempts))
         self.step = step
         self.error_type = error_type
         self.message = message
         self.attempts = attempts
+
+    @staticmethod
+    def _describe(step: str, error_type: str, message: str, attempts: int) -> str:
+        return f"step {step!r} failed after {attempts} attempt(s): {error_type}: {message}"
+
+
+class EffectFailed(StepError):
+    """The outside said no (a known failure), after every allowed attempt. `step`
+    is the effect's name."""
+
+    @staticmethod
+    def _describe(step: str, error_type: str, message: str, attempts: int) -> str:
+        return (
+            f"effect {step!r} failed after {attempts} attempt(s): {error_type}: {message} "
+            "(a known failure, not an unknown outcome: catch stead.EffectFailed in the "
+            "workflow to handle it, or allow more attempts with retry=)"
+        )
+
+
+class EffectCompensated(SteadError):
+    """A human reconciled the effect as compensated: it happened and was undone."""
+
+    def __init__(self, name: str, key: str, detail: Any) -> None:
+        super().__init__(
+            f"effect {name!r} (key {key}) was compensated: {detail}. A person decided it "
+            "happened and was undone; catch stead.EffectCompensated in the workflow to "
+            "carry on without it"
+        )
+        self.name = name
+        self.key = key
+        self.detail = detail
+
+
+class OutcomeUncertain(SteadError):
+    """Raise it from an effect function when you cannot tell whether the outside
+    acted (a dropped connection after the request was written, say). Like a
+    timeout, it makes the outcome *unknown*, never "it did not happen"."""
+
+
+class StateConflict(SteadError):
+    """The task state moved: it is not at the version the change expected."""
+
+    def __init__(self, task: str, expected: int | None, actual: int) -> None:
+        super().__init__(
+            f"task {task}: state is at version {actual}, not {expected}; "
+            "read it again and decide on what it says now"
+        )
+        self.task = task
+        self.expected = expected
+        self.actual = actual
+
+
+class ScriptExhausted(SteadError):
+    """The scripted model was asked more often than it has answers."""
 
 
 class RunFailed(SteadError):

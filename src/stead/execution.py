@@ -3,21 +3,31 @@ replays, and the buffer of records that ride along with the next commit.
 
 `run.now()`, `run.uuid()` and `run.random()` are buffered, not committed on
 their own: nothing that depends on them can leave the process before the next
-durable write, which carries them (DESIGN.md §3).
+durable write, which carries them (see docs/architecture.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import dataclasses
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from typing import Any, TypeVar
 
 from stead import addresses, digests, errors
 from stead.clock import Clock
-from stead.records import Fence, Record, ResumeRecord
+from stead.records import (
+    Fence,
+    Record,
+    RecordKind,
+    RecordStatus,
+    ResumeClass,
+    ResumeRecord,
+    RunStatus,
+)
 from stead.replay import Journal
 from stead.store.base import Store
 
@@ -34,10 +44,24 @@ class Stop(BaseException):
     """Unwinds the workflow to stop the run for a human (`status`, with `error`
     saying what is known). A BaseException, so workflow code cannot swallow it."""
 
-    def __init__(self, status: str, error: dict[str, object]) -> None:
+    def __init__(self, status: RunStatus, error: dict[str, object]) -> None:
         super().__init__(error.get("message", status))
         self.status = status
         self.error = error
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ExecutionOptions:
+    """What the worker hosting a run decides for it."""
+
+    # A wait or timer further away than this suspends the run (lease released,
+    # no worker held); a nearer one sleeps in the process.
+    suspend_after: float = 1.0
+    # How often a parked branch wakes to re-check what it waits for.
+    recheck_every: float = 5.0
+    # Where the secret that signs wait tokens comes from (asked when a wait
+    # opens); with None, opening a wait fails.
+    token_secret: Callable[[], Awaitable[bytes]] | None = None
 
 
 class Execution:
@@ -50,8 +74,7 @@ class Execution:
         clock: Clock,
         code_version: str,
         takeover: bool,
-        suspend_after: float = 1.0,
-        recheck_every: float = 5.0,
+        options: ExecutionOptions,
     ) -> None:
         self.store = store
         self.fence = fence
@@ -62,48 +85,90 @@ class Execution:
         self._buffer: list[Record] = []
         self._lock = asyncio.Lock()
         self._resume_pending = takeover
-        self.lost: errors.StaleLease | None = None
-        self.incompatible: errors.NonDeterminism | None = None
-        self.draining = False
-        self.classes: dict[str, int] = {}
-        self.inflight = 0
-        self.sending_sync = 0  # sync effect functions running in threads now
-        self.suspended = False
-        self.on_suspend: Callable[[], None] | None = None
-        self.suspend_after = suspend_after
-        self.recheck_every = recheck_every
+        self._lost: errors.StaleLease | None = None
+        self._incompatible: errors.NonDeterminism | None = None
+        self._draining = False
+        self._classes: dict[ResumeClass, int] = {}
+        self._inflight = 0
+        self._sending_in_thread = 0  # sync effect functions running in threads now
+        self._suspended = False
+        self._body: asyncio.Task[Any] | None = None
+        self._suspend_after = options.suspend_after
+        self._recheck_every = options.recheck_every
+        self._token_secret = options.token_secret
         self._blocked: set[_Blocker] = set()
-        # Signs wait tokens; the worker sets where it comes from (read lazily).
-        self.secret_source: Callable[[], Awaitable[bytes]] | None = None
         self._settling: asyncio.Task[None] | None = None
         # Argument digests, incremental for a conversation that grows: per run.
         self.digests = digests.Digests()
 
-    def classify(self, cls: str) -> None:
-        """Count a replayed record's class (DESIGN.md §4) for the resume record."""
+    def start(self, body: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Run the workflow's `body` as a task, in the run's root branch. When
+        the run suspends, the task is cancelled: the store holds the run, no
+        worker does."""
+        context = contextvars.copy_context()
+        context.run(addresses.current.set, addresses.Branch(""))
+        task = asyncio.get_running_loop().create_task(body, context=context)
+        self._body = task
+        return task
+
+    def classify(self, cls: ResumeClass) -> None:
+        """Count a replayed record's class for the resume record."""
         if self._resume_pending:
-            self.classes[cls] = self.classes.get(cls, 0) + 1
+            self._classes[cls] = self._classes.get(cls, 0) + 1
+
+    # -- what happened to the run ---------------------------------------------
+    @property
+    def lost(self) -> errors.StaleLease | None:
+        """Why this worker no longer holds the run; None while it does."""
+        return self._lost
+
+    def lose(self, exc: errors.StaleLease) -> None:
+        """The lease is gone (its renewal failed): from now on nothing live
+        starts and no write is sent."""
+        self._lost = exc
+
+    @property
+    def incompatible(self) -> errors.NonDeterminism | None:
+        """How the code no longer fits the journal; None while it does."""
+        return self._incompatible
+
+    def stop_as_incompatible(self, exc: errors.NonDeterminism) -> errors.NonDeterminism:
+        """The code no longer fits the journal: from now on nothing live starts,
+        and the worker finishes the run as `incompatible_checkpoint`. Returns
+        `exc`, for the caller to raise."""
+        self._incompatible = exc
+        return exc
+
+    @property
+    def suspended(self) -> bool:
+        """Whether the run suspended: its lease is released and its body cancelled."""
+        return self._suspended
+
+    @property
+    def sending_in_thread(self) -> bool:
+        """Whether a sync effect function is running in a thread (see `sending`)."""
+        return self._sending_in_thread > 0
 
     # -- guards -------------------------------------------------------------
     def check_live(self) -> None:
         """Before starting anything live: refuse if the run is no longer ours."""
-        if self.lost is not None:
-            raise self.lost
-        if self.incompatible is not None:
-            raise self.incompatible
-        if self.draining:
+        if self._lost is not None:
+            raise self._lost
+        if self._incompatible is not None:
+            raise self._incompatible
+        if self._draining:
             raise Drain()
 
-    def take(self, addr: str, kind: str, name: str, digest: str) -> list[Record]:
+    def take(self, addr: str, kind: RecordKind, name: str, digest: str) -> list[Record]:
         try:
             return self.journal.take(addr, kind, name, digest)
         except errors.NonDeterminism as exc:
-            self.incompatible = exc
+            self._incompatible = exc
             raise
 
     # -- writes -------------------------------------------------------------
-    def record(self, addr: str, attempt: int, kind: str, name: str, digest: str,
-               status: str, payload: str) -> Record:
+    def record(self, addr: str, attempt: int, kind: RecordKind, name: str, digest: str,
+               status: RecordStatus, payload: str) -> Record:
         return Record(
             seq=-1, addr=addr, attempt=attempt, kind=kind, name=name, digest=digest,
             status=status, payload=payload, epoch=self.fence.epoch, at=self.clock.now(),
@@ -124,7 +189,7 @@ class Execution:
             at=self.clock.now(), from_seq=self.journal.length,
             code_version=self.code_version, reused=self.journal.reused,
             detail=json.dumps({"journal_records": self.journal.length,
-                               "classes": self.classes}),
+                               "classes": self._classes}),
         )
 
     def _committed(self, batch: Sequence[Record], resume: ResumeRecord | None,
@@ -149,15 +214,15 @@ class Execution:
         pending resume record) to `send`, one fenced store transaction. If `send`
         raises, nothing was written and the buffer is kept."""
         async with self._lock:
-            if self.lost is not None:
-                raise self.lost
+            if self._lost is not None:
+                raise self._lost
             batch = self._numbered(recs)
             resume = self._resume()
-            self.inflight += 1
+            self._inflight += 1
             try:
                 result = await send(batch, resume)
             except errors.StaleLease as exc:
-                self.lost = exc
+                self._lost = exc
                 raise
             finally:
                 self._idle()
@@ -168,31 +233,44 @@ class Execution:
         """Journal `recs` (with the buffered records) in one fenced transaction."""
         await self.write(recs, lambda batch, resume: self.store.append(self.fence, batch, resume))
 
-    async def finish(self, status: str, *, result: str | None = None,
+    async def finish(self, status: RunStatus, *, result: str | None = None,
                      error: str | None = None) -> None:
         await self.write((), lambda batch, resume: self.store.finish(
             self.fence, status, result=result, error=error, records=batch, resume=resume,
         ))
 
     async def secret(self) -> bytes:
-        if self.secret_source is None:
+        if self._token_secret is None:
             raise errors.SteadError("no token secret: waits need a worker to run them")
-        return await self.secret_source()
+        return await self._token_secret()
 
     # -- waiting ------------------------------------------------------------
     @contextlib.contextmanager
     def busy(self) -> Iterator[None]:
         """Mark live work in flight (user code, a store round trip): the run
         must not suspend under it."""
-        self.inflight += 1
+        self._inflight += 1
         try:
             yield
         finally:
             self._idle()
 
+    @contextlib.contextmanager
+    def sending(self, *, in_thread: bool) -> Iterator[None]:
+        """Mark an effect being sent: live work, as in `busy`. A sync effect
+        function runs `in_thread`, which no one can stop: the worker waits for
+        it past its grace period, to journal its outcome."""
+        self._inflight += 1
+        self._sending_in_thread += in_thread
+        try:
+            yield
+        finally:
+            self._sending_in_thread -= in_thread
+            self._idle()
+
     def _idle(self) -> None:
-        self.inflight -= 1
-        if self.inflight == 0 and self._blocked:
+        self._inflight -= 1
+        if self._inflight == 0 and self._blocked:
             self._schedule_settle()
 
     async def sleep_until(self, at: float) -> None:
@@ -200,7 +278,7 @@ class Execution:
         delay = at - self.clock.now()
         if delay <= 0:
             return
-        if delay <= self.suspend_after:
+        if delay <= self._suspend_after:
             await asyncio.sleep(delay)
             return
         while self.clock.now() < at:
@@ -216,7 +294,7 @@ class Execution:
         loop = asyncio.get_running_loop()
         blocker = _Blocker(wake_at, wait_id, loop.create_future())
         self._blocked.add(blocker)
-        until = self.clock.now() + self.recheck_every
+        until = self.clock.now() + self._recheck_every
         if wake_at is not None:
             until = min(until, wake_at)
         timer = loop.call_later(max(0.0, until - self.clock.now()), blocker.wake)
@@ -229,7 +307,7 @@ class Execution:
 
     def drain(self) -> None:
         """The worker is stopping: parked branches wake to meet `Drain`."""
-        self.draining = True
+        self._draining = True
         for blocker in list(self._blocked):
             blocker.wake()
 
@@ -243,13 +321,13 @@ class Execution:
         # Let every branch run up to its next await before judging quiescence.
         for _ in range(5):
             await asyncio.sleep(0)
-        if self.inflight or not self._blocked or self.suspended or self.draining:
+        if self._inflight or not self._blocked or self._suspended or self._draining:
             return
-        if self.lost is not None or self.incompatible is not None:
+        if self._lost is not None or self._incompatible is not None:
             return
         times = [b.wake_at for b in self._blocked if b.wake_at is not None]
         wake_at = min(times) if times else None
-        if wake_at is not None and wake_at - self.clock.now() <= self.suspend_after:
+        if wake_at is not None and wake_at - self.clock.now() <= self._suspend_after:
             return  # a short wait: cheaper to sleep here than to park and replay
         wait_ids = [b.wait_id for b in self._blocked if b.wait_id is not None]
         try:
@@ -263,11 +341,11 @@ class Execution:
         except errors.SteadError as exc:
             log.warning("run %s could not suspend: %s", self.fence.run_id, exc)
             return
-        self.suspended = True
+        self._suspended = True
         log.info("run %s suspended until %s", self.fence.run_id,
                  "an event" if wake_at is None else f"{wake_at:.3f} or an event")
-        if self.on_suspend is not None:
-            self.on_suspend()
+        if self._body is not None:
+            self._body.cancel()
 
 
 class _Blocker:

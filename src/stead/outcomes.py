@@ -7,14 +7,6 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from stead.errors import SteadError
-
-
-class OutcomeUncertain(SteadError):
-    """Raise it from an effect function when you cannot tell whether the outside
-    acted (a dropped connection after the request was written, say). Like a
-    timeout, it makes the outcome *unknown*, never "it did not happen"."""
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Outcome:

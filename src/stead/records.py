@@ -1,58 +1,152 @@
-"""The rows stead stores, as frozen records, and the run statuses.
+"""The rows stead stores, as frozen records, and the closed sets of values
+their fields take.
 
 A run's journal is an append-only list of `Record`s. `seq` is the position in
 commit order (gapless, one writer at a time); `addr` is the call's deterministic
 identity in the workflow code (see `addresses`), which is what replay matches.
+
+Statuses, kinds, states, verdicts, rejection reasons and resume classes are
+`StrEnum`s: a member is a `str` equal to its value, so it is stored, compared,
+hashed, formatted and written as JSON exactly as that string. Rows read from
+the store may carry the plain string instead of the member; code therefore
+compares these fields with `==` and `in`, never with `is`, `isinstance` or
+`.value`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import Any, Self
 
-# Run statuses. A *live* run (any but the terminal ones) owns its task_id.
-PENDING = "pending"
-RUNNING = "running"
-WAITING = "waiting"  # suspended on a wait or timer: no lease, no worker
-COMPLETED = "completed"
-FAILED = "failed"
-CANCELLED = "cancelled"
-INCOMPATIBLE = "incompatible_checkpoint"
-OUTCOME_UNKNOWN = "outcome_unknown"
-TERMINAL = frozenset({COMPLETED, FAILED, CANCELLED})
-# Stopped for a human: live (the task stays owned) but no worker may claim it.
-STOPPED = frozenset({INCOMPATIBLE, OUTCOME_UNKNOWN})
-STATUSES = (
-    PENDING, RUNNING, WAITING, COMPLETED, FAILED, CANCELLED, INCOMPATIBLE, OUTCOME_UNKNOWN,
-)
 
-# Record kinds and outcomes.
-STEP = "step"
-LLM = "llm"
-NOW = "now"
-UUID = "uuid"
-RANDOM = "random"
-EFFECT = "effect"
-WAIT = "wait"
-SLEEP = "sleep"
-STATE = "state"
-KINDS = frozenset({STEP, LLM, NOW, UUID, RANDOM, EFFECT, WAIT, SLEEP, STATE})
-OK = "ok"
-ERROR = "error"
-# Effect phases besides ok/error (see effects.py).
-INTENT = "intent"
-ACCEPTED = "accepted"
-UNKNOWN_OUTCOME = "unknown"
-RECONCILED = "reconciled"
-# Wait phases: opened, then resolved by an event (ok), expiry or revocation.
-OPEN = "open"
-EXPIRED = "expired"
-REVOKED = "revoked"
-RECORD_STATUSES = frozenset({
-    OK, ERROR, INTENT, ACCEPTED, UNKNOWN_OUTCOME, RECONCILED, OPEN, EXPIRED, REVOKED,
-})
-# Wait row states.
-CONSUMED = "consumed"
+class RunStatus(enum.StrEnum):
+    """Where a run is. A *live* run (any but the terminal ones) owns its task_id."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    WAITING = "waiting"  # suspended on a wait or timer: no lease, no worker
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    INCOMPATIBLE = "incompatible_checkpoint"
+    OUTCOME_UNKNOWN = "outcome_unknown"
+
+
+TERMINAL = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+# Stopped for a human: live (the task stays owned) but no worker may claim it.
+STOPPED = frozenset({RunStatus.INCOMPATIBLE, RunStatus.OUTCOME_UNKNOWN})
+
+
+class RecordKind(enum.StrEnum):
+    """What call a journal record is of."""
+
+    STEP = "step"
+    LLM = "llm"
+    NOW = "now"
+    UUID = "uuid"
+    RANDOM = "random"
+    EFFECT = "effect"
+    WAIT = "wait"
+    SLEEP = "sleep"
+    STATE = "state"
+
+
+KINDS = frozenset(RecordKind)
+
+
+class RecordStatus(enum.StrEnum):
+    """The phase a journal record says its call reached."""
+
+    OK = "ok"
+    ERROR = "error"
+    # An effect's phases besides ok/error (see effects.py).
+    INTENT = "intent"
+    ACCEPTED = "accepted"
+    UNKNOWN = "unknown"
+    RECONCILED = "reconciled"
+    # A wait's: opened, then resolved by an event (ok), expiry or revocation.
+    OPEN = "open"
+    EXPIRED = "expired"
+    REVOKED = "revoked"
+
+
+RECORD_STATUSES = frozenset(RecordStatus)
+
+
+class WaitState(enum.StrEnum):
+    """Where a stored wait is: open until an event consumes it, it expires or it
+    is revoked."""
+
+    OPEN = "open"
+    CONSUMED = "consumed"
+    EXPIRED = "expired"
+    REVOKED = "revoked"
+
+
+class Verdict(enum.StrEnum):
+    """The judgement on a delivered event."""
+
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"
+    DUPLICATE = "duplicate"
+
+
+class RejectReason(enum.StrEnum):
+    """Why a delivered event was rejected (see `waits.judge`)."""
+
+    UNKNOWN_RUN = "unknown_run"
+    NOT_WAITING = "not_waiting"
+    WRONG_EVENT_TYPE = "wrong_event_type"
+    WRONG_WAIT = "wrong_wait"
+    BOUND_VALUE_MISMATCH = "bound_value_mismatch"
+    STATE_VERSION_MOVED = "state_version_moved"
+    EXPIRED = "expired"
+    REVOKED = "revoked"
+    ALREADY_CONSUMED = "already_consumed"
+    BAD_TOKEN = "bad_token"
+    INVALID_PAYLOAD = "invalid_payload"
+
+
+class ResumeClass(enum.StrEnum):
+    """How a takeover treats a journaled call; the resume record counts each."""
+
+    REUSE = "reuse"  # an acknowledged outcome: returned from the journal
+    NOT_STARTED = "not_started"  # an effect with no intent journaled: sent
+    PENDING_EXTERNAL = "pending_external"  # accepted outside, no result: `check` is asked
+    OUTCOME_UNKNOWN = "outcome_unknown"  # an intent and no outcome: resent, asked, or stopped
+
+
+# Aliases of the members above, kept for the modules not yet converted to the enums.
+PENDING = RunStatus.PENDING
+RUNNING = RunStatus.RUNNING
+WAITING = RunStatus.WAITING
+COMPLETED = RunStatus.COMPLETED
+FAILED = RunStatus.FAILED
+CANCELLED = RunStatus.CANCELLED
+INCOMPATIBLE = RunStatus.INCOMPATIBLE
+OUTCOME_UNKNOWN = RunStatus.OUTCOME_UNKNOWN
+# Plain strings, not members: click offers an Enum choice by its *name*.
+STATUSES = tuple(s.value for s in RunStatus)
+STEP = RecordKind.STEP
+LLM = RecordKind.LLM
+NOW = RecordKind.NOW
+UUID = RecordKind.UUID
+RANDOM = RecordKind.RANDOM
+EFFECT = RecordKind.EFFECT
+WAIT = RecordKind.WAIT
+SLEEP = RecordKind.SLEEP
+STATE = RecordKind.STATE
+OK = RecordStatus.OK
+ERROR = RecordStatus.ERROR
+INTENT = RecordStatus.INTENT
+ACCEPTED = RecordStatus.ACCEPTED
+UNKNOWN_OUTCOME = RecordStatus.UNKNOWN
+RECONCILED = RecordStatus.RECONCILED
+OPEN = RecordStatus.OPEN
+EXPIRED = RecordStatus.EXPIRED
+REVOKED = RecordStatus.REVOKED
+CONSUMED = WaitState.CONSUMED
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -63,10 +157,10 @@ class Record:
     seq: int
     addr: str
     attempt: int
-    kind: str
+    kind: RecordKind
     name: str
     digest: str
-    status: str
+    status: RecordStatus
     payload: str
     epoch: int
     at: float
@@ -87,7 +181,7 @@ class RunRow:
     workflow: str
     version: int
     task_id: str | None
-    status: str
+    status: RunStatus
     input: str
     result: str | None
     error: str | None
@@ -152,7 +246,7 @@ class WaitRow:
     token_hash: str | None
     task_key: str
     expires_at: float | None
-    state: str
+    state: WaitState
     event_id: str | None
     created_at: float
     closed_at: float | None = None
@@ -163,7 +257,9 @@ class WaitRow:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class EventRow:
-    """A delivered event as stored, with its verdict (accepted/rejected)."""
+    """A delivered event as stored, with its verdict (accepted or rejected, with
+    the reason). `verdict` is None only on the event handed to `Store.deliver`:
+    the store stamps the judgement's verdict, reason and detail, and the time."""
 
     run_id: str
     event_id: str
@@ -171,8 +267,8 @@ class EventRow:
     kind: str | None
     payload: str
     bind: str
-    verdict: str
-    reason: str | None
+    verdict: Verdict | None
+    reason: RejectReason | None
     detail: str | None
     received_at: float
 
@@ -193,9 +289,9 @@ class Judgement:
     """The verdict on one event: `accepted` (consuming `wait_id`), `rejected`
     (with `reason`) or `duplicate` (an event with that id is already stored)."""
 
-    verdict: str
+    verdict: Verdict
     wait_id: str | None = None
-    reason: str | None = None
+    reason: RejectReason | None = None
     detail: str | None = None
 
 

@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 
 from stead import errors, records
-from stead.records import Record
+from stead.records import Record, RecordKind
 
 
 def _validate(run_id: str, recs: Sequence[Record]) -> None:
@@ -49,7 +49,7 @@ class Journal:
         self._taken: set[str] = set()
         self.reused = 0
 
-    def take(self, addr: str, kind: str, name: str, digest: str) -> list[Record]:
+    def take(self, addr: str, kind: RecordKind, name: str, digest: str) -> list[Record]:
         """The records at `addr` in commit order, or [] when the call is
         new. Raises `NonDeterminism` when the record is for another call."""
         found = self._by_addr.get(addr)

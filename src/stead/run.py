@@ -13,7 +13,7 @@ from stead import addresses, calls, codec, effects, errors, records, waits
 from stead.execution import Execution
 from stead.llm.model import Completion, Model
 from stead.outcomes import Operation, Outcome
-from stead.records import RunRow
+from stead.records import RecordKind, RecordStatus, ResumeClass, RunRow, WaitState
 from stead.retry import NO_RETRY, Retry
 from stead.state import TaskState
 
@@ -42,13 +42,13 @@ class Run:
     # -- recorded calls -----------------------------------------------------
     async def _recorded(
         self,
-        kind: str,
+        kind: RecordKind,
         name: str,
         digest: str,
         call: Callable[[], Awaitable[Any]],
         encode: Callable[[Any], str],
         retry: Retry,
-    ) -> tuple[str, str, int]:
+    ) -> tuple[RecordStatus, str, int]:
         """Return `(status, payload, attempts)` of the call at the next address: from the
         journal if recorded, else by calling it live (with retries) and
         journaling each attempt."""
@@ -57,12 +57,12 @@ class Run:
         attempt = 1
         if prior:
             last = prior[-1]
-            self._x.classify("reuse")
-            if last.status == records.OK:
-                return records.OK, last.payload, last.attempt
+            self._x.classify(ResumeClass.REUSE)
+            if last.status == RecordStatus.OK:
+                return RecordStatus.OK, last.payload, last.attempt
             retry_at = codec.loads(last.payload).get("retry_at")
             if retry_at is None:
-                return records.ERROR, last.payload, last.attempt
+                return RecordStatus.ERROR, last.payload, last.attempt
             self._x.check_live()
             await self._x.sleep_until(float(retry_at))
             attempt = last.attempt + 1
@@ -75,18 +75,18 @@ class Run:
                 retry_at = retry.retry_at(attempt, exc, self._x.clock.now())
                 payload = _error_payload(exc, retry_at)
                 await self._x.commit(
-                    [self._x.record(addr, attempt, kind, name, digest, records.ERROR, payload)]
+                    [self._x.record(addr, attempt, kind, name, digest, RecordStatus.ERROR, payload)]
                 )
                 if retry_at is None:
-                    return records.ERROR, payload, attempt
+                    return RecordStatus.ERROR, payload, attempt
                 await self._x.sleep_until(retry_at)
                 attempt += 1
                 continue
             payload = encode(value)
             await self._x.commit(
-                [self._x.record(addr, attempt, kind, name, digest, records.OK, payload)]
+                [self._x.record(addr, attempt, kind, name, digest, RecordStatus.OK, payload)]
             )
-            return records.OK, payload, attempt
+            return RecordStatus.OK, payload, attempt
 
     @staticmethod
     def _raise(name: str, payload: str, attempts: int) -> None:
@@ -115,14 +115,14 @@ class Run:
         """Call `fn(*args, **kwargs)` once, ever: its result (or its error) is
         journaled and returned from the journal on replay. Sync functions run in
         a thread. A failure raises `StepError`, live and on replay alike."""
-        digest = self._x.digests.call(records.STEP, name, args, kwargs)
+        digest = self._x.digests.call(RecordKind.STEP, name, args, kwargs)
         status, payload, attempts = await self._recorded(
-            records.STEP, name, digest,
+            RecordKind.STEP, name, digest,
             lambda: calls.invoke(fn, args, kwargs),
             lambda v: codec.dumps(v, what=f"the result of step {name!r}"),
             retry or NO_RETRY,
         )
-        if status == records.ERROR:
+        if status == RecordStatus.ERROR:
             self._raise(name, payload, attempts)
         rtype = codec.return_type(fn)
         try:
@@ -130,12 +130,11 @@ class Run:
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
             # The journal holds a value the declared type no longer accepts:
             # the code changed under the checkpoint.
-            self._x.incompatible = errors.NonDeterminism(
+            raise self._x.stop_as_incompatible(errors.NonDeterminism(
                 f"run {self.id}: the recorded result of step {name!r} does not fit its "
                 f"declared return type {rtype!r} any more ({exc}). Register the old "
                 "version alongside the new one, then `stead runs retry RUN`; or cancel the run."
-            )
-            raise self._x.incompatible from exc
+            )) from exc
 
     async def llm(
         self, name: str, model: Model, messages: Sequence[Mapping[str, Any]], *,
@@ -150,11 +149,11 @@ class Run:
                 return await model.complete(messages, **params)
 
         status, payload, attempts = await self._recorded(
-            records.LLM, name, digest, call,
+            RecordKind.LLM, name, digest, call,
             lambda c: codec.dumps(c.to_json(), what=f"the completion of {name!r}"),
             retry or NO_RETRY,
         )
-        if status == records.ERROR:
+        if status == RecordStatus.ERROR:
             self._raise(name, payload, attempts)
         return Completion.from_json(codec.loads(payload))
 
@@ -247,7 +246,7 @@ class Run:
             codec.json_schema(schema), what="the schema")
         addr = addresses.reserve()
         digest = codec.digest(kind, bind_json, seconds, schema_json, token)
-        prior = self._x.take(addr, records.WAIT, kind, digest)
+        prior = self._x.take(addr, RecordKind.WAIT, kind, digest)
         resolution = None
         if prior:
             opened = codec.loads(prior[0].payload)
@@ -262,13 +261,13 @@ class Run:
             wait_id=wait_id, run_id=self.id, addr=addr, kind=kind,
             bind=codec.dumps(bind_json, what="bind"), schema=schema_json,
             token_hash=None if minted is None else waits.token_hash(minted),
-            task_key=self._task_key, expires_at=expires_at, state=records.OPEN,
+            task_key=self._task_key, expires_at=expires_at, state=WaitState.OPEN,
             event_id=None, created_at=created_at,
         )
         if not prior:
-            rec = self._x.record(addr, 1, records.WAIT, kind, digest, records.OPEN, codec.dumps(
-                {"wait_id": wait_id, "expires_at": expires_at, "bind": bind_json},
-                what="the wait"))
+            text = codec.dumps({"wait_id": wait_id, "expires_at": expires_at, "bind": bind_json},
+                               what="the wait")
+            rec = self._x.record(addr, 1, RecordKind.WAIT, kind, digest, RecordStatus.OPEN, text)
             await self._x.write([rec], lambda batch, resume: self._x.store.open_wait(
                 self._x.fence, batch, resume, row))
         return waits.Wait(self._x, addr, kind, digest, row, minted, schema, resolution)
@@ -280,14 +279,14 @@ class Run:
             else float(duration)
         addr = addresses.reserve()
         digest = codec.digest(seconds)
-        prior = self._x.take(addr, records.SLEEP, "sleep", digest)
+        prior = self._x.take(addr, RecordKind.SLEEP, "sleep", digest)
         if prior:
             until = float(codec.loads(prior[0].payload)["until"])
         else:
             self._x.check_live()
             until = self._x.clock.now() + seconds
             await self._x.commit([self._x.record(
-                addr, 1, records.SLEEP, "sleep", digest, records.OPEN,
+                addr, 1, RecordKind.SLEEP, "sleep", digest, RecordStatus.OPEN,
                 codec.dumps({"until": until}, what="a timer"))])
         await self._x.sleep_until(until)
 
@@ -301,20 +300,20 @@ class Run:
         return self.task_id if self.task_id is not None else f"run:{self.id}"
 
     # -- recorded values (synchronous; they ride along with the next commit) --
-    def _value(self, kind: str, make: Callable[[], str]) -> str:
+    def _value(self, kind: RecordKind, make: Callable[[], str]) -> str:
         addr = addresses.reserve()
         prior = self._x.take(addr, kind, kind, "")
         if prior:
             return prior[-1].payload
         self._x.check_live()
         payload = make()
-        self._x.buffer(self._x.record(addr, 1, kind, kind, "", records.OK, payload))
+        self._x.buffer(self._x.record(addr, 1, kind, kind, "", RecordStatus.OK, payload))
         return payload
 
     def now(self) -> dt.datetime:
         """The current time (UTC), recorded: replay returns the same instant."""
         payload = self._value(
-            records.NOW,
+            RecordKind.NOW,
             lambda: codec.dumps(
                 dt.datetime.fromtimestamp(self._x.clock.now(), tz=dt.UTC).isoformat(),
                 what="now",
@@ -324,13 +323,13 @@ class Run:
 
     def uuid(self) -> _uuid.UUID:
         """A random UUID, recorded."""
-        payload = self._value(records.UUID, lambda: codec.dumps(str(_uuid.uuid4()), what="uuid"))
+        payload = self._value(RecordKind.UUID, lambda: codec.dumps(str(_uuid.uuid4()), what="uuid"))
         return _uuid.UUID(codec.loads(payload))
 
     def random(self) -> float:
         """A random float in [0, 1), recorded."""
         payload = self._value(
-            records.RANDOM, lambda: codec.dumps(_random.random(), what="random")
+            RecordKind.RANDOM, lambda: codec.dumps(_random.random(), what="random")
         )
         return float(codec.loads(payload))
 

@@ -12,22 +12,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from stead import addresses, codec, errors, records
+from stead import addresses, codec, errors
 from stead.execution import Execution
-from stead.records import StateRow
-
-
-class StateConflict(errors.SteadError):
-    """The task state moved: it is not at the version the change expected."""
-
-    def __init__(self, task: str, expected: int | None, actual: int) -> None:
-        super().__init__(
-            f"task {task}: state is at version {actual}, not {expected}; "
-            "read it again and decide on what it says now"
-        )
-        self.task = task
-        self.expected = expected
-        self.actual = actual
+from stead.records import RecordKind, RecordStatus, StateRow
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,14 +59,15 @@ class TaskState:
         """Read the facts now; the read is journaled (it rides along with the
         next commit), so replay sees the same facts."""
         addr = addresses.reserve()
-        prior = self._x.take(addr, records.STATE, "get", "")
+        prior = self._x.take(addr, RecordKind.STATE, "get", "")
         if prior:
             return _facts(prior[-1].payload)
         self._x.check_live()
         with self._x.busy():
             facts = Facts.from_row(await self._x.store.read_state(self.task_key))
         payload = codec.dumps({"version": facts.version, "data": facts.data}, what="state")
-        self._x.buffer(self._x.record(addr, 1, records.STATE, "get", "", records.OK, payload))
+        self._x.buffer(
+            self._x.record(addr, 1, RecordKind.STATE, "get", "", RecordStatus.OK, payload))
         return facts
 
     async def update(self, patch: dict[str, Any], *, expect_version: int | None) -> Facts:
@@ -90,30 +78,31 @@ class TaskState:
         addr = addresses.reserve()
         patch_json = codec.loads(codec.dumps(patch, what="the state patch"))
         digest = codec.digest(patch_json, expect_version)
-        prior = self._x.take(addr, records.STATE, "update", digest)
+        prior = self._x.take(addr, RecordKind.STATE, "update", digest)
         if prior:
             return self._settle(prior[-1].status, prior[-1].payload)
         self._x.check_live()
 
-        def change(current: StateRow | None) -> tuple[str | None, str, str]:
+        def change(current: StateRow | None) -> tuple[str | None, RecordStatus, str]:
             facts = Facts.from_row(current)
             if expect_version is not None and facts.version != expect_version:
-                return None, records.ERROR, codec.dumps(
+                return None, RecordStatus.ERROR, codec.dumps(
                     {"type": "StateConflict", "expected": expect_version,
                      "actual": facts.version}, what="a conflict")
             data = merge_patch(facts.data, patch_json)
-            return (codec.dumps(data, what="state"), records.OK,
+            return (codec.dumps(data, what="state"), RecordStatus.OK,
                     codec.dumps({"version": facts.version + 1, "data": data}, what="state"))
 
-        placeholder = self._x.record(addr, 1, records.STATE, "update", digest, records.OK, "{}")
+        placeholder = self._x.record(
+            addr, 1, RecordKind.STATE, "update", digest, RecordStatus.OK, "{}")
         _row, written = await self._x.write([placeholder], lambda batch, resume: (
             self._x.store.update_state(self._x.fence, batch, resume, self.task_key, change)))
         return self._settle(written.status, written.payload)
 
-    def _settle(self, status: str, payload: str) -> Facts:
-        if status == records.ERROR:
+    def _settle(self, status: RecordStatus, payload: str) -> Facts:
+        if status == RecordStatus.ERROR:
             data = codec.loads(payload)
-            raise StateConflict(self.task_key, data.get("expected"), int(data["actual"]))
+            raise errors.StateConflict(self.task_key, data.get("expected"), int(data["actual"]))
         return _facts(payload)
 
 

@@ -1,27 +1,24 @@
-"""The takeover pipeline of DESIGN.md §4, one small function per stage.
+"""The takeover pipeline (see docs/architecture.md), one small function per stage.
 
     claim (worker.py) → version gate → load checkpoint → replay → resume record
 
-Replay is the workflow re-executing against the journal (`run.py`); the
-resume record rides along with the first write after it (`execution.py`).
-Later stages (migrations, intent revalidation, effect classification) slot
-in here as their own functions.
+`prepare` runs the stages between the claim and replay. Replay is the workflow
+re-executing against the journal (`run.py`), which classifies each journaled
+call as it meets it (an effect's phases in `effects.py`); the resume record,
+counting those classes, rides along with the first write after it
+(`execution.py`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import json
-import weakref
-from collections.abc import Callable
 from typing import Any
 
-from stead import codec, errors, records
+from stead import errors, inputs
 from stead.app import App, Workflow
 from stead.clock import Clock
-from stead.execution import Execution
-from stead.records import Fence, RunRow
+from stead.execution import Execution, ExecutionOptions
+from stead.records import Fence, RunRow, RunStatus
 from stead.replay import Journal
 from stead.store.base import Store
 
@@ -30,7 +27,7 @@ from stead.store.base import Store
 class Stopped:
     """The pipeline decided the run cannot continue here, and why."""
 
-    status: str
+    status: RunStatus
     reason: str
 
 
@@ -49,13 +46,12 @@ def version_gate(app: App, row: RunRow) -> Workflow[Any, Any] | Stopped:
     except errors.UnknownWorkflow as exc:
         # Claims only take hosted versions, so this means the app changed
         # between claim and gate: leave the run for a worker that hosts it.
-        return Stopped(records.PENDING, str(exc))
+        return Stopped(RunStatus.PENDING, str(exc))
 
 
 def decode_input(wf: Workflow[Any, Any], row: RunRow) -> tuple[list[Any], dict[str, Any]]:
     try:
-        data = json.loads(row.input)
-        args, kwargs = list(data["args"]), dict(data["kwargs"])
+        args, kwargs = inputs.decode(row.input)
     except (ValueError, KeyError, TypeError) as exc:
         raise errors.CorruptRecord(
             f"run {row.run_id}: its stored input is corrupt ({exc}); repair or cancel it"
@@ -63,7 +59,7 @@ def decode_input(wf: Workflow[Any, Any], row: RunRow) -> tuple[list[Any], dict[s
     try:
         # An input that does not fit the parameters would fail every attempt
         # the same way: stop the run for a human instead of retrying forever.
-        return bind_input(wf, args, kwargs)
+        return inputs.bind(wf, args, kwargs)
     except (ValueError, TypeError) as exc:
         raise errors.CorruptRecord(
             f"run {row.run_id}: its stored input does not fit the parameters of "
@@ -71,46 +67,9 @@ def decode_input(wf: Workflow[Any, Any], row: RunRow) -> tuple[list[Any], dict[s
         ) from exc
 
 
-_Shape = tuple[inspect.Signature, list[inspect.Parameter], dict[str, Any]]
-# By workflow function: resolving string annotations compiles each one, ~0.3 ms
-# a run otherwise, at every start and every takeover. Weak keys: a cached
-# function is not kept alive.
-_SHAPES: weakref.WeakKeyDictionary[Callable[..., Any], _Shape] = weakref.WeakKeyDictionary()
-
-
-def _parameters(fn: Callable[..., Any]) -> _Shape:
-    """`fn`'s signature, its parameters after `run`, and their resolved types."""
-    shape = _SHAPES.get(fn)
-    if shape is None:
-        signature = inspect.signature(fn)
-        params = list(signature.parameters.values())[1:]  # skip `run`
-        hints = codec.parameter_types(fn)
-        shape = (signature, params, hints)
-        if hints or not getattr(fn, "__annotations__", None):
-            _SHAPES[fn] = shape  # unresolvable annotations are tried again next time
-    return shape
-
-
-def bind_input(
-    wf: Workflow[Any, Any], args: list[Any], kwargs: dict[str, Any]
-) -> tuple[list[Any], dict[str, Any]]:
-    """Fit decoded JSON arguments to the workflow's parameters and declared
-    types. Raises TypeError or ValueError (pydantic's) when they do not fit."""
-    signature, params, hints = _parameters(wf.fn)
-    signature.bind(None, *args, **kwargs)
-    args, kwargs = list(args), dict(kwargs)
-    for i, value in enumerate(args):
-        if i < len(params) and params[i].kind in (
-            inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD
-        ):
-            args[i] = codec.convert(value, hints.get(params[i].name))
-    for key, value in kwargs.items():
-        kwargs[key] = codec.convert(value, hints.get(key))
-    return args, kwargs
-
-
 async def prepare(
-    app: App, store: Store, clock: Clock, row: RunRow, worker_id: str
+    app: App, store: Store, clock: Clock, row: RunRow, worker_id: str,
+    options: ExecutionOptions,
 ) -> Ready | Stopped:
     """Everything between the claim and the first replayed call."""
     gated = version_gate(app, row)
@@ -123,7 +82,7 @@ async def prepare(
         journal = Journal(row.run_id, recorded)
         args, kwargs = decode_input(gated, row)
     except errors.CorruptRecord as exc:
-        return Stopped(records.INCOMPATIBLE, str(exc))
+        return Stopped(RunStatus.INCOMPATIBLE, str(exc))
     execution = Execution(
         store=store,
         fence=Fence(row.run_id, row.epoch, worker_id),
@@ -131,5 +90,6 @@ async def prepare(
         clock=clock,
         code_version=gated.key,
         takeover=row.epoch > 1 or journal.length > 0,
+        options=options,
     )
     return Ready(gated, execution, args, kwargs)

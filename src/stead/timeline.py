@@ -15,19 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stead.client import RunInfo
-from stead.records import (
-    ACCEPTED,
-    EFFECT,
-    ERROR,
-    INTENT,
-    LLM,
-    OK,
-    OUTCOME_UNKNOWN,
-    RECONCILED,
-    UNKNOWN_OUTCOME,
-    Record,
-    ResumeRecord,
-)
+from stead.records import Record, RecordKind, RecordStatus, ResumeRecord, RunStatus
 
 PAYLOAD_WIDTH = 60
 
@@ -70,12 +58,12 @@ def summary(rec: Record) -> str:
     """The record's payload in a few words: a completion's text, an error's
     type and message, otherwise compact JSON."""
     value = _decoded(rec.payload)
-    if rec.status == ERROR and isinstance(value, dict):
+    if rec.status == RecordStatus.ERROR and isinstance(value, dict):
         text = f"{value.get('type', 'Error')}: {value.get('message', '')}"
         if value.get("retry_at") is not None:
             text += " (will retry)"
         return shorten(text)
-    if rec.kind == LLM and isinstance(value, dict) and "text" in value:
+    if rec.kind == RecordKind.LLM and isinstance(value, dict) and "text" in value:
         text = _compact(value["text"])
         calls = value.get("tool_calls") or []
         if calls:
@@ -132,8 +120,9 @@ def journal_lines(
 
 # -- effects ------------------------------------------------------------------
 # An effect's phase is the phase of its last record (see effects.py).
-PHASES = {INTENT: "intent", ACCEPTED: "accepted", OK: "done", ERROR: "failed",
-          UNKNOWN_OUTCOME: "unknown", RECONCILED: "reconciled"}
+PHASES = {RecordStatus.INTENT: "intent", RecordStatus.ACCEPTED: "accepted",
+          RecordStatus.OK: "done", RecordStatus.ERROR: "failed",
+          RecordStatus.UNKNOWN: "unknown", RecordStatus.RECONCILED: "reconciled"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,27 +159,27 @@ def _effect_view(recs: Sequence[Record]) -> EffectView:
     key, external, decided = "", None, ""
     for r in recs:
         data = _fields(r)
-        if r.status == INTENT:
+        if r.status == RecordStatus.INTENT:
             key = str(data.get("key", key))
-        elif r.status == ACCEPTED:
+        elif r.status == RecordStatus.ACCEPTED:
             external = str(data.get("external_id"))
-        elif r.status == RECONCILED:
+        elif r.status == RecordStatus.RECONCILED:
             decided = _decision(data)
     last = recs[-1]
     data = _fields(last)
-    if last.status == INTENT:
+    if last.status == RecordStatus.INTENT:
         detail = "sent or not: no outcome recorded"
-    elif last.status == ACCEPTED:
+    elif last.status == RecordStatus.ACCEPTED:
         detail = f"accepted outside as {external}; no result recorded yet"
-    elif last.status == OK:
+    elif last.status == RecordStatus.OK:
         detail = _compact(data.get("result"))
-    elif last.status == ERROR:
+    elif last.status == RecordStatus.ERROR:
         detail = summary(last)
-    elif last.status == UNKNOWN_OUTCOME:
+    elif last.status == RecordStatus.UNKNOWN:
         detail = f"outcome unknown: {data.get('reason', '')}"
     else:
         detail = decided
-    if decided and last.status != RECONCILED:
+    if decided and last.status != RecordStatus.RECONCILED:
         detail += f" (after a decision: {decided})"
     return EffectView(
         name=last.name, key=key, addr=last.addr, phase=PHASES.get(last.status, last.status),
@@ -203,7 +192,7 @@ def effect_views(journal: Sequence[Record]) -> list[EffectView]:
     """Every effect of the journal, in the order each was first journaled."""
     by_addr: dict[str, list[Record]] = {}
     for r in journal:
-        if r.kind == EFFECT:
+        if r.kind == RecordKind.EFFECT:
             by_addr.setdefault(r.addr, []).append(r)
     return [_effect_view(recs) for recs in by_addr.values()]
 
@@ -211,7 +200,7 @@ def effect_views(journal: Sequence[Record]) -> list[EffectView]:
 def effect_lines(info: RunInfo, views: Sequence[EffectView]) -> list[str]:
     """Each effect in a few lines: name and key, phase, history, what is known.
     The one the run stopped on is marked."""
-    stopped_on = (info.error or {}).get("key") if info.status == OUTCOME_UNKNOWN else None
+    stopped_on = (info.error or {}).get("key") if info.status == RunStatus.OUTCOME_UNKNOWN else None
     out: list[str] = []
     for v in views:
         mark = "   <- the run stopped here" if v.key == stopped_on else ""
@@ -259,10 +248,11 @@ def render_run(
         f"created   {clock_time(info.created_at)}",
         f"updated   {clock_time(info.updated_at)}  ({offset(info.updated_at - info.created_at)})",
     ]
-    if info.result is not None or info.status == "completed":
+    if info.result is not None or info.status == RunStatus.COMPLETED:
         lines.append(f"result    {_compact(info.result)}")
     views = effect_views(journal)
-    if info.status == OUTCOME_UNKNOWN and info.error is not None and "effect" in info.error:
+    if (info.status == RunStatus.OUTCOME_UNKNOWN and info.error is not None
+            and "effect" in info.error):
         lines += ["", *unknown_lines(info, views)]
     elif info.error is not None:
         err = info.error

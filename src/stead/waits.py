@@ -1,4 +1,4 @@
-"""Waits, events and the resume contract (DESIGN.md §5).
+"""Waits, events and the resume contract (see docs/architecture.md).
 
 `w = await run.wait(kind, bind=..., expires_in=..., schema=...)` journals a wait
 with a stable `wait_id` and an unguessable token; `await w` returns the one
@@ -19,46 +19,24 @@ import json
 from collections.abc import Generator
 from typing import Any, Generic, TypeVar
 
-from stead import codec, errors, records, schema_check
+from stead import codec, errors, schema_check
 from stead.execution import Execution
-from stead.records import DeliveryContext, Judgement, Record, WaitRow
+from stead.records import (
+    DeliveryContext,
+    Judgement,
+    Record,
+    RecordKind,
+    RecordStatus,
+    RejectReason,
+    Verdict,
+    WaitRow,
+    WaitState,
+)
 
 T = TypeVar("T")
 
-# Why a delivery is rejected.
-UNKNOWN_RUN = "unknown_run"
-NOT_WAITING = "not_waiting"
-WRONG_EVENT_TYPE = "wrong_event_type"
-WRONG_WAIT = "wrong_wait"
-BOUND_VALUE_MISMATCH = "bound_value_mismatch"
-STATE_VERSION_MOVED = "state_version_moved"
-EXPIRED = "expired"
-REVOKED = "revoked"
-ALREADY_CONSUMED = "already_consumed"
-BAD_TOKEN = "bad_token"
-INVALID_PAYLOAD = "invalid_payload"
-REASONS = (UNKNOWN_RUN, NOT_WAITING, WRONG_EVENT_TYPE, WRONG_WAIT, BOUND_VALUE_MISMATCH,
-           STATE_VERSION_MOVED, EXPIRED, REVOKED, ALREADY_CONSUMED, BAD_TOKEN, INVALID_PAYLOAD)
 # The bind key compared with the task state's current version at delivery.
 STATE_VERSION_KEY = "state_version"
-
-
-class WaitExpired(errors.SteadError):
-    """The wait expired before an event was accepted for it."""
-
-    def __init__(self, kind: str, wait_id: str) -> None:
-        super().__init__(f"wait {kind!r} ({wait_id}) expired with no accepted event")
-        self.kind = kind
-        self.wait_id = wait_id
-
-
-class WaitRevoked(errors.SteadError):
-    """The wait was revoked (`client.revoke_wait`) before an event was accepted."""
-
-    def __init__(self, kind: str, wait_id: str) -> None:
-        super().__init__(f"wait {kind!r} ({wait_id}) was revoked")
-        self.kind = kind
-        self.wait_id = wait_id
 
 
 # -- verdicts --------------------------------------------------------------------
@@ -77,15 +55,15 @@ class Duplicate:
 
     event_id: str
     original: str
-    reason: str | None = None
+    reason: RejectReason | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class Rejected:
-    """The event was stored and refused, for `reason` (one of `REASONS`)."""
+    """The event was stored and refused, for `reason`."""
 
     event_id: str
-    reason: str
+    reason: RejectReason
     detail: str = ""
 
     def __str__(self) -> str:
@@ -139,106 +117,115 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def _reject(reason: str, detail: str = "") -> Judgement:
-    return Judgement("rejected", reason=reason, detail=detail)
+def _reject(reason: RejectReason, detail: str = "") -> Judgement:
+    return Judgement(Verdict.REJECTED, reason=reason, detail=detail)
 
 
 def _find_wait(inc: Incoming, ctx: DeliveryContext) -> WaitRow | Judgement:
     if inc.wait_id is not None:
         by_id = [w for w in ctx.waits if w.wait_id == inc.wait_id]
         if not by_id:
-            return _reject(WRONG_WAIT, f"run has no wait {inc.wait_id}")
+            return _reject(RejectReason.WRONG_WAIT, f"run has no wait {inc.wait_id}")
         wait = by_id[0]
         if inc.kind is not None and inc.kind != wait.kind:
-            return _reject(WRONG_EVENT_TYPE, f"wait {wait.wait_id} awaits {wait.kind!r}")
+            return _reject(RejectReason.WRONG_EVENT_TYPE,
+                           f"wait {wait.wait_id} awaits {wait.kind!r}")
         return wait
     if inc.kind is None:
-        return _reject(WRONG_WAIT, "name the wait (wait_id) or its kind")
+        return _reject(RejectReason.WRONG_WAIT, "name the wait (wait_id) or its kind")
     of_kind = [w for w in ctx.waits if w.kind == inc.kind]
-    open_of_kind = [w for w in of_kind if w.state == records.OPEN]
+    open_of_kind = [w for w in of_kind if w.state == WaitState.OPEN]
     if len(open_of_kind) > 1:
         # Several open waits of that kind: the event's bound values say which.
         fits = [w for w in open_of_kind
                 if _canonical(json.loads(w.bind)) == _canonical(inc.bind)]
         if len(fits) == 1:
             return fits[0]
-        return _reject(WRONG_WAIT, f"{len(open_of_kind)} open waits of kind {inc.kind!r} "
-                                   f"and {len(fits)} bound to these values: name the wait_id")
+        return _reject(RejectReason.WRONG_WAIT,
+                       f"{len(open_of_kind)} open waits of kind {inc.kind!r} and "
+                       f"{len(fits)} bound to these values: name the wait_id")
     if open_of_kind:
         return open_of_kind[0]
     if of_kind:
         return of_kind[-1]  # its closed state says why
-    awaiting = sorted({w.kind for w in ctx.waits if w.state == records.OPEN})
+    awaiting = sorted({w.kind for w in ctx.waits if w.state == WaitState.OPEN})
     if awaiting:
-        return _reject(WRONG_EVENT_TYPE, f"the run awaits {', '.join(map(repr, awaiting))}")
-    return _reject(NOT_WAITING, "the run has no open wait")
+        return _reject(RejectReason.WRONG_EVENT_TYPE,
+                       f"the run awaits {', '.join(map(repr, awaiting))}")
+    return _reject(RejectReason.NOT_WAITING, "the run has no open wait")
 
 
 def judge(inc: Incoming, ctx: DeliveryContext) -> Judgement:
     """The resume contract: may this event resume that run at that wait?"""
-    if ctx.existing is not None and ctx.existing.verdict == "accepted":
+    if ctx.existing is not None and ctx.existing.verdict == Verdict.ACCEPTED:
         # Accepted once: nothing happens twice. A rejected event is judged again
         # (a webhook that came before its wait opened may fit it now).
-        return Judgement("duplicate", wait_id=ctx.existing.wait_id,
+        return Judgement(Verdict.DUPLICATE, wait_id=ctx.existing.wait_id,
                          reason=ctx.existing.reason, detail=ctx.existing.verdict)
     if ctx.run is None:
-        return _reject(UNKNOWN_RUN, f"no run {inc.run_id}")
+        return _reject(RejectReason.UNKNOWN_RUN, f"no run {inc.run_id}")
     found = _find_wait(inc, ctx)
     if isinstance(found, Judgement):
         return found
     wait = found
     if not ctx.run.live:
-        return dataclasses.replace(_reject(NOT_WAITING, f"the run is {ctx.run.status}"),
-                                   wait_id=wait.wait_id)
+        return dataclasses.replace(
+            _reject(RejectReason.NOT_WAITING, f"the run is {ctx.run.status}"),
+            wait_id=wait.wait_id)
     verdict = _check_wait(inc, wait, ctx)
     return dataclasses.replace(verdict, wait_id=wait.wait_id)
 
 
 def _check_wait(inc: Incoming, wait: WaitRow, ctx: DeliveryContext) -> Judgement:
-    if wait.state == records.CONSUMED:
-        return _reject(ALREADY_CONSUMED, f"by event {wait.event_id}")
-    if wait.state == records.REVOKED:
-        return _reject(REVOKED)
-    if wait.state == records.EXPIRED or (
+    if wait.state == WaitState.CONSUMED:
+        return _reject(RejectReason.ALREADY_CONSUMED, f"by event {wait.event_id}")
+    if wait.state == WaitState.REVOKED:
+        return _reject(RejectReason.REVOKED)
+    if wait.state == WaitState.EXPIRED or (
         wait.expires_at is not None and ctx.now >= wait.expires_at
     ):
-        return _reject(EXPIRED)
+        return _reject(RejectReason.EXPIRED)
     if wait.token_hash is not None and not (
         isinstance(inc.token, str)
         and hmac.compare_digest(token_hash(inc.token), wait.token_hash)
     ):
-        return _reject(BAD_TOKEN)
+        return _reject(RejectReason.BAD_TOKEN)
     bound: dict[str, Any] = json.loads(wait.bind)
     for key, expected in bound.items():
         if key not in inc.bind:
-            return _reject(BOUND_VALUE_MISMATCH, f"{key} missing")
+            return _reject(RejectReason.BOUND_VALUE_MISMATCH, f"{key} missing")
         if _canonical(inc.bind[key]) != _canonical(expected):
-            return _reject(BOUND_VALUE_MISMATCH, key)
+            return _reject(RejectReason.BOUND_VALUE_MISMATCH, key)
     unexpected = sorted(set(inc.bind) - set(bound))
     if unexpected:
-        return _reject(BOUND_VALUE_MISMATCH, f"not bound: {', '.join(unexpected)}")
+        return _reject(RejectReason.BOUND_VALUE_MISMATCH, f"not bound: {', '.join(unexpected)}")
     if STATE_VERSION_KEY in bound:
         now_version = ctx.state_versions.get(wait.task_key, 0)
         if _canonical(now_version) != _canonical(bound[STATE_VERSION_KEY]):
-            return _reject(STATE_VERSION_MOVED,
+            return _reject(RejectReason.STATE_VERSION_MOVED,
                            f"bound {bound[STATE_VERSION_KEY]}, now {now_version}")
     if wait.schema is not None:
         problems = schema_check.errors(inc.payload, json.loads(wait.schema))
         if problems:
-            return _reject(INVALID_PAYLOAD, "; ".join(problems[:3]))
-    return Judgement("accepted")
+            return _reject(RejectReason.INVALID_PAYLOAD, "; ".join(problems[:3]))
+    return Judgement(Verdict.ACCEPTED)
 
 
 def to_delivery(event_id: str, j: Judgement) -> Delivery:
-    if j.verdict == "accepted":
+    if j.verdict == Verdict.ACCEPTED:
         assert j.wait_id is not None
         return Accepted(event_id, j.wait_id)
-    if j.verdict == "duplicate":
+    if j.verdict == Verdict.DUPLICATE:
         return Duplicate(event_id, j.detail or "", j.reason)
-    return Rejected(event_id, j.reason or "", j.detail or "")
+    assert j.reason is not None
+    return Rejected(event_id, j.reason, j.detail or "")
 
 
 # -- the handle a workflow awaits ------------------------------------------------
+# A wait the store closed without an event, and the journal record that says so.
+_CLOSED = {WaitState.REVOKED: RecordStatus.REVOKED, WaitState.EXPIRED: RecordStatus.EXPIRED}
+
+
 class Wait(Generic[T]):
     """A durable wait. `token` goes to the human channel; `await w` returns the
     accepted event's payload (as the wait's `schema` type, when given)."""
@@ -260,15 +247,15 @@ class Wait(Generic[T]):
     def __await__(self) -> Generator[Any, None, T]:
         return self._result().__await__()
 
-    def _record(self, status: str, payload: Any) -> Record:
-        return self._x.record(self._addr, 1, records.WAIT, self.kind, self._digest, status,
+    def _record(self, status: RecordStatus, payload: Any) -> Record:
+        return self._x.record(self._addr, 1, RecordKind.WAIT, self.kind, self._digest, status,
                               codec.dumps(payload, what=f"the event for wait {self.kind!r}"))
 
     def _settle(self, rec: Record) -> T:
-        if rec.status == records.EXPIRED:
-            raise WaitExpired(self.kind, self.wait_id)
-        if rec.status == records.REVOKED:
-            raise WaitRevoked(self.kind, self.wait_id)
+        if rec.status == RecordStatus.EXPIRED:
+            raise errors.WaitExpired(self.kind, self.wait_id)
+        if rec.status == RecordStatus.REVOKED:
+            raise errors.WaitRevoked(self.kind, self.wait_id)
         value: T = codec.convert(codec.loads(rec.payload)["payload"], self._schema)
         return value
 
@@ -291,25 +278,26 @@ class Wait(Generic[T]):
     async def _observe(self, row: WaitRow) -> Record | None:
         """Journal what the store says happened to the wait, if anything has."""
         x = self._x
-        if row.state == records.CONSUMED:
+        if row.state == WaitState.CONSUMED:
             assert row.event_id is not None
             with x.busy():
                 event = await x.store.get_event(row.run_id, row.event_id)
             if event is None:
                 raise errors.CorruptRecord(f"event {row.event_id} of wait {self.wait_id} is gone")
-            rec = self._record(records.OK, {"event_id": event.event_id,
+            rec = self._record(RecordStatus.OK, {"event_id": event.event_id,
                                             "payload": codec.loads(event.payload)})
             await x.commit([rec])
             return rec
-        if row.state in (records.REVOKED, records.EXPIRED):
-            rec = self._record(row.state, {"state": row.state})
+        closed = _CLOSED.get(row.state)
+        if closed is not None:
+            rec = self._record(closed, {"state": row.state})
             await x.commit([rec])
             return rec
         if row.expires_at is not None and x.clock.now() >= row.expires_at:
-            rec = self._record(records.EXPIRED, {"state": records.EXPIRED})
+            rec = self._record(RecordStatus.EXPIRED, {"state": WaitState.EXPIRED})
             try:
                 await x.write([rec], lambda batch, resume: x.store.close_wait(
-                    x.fence, batch, resume, self.wait_id, records.EXPIRED))
+                    x.fence, batch, resume, self.wait_id, WaitState.EXPIRED))
             except errors.WaitNotOpen:
                 return None  # an event won the race: read it on the next pass
             return rec

@@ -21,11 +21,11 @@ import uuid
 from collections.abc import Coroutine
 from typing import Any
 
-from stead import addresses, codec, errors, records, takeover
+from stead import addresses, codec, errors, takeover
 from stead.app import App
 from stead.clock import Clock, SystemClock
-from stead.execution import Drain, Execution, Stop
-from stead.records import Fence, RunRow
+from stead.execution import Drain, Execution, ExecutionOptions, Stop
+from stead.records import Fence, RunRow, RunStatus
 from stead.run import Run
 from stead.store.base import Store
 
@@ -80,6 +80,9 @@ class Worker:
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
         self._secret: bytes | None = None
+        self._execution_options = ExecutionOptions(
+            suspend_after=self.options.suspend_after, token_secret=self._token_secret,
+        )
 
     # -- public -------------------------------------------------------------
     async def run(self) -> None:
@@ -147,8 +150,8 @@ class Worker:
             await asyncio.gather(*waiters, return_exceptions=True)
 
     def _spawn(self, row: RunRow) -> None:
-        # The worker's own context has no branch; the run's root branch is set
-        # inside the task (see _execute), so its tasks are numbered from zero.
+        # The worker's own context has no branch; the run's body starts in its
+        # root branch (see Execution.start), so its tasks are numbered from zero.
         task = asyncio.create_task(self._execute(row), context=contextvars.copy_context())
         self._active[row.run_id] = (task, None)
         run_id = row.run_id
@@ -173,7 +176,7 @@ class Worker:
         _done, pending = await asyncio.wait(tasks, timeout=self.options.shutdown_grace)
         for t in pending:
             x = executions[t]
-            if x is not None and x.sending_sync:
+            if x is not None and x.sending_in_thread:
                 # A sync effect runs in a thread no one can stop, and the process
                 # cannot exit before it returns: wait for it and journal its
                 # outcome, rather than leave a known outcome to be reconciled.
@@ -201,7 +204,7 @@ class Worker:
                 log.warning("worker %s lost run %s (epoch %d)", self.id, fence.run_id, fence.epoch)
                 entry = self._active.get(fence.run_id)
                 if entry is not None and entry[1] is not None:
-                    entry[1].lost = errors.StaleLease(f"lease on run {fence.run_id} was lost")
+                    entry[1].lose(errors.StaleLease(f"lease on run {fence.run_id} was lost"))
                 fences[fence].cancel()
 
     async def _token_secret(self) -> bytes:
@@ -214,12 +217,11 @@ class Worker:
     async def _execute(self, row: RunRow) -> None:
         fence = Fence(row.run_id, row.epoch, self.id)
         try:
-            ready = await takeover.prepare(self.app, self.store, self.clock, row, self.id)
+            ready = await takeover.prepare(self.app, self.store, self.clock, row, self.id,
+                                           self._execution_options)
             if isinstance(ready, takeover.Stopped):
                 await self._stop(fence, ready)
                 return
-            ready.execution.suspend_after = self.options.suspend_after
-            ready.execution.secret_source = self._token_secret
             task = self._active.get(row.run_id)
             if task is not None:
                 self._active[row.run_id] = (task[0], ready.execution)
@@ -236,7 +238,7 @@ class Worker:
             raise
 
     async def _stop(self, fence: Fence, stopped: takeover.Stopped) -> None:
-        if stopped.status == records.PENDING:
+        if stopped.status == RunStatus.PENDING:
             await self.store.release(fence)
         else:
             log.error("run %s stopped as %s: %s", fence.run_id, stopped.status, stopped.reason)
@@ -248,15 +250,8 @@ class Worker:
     async def _advance(self, row: RunRow, ready: takeover.Ready) -> None:
         x = ready.execution
         run = Run(x, row)
-        ctx = contextvars.copy_context()
-        ctx.run(addresses.current.set, addresses.Branch(""))
         coro: Coroutine[Any, Any, Any] = ready.workflow.fn(run, *ready.args, **ready.kwargs)
-        body: asyncio.Task[Any] = asyncio.get_running_loop().create_task(coro, context=ctx)
-
-        def suspend() -> None:
-            body.cancel()
-
-        x.on_suspend = suspend
+        body = x.start(coro)
         try:
             result: Any = await body
         except asyncio.CancelledError:
@@ -281,7 +276,7 @@ class Worker:
                 await self._incompatible(x, x.incompatible)
                 return
             log.info("run %s failed: %s: %s", row.run_id, type(exc).__qualname__, exc)
-            await x.finish(records.FAILED, error=_error_json(exc))
+            await x.finish(RunStatus.FAILED, error=_error_json(exc))
             return
         if x.lost is not None:
             raise x.lost
@@ -301,14 +296,13 @@ class Worker:
         try:
             text = codec.dumps(result, what=f"the result of workflow {row.workflow!r}")
         except errors.SerializationError as exc:
-            await x.finish(records.FAILED, error=_error_json(exc))
+            await x.finish(RunStatus.FAILED, error=_error_json(exc))
             return
-        await x.finish(records.COMPLETED, result=text)
+        await x.finish(RunStatus.COMPLETED, result=text)
 
     async def _incompatible(self, x: Execution, exc: errors.NonDeterminism) -> None:
         log.error("%s", exc)
-        x.incompatible = None  # the finish below must be allowed through
-        await x.finish(records.INCOMPATIBLE, error=json.dumps({
+        await x.finish(RunStatus.INCOMPATIBLE, error=json.dumps({
             "type": "NonDeterminism", "message": str(exc),
         }))
 

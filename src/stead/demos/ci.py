@@ -23,6 +23,7 @@ from stead.client import Client, RunInfo
 from stead.demos.narrate import Checks, Tail, compact, resume_lines
 from stead.demos.procs import Stage, WorkerProcess, until
 from stead.examples import ci_agent, services
+from stead.records import RecordStatus, ResumeClass, RunStatus
 from stead.store import open_store
 
 APP = "stead.examples.ci_agent:app"
@@ -57,7 +58,7 @@ async def _story(stage: Stage, client: Client, repo: Path) -> tuple[bool, str | 
     echo(f"    run {run_id} (fix_and_test@1); worker A (pid {a.pid}) claims it:")
 
     async def accepted() -> bool:
-        return any(r.name == "run_ci" and r.status == records.ACCEPTED
+        return any(r.name == "run_ci" and r.status == RecordStatus.ACCEPTED
                    for r in await client.journal(run_id))
 
     await until(f"CI to accept job {JOB}", accepted, every=tail.pump)
@@ -83,7 +84,7 @@ async def _story(stage: Stage, client: Client, repo: Path) -> tuple[bool, str | 
     ci.finish(JOB, "passed")
 
     async def settled() -> bool:
-        return (await client.get(run_id)).status not in (records.PENDING, records.RUNNING)
+        return (await client.get(run_id)).status not in (RunStatus.PENDING, RunStatus.RUNNING)
 
     await until("the run to finish", settled, every=tail.pump)
     info = await client.get(run_id)
@@ -126,7 +127,7 @@ def _checks(checks: Checks, stage: Stage, ci: services.CI, info: RunInfo,
             repo: Path) -> None:
     a, b = stage.workers[0], stage.workers[1]
     last = [r for r in at_kill if r.name == "run_ci"][-1:]
-    checks.check(code_a == -signal.SIGKILL and [r.status for r in last] == [records.ACCEPTED],
+    checks.check(code_a == -signal.SIGKILL and [r.status for r in last] == [RecordStatus.ACCEPTED],
                  f"worker A was killed by SIGKILL while CI ran job {JOB} (exit {code_a}); the "
                  "journal held its id and no result")
     asked = services.ModelCalls(stage.services).calls()
@@ -146,11 +147,11 @@ def _checks(checks: Checks, stage: Stage, ci: services.CI, info: RunInfo,
                  f"worker B asked CI about job {JOB} ({len(b_polls)} time(s)) and nothing else")
     classes = json.loads(resumes[0].detail).get("classes", {}) if resumes else {}
     checks.check(len(resumes) == 1 and resumes[0].worker_id == "worker-B"
-                 and resumes[0].epoch == 2 and classes.get("pending_external") == 1,
+                 and resumes[0].epoch == 2 and classes.get(ResumeClass.PENDING_EXTERNAL) == 1,
                  "one takeover: worker B at epoch 2 classified run_ci as pending_external "
                  f"({classes})")
     result = info.result if isinstance(info.result, dict) else {}
-    checks.check(info.status == records.COMPLETED and result.get("ci_job") == JOB
+    checks.check(info.status == RunStatus.COMPLETED and result.get("ci_job") == JOB
                  and result.get("ci") == "passed",
                  f"the run completed with CI job {JOB} passed ({info.status})")
     checks.check(code_b == 0, f"worker B stopped cleanly on SIGTERM (exit {code_b})")

@@ -7,10 +7,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from stead import records, timeline
+from stead import timeline
 from stead.client import Client
 from stead.demos.procs import Echo
-from stead.records import Record, ResumeRecord
+from stead.records import Record, RecordKind, RecordStatus, ResumeRecord
 
 
 def compact(value: Any) -> str:
@@ -29,25 +29,25 @@ def describe(rec: Record) -> str:
         return timeline.summary(rec)
     if not isinstance(data, dict):
         return timeline.summary(rec)
-    if rec.kind == records.LLM and rec.status == records.OK:
+    if rec.kind == RecordKind.LLM and rec.status == RecordStatus.OK:
         calls = data.get("tool_calls") or []
         if calls:
             call = calls[0]
             return f"the model calls {call['name']}({_args(call['arguments'])})"
         return f"the model answers {compact(data.get('text', ''))}"
-    if rec.kind == records.EFFECT:
-        if rec.status == records.INTENT:
+    if rec.kind == RecordKind.EFFECT:
+        if rec.status == RecordStatus.INTENT:
             return f"intent journaled before sending, key {data.get('key')}"
-        if rec.status == records.ACCEPTED:
+        if rec.status == RecordStatus.ACCEPTED:
             return f"accepted outside as {data.get('external_id')}"
-        if rec.status == records.OK:
+        if rec.status == RecordStatus.OK:
             return "done: " + timeline.shorten(compact(data.get("result")))
-    if rec.kind == records.WAIT:
-        if rec.status == records.OPEN:
+    if rec.kind == RecordKind.WAIT:
+        if rec.status == RecordStatus.OPEN:
             return f"opened, bound to {compact(data.get('bind'))}"
-        if rec.status == records.OK:
+        if rec.status == RecordStatus.OK:
             return f"event {data.get('event_id')} arrived: {compact(data.get('payload'))}"
-    if rec.kind == records.STATE and "version" in data:
+    if rec.kind == RecordKind.STATE and "version" in data:
         return f"version {data['version']}: {timeline.shorten(compact(data.get('data')))}"
     return timeline.summary(rec)
 
@@ -76,7 +76,7 @@ def resume_lines(resume: ResumeRecord, journal: list[Record]) -> list[str]:
     detail = json.loads(resume.detail or "{}")
     classes = detail.get("classes") or {}
     reused = [f"{r.kind} {r.name}" if r.kind != r.name else r.kind
-              for r in journal[:resume.from_seq] if r.status != records.INTENT]
+              for r in journal[:resume.from_seq] if r.status != RecordStatus.INTENT]
     return [
         "resume record",
         f"  worker    {resume.worker_id}, epoch {resume.epoch}",

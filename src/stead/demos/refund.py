@@ -1,4 +1,4 @@
-"""`stead demo` (the default story): order 123, as in DESIGN.md §1.
+"""`stead demo` (the default story): order 123 (see docs/architecture.md).
 
 1. worker A runs the refund agent: the model decides to check eligibility,
    the check runs, the order moves to `awaiting_user_confirmation`, a wait
@@ -23,6 +23,7 @@ from stead.client import Client, RunInfo
 from stead.demos.narrate import Checks, Tail, compact, resume_lines
 from stead.demos.procs import Stage, until
 from stead.examples import refund_agent, services
+from stead.records import RecordStatus, RejectReason, RunStatus, Verdict
 from stead.state import Facts
 from stead.store import open_store
 
@@ -64,7 +65,7 @@ async def _story(stage: Stage, client: Client) -> tuple[bool, str | None]:
          "claims it:")
 
     async def waiting() -> bool:
-        return bool(mailbox.messages()) and (await client.get(run_id)).status == records.WAITING
+        return bool(mailbox.messages()) and (await client.get(run_id)).status == RunStatus.WAITING
 
     await until("the run to wait for the customer", waiting, every=tail.pump)
     facts = await client.task_state("order-123")
@@ -98,7 +99,7 @@ async def _story(stage: Stage, client: Client) -> tuple[bool, str | None]:
     tail.labels[2] = "B"
 
     async def settled() -> bool:
-        return (await client.get(run_id)).status not in (records.PENDING, records.RUNNING)
+        return (await client.get(run_id)).status not in (RunStatus.PENDING, RunStatus.RUNNING)
 
     await until("the run to finish", settled, every=tail.pump)
     info = await client.get(run_id)
@@ -126,7 +127,7 @@ async def _story(stage: Stage, client: Client) -> tuple[bool, str | None]:
     echo(f"  {len(refunds)} refund(s)\n")
 
     facts_now = await client.task_state("order-123")
-    verdicts = sorted(e.verdict for e in await client.events(run_id))
+    verdicts = sorted(str(e.verdict) for e in await client.events(run_id))
     _checks(checks, stage, info, journal, resumes, facts_now, verdicts,
             (tampered, approval, again), no_worker=no_worker, code_b=code_b)
     return checks.report(), run_id
@@ -141,14 +142,15 @@ def _checks(checks: Checks, stage: Stage, info: RunInfo, journal: list[records.R
     pid_a = stage.workers[0].pid
     asked = services.ModelCalls(stage.services).calls()
     by_name = {(r.name, r.status): r for r in journal}
-    wait_done = by_name.get(("user_confirmation", records.OK))
-    first = by_name.get(("check_eligibility", records.OK))
-    recheck = by_name.get(("recheck_eligibility", records.OK))
-    intent = by_name.get(("dispatch_refund", records.INTENT))
+    wait_done = by_name.get(("user_confirmation", RecordStatus.OK))
+    first = by_name.get(("check_eligibility", RecordStatus.OK))
+    recheck = by_name.get(("recheck_eligibility", RecordStatus.OK))
+    intent = by_name.get(("dispatch_refund", RecordStatus.INTENT))
     key = json.loads(intent.payload).get("key") if intent is not None else None
     refund_calls = [c for c in payments.calls() if c["op"] == "refund"]
     checks.check(isinstance(tampered, waits.Rejected)
-                 and tampered.reason == waits.BOUND_VALUE_MISMATCH and tampered.detail == "amount",
+                 and tampered.reason == RejectReason.BOUND_VALUE_MISMATCH
+                 and tampered.detail == "amount",
                  f"the tampered approval was refused: {verdict(tampered)}")
     checks.check(isinstance(approval, waits.Accepted) and no_worker,
                  f"the approval was stored and accepted while no worker ran ({verdict(approval)})")
@@ -170,11 +172,11 @@ def _checks(checks: Checks, stage: Stage, info: RunInfo, journal: list[records.R
                  "one takeover: worker B at epoch 2 resumed from the end of the journal, reusing "
                  f"{resumes[0].reused if resumes else 0} record(s)")
     result = info.result if isinstance(info.result, dict) else {}
-    checks.check(info.status == records.COMPLETED and result.get("refunded") is True
+    checks.check(info.status == RunStatus.COMPLETED and result.get("refunded") is True
                  and facts_now.data.get("status") == "refunded"
                  and facts_now.data.get("refund_dispatched") is True,
                  f"the run completed, refunded; task state: {compact(facts_now.data)}")
-    checks.check(verdicts == ["accepted", "rejected"],
+    checks.check(verdicts == [Verdict.ACCEPTED, Verdict.REJECTED],
                  f"every delivered event is stored with its verdict ({', '.join(verdicts)})")
     checks.check(code_b == 0, f"worker B stopped cleanly on SIGTERM (exit {code_b})")
 

@@ -19,6 +19,7 @@ from stead.client import Client, RunInfo
 from stead.demos import triage_app
 from stead.demos.narrate import Checks
 from stead.demos.procs import DEADLINE, LEASE, DemoFailed, Stage, until
+from stead.records import RecordKind, RecordStatus, RunStatus
 from stead.store import open_store
 
 APP = "stead.demos.triage_app:app"
@@ -73,7 +74,7 @@ async def _story(stage: Stage, client: Client, workdir: Path) -> tuple[bool, str
     started = time.monotonic()
 
     async def settled() -> bool:
-        return (await client.get(run_id)).status not in (records.PENDING, records.RUNNING)
+        return (await client.get(run_id)).status not in (RunStatus.PENDING, RunStatus.RUNNING)
 
     try:
         await until("worker B to finish the run", settled)
@@ -94,16 +95,16 @@ def _checks(checks: Checks, info: RunInfo, journal: list[records.Record],
             resumes: list[records.ResumeRecord], before: list[records.Record],
             calls: collections.Counter[tuple[str, str]], code_b: int | None) -> None:
     expected = triage_app.expected_result(triage_app.TICKET)
-    checks.check(info.status == records.COMPLETED and info.result == expected,
+    checks.check(info.status == RunStatus.COMPLETED and info.result == expected,
                  f"the run completed with the expected result ({info.status})")
     checks.check(calls["asked", "classify"] == 1,
                  f"the model was asked once: the resumed run reused its recorded answer "
                  f"(asked {calls['asked', 'classify']} time(s))")
-    steps = [r.name for r in journal if r.kind == records.STEP and r.status == records.OK]
+    steps = [r.name for r in journal if r.kind == RecordKind.STEP and r.status == RecordStatus.OK]
     counts = {name: calls["done", name] for name in steps}
     checks.check(bool(steps) and all(n == 1 for n in counts.values()),
                  f"each journaled step ran to completion exactly once {counts}")
-    early = [r.name for r in before if r.kind == records.STEP]
+    early = [r.name for r in before if r.kind == RecordKind.STEP]
     checks.check(bool(early) and all(calls["start", n] == 1 for n in early),
                  f"steps journaled before the crash were not called again ({', '.join(early)})")
     checks.check(calls["start", "draft_reply"] == 2 and calls["done", "draft_reply"] == 1,

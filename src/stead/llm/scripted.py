@@ -5,14 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from stead.errors import SteadError
+from stead import errors
 from stead.llm.model import Completion
 
 Reply = str | Completion | Callable[[Sequence[Mapping[str, Any]]], Completion]
-
-
-class ScriptExhausted(SteadError):
-    """The scripted model was asked more often than it has answers."""
 
 
 class ScriptedModel:
@@ -27,9 +23,10 @@ class ScriptedModel:
         index = len(self.calls)
         self.calls.append([dict(m) for m in messages])
         if index >= len(self._replies):
-            raise ScriptExhausted(
+            raise errors.ScriptExhausted(
                 f"scripted model {self.name!r} has {len(self._replies)} replies and was "
-                f"asked for reply {index + 1}"
+                f"asked for reply {index + 1}; give its script a reply for every call the "
+                "workflow makes"
             )
         reply = self._replies[index]
         if isinstance(reply, str):
