@@ -117,38 +117,6 @@ class ResumeClass(enum.StrEnum):
     OUTCOME_UNKNOWN = "outcome_unknown"  # an intent and no outcome: resent, asked, or stopped
 
 
-# Aliases of the members above, kept for the modules not yet converted to the enums.
-PENDING = RunStatus.PENDING
-RUNNING = RunStatus.RUNNING
-WAITING = RunStatus.WAITING
-COMPLETED = RunStatus.COMPLETED
-FAILED = RunStatus.FAILED
-CANCELLED = RunStatus.CANCELLED
-INCOMPATIBLE = RunStatus.INCOMPATIBLE
-OUTCOME_UNKNOWN = RunStatus.OUTCOME_UNKNOWN
-# Plain strings, not members: click offers an Enum choice by its *name*.
-STATUSES = tuple(s.value for s in RunStatus)
-STEP = RecordKind.STEP
-LLM = RecordKind.LLM
-NOW = RecordKind.NOW
-UUID = RecordKind.UUID
-RANDOM = RecordKind.RANDOM
-EFFECT = RecordKind.EFFECT
-WAIT = RecordKind.WAIT
-SLEEP = RecordKind.SLEEP
-STATE = RecordKind.STATE
-OK = RecordStatus.OK
-ERROR = RecordStatus.ERROR
-INTENT = RecordStatus.INTENT
-ACCEPTED = RecordStatus.ACCEPTED
-UNKNOWN_OUTCOME = RecordStatus.UNKNOWN
-RECONCILED = RecordStatus.RECONCILED
-OPEN = RecordStatus.OPEN
-EXPIRED = RecordStatus.EXPIRED
-REVOKED = RecordStatus.REVOKED
-CONSUMED = WaitState.CONSUMED
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class Record:
     """One acknowledged call (or one attempt of it). `payload` is JSON text:

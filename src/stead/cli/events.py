@@ -13,7 +13,7 @@ import click
 
 from stead import waits
 from stead.cli import common
-from stead.records import EventRow, WaitRow
+from stead.records import EventRow, WaitRow, WaitState
 
 
 def _when(t: float | None) -> str:
@@ -178,7 +178,7 @@ def waits_ls(ctx: click.Context, run_id: str | None, show_all: bool, limit: int,
 
     async def go() -> list[WaitRow]:
         async with common.opened_client(db) as client:
-            return await client.waits(run_id=run_id, state=None if show_all else "open",
+            return await client.waits(run_id=run_id, state=None if show_all else WaitState.OPEN,
                                       limit=limit)
 
     rows = common.run_async(go())

@@ -61,7 +61,7 @@ def runs() -> None:
 
 
 @runs.command("ls")
-@click.option("--status", type=click.Choice(records.STATUSES), default=None,
+@click.option("--status", type=click.Choice([s.value for s in records.RunStatus]), default=None,
               help="Only runs with this status.")
 @click.option("--workflow", default=None, help="Only runs of this workflow.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True,
@@ -122,9 +122,9 @@ def runs_cancel(ctx: click.Context, run_id: str) -> None:
             return before, await client.cancel(run_id)
 
     before, after = common.run_async(go())
-    if before.status == records.CANCELLED:
+    if before.status == records.RunStatus.CANCELLED:
         click.echo(f"run {run_id} was already cancelled")
-    elif after.status != records.CANCELLED:
+    elif after.status != records.RunStatus.CANCELLED:
         raise click.ClickException(
             f"run {run_id} already ended as {after.status}; there is nothing to cancel"
         )

@@ -1,4 +1,4 @@
-"""Every transaction of the store, written once, as a flow (see `database`):
+"""Every transaction of the store, written once, as a flow (see `seam`):
 what it reads, where it asks a pure judgement (the fence, `Judge`,
 `StateChange`), what it writes. Each function returns a fresh flow; a backend
 runs it in one transaction.
@@ -25,8 +25,11 @@ from stead.records import (
     Record,
     ResumeRecord,
     RunRow,
+    RunStatus,
     StateRow,
+    Verdict,
     WaitRow,
+    WaitState,
 )
 from stead.store import _rows
 from stead.store._rows import Row
@@ -225,7 +228,7 @@ def suspend(
     yield Journal(write)
     for wait_id in wait_ids:
         state = yield from wait_state(wait_id)
-        if state != "open":  # an event arrived: do not sleep (the records roll back)
+        if state != WaitState.OPEN:  # an event arrived: do not sleep (the records roll back)
             raise errors.WaitNotOpen(wait_id, state)
     yield execute("suspend", {**fence_params(write.fence), "wake_at": wake_at, "now": now})
     if wake_at is not None and wake_at <= now:
@@ -237,7 +240,7 @@ def suspended(write: FencedWrite) -> Flow[NotLanded | None]:
     done = yield from records_landed(fence.run_id, write.records, write.resume)
     if done is None:
         row = yield one("get_run", {"run_id": fence.run_id})
-        done = row is not None and (row["status"], row["epoch"]) == ("waiting", fence.epoch)
+        done = row is not None and (row["status"], row["epoch"]) == (RunStatus.WAITING, fence.epoch)
     return None if done else NOT_LANDED
 
 
@@ -248,17 +251,17 @@ def revoke_wait(wait_id: str, now: float, where: str) -> Flow[WaitRow]:
     # Lock the run (as a delivery does), then read the wait again under the lock.
     yield execute("lock_run", {"run_id": row["run_id"]})
     wait = _rows.wait((yield one("get_wait", {"wait_id": wait_id})) or row)
-    if wait.state != "open":
+    if wait.state != WaitState.OPEN:
         raise errors.WaitNotOpen(wait_id, wait.state)
-    yield execute("close_wait", {"wait_id": wait_id, "state": "revoked", "now": now})
+    yield execute("close_wait", {"wait_id": wait_id, "state": WaitState.REVOKED, "now": now})
     if (yield count("wake", {"run_id": wait.run_id, "now": now})):
         yield execute("notify_work")
-    return wait.evolve(state="revoked", closed_at=now)
+    return wait.evolve(state=WaitState.REVOKED, closed_at=now)
 
 
 def wait_revoked(wait_id: str) -> Flow[WaitRow | NotLanded]:
     row = yield one("get_wait", {"wait_id": wait_id})
-    if row is None or row["state"] != "revoked":
+    if row is None or row["state"] != WaitState.REVOKED:
         return NOT_LANDED
     return _rows.wait(row)
 
@@ -281,7 +284,7 @@ def deliver(event: EventRow, judge: Judge, now: float) -> Flow[tuple[Judgement, 
         existing=None if found is None else _rows.event(found), now=now,
     )
     verdict = judge(ctx)
-    if verdict.verdict == "duplicate":
+    if verdict.verdict == Verdict.DUPLICATE:
         assert ctx.existing is not None
         return verdict, ctx.existing
     stored = dataclasses.replace(
@@ -289,7 +292,7 @@ def deliver(event: EventRow, judge: Judge, now: float) -> Flow[tuple[Judgement, 
         reason=verdict.reason, detail=verdict.detail, received_at=now,
     )
     yield execute("insert_event", _rows.event_params(stored))
-    if verdict.verdict == "accepted" and verdict.wait_id is not None:
+    if verdict.verdict == Verdict.ACCEPTED and verdict.wait_id is not None:
         yield execute("consume_wait",
                       {"wait_id": verdict.wait_id, "event_id": event.event_id, "now": now})
         if (yield count("wake", {"run_id": event.run_id, "now": now})):

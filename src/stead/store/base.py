@@ -21,8 +21,10 @@ from stead.records import (
     Record,
     ResumeRecord,
     RunRow,
+    RunStatus,
     StateRow,
     WaitRow,
+    WaitState,
 )
 from stead.store import _rows
 from stead.store import _transactions as tx
@@ -113,7 +115,7 @@ class Store:
         )
 
     async def resume_stopped(
-        self, run_id: str, expect_status: str, record: Record | None
+        self, run_id: str, expect_status: RunStatus, record: Record | None
     ) -> RunRow:
         """A human's decision on a run stopped as `expect_status`: journal `record`
         (if any; its seq and epoch are assigned here) and make the run claimable
@@ -169,7 +171,7 @@ class Store:
     async def finish(
         self,
         fence: Fence,
-        status: str,
+        status: RunStatus,
         *,
         result: str | None = None,
         error: str | None = None,
@@ -210,7 +212,7 @@ class Store:
 
     async def close_wait(
         self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
-        wait_id: str, state: str,
+        wait_id: str, state: WaitState,
     ) -> None:
         """Move an open wait to `state` (expired, revoked) and journal `records`, in
         one fenced transaction. Raises `WaitNotOpen` (writing nothing) if the wait

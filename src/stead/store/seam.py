@@ -26,7 +26,7 @@ from typing import Any, Generic, TypeVar
 
 from stead import errors
 from stead.clock import Clock
-from stead.records import Fence, Record, ResumeRecord, RunRow
+from stead.records import Fence, Record, ResumeRecord, RunRow, RunStatus
 
 T = TypeVar("T")
 
@@ -57,7 +57,7 @@ class Query:
 class Finish:
     """How a run's attempt ends, written with its last records."""
 
-    status: str
+    status: RunStatus
     result: str | None
     error: str | None
     now: float
