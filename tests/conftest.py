@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import stead
+import stead.keys
 from tests import pg
 
 BACKENDS = ("sqlite", "postgres")
@@ -34,13 +35,30 @@ def backend(request: pytest.FixtureRequest) -> str:
     return name
 
 
+@pytest.fixture(scope="session")
+def shared_key_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One key file for every PostgreSQL test, as the machines sharing a
+    server share one (an SQLite database gets its own beside it)."""
+    path = tmp_path_factory.mktemp("keys") / "keys"
+    stead.keys.add_key(path)
+    return path
+
+
 @pytest.fixture
-def db_url(backend: str, tmp_path: Path) -> Iterator[str]:
+def db_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
     if backend == "sqlite":
         yield f"sqlite:///{tmp_path}/stead.db"
     else:
+        request.getfixturevalue("pg_keys")
         with pg.fresh_schema() as url:
             yield url
+
+
+@pytest.fixture
+def pg_keys(shared_key_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers and clients on PostgreSQL (in this process and in the ones it
+    starts) sign and check wait tokens with the shared key file."""
+    monkeypatch.setenv(stead.keys.KEY_FILE_ENV, str(shared_key_file))
 
 
 @pytest.fixture
@@ -70,7 +88,7 @@ async def fstore(db_url: str, clock: stead.FakeClock) -> AsyncIterator[stead.Sto
 
 # -- PostgreSQL only ----------------------------------------------------------------
 @pytest.fixture
-def pg_url() -> Iterator[str]:
+def pg_url(pg_keys: None) -> Iterator[str]:
     with pg.fresh_schema() as url:
         yield url
 

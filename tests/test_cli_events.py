@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 import stead
 from stead.cli import main
-from stead.waits import make_token
+from stead.waits import sign
 
 
 def _app() -> stead.App:
@@ -37,7 +37,8 @@ async def _waiting(url: str, orders: list[str]) -> list[tuple[str, str, str]]:
         out = []
         for run_id in ids:
             [w] = await client.waits(run_id=run_id)
-            out.append((run_id, w.wait_id, make_token(await store.secret(), run_id, w.wait_id)))
+            key = (await store.keyring()).current  # as the worker signed it
+            out.append((run_id, w.wait_id, sign(key, run_id, w.wait_id)))
         return out
     finally:
         await store.close()

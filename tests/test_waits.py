@@ -55,9 +55,11 @@ async def _opened(client: stead.Client, run_id: str) -> stead.records.WaitRow:
 
 
 async def _token(store: stead.Store, run_id: str, wait_id: str) -> str:
-    from stead.waits import make_token
+    """The wait's token, signed as the worker signed it: with the key in force
+    (a key file or STEAD_SECRET, never the database)."""
+    from stead.waits import sign
 
-    return make_token(await store.secret(), run_id, wait_id)
+    return sign((await store.keyring()).current, run_id, wait_id)
 
 
 async def test_a_run_waits_without_a_worker_and_wakes_on_the_event(
@@ -234,8 +236,8 @@ async def test_a_token_passed_to_an_effect_is_journaled_as_a_reference(
     app = stead.App("t")
     sent: list[str] = []
 
-    def send_link(op: stead.Operation, token: str) -> None:
-        sent.append(token)
+    def send_link(op: stead.Operation, token: stead.Token) -> None:
+        sent.append(token.reveal())
 
     @app.workflow()
     async def wf(run: stead.Run) -> None:
@@ -245,7 +247,7 @@ async def test_a_token_passed_to_an_effect_is_journaled_as_a_reference(
     client = stead.Client(fstore, app)
     info = await client.start(wf)
     await stead.Worker(app, fstore).run_until_idle()
-    assert len(sent) == 1 and sent[0].startswith("stk_")
+    assert len(sent) == 1 and sent[0].startswith("stk1.")
     journal = await client.journal(info.run_id)
     intent = next(r for r in journal if r.status == "intent")
     assert sent[0] not in intent.payload and "<token of wait" in intent.payload

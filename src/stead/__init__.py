@@ -8,11 +8,13 @@ from stead.errors import (
     EffectCompensated,
     EffectFailed,
     InvalidInput,
+    KeysUnavailable,
     NonDeterminism,
     NotStopped,
     OutcomeUncertain,
     RunFailed,
     ScriptExhausted,
+    SecretInJournal,
     SerializationError,
     StaleLease,
     StateConflict,
@@ -20,12 +22,14 @@ from stead.errors import (
     StepError,
     StoreError,
     StoreUnavailable,
+    TokenHidden,
     UnknownRun,
     UnknownWorkflow,
     WaitExpired,
     WaitNotOpen,
     WaitRevoked,
 )
+from stead.keys import Keyring
 from stead.llm import Completion, Model, ScriptedModel, ToolCall, Usage
 from stead.outcomes import Operation, Outcome
 from stead.records import Record, ResumeRecord
@@ -52,6 +56,8 @@ __all__ = [
     "Facts",
     "FakeClock",
     "InvalidInput",
+    "Keyring",
+    "KeysUnavailable",
     "Model",
     "NonDeterminism",
     "NotStopped",
@@ -67,6 +73,7 @@ __all__ = [
     "RunInfo",
     "ScriptExhausted",
     "ScriptedModel",
+    "SecretInJournal",
     "SerializationError",
     "StaleLease",
     "StateConflict",
@@ -77,6 +84,7 @@ __all__ = [
     "StoreUnavailable",
     "SystemClock",
     "Token",
+    "TokenHidden",
     "ToolCall",
     "UnknownRun",
     "UnknownWorkflow",

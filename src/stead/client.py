@@ -268,13 +268,20 @@ class Client:
             if isinstance(value, str) and "\x00" in value:
                 # No store can keep it as text; refuse it the same way on both.
                 raise errors.InvalidInput(f"the event's {what} contains a NUL character")
-        payload_text = codec.dumps(payload, what="the event payload")
-        bind_json = codec.loads(codec.dumps(bind or {}, what="the event's bound values"))
+        secrets = codec.Secrets()
+        if token and waits.key_of(token) is not None:  # the event is stored: not its token
+            secrets.add(token, wait_id or kind or "?")
+        payload_text = codec.dumps(payload, what="the event payload", secrets=secrets)
+        bind_json = codec.loads(codec.dumps(bind or {}, what="the event's bound values",
+                                            secrets=secrets))
         if not isinstance(bind_json, dict):
             raise errors.SteadError("bind is a dict of the values the wait is bound to")
+        refused = None if token is None else waits.token_refusal(await self.store.keyring(),
+                                                                 token)
         incoming = waits.Incoming(
             run_id=run_id, event_id=event_id, wait_id=wait_id, kind=kind,
             payload=codec.loads(payload_text), bind=bind_json, token=token,
+            token_refused=refused,
         )
         event = records.EventRow(
             run_id=run_id, event_id=event_id, wait_id=wait_id, kind=kind,

@@ -8,6 +8,7 @@ when one is known. So a live run and its replay see identical values.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import datetime as dt
 import enum
@@ -27,6 +28,9 @@ _PLAIN = (dict, list, str, int, float, bool)
 
 
 def _default(value: Any) -> Any:
+    hook = getattr(type(value), "__stead_redacted__", None)
+    if hook is not None:  # a wait token (or its wait): stored as a reference
+        return hook(value)
     dump = getattr(value, "model_dump", None)
     if callable(dump):  # a pydantic model
         return dump(mode="json")
@@ -43,15 +47,54 @@ def _default(value: Any) -> Any:
     raise TypeError(f"{type(value).__qualname__} is not JSON-serialisable")
 
 
-def dumps(value: Any, *, what: str) -> str:
-    """Encode `value` for storage; `what` names it in the error message."""
+def dumps(value: Any, *, what: str, secrets: Secrets | None = None) -> str:
+    """Encode `value` for storage; `what` names it in the error message. The
+    text is refused (`SecretInJournal`) if it holds one of `secrets`, by
+    default the live secrets of the run being executed (see `watch`)."""
     try:
-        return json.dumps(value, default=_default, separators=(",", ":"), allow_nan=False)
+        text = json.dumps(value, default=_default, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise errors.SerializationError(
             f"{what} cannot be stored as JSON: {exc}. Use dicts, lists, str, numbers, "
             "bool, None, datetimes, UUIDs, dataclasses or pydantic models."
         ) from exc
+    live = secrets if secrets is not None else _WATCHED.get()
+    if live is not None:
+        live.check(text, what)
+    return text
+
+
+class Secrets:
+    """The live secrets of one run (its wait tokens, as text): a value whose
+    encoded JSON holds one is refused before it is stored. One substring
+    search per secret, over text that was just encoded anyway."""
+
+    def __init__(self) -> None:
+        self._labels: dict[str, str] = {}  # secret -> the wait id it belongs to
+
+    def add(self, secret: str, wait_id: str) -> None:
+        self._labels[secret] = wait_id
+
+    def check(self, text: str, what: str) -> None:
+        for secret, wait_id in self._labels.items():
+            if secret in text:
+                raise errors.SecretInJournal(what, wait_id)
+
+    def mask(self, text: str) -> str:
+        """`text` with every secret replaced by `****` (for error messages)."""
+        for secret in self._labels:
+            text = text.replace(secret, "****")
+        return text
+
+
+_WATCHED: contextvars.ContextVar[Secrets | None] = contextvars.ContextVar(
+    "stead_secrets", default=None)
+
+
+def watch(secrets: Secrets) -> None:
+    """From now on in this context (a run's body and the tasks it starts),
+    `dumps` refuses values that hold one of `secrets`."""
+    _WATCHED.set(secrets)
 
 
 def loads(text: str) -> Any:

@@ -26,7 +26,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from stead import addresses, calls, codec, errors
+from stead import addresses, calls, codec, errors, outcomes
 from stead.execution import Execution, Stop
 from stead.outcomes import Operation, Outcome
 from stead.records import Record, RecordKind, RecordStatus, ResumeClass, RunStatus
@@ -113,7 +113,8 @@ class Effect:
         op = self._operation(attempt, None, live=True)
         in_thread = not calls.is_async(self.spec.fn)
         try:
-            call = calls.invoke(self.spec.fn, (op, *self.spec.args), self.spec.kwargs)
+            call = outcomes.sending(self.spec.name, calls.invoke(
+                self.spec.fn, (op, *self.spec.args), self.spec.kwargs))
             # wait_for runs the call in a task of its own: the runtime's, live
             # only, so not a branch (see `addresses`).
             with self.x.sending(in_thread=in_thread), addresses.outside_branches():

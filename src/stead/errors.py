@@ -162,3 +162,28 @@ class RunFailed(SteadError):
         self.run_id = run_id
         self.status = status
         self.error = error
+
+
+class KeysUnavailable(StoreError):
+    """No key to sign or check wait tokens (see `stead.keys` for where keys
+    come from), or a key file that cannot be used. Like a store that cannot be
+    reached, it is the deployment's problem, never the workflow's."""
+
+
+class SecretInJournal(SerializationError):
+    """A value about to be stored holds a live wait token in clear."""
+
+    def __init__(self, what: str, wait_id: str) -> None:
+        super().__init__(
+            f"{what} holds the token of wait {wait_id} in clear; refused, nothing was "
+            "stored. A token never enters the journal: pass the Token object itself "
+            "(it is journaled as a reference), build the link inside the effect that "
+            "sends it (w.link(base_url) or w.token.reveal()), and return nothing that "
+            "contains it"
+        )
+        self.what = what
+        self.wait_id = wait_id
+
+
+class TokenHidden(SteadError):
+    """A token's value was asked for where it could leak into the journal."""

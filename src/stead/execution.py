@@ -17,7 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
-from stead import addresses, digests, errors
+from stead import addresses, codec, digests, errors, keys
 from stead.clock import Clock
 from stead.records import (
     Fence,
@@ -59,9 +59,9 @@ class ExecutionOptions:
     suspend_after: float = 1.0
     # How often a parked branch wakes to re-check what it waits for.
     recheck_every: float = 5.0
-    # Where the secret that signs wait tokens comes from (asked when a wait
-    # opens); with None, opening a wait fails.
-    token_secret: Callable[[], Awaitable[bytes]] | None = None
+    # Where the keys that sign wait tokens come from (asked when a wait
+    # opens); with None, opening a wait with a token fails.
+    keyring: Callable[[], Awaitable[keys.Keyring]] | None = None
 
 
 class Execution:
@@ -95,7 +95,9 @@ class Execution:
         self._body: asyncio.Task[Any] | None = None
         self._suspend_after = options.suspend_after
         self._recheck_every = options.recheck_every
-        self._token_secret = options.token_secret
+        self._keyring = options.keyring
+        # The run's live wait tokens: values holding one are never stored.
+        self.secrets = codec.Secrets()
         self._blocked: set[_Blocker] = set()
         self._settling: asyncio.Task[None] | None = None
         # Argument digests, incremental for a conversation that grows: per run.
@@ -107,6 +109,7 @@ class Execution:
         worker does."""
         context = contextvars.copy_context()
         context.run(addresses.current.set, addresses.Branch(""))
+        context.run(codec.watch, self.secrets)
         task = asyncio.get_running_loop().create_task(body, context=context)
         self._body = task
         return task
@@ -235,14 +238,17 @@ class Execution:
 
     async def finish(self, status: RunStatus, *, result: str | None = None,
                      error: str | None = None) -> None:
+        if error is not None:  # an exception's message may quote a token
+            error = self.secrets.mask(error)
         await self.write((), lambda batch, resume: self.store.finish(
             self.fence, status, result=result, error=error, records=batch, resume=resume,
         ))
 
-    async def secret(self) -> bytes:
-        if self._token_secret is None:
-            raise errors.SteadError("no token secret: waits need a worker to run them")
-        return await self._token_secret()
+    async def keyring(self) -> keys.Keyring:
+        if self._keyring is None:
+            raise errors.KeysUnavailable("no keys to sign wait tokens: waits need a worker "
+                                         "to run them")
+        return await self._keyring()
 
     # -- waiting ------------------------------------------------------------
     @contextlib.contextmanager

@@ -3,9 +3,12 @@ an effect function and its `check` receive."""
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -89,3 +92,23 @@ class Operation:
     def __repr__(self) -> str:
         return (f"Operation(name={self.name!r}, key={self.key!r}, attempt={self.attempt}, "
                 f"fencing_token={self.fencing_token}, external_id={self.external_id!r})")
+
+
+# The name of the effect whose function runs in this context (None elsewhere):
+# only there may a wait token's value be revealed, to be sent.
+_SENDING: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "stead_sending", default=None)
+
+
+async def sending(name: str, call: Awaitable[T]) -> T:
+    """Await `call`, an effect function, marked as the sending of effect `name`."""
+    mark = _SENDING.set(name)
+    try:
+        return await call
+    finally:
+        _SENDING.reset(mark)
+
+
+def sending_effect() -> str | None:
+    """The effect whose function is running here, if any."""
+    return _SENDING.get()

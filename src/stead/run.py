@@ -9,7 +9,7 @@ import uuid as _uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
-from stead import addresses, calls, codec, effects, errors, records, waits
+from stead import addresses, calls, codec, effects, errors, keys, records, waits
 from stead.execution import Execution
 from stead.llm.model import Completion, Model
 from stead.outcomes import Operation, Outcome
@@ -234,7 +234,8 @@ class Run:
         same `bind` values (a `state_version` key is also compared with the task
         state's version at delivery), arrive before `expires_in`, carry the
         wait's token (unless `token=False`) and fit `schema`. Hand `w.token` to
-        the human channel, then `event = await w`."""
+        the human channel (or build its link in the effect that sends it:
+        `w.link(base_url)`), then `event = await w`."""
         if not kind or not isinstance(kind, str):
             raise ValueError("a wait needs a kind (the event type it awaits)")
         bind_json = codec.loads(codec.dumps(bind or {}, what="the bound values"))
@@ -248,25 +249,31 @@ class Run:
         digest = codec.digest(kind, bind_json, seconds, schema_json, token)
         prior = self._x.take(addr, RecordKind.WAIT, kind, digest)
         resolution = None
+        key_id: str | None = None  # a new wait's token is signed by the current key
         if prior:
             opened = codec.loads(prior[0].payload)
             wait_id, expires_at, created_at = opened["wait_id"], opened["expires_at"], prior[0].at
+            key_id = opened.get("key", keys.LEGACY)
             resolution = prior[1] if len(prior) > 1 else None
         else:
             self._x.check_live()
             wait_id, created_at = _uuid.uuid4().hex, self._x.clock.now()
             expires_at = None if seconds is None else created_at + seconds
-        minted = waits.make_token(await self._x.secret(), self.id, wait_id) if token else None
+        minted, hashed = (None, None) if not token else waits.mint(
+            await self._x.keyring(), key_id, self.id, wait_id, self._x.secrets)
         row = records.WaitRow(
             wait_id=wait_id, run_id=self.id, addr=addr, kind=kind,
             bind=codec.dumps(bind_json, what="bind"), schema=schema_json,
-            token_hash=None if minted is None else waits.token_hash(minted),
+            token_hash=hashed,
             task_key=self._task_key, expires_at=expires_at, state=WaitState.OPEN,
             event_id=None, created_at=created_at,
         )
         if not prior:
-            text = codec.dumps({"wait_id": wait_id, "expires_at": expires_at, "bind": bind_json},
-                               what="the wait")
+            opening: dict[str, Any] = {"wait_id": wait_id, "expires_at": expires_at,
+                                       "bind": bind_json}
+            if minted is not None:
+                opening["key"] = minted.key_id
+            text = codec.dumps(opening, what="the wait")
             rec = self._x.record(addr, 1, RecordKind.WAIT, kind, digest, RecordStatus.OPEN, text)
             await self._x.write([rec], lambda batch, resume: self._x.store.open_wait(
                 self._x.fence, batch, resume, row))

@@ -76,7 +76,7 @@ class TaskState:
         if not isinstance(patch, dict):
             raise TypeError("a state patch is a dict (JSON merge patch)")
         addr = addresses.reserve()
-        patch_json = codec.loads(codec.dumps(patch, what="the state patch"))
+        patch_json = codec.loads(codec.dumps(patch, what="the patch of run.state.update"))
         digest = codec.digest(patch_json, expect_version)
         prior = self._x.take(addr, RecordKind.STATE, "update", digest)
         if prior:

@@ -16,10 +16,11 @@ import dataclasses
 import hashlib
 import hmac
 import json
+import urllib.parse
 from collections.abc import Generator
 from typing import Any, Generic, TypeVar
 
-from stead import codec, errors, schema_check
+from stead import codec, errors, keys, outcomes, schema_check
 from stead.execution import Execution
 from stead.records import (
     DeliveryContext,
@@ -75,26 +76,99 @@ Delivery = Accepted | Duplicate | Rejected
 
 
 # -- tokens -----------------------------------------------------------------------
-class Token(str):
-    """An approval token. It is a str, but where it enters the journal (as an
-    argument of a step or effect) it is written as a reference to its wait, so
-    the database never holds a usable token."""
+class Token:
+    """An approval token, for the human channel. Its text form is not the
+    secret (`Token(wait=..., ****)`), so an f-string, a log line or a stored
+    value never holds it; passed to a step or effect it is journaled as a
+    reference to its wait. The value itself comes out only through `reveal()`,
+    inside the function of the effect that sends it."""
 
-    wait_id: str
+    __slots__ = ("_value", "key_id", "wait_id")
 
-    def __new__(cls, value: str, wait_id: str) -> Token:
-        token = super().__new__(cls, value)
-        token.wait_id = wait_id
+    def __init__(self, value: str | None, wait_id: str, key_id: str = keys.LEGACY) -> None:
+        self._value = value  # None: the key that signed it is no longer held
+        self.wait_id = wait_id
+        self.key_id = key_id
         codec.secret_made()
-        return token
+
+    def reveal(self) -> str:
+        """The token's value, to send it. Only inside an effect's function:
+        anywhere else it could be journaled, so asking raises `TokenHidden`."""
+        effect = outcomes.sending_effect()
+        if effect is None:
+            raise errors.TokenHidden(
+                f"the token of wait {self.wait_id} is revealed only inside an effect's "
+                "function (the effect that sends it): pass the Token (or the Wait) to "
+                "run.effect(..., fn, w.token) and call token.reveal() or w.link(url) in fn"
+            )
+        if self._value is None:
+            raise errors.TokenHidden(
+                f"the token of wait {self.wait_id} was signed by key {self.key_id}, which "
+                "is revoked or no longer held: it cannot be sent again")
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"Token(wait={self.wait_id}, ****)"
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return format(repr(self), spec)
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a wait token cannot be pickled: it is a secret")
 
     def __stead_redacted__(self) -> str:
         return f"<token of wait {self.wait_id}>"
 
 
-def make_token(secret: bytes, run_id: str, wait_id: str) -> Token:
-    mac = hmac.new(secret, f"{run_id}:{wait_id}".encode(), hashlib.sha256).digest()
-    return Token("stk_" + base64.urlsafe_b64encode(mac).decode().rstrip("="), wait_id)
+_PREFIX = "stk1"
+
+
+def sign(key: keys.Key, run_id: str, wait_id: str) -> str:
+    """The token of `wait_id` under `key`: `stk1.<key id>.<mac>` (a legacy
+    key signs the `stk_<mac>` tokens made before keys had ids)."""
+    if key.id == keys.LEGACY:
+        mac = hmac.new(key.secret, f"{run_id}:{wait_id}".encode(), hashlib.sha256).digest()
+        return "stk_" + base64.urlsafe_b64encode(mac).decode().rstrip("=")
+    message = f"{key.id}:{run_id}:{wait_id}".encode()
+    mac = hmac.new(key.secret, message, hashlib.sha256).digest()
+    return f"{_PREFIX}.{key.id}.{base64.urlsafe_b64encode(mac).decode().rstrip('=')}"
+
+
+def key_of(token: str) -> str | None:
+    """The id of the key that signed `token` (None: not a token's shape)."""
+    if token.startswith(_PREFIX + "."):
+        parts = token.split(".")
+        return parts[1] if len(parts) == 3 and parts[1] else None
+    return keys.LEGACY if token.startswith("stk_") else None
+
+
+def mint(ring: keys.Keyring, key_id: str | None, run_id: str, wait_id: str,
+         secrets: codec.Secrets) -> tuple[Token, str | None]:
+    """The token of a wait and its hash (what the store keeps): signed by the
+    current key (`key_id` None, a new wait), or again by the key that signed it
+    (a replay). Its value joins the run's live `secrets`, never stored."""
+    key = ring.current if key_id is None else ring.get(key_id)
+    if key is None:
+        assert key_id is not None
+        return Token(None, wait_id, key_id), None
+    value = sign(key, run_id, wait_id)
+    secrets.add(value, wait_id)
+    return Token(value, wait_id, key.id), token_hash(value)
+
+
+def token_refusal(ring: keys.Keyring, token: str | None) -> str | None:
+    """Why `token` is refused before any wait is looked at (None: it may be
+    checked against the wait's hash): its key is revoked or unknown."""
+    if token is None:
+        return None
+    kid = key_of(token)
+    if kid is None:
+        return "not a wait token"
+    if not ring.accepts(kid):
+        return f"signed by key {kid}, which is revoked or unknown"
+    return None
 
 
 def token_hash(token: str) -> str:
@@ -111,6 +185,8 @@ class Incoming:
     payload: Any
     bind: dict[str, Any]
     token: str | None
+    # Why the token is refused whatever the wait (its key is revoked), if it is.
+    token_refused: str | None = None
 
 
 def _canonical(value: Any) -> str:
@@ -190,6 +266,8 @@ def _check_wait(inc: Incoming, wait: WaitRow, ctx: DeliveryContext) -> Judgement
         and hmac.compare_digest(token_hash(inc.token), wait.token_hash)
     ):
         return _reject(RejectReason.BAD_TOKEN)
+    if wait.token_hash is not None and inc.token_refused is not None:
+        return _reject(RejectReason.BAD_TOKEN, inc.token_refused)
     bound: dict[str, Any] = json.loads(wait.bind)
     for key, expected in bound.items():
         if key not in inc.bind:
@@ -246,6 +324,23 @@ class Wait(Generic[T]):
 
     def __await__(self) -> Generator[Any, None, T]:
         return self._result().__await__()
+
+    def link(self, base_url: str) -> str:
+        """`base_url` with the run, the wait and the token as query parameters
+        (`run`, `wait`, `token`): the link a person opens to decide, whose page
+        hands them to `Client.deliver`. Like `token.reveal()`, only inside an
+        effect's function: the link holds the secret."""
+        if self.token is None:
+            raise errors.SteadError(f"wait {self.wait_id} has no token (token=False)")
+        query = urllib.parse.urlencode({"run": self._x.fence.run_id, "wait": self.wait_id,
+                                        "token": self.token.reveal()})
+        return f"{base_url}{'&' if '?' in base_url else '?'}{query}"
+
+    def __repr__(self) -> str:
+        return f"Wait(kind={self.kind!r}, wait_id={self.wait_id})"
+
+    def __stead_redacted__(self) -> str:
+        return f"<wait {self.wait_id}>"
 
     def _record(self, status: RecordStatus, payload: Any) -> Record:
         return self._x.record(self._addr, 1, RecordKind.WAIT, self.kind, self._digest, status,

@@ -79,9 +79,8 @@ class Worker:
         self._active: dict[str, tuple[asyncio.Task[None], Execution | None]] = {}
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
-        self._secret: bytes | None = None
         self._execution_options = ExecutionOptions(
-            suspend_after=self.options.suspend_after, token_secret=self._token_secret,
+            suspend_after=self.options.suspend_after, keyring=self.store.keyring,
         )
 
     # -- public -------------------------------------------------------------
@@ -207,12 +206,6 @@ class Worker:
                     entry[1].lose(errors.StaleLease(f"lease on run {fence.run_id} was lost"))
                 fences[fence].cancel()
 
-    async def _token_secret(self) -> bytes:
-        if self._secret is None:
-            env = os.environ.get("STEAD_SECRET")
-            self._secret = env.encode() if env else await self.store.secret()
-        return self._secret
-
     # -- one run --------------------------------------------------------------
     async def _execute(self, row: RunRow) -> None:
         fence = Fence(row.run_id, row.epoch, self.id)
@@ -294,7 +287,8 @@ class Worker:
             ))
             return
         try:
-            text = codec.dumps(result, what=f"the result of workflow {row.workflow!r}")
+            text = codec.dumps(result, what=f"the result of workflow {row.workflow!r}",
+                               secrets=x.secrets)
         except errors.SerializationError as exc:
             await x.finish(RunStatus.FAILED, error=_error_json(exc))
             return

@@ -54,8 +54,8 @@ def check_eligibility(order_id: str, amount: int) -> dict[str, Any]:
     return {"eligible": amount <= 10_000}
 
 
-def send_link(op: stead.Operation, order_id: str, wait_id: str, token: str) -> str:
-    link = {"order_id": order_id, "wait_id": wait_id, "token": str(token), "key": op.key}
+def send_link(op: stead.Operation, order_id: str, wait_id: str, token: stead.Token) -> str:
+    link = {"order_id": order_id, "wait_id": wait_id, "token": token.reveal(), "key": op.key}
     (DIR / "link.json").write_text(json.dumps(link))
     return f"https://shop.example/confirm/{wait_id}"
 

@@ -68,11 +68,13 @@ def check_eligibility(order_id: str, amount: int) -> dict[str, Any]:
     return {"order_id": order_id, "eligible": 0 < amount <= MAX_REFUND, "limit": MAX_REFUND}
 
 
-def send_confirmation_link(op: stead.Operation, to: str, wait_id: str, token: str,
+def send_confirmation_link(op: stead.Operation, to: str, w: stead.Wait[Confirmation],
                            bound: dict[str, Any]) -> dict[str, Any]:
-    """An effect: the mailbox dedups on `op.key`, so resending is safe."""
-    link = f"https://shop.example/confirm/{wait_id}?token={token}"
-    body = {"link": link, "wait_id": wait_id, "token": str(token), "bound": bound}
+    """An effect: the mailbox dedups on `op.key`, so resending is safe. Only
+    here, in the effect that sends it, does the token's value come out."""
+    assert w.token is not None
+    link = w.link("https://shop.example/confirm")
+    body = {"link": link, "wait_id": w.wait_id, "token": w.token.reveal(), "bound": bound}
     message_id = services.Mailbox().send(
         to, f"Confirm the refund of order {bound['order_id']}", body, key=op.key)
     return {"message_id": message_id, "to": to}  # journaled: no token in here
@@ -114,7 +116,7 @@ async def refund_order(run: stead.Run, order_id: str, amount: int) -> dict[str, 
                        bind={"order_id": order_id, "amount": amount,
                              "state_version": facts.version})
     await run.effect("send_confirmation_link", send_confirmation_link,
-                     CUSTOMER, w.wait_id, w.token, w.bind, idempotent=True)
+                     CUSTOMER, w, w.bind, idempotent=True)
     answer = await w  # suspends: no lease, no worker, nothing in memory
     if not answer.approved:
         await run.state.update({"status": "declined"}, expect_version=facts.version)

@@ -6,7 +6,9 @@ import os
 
 from stead import errors
 from stead.clock import Clock, SystemClock
+from stead.keys import KeySource
 from stead.store.base import Store
+from stead.store.urls import display_url
 
 DEFAULT_URL = "sqlite:///stead.db"
 
@@ -17,11 +19,14 @@ def database_url(url: str | None = None) -> str:
 
 
 async def open_store(
-    url: str | None = None, *, clock: Clock | None = None, retry_for: float = 30.0
+    url: str | None = None, *, clock: Clock | None = None, retry_for: float = 30.0,
+    keys: KeySource | None = None,
 ) -> Store:
     """Open (and migrate) the store at `url`; see `database_url` for the default.
     A server-backed store retries a lost connection for up to `retry_for`
-    seconds before raising `StoreUnavailable`."""
+    seconds before raising `StoreUnavailable`. `keys` (a `stead.Keyring`, or a
+    function returning one) signs and checks wait tokens; without it they come
+    from `STEAD_SECRET` or a key file (see `stead.keys`)."""
     url = database_url(url)
     clock = clock or SystemClock()
     if url.startswith("sqlite:"):
@@ -39,9 +44,11 @@ async def open_store(
         store = postgres.PostgresStore(url, clock=clock, retry_for=retry_for)
     else:
         raise errors.StoreError(
-            f"unsupported database URL {url!r}: use sqlite:///path/to/file.db or "
+            f"unsupported database URL {display_url(url)!r}: use sqlite:///path/to/file.db or "
             "postgresql://user@host:5432/db"
         )
+    if keys is not None:
+        store.key_source = keys
     try:
         await store.open()
     except BaseException:
@@ -50,4 +57,4 @@ async def open_store(
     return store
 
 
-__all__ = ["DEFAULT_URL", "Store", "database_url", "open_store"]
+__all__ = ["DEFAULT_URL", "Store", "database_url", "display_url", "open_store"]

@@ -345,10 +345,3 @@ def state_updated(
     done = yield from records_landed(write.fence.run_id, written)
     return attempted if done else NOT_LANDED
 
-
-# -- settings ---------------------------------------------------------------------
-def set_meta_once(key: str, value: str) -> Flow[str]:
-    """Store `value` under `key` unless one is there already; the value that is."""
-    yield execute("insert_meta", {"key": key, "value": value})
-    row = yield one("get_meta", {"key": key})
-    return str(row["value"])

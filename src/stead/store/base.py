@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import functools
 import inspect
-import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from stead import addresses, errors
+from stead import addresses, errors, keys
 from stead.records import (
     EventRow,
     Fence,
@@ -64,6 +63,12 @@ class Store:
         self.database = database
         self.url = database.url
         self.clock = database.clock
+        # Where the keys that sign wait tokens come from (see `stead.keys`): a
+        # hook given to `open_store`, and the key file beside an SQLite file.
+        self.key_source: keys.KeySource | None = None
+        self.key_file: str | None = None
+        self._legacy: bytes | None = None
+        self._legacy_read = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -282,15 +287,20 @@ class Store:
         )
 
     # -- settings -----------------------------------------------------------
-    async def secret(self) -> bytes:
-        """This database's random secret (created on first use). Wait tokens are
-        signed with STEAD_SECRET when it is set, else with this."""
-        value = await self.database.read(
-            lambda: tx.read_one("get_meta", {"key": "secret"}, lambda row: str(row["value"])))
-        if value is None:  # concurrent first uses: one insert wins, all read it
-            fresh = secrets.token_hex(32)
-            value = await self.database.write(lambda: tx.set_meta_once("secret", fresh), Writing())
-        return bytes.fromhex(value)
+    async def keyring(self) -> keys.Keyring:
+        """The keys that sign and verify wait tokens (see `stead.keys`; never
+        kept in this database). A database that still holds the secret it
+        signed tokens with before (`stead_meta`) lends it as the `legacy` key,
+        so runs that opened waits with it replay; no new secret is made here."""
+        ring = keys.resolve(self.key_source, self.key_file)
+        if ring.legacy is not None:
+            return ring
+        if not self._legacy_read:
+            value = await self.database.read(lambda: tx.read_one(
+                "get_meta", {"key": "secret"}, lambda row: str(row["value"])))
+            self._legacy = None if value is None else bytes.fromhex(value)
+            self._legacy_read = True
+        return ring.with_legacy(self._legacy)
 
     async def wait_for_work(self, timeout: float) -> None:
         """Return when a run may have become claimable, or after `timeout`

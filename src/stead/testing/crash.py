@@ -207,6 +207,7 @@ class CrashingStore(Store):
         super().__init__(self._crashing)
         self.inner = inner
         self.point = point
+        self.key_source, self.key_file = inner.key_source, inner.key_file  # the same keys
 
     @property
     def writes(self) -> int:

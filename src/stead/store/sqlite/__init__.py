@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from stead import keys
 from stead.clock import Clock
 from stead.store.base import Store
 from stead.store.sqlite.connection import busy_timeout_from_url, path_from_url
@@ -13,6 +14,11 @@ class SQLiteStore(Store):
 
     def __init__(self, url: str, *, clock: Clock, busy_timeout: float = 10.0) -> None:
         super().__init__(SQLiteDatabase(url, clock=clock, busy_timeout=busy_timeout))
+        path = path_from_url(url)
+        if path == ":memory:":  # a private database: its keys live and die with it
+            self.key_source = keys.Keyring((keys.new_key(),))
+        else:
+            self.key_file = path + ".keys"
 
 
 __all__ = ["SQLiteDatabase", "SQLiteStore", "busy_timeout_from_url", "path_from_url"]

@@ -92,6 +92,22 @@ def check_folder(path: str) -> None:
             )
 
 
+def create_private(path: str) -> None:
+    """Create the database file readable by its owner only (0600), if it does
+    not exist yet: SQLite gives its -wal and -shm files the mode of the
+    database file. An existing file keeps the mode its owner gave it."""
+    if path == ":memory:":
+        return
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise errors.StoreUnavailable(
+            f"cannot create database {path} ({exc}); check the folder's permissions"
+        ) from exc
+
+
 def connect(path: str, timeout: float) -> sqlite3.Connection:
     """A connection in autocommit mode (transactions are explicit), with
     durable commits and rows readable by column name."""
@@ -192,6 +208,7 @@ class Connector:
     def _connect(self) -> None:
         check_folder(self.path)
         try:
+            create_private(self.path)
             conn = connect(self.path, self.busy_timeout)
             set_wal(conn, self.busy_timeout)
             self._conn = conn

@@ -384,8 +384,3 @@ VALUES (%(task_key)s, %(version)s, %(data)s, %(run_id)s, %(now)s);
 
 -- name: get_meta
 SELECT value FROM stead_meta WHERE key = %(key)s;
-
--- name: insert_meta
--- Concurrent first uses: one insert wins, every caller reads the winner's value.
-INSERT INTO stead_meta (key, value) VALUES (%(key)s, %(value)s)
-ON CONFLICT (key) DO NOTHING;

@@ -228,6 +228,3 @@ VALUES (:task_key, :version, :data, :run_id, :now);
 
 -- name: get_meta
 SELECT value FROM stead_meta WHERE key = :key;
-
--- name: insert_meta
-INSERT INTO stead_meta (key, value) VALUES (:key, :value) ON CONFLICT (key) DO NOTHING;
