@@ -24,7 +24,7 @@ import click
 from stead import errors
 from stead.app import App
 from stead.client import Client
-from stead.store import DEFAULT_URL, open_store
+from stead.store import DEFAULT_URL, display_url, open_store
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -57,7 +57,7 @@ def require_database(db: str) -> None:
         raise click.ClickException(str(exc)) from exc
     if path != ":memory:" and not os.path.exists(path):
         raise click.ClickException(
-            f"no database at {path} ({db}); pass --db URL or set STEAD_DATABASE_URL"
+            f"no database at {path} ({display_url(db)}); pass --db URL or set STEAD_DATABASE_URL"
         )
 
 

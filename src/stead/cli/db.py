@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from stead.cli import common
-from stead.store import open_store, sql_files
+from stead.store import display_url, open_store, sql_files
 
 
 @click.group("db")
@@ -27,4 +27,4 @@ def migrate(ctx: click.Context) -> None:
 
     common.run_async(go())
     latest = max(v for v, _ in sql_files.migrations(dialect))
-    click.echo(f"{url}: schema at version {latest}")
+    click.echo(f"{display_url(url)}: schema at version {latest}")

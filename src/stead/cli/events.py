@@ -7,6 +7,8 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
+import os
+import sys
 from typing import Any
 
 import click
@@ -64,12 +66,39 @@ def _decide(ctx: click.Context, run_id: str, wait_id: str | None, kind: str | No
                                    "see `stead events ls RUN`")
 
 
+def _token(token: str | None, token_file: str | None) -> str:
+    """The wait's token from --token-file, stdin (--token -), --token or
+    STEAD_TOKEN: the first two keep it out of `ps` and shell history."""
+    if token_file is not None and token is not None and token != os.environ.get("STEAD_TOKEN"):
+        raise click.UsageError("give the token once: --token or --token-file")
+    if token_file is not None:
+        try:
+            with open(token_file, encoding="utf-8") as f:
+                text = f.read().strip()
+        except OSError as exc:
+            raise click.BadParameter(f"cannot read it: {exc}", param_hint="'--token-file'"
+                                     ) from exc
+    elif token == "-":
+        text = sys.stdin.read().strip()
+    else:
+        text = (token or "").strip()
+    if not text:
+        raise click.UsageError("the wait's token is needed: --token-file PATH, --token - "
+                               "(read from stdin) or STEAD_TOKEN")
+    return text
+
+
 def _decision_options(f: Any) -> Any:
     for option in reversed([
         click.option("--wait", "wait_id", metavar="ID", help="The wait's id (stead waits ls)."),
         click.option("--kind", metavar="KIND", help="Or: the run's open wait of this kind."),
-        click.option("--token", required=True, metavar="T",
-                     help="The wait's token, as it was sent to the person deciding."),
+        click.option("--token", metavar="T", envvar="STEAD_TOKEN", show_envvar=True,
+                     help="The wait's token, as it was sent to the person deciding. '-' "
+                          "reads it from stdin. A value given here is visible to other "
+                          "users (ps) and kept in shell history: prefer --token-file, "
+                          "--token - or STEAD_TOKEN."),
+        click.option("--token-file", type=click.Path(dir_okay=False, readable=True),
+                     metavar="PATH", help="Read the wait's token from this file."),
         click.option("--bind", "bind_json", metavar="JSON",
                      help="The values the decision is about (default: those the wait is "
                           "bound to, printed back)."),
@@ -88,13 +117,17 @@ def _decision_options(f: Any) -> Any:
               help="More fields for the event's payload (an object).")
 @click.pass_context
 def approve(ctx: click.Context, run_id: str, wait_id: str | None, kind: str | None,
-            token: str, bind_json: str | None, event_id: str | None,
-            payload_json: str) -> None:
+            token: str | None, token_file: str | None, bind_json: str | None,
+            event_id: str | None, payload_json: str) -> None:
     """Deliver {"approved": true, ...PAYLOAD} to a wait of RUN. The event is checked
     against the wait's resume contract (event type, bound values, state version,
-    expiry, token, schema) and stored whatever the verdict; a rejection exits 1."""
+    expiry, token, schema) and stored whatever the verdict; a rejection exits 1.
+
+    Give the token with --token-file PATH, --token - (stdin) or STEAD_TOKEN: a
+    value typed after --token is visible to other users (ps) and in shell history."""
     payload = {"approved": True, **common.parse_json(payload_json, "'--payload'", dict)}
-    _decide(ctx, run_id, wait_id, kind, token, payload, bind_json, event_id)
+    _decide(ctx, run_id, wait_id, kind, _token(token, token_file), payload, bind_json,
+            event_id)
 
 
 @click.command(short_help="Decline a waiting run: deliver a rejection event.")
@@ -105,13 +138,15 @@ def approve(ctx: click.Context, run_id: str, wait_id: str | None, kind: str | No
               help="More fields for the event's payload (an object).")
 @click.pass_context
 def reject(ctx: click.Context, run_id: str, wait_id: str | None, kind: str | None,
-           token: str, bind_json: str | None, event_id: str | None, reason: str,
-           payload_json: str) -> None:
+           token: str | None, token_file: str | None, bind_json: str | None,
+           event_id: str | None, reason: str, payload_json: str) -> None:
     """Deliver {"approved": false, "reason": REASON, ...PAYLOAD} to a wait of RUN; the
-    workflow decides what a refusal means."""
+    workflow decides what a refusal means. The token is given as for `approve`
+    (--token-file PATH, --token - or STEAD_TOKEN keep it out of ps and history)."""
     payload = {"approved": False, "reason": reason,
                **common.parse_json(payload_json, "'--payload'", dict)}
-    _decide(ctx, run_id, wait_id, kind, token, payload, bind_json, event_id)
+    _decide(ctx, run_id, wait_id, kind, _token(token, token_file), payload, bind_json,
+            event_id)
 
 
 @click.group()

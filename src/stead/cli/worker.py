@@ -11,8 +11,10 @@ import sys
 
 import click
 
+from stead import errors
 from stead.app import App
 from stead.cli import common
+from stead.store import display_url
 from stead.worker import Worker, WorkerOptions
 
 log = logging.getLogger("stead.cli")
@@ -78,7 +80,11 @@ async def _work(db: str, app: App, options: WorkerOptions, until_idle: bool) -> 
                 loop.add_signal_handler(sig, stop, sig)
                 installed.append(sig)
         log.info("worker %s started: hosting %s on %s", w.id, ", ".join(app.hosted()) or
-                 "nothing", db)
+                 "nothing", display_url(db))
+        try:
+            await client.store.keyring()
+        except errors.KeysUnavailable as exc:
+            log.warning("worker %s: waits with a token cannot open here: %s", w.id, exc)
         try:
             await (w.run_until_idle() if until_idle else w.run())
         finally:

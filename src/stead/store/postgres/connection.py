@@ -34,6 +34,7 @@ from psycopg_pool import AsyncConnectionPool
 from stead import errors
 from stead.store import sql_files
 from stead.store.seam import NotLanded
+from stead.store.urls import display_url
 
 T = TypeVar("T")
 _MISSING: Any = object()
@@ -67,14 +68,12 @@ def parse_url(url: str) -> Target:
     parameters (sslmode, connect_timeout, application_name…) go to libpq."""
     parts = urlsplit(url)
     if parts.scheme not in ("postgresql", "postgres"):
-        raise errors.StoreError(f"not a postgresql URL: {url!r}")
+        raise errors.StoreError(f"not a postgresql URL: {display_url(url)!r}")
     query = parse_qsl(parts.query, keep_blank_values=True)
     ours = {k: v for k, v in query if k in _OURS}
     rest = [(k, v) for k, v in query if k not in _OURS]
-    netloc = parts.netloc
-    if parts.password is not None:
-        netloc = netloc.replace(f":{parts.password}@", ":***@", 1)
-    display = urlunsplit((parts.scheme, netloc, parts.path, urlencode(rest), ""))
+    display = display_url(urlunsplit((parts.scheme, parts.netloc, parts.path,
+                                      urlencode(rest), "")))
     schema = ours.get("schema", "public")
     if not _SCHEMA.match(schema):
         raise errors.StoreError(
