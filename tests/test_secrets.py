@@ -25,7 +25,7 @@ import stead
 import stead.keys
 from stead.cli import main
 from stead.store import display_url
-from stead.waits import sign, token_refusal
+from stead.waits import sign, token_hash, token_refusal
 from tests import pg
 
 Body = Callable[[stead.Run, list[str]], Coroutine[Any, Any, Any]]
@@ -188,6 +188,60 @@ async def test_a_database_secret_from_before_is_a_legacy_key_until_revoked(
         stead.keys.revoke(tmp_path / "stead.db.keys", stead.keys.LEGACY)
         refusal = token_refusal(await store.keyring(), "stk_oldtoken")
         assert refusal is not None and "revoked" in refusal
+    finally:
+        await store.close()
+
+
+@pytest.mark.sqlite_only
+async def test_a_wait_signed_with_the_old_database_secret_verifies_and_replays(
+    own_keys: None, tmp_path: Path,
+) -> None:
+    app = stead.App("legacy")
+    sent: list[str] = []
+
+    def send(op: stead.Operation, token: stead.Token) -> None:
+        sent.append(token.reveal())
+
+    @app.workflow()
+    async def wf(run: stead.Run) -> str:
+        w = await run.wait("confirm")
+        await run.effect("send", send, w.token)
+        await w
+        await run.effect("again", send, w.token)  # after the takeover: signed again
+        return "done"
+
+    db = tmp_path / "stead.db"
+    store = await stead.open_store(f"sqlite:///{db}")
+    client = stead.Client(store, app)
+    info = await client.start(wf)
+    await stead.Worker(app, store).run_until_idle()
+    [w] = await client.waits(run_id=info.run_id)
+    await store.close()
+    # Make the run what an older stead left: a token signed with the secret kept
+    # in stead_meta, and a wait record that names no key.
+    old = bytes.fromhex("cd" * 32)
+    legacy = sign(stead.keys.Key(stead.keys.LEGACY, old), info.run_id, w.wait_id)
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("INSERT INTO stead_meta (key, value) VALUES ('secret', ?)", (old.hex(),))
+        conn.execute("UPDATE waits SET token_hash = ? WHERE wait_id = ?",
+                     (token_hash(legacy), w.wait_id))
+        [(seq, payload)] = conn.execute(
+            "SELECT seq, payload FROM journal WHERE run_id = ? AND kind = 'wait'",
+            (info.run_id,)).fetchall()
+        opened = json.loads(payload)
+        del opened["key"]
+        conn.execute("UPDATE journal SET payload = ? WHERE run_id = ? AND seq = ?",
+                     (json.dumps(opened), info.run_id, seq))
+    conn.close()
+
+    store = await stead.open_store(f"sqlite:///{db}")
+    try:
+        assert isinstance(await _deliver(store, info.run_id, w.wait_id, legacy), stead.Accepted)
+        await stead.Worker(app, store).run_until_idle()
+        assert await stead.Client(store).result(info.run_id, timeout=10) == "done"
+        assert sent[-1] == legacy  # the replay signed the wait's token as it was
+        assert legacy.encode() not in _database_bytes(db)
     finally:
         await store.close()
 
