@@ -404,6 +404,40 @@ async def test_a_revealed_token_is_refused_wherever_it_would_be_journaled(
         await store.close()
 
 
+@pytest.mark.sqlite_only
+async def test_an_effect_error_that_quotes_its_link_is_journaled_masked(
+    own_keys: None, tmp_path: Path,
+) -> None:
+    app = stead.App("quoting")
+    links: list[str] = []
+
+    def send(op: stead.Operation, w: stead.Wait[Any]) -> None:
+        links.append(w.link("https://mail.example/send"))
+        raise RuntimeError(f"POST {links[0]} answered 500")
+
+    @app.workflow()
+    async def wf(run: stead.Run) -> str:
+        w = await run.wait("confirm")
+        try:
+            await run.effect("send", send, w)
+        except stead.EffectFailed as exc:
+            return exc.message
+        return "sent"
+
+    db = tmp_path / "stead.db"
+    store = await stead.open_store(f"sqlite:///{db}")
+    try:
+        client = stead.Client(store, app)
+        info = await client.start(wf)
+        await stead.Worker(app, store).run_until_idle()
+        message = await client.result(info.run_id, timeout=10)
+        assert "answered 500" in message and "token=****" in message
+        token = urllib.parse.parse_qs(urllib.parse.urlsplit(links[0]).query)["token"][0]
+        assert token not in message and token.encode() not in _database_bytes(db)
+    finally:
+        await store.close()
+
+
 async def test_a_token_is_revealed_only_inside_an_effect(store: stead.Store) -> None:
     app = stead.App("reveal")
     seen: dict[str, Any] = {}

@@ -83,8 +83,8 @@ def _freeze(value: Any, strings: bool) -> Any:
     Numbers are not exact under `==` (1 == 1.0 == True, 0.0 == -0.0, all
     encoded differently), so each is wrapped in `_Same`, which also checks the
     type: a Python call per number, paid only by lists that hold numbers. Once
-    a secret exists (`strings`), a `waits.Token` is a str equal to its plain
-    text yet encoded as a reference, so strings are wrapped too. Anything else
+    a secret exists (`strings`), strings are wrapped too, so that only a value
+    of the very same type compares equal to one. Anything else
     is kept as its canonical text. (Values of classes that override `==` to
     claim equality with plain values are beyond this; stead has none.)
     """

@@ -120,13 +120,15 @@ class Effect:
             with self.x.sending(in_thread=in_thread), addresses.outside_branches():
                 value = await asyncio.wait_for(call, self.spec.timeout)
         except self.spec.uncertain as exc:
+            # An error may quote what was sent (a link with its token): masked.
             await self._write(attempt, RecordStatus.UNKNOWN, {
-                "reason": f"{type(exc).__qualname__}: {exc}" if str(exc)
-                else type(exc).__qualname__,
+                "reason": f"{type(exc).__qualname__}: {self.x.secrets.mask(str(exc))}"
+                if str(exc) else type(exc).__qualname__,
             })
             return await self._resolve(attempt, op.external_id)
         except Exception as exc:
-            return await self._failed(attempt, type(exc).__qualname__, str(exc), exc)
+            return await self._failed(attempt, type(exc).__qualname__,
+                                      self.x.secrets.mask(str(exc)), exc)
         return await self._done(attempt, value)
 
     async def _done(self, attempt: int, value: Any) -> Any:
