@@ -13,7 +13,7 @@ EXPECTED = {
     "StaleLease", "StateConflict", "SteadError", "StepError", "Store", "StoreError",
     "StoreUnavailable", "SystemClock", "Token", "ToolCall", "UnknownRun", "UnknownWorkflow",
     "Usage", "Wait", "WaitExpired", "WaitNotOpen", "WaitRevoked", "Worker", "WorkerOptions",
-    "Workflow",
+    "Workflow", "DatabaseMissing", "StatusNotReached", "ResumeDetails", "UnknownOutcome",
 }
 
 

@@ -5,6 +5,7 @@ from stead.client import Client, RunInfo
 from stead.clock import Clock, FakeClock, SystemClock
 from stead.errors import (
     CorruptRecord,
+    DatabaseMissing,
     EffectCompensated,
     EffectFailed,
     InvalidInput,
@@ -16,6 +17,7 @@ from stead.errors import (
     SerializationError,
     StaleLease,
     StateConflict,
+    StatusNotReached,
     SteadError,
     StepError,
     StoreError,
@@ -28,7 +30,7 @@ from stead.errors import (
 )
 from stead.llm import Completion, Model, ScriptedModel, ToolCall, Usage
 from stead.outcomes import Operation, Outcome
-from stead.records import Record, ResumeRecord
+from stead.records import Record, ResumeDetails, ResumeRecord, UnknownOutcome
 from stead.retry import Retry
 from stead.run import Run
 from stead.state import Facts
@@ -45,6 +47,7 @@ __all__ = [
     "Clock",
     "Completion",
     "CorruptRecord",
+    "DatabaseMissing",
     "Delivery",
     "Duplicate",
     "EffectCompensated",
@@ -60,6 +63,7 @@ __all__ = [
     "OutcomeUncertain",
     "Record",
     "Rejected",
+    "ResumeDetails",
     "ResumeRecord",
     "Retry",
     "Run",
@@ -70,6 +74,7 @@ __all__ = [
     "SerializationError",
     "StaleLease",
     "StateConflict",
+    "StatusNotReached",
     "SteadError",
     "StepError",
     "Store",
@@ -78,6 +83,7 @@ __all__ = [
     "SystemClock",
     "Token",
     "ToolCall",
+    "UnknownOutcome",
     "UnknownRun",
     "UnknownWorkflow",
     "Usage",

@@ -70,7 +70,7 @@ def translate(exc: sqlite3.Error, path: str) -> errors.StoreError:
         )
     if isinstance(exc, sqlite3.DatabaseError) and (
         "not a database" in text or "malformed" in text or "unable to open" in text
-        or "readonly" in text or "disk I/O" in text
+        or "readonly" in text or "disk I/O" in text or "is full" in text
     ):
         return errors.StoreUnavailable(
             f"database {path} cannot be used ({text}); check the path and its permissions"
@@ -153,6 +153,14 @@ def _statements(script: str) -> Iterator[str]:
         raise errors.StoreError("migration ends with an incomplete statement")
 
 
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 class _Busy:
     """The connections (or the file's write lock) are taken right now."""
 
@@ -184,6 +192,7 @@ class Connector:
         self._lock = threading.Lock()
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stead-sqlite")
         self._writers: dict[str, float] = {}  # run id -> when it last wrote
+        self._file: tuple[int, int] | None = None  # (device, inode) of the file opened
 
     # -- lifetime -----------------------------------------------------------
     async def open(self) -> None:
@@ -200,8 +209,28 @@ class Connector:
             if self.path != ":memory:":  # a second :memory: connection is another database
                 self._inline = connect(self.path, 0.0)
                 self._watch = connect(self.path, 0.0)
+                self._file = _identity(self.path)
         except sqlite3.Error as exc:
             raise translate(exc, self.path) from exc
+
+    def check_file(self) -> None:
+        """Raise `DatabaseMissing` if the file at the path is no longer the
+        one opened (deleted, or replaced): SQLite would go on writing to the
+        old file, which no one can open again."""
+        if self._file is None:
+            return
+        try:
+            now = _identity(self.path)
+        except OSError:  # cannot look (permissions): no news is good news
+            return
+        if now == self._file:
+            return
+        what = "was deleted" if now is None else "was replaced by another file"
+        raise errors.DatabaseMissing(
+            f"database {self.path} {what} while this process had it open; what it "
+            "writes now would be lost. Stop every worker on it, restore the file "
+            "from a backup (or start afresh), then start the workers again"
+        )
 
     async def close(self) -> None:
         def close_all() -> None:
