@@ -83,6 +83,81 @@ async def test_a_full_disk_stops_the_attempt_and_the_run_completes_once_it_is_go
     assert done.epoch == 3  # two attempts left for takeover, the third completed
 
 
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MB tmpfs, where the machine lets a test mount one (root in a
+    container that allows it); skipped elsewhere."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)],
+                             capture_output=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here: " + mounted.stderr.decode().strip())
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True, check=False)
+
+
+def _fill(path: Path) -> None:
+    """Write to `path` until the disk is full."""
+    with open(path, "wb") as out:
+        try:
+            while True:
+                out.write(b"\0" * 65536)
+                out.flush()
+        except OSError:
+            pass
+
+
+@pytest.mark.sqlite_only
+async def test_a_real_full_disk_leaves_the_run_to_be_finished_once_there_is_room(
+    small_disk: Path,
+) -> None:
+    app = stead.App("t")
+    calls = Calls()
+    filler = small_disk / "filler"
+
+    def compute() -> str:
+        calls.hit("compute")
+        if calls["compute"] == 1:
+            _fill(filler)  # the disk is full now: this step's record cannot be written
+        return "x" * 200_000
+
+    async def charge(op: stead.Operation) -> str:
+        calls.hit("charge")
+        return "receipt"
+
+    @app.workflow()
+    async def wf(run: stead.Run) -> str:
+        await run.step("compute", compute)
+        return await run.effect("charge", charge)
+
+    store = await stead.open_store(f"sqlite:///{small_disk}/stead.db")
+    try:
+        client = stead.Client(store, app)
+        info = await client.start(wf)
+        worker = stead.Worker(app, store, stead.WorkerOptions(
+            poll_interval=0.01, store_backoff=0.05, lease_seconds=1.0))
+        task = asyncio.create_task(worker.run())
+        try:
+            for _ in range(500):
+                if filler.exists() and calls["compute"] >= 1:
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.5)  # attempts fail while the disk stays full
+            assert (await client.get(info.run_id)).status == "running"  # never failed
+            filler.unlink()
+            done = await client.wait_for(info.run_id, ["completed"], timeout=30)
+        finally:
+            worker.stop()
+            await task
+    finally:
+        await store.close()
+    assert done.result == "receipt"
+    assert calls["charge"] == 1 and calls["compute"] >= 2
+
+
 async def test_retry_takes_runs_stead_stopped_and_refuses_the_workflows_own_failures(
     store: stead.Store,
 ) -> None:

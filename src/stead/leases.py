@@ -69,6 +69,7 @@ class LeaseKeeper:
         self._sent: float | None = None
         self._answered: float | None = None
         self._reported = False
+        self._blamed: str | None = None  # the run the last blocked loop was blamed on
 
     # -- the worker's side (its event loop) -----------------------------------
     def hold(self, fence: Fence) -> None:
@@ -173,13 +174,15 @@ class LeaseKeeper:
         sent = self._sent
         if sent is None or self._answered == sent:
             if self._reported and sent is not None:
-                log.warning("event loop free again after %.1f s", now - sent)
+                log.warning("event loop free again after %.1f s", now - sent,
+                            extra={"run_id": self._blamed})
             self._reported = False
             self._sent = now
             return self._post(self._answer, now)
         if not self._reported and now - sent >= self._blocked_after:
             self._reported = True
             run_id, call = self._culprit()
+            self._blamed = run_id
             log.warning(
                 "event loop blocked for %.1f s by %s, in %s: nothing else on this worker "
                 "runs meanwhile. Do CPU-bound work in a sync step (run.step with a plain "

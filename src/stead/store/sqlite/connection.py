@@ -70,10 +70,15 @@ def translate(exc: sqlite3.Error, path: str) -> errors.StoreError:
         )
     if isinstance(exc, sqlite3.DatabaseError) and (
         "not a database" in text or "malformed" in text or "unable to open" in text
-        or "readonly" in text or "disk I/O" in text or "is full" in text
+        or "readonly" in text or "disk I/O" in text
     ):
         return errors.StoreUnavailable(
             f"database {path} cannot be used ({text}); check the path and its permissions"
+        )
+    if isinstance(exc, sqlite3.DatabaseError) and "is full" in text:
+        return errors.StoreUnavailable(
+            f"database {path}: the disk is full ({text}); nothing was written. Free "
+            "some space: what was running is taken over then"
         )
     return errors.StoreError(f"database {path}: {text}")
 
