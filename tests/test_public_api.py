@@ -14,6 +14,7 @@ EXPECTED = {
     "StoreUnavailable", "SystemClock", "Token", "ToolCall", "UnknownRun", "UnknownWorkflow",
     "Usage", "Wait", "WaitExpired", "WaitNotOpen", "WaitRevoked", "Worker", "WorkerOptions",
     "Workflow", "Keyring", "KeysUnavailable", "SecretInJournal", "TokenHidden",
+    "DatabaseMissing", "StatusNotReached", "ResumeDetails", "UnknownOutcome",
 }
 
 

@@ -394,8 +394,14 @@ async def test_a_revealed_token_is_refused_wherever_it_would_be_journaled(
         info = await client.start(wf)
         await stead.Worker(app, store).run_until_idle()
         run = await client.get(info.run_id)
-        assert run.status == "failed", run
-        assert run.error is not None and run.error["type"] == "SecretInJournal"
+        assert run.error is not None
+        if call == "the result of effect 'send'":
+            # The effect happened but its result cannot be stored: recorded as
+            # unknown, and the run stops for a human instead of going on.
+            assert run.status == "outcome_unknown", run
+        else:
+            assert run.status == "failed", run
+            assert run.error["type"] == "SecretInJournal"
         assert call in run.error["message"], run.error["message"]
         [secret] = leaked
         assert secret.encode() not in _database_bytes(db)

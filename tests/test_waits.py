@@ -85,7 +85,8 @@ async def test_a_run_waits_without_a_worker_and_wakes_on_the_event(
     assert verdict == stead.Accepted("evt-1", wait.wait_id)
     again = await client.deliver(info.run_id, wait_id=wait.wait_id, event_id="evt-1",
                                  payload={"approved": True}, bind=bind, token=token)
-    assert isinstance(again, stead.Duplicate) and again.original == "accepted"
+    assert isinstance(again, stead.Duplicate)
+    assert (again.wait_id, again.original_event_id) == (wait.wait_id, "evt-1")
     await stead.Worker(app, fstore).run_until_idle()
     result = await client.result(info.run_id, timeout=10)
     assert result["refund"] == "rf-123"

@@ -5,6 +5,7 @@ from stead.client import Client, RunInfo
 from stead.clock import Clock, FakeClock, SystemClock
 from stead.errors import (
     CorruptRecord,
+    DatabaseMissing,
     EffectCompensated,
     EffectFailed,
     InvalidInput,
@@ -18,6 +19,7 @@ from stead.errors import (
     SerializationError,
     StaleLease,
     StateConflict,
+    StatusNotReached,
     SteadError,
     StepError,
     StoreError,
@@ -32,7 +34,7 @@ from stead.errors import (
 from stead.keys import Keyring
 from stead.llm import Completion, Model, ScriptedModel, ToolCall, Usage
 from stead.outcomes import Operation, Outcome
-from stead.records import Record, ResumeRecord
+from stead.records import Record, ResumeDetails, ResumeRecord, UnknownOutcome
 from stead.retry import Retry
 from stead.run import Run
 from stead.state import Facts
@@ -49,6 +51,7 @@ __all__ = [
     "Clock",
     "Completion",
     "CorruptRecord",
+    "DatabaseMissing",
     "Delivery",
     "Duplicate",
     "EffectCompensated",
@@ -66,6 +69,7 @@ __all__ = [
     "OutcomeUncertain",
     "Record",
     "Rejected",
+    "ResumeDetails",
     "ResumeRecord",
     "Retry",
     "Run",
@@ -77,6 +81,7 @@ __all__ = [
     "SerializationError",
     "StaleLease",
     "StateConflict",
+    "StatusNotReached",
     "SteadError",
     "StepError",
     "Store",
@@ -86,6 +91,7 @@ __all__ = [
     "Token",
     "TokenHidden",
     "ToolCall",
+    "UnknownOutcome",
     "UnknownRun",
     "UnknownWorkflow",
     "Usage",

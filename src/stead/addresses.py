@@ -77,8 +77,13 @@ def _branching_factory(previous: Any) -> Any:
             ctx.run(current.set, parent.child())
             kwargs["context"] = ctx
         if previous is not None:
-            return previous(loop, coro, **kwargs)  # type: ignore[no-any-return]
-        return asyncio.Task(coro, loop=loop, **kwargs)
+            task: asyncio.Future[Any] = previous(loop, coro, **kwargs)
+        else:
+            task = asyncio.Task(coro, loop=loop, **kwargs)
+        owner = asyncio.current_task(loop) if parent is not None else None
+        if owner is not None and isinstance(task, asyncio.Task):
+            task.set_name(owner.get_name())  # a run's task names the run (see `leases`)
+        return task
 
     factory.stead_branching = True  # type: ignore[attr-defined]
     return factory

@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import json
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from stead import codec, errors, inputs, records, waits
@@ -45,6 +46,14 @@ class RunInfo:
     @property
     def done(self) -> bool:
         return self.status in records.TERMINAL
+
+    @property
+    def outcome_unknown(self) -> records.UnknownOutcome | None:
+        """For a run stopped as `outcome_unknown`: the effect it stopped on and
+        what is known of it (decide it with `reconcile`); otherwise None."""
+        if self.status != RunStatus.OUTCOME_UNKNOWN or not isinstance(self.error, dict):
+            return None
+        return records.UnknownOutcome.from_error(self.error)
 
     @classmethod
     def from_row(cls, row: RunRow, *, created: bool = False) -> RunInfo:
@@ -103,6 +112,26 @@ def _unknown_effect(journal: list[Record], run_id: str, effect: str) -> Record:
             f"outcomes; name one by its key: {', '.join(keys.get(r.addr, '?') for r in found)}"
         )
     return found[0]
+
+
+# Stops that are stead's decision, not the workflow's: `retry` may undo them.
+RETRYABLE = records.STOPPED
+# Failures that were the store's, not the workflow's (stead no longer fails a
+# run for them: it leaves the run to be taken over).
+_STORE_FAILURES = frozenset({"StoreError", "StoreUnavailable", "DatabaseMissing"})
+
+
+def _failed_by_store(info: RunInfo) -> bool:
+    return (info.status == RunStatus.FAILED and isinstance(info.error, dict)
+            and info.error.get("type") in _STORE_FAILURES)
+
+
+def _status(value: str) -> RunStatus:
+    try:
+        return RunStatus(value)
+    except ValueError:
+        raise errors.SteadError(
+            f"unknown status {value!r}; one of: {', '.join(RunStatus)}") from None
 
 
 def _check_input(wf: Workflow[Any, Any], payload: str) -> None:
@@ -179,6 +208,33 @@ class Client:
             raise errors.RunFailed(run_id, info.status, (info.error or {}).get("message"))
         return info.result
 
+    async def wait_for(
+        self, run_id: str, statuses: str | Iterable[str], *,
+        timeout: float | None = None, poll: float = 0.05,
+    ) -> RunInfo:
+        """Wait until the run is in one of `statuses` (`RunStatus` members or
+        their values) and return it as it is then. Raises `StatusNotReached`
+        after `timeout` seconds, or at once when the run ends in another status."""
+        wanted = frozenset(
+            _status(s) for s in ([statuses] if isinstance(statuses, str) else statuses))
+        if not wanted:
+            raise errors.SteadError("wait_for needs at least one status")
+        shown = " or ".join(sorted(wanted))
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            info = await self.get(run_id)
+            if info.status in wanted:
+                return info
+            if info.done:
+                raise errors.StatusNotReached(run_id, shown, info.status,
+                                              f"it ended as {info.status}")
+            if deadline is not None and loop.time() >= deadline:
+                raise errors.StatusNotReached(run_id, shown, info.status,
+                                              f"still not there after {timeout} s")
+            await asyncio.sleep(poll if deadline is None else
+                                max(0.0, min(poll, deadline - loop.time())))
+
     async def list_runs(self, *, status: str | None = None, workflow: str | None = None,
                    limit: int = 100) -> list[RunInfo]:
         if status is not None:
@@ -236,11 +292,32 @@ class Client:
         return RunInfo.from_row(row)
 
     async def retry(self, run_id: str) -> RunInfo:
-        """Let a run stopped as `incompatible_checkpoint` be claimed again, once
-        code that fits its journal is deployed (the old version registered next
-        to the new, or the change rolled back). Nothing in the journal changes;
-        if the code still does not fit, the run stops again."""
-        row = await self.store.resume_stopped(run_id, RunStatus.INCOMPATIBLE, None)
+        """Let a run that stead stopped be claimed again: one stopped as
+        `incompatible_checkpoint` (once code that fits its journal is
+        deployed), one stopped as `outcome_unknown` (its `check` is asked
+        again; an effect with neither check nor idempotency stops it again), or
+        one that failed on a store error rather than on the workflow's own
+        exception. Nothing in the journal changes. A run the workflow itself
+        failed, completed or cancelled is refused with `NotStopped`."""
+        info = await self.get(run_id)
+        if info.status not in RETRYABLE and not _failed_by_store(info):
+            raise errors.NotStopped(
+                f"run {run_id} is {info.status}"
+                + (f" ({(info.error or {}).get('type', 'Error')} raised by the workflow)"
+                   if info.status == RunStatus.FAILED else "")
+                + ": only a run stead stopped (incompatible_checkpoint, outcome_unknown, "
+                "or failed on a store error) can be retried; start a new run instead"
+            )
+        try:
+            row = await self.store.resume_stopped(run_id, info.status, None)
+        except errors.StoreError as exc:
+            if info.status != RunStatus.FAILED or info.task_id is None:
+                raise
+            # A failed run gave its task up: another run of the task may be live now.
+            raise errors.StoreError(
+                f"could not retry run {run_id} ({exc}); if task {info.task_id!r} has "
+                "a live run now, let it end or cancel it first"
+            ) from exc
         return RunInfo.from_row(row)
 
     # -- events and waits -----------------------------------------------------
@@ -288,9 +365,9 @@ class Client:
             payload=payload_text, bind=codec.dumps(bind_json, what="bind"),
             verdict=None, reason=None, detail=None, received_at=0.0,
         )
-        judgement, _stored = await self.store.deliver(
+        judgement, stored = await self.store.deliver(
             event, lambda ctx: waits.judge(incoming, ctx))
-        return waits.to_delivery(event_id, judgement)
+        return waits.to_delivery(event_id, judgement, stored)
 
     async def revoke_wait(self, wait_id: str) -> None:
         """Revoke an open wait: deliveries to it are rejected, and the run wakes

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from stead import addresses, calls, codec, errors, outcomes
 from stead.execution import Execution, Stop
@@ -132,7 +132,14 @@ class Effect:
         return await self._done(attempt, value)
 
     async def _done(self, attempt: int, value: Any) -> Any:
-        text = codec.dumps(value, what=f"the result of effect {self.spec.name!r}")
+        try:
+            text = codec.dumps(value, what=f"the result of effect {self.spec.name!r}")
+        except errors.SerializationError as exc:
+            # It happened, but what it returned cannot be journaled: say so at
+            # once, and stop before the workflow goes past an unrecorded effect.
+            known = f"it happened, but its result cannot be stored ({exc})"
+            await self._write(attempt, RecordStatus.UNKNOWN, {"reason": known})
+            self._stop(attempt, known)
         await self._write(attempt, RecordStatus.OK, {"result": codec.loads(text)})
         return codec.decode(text, self.rtype)
 
@@ -216,9 +223,10 @@ class Effect:
             run_id=self.x.fence.run_id, name=self.spec.name, key=self.key, attempt=attempt,
             fencing_token=self.x.fence.epoch, external_id=external_id,
             on_accepted=accepted if live else None,
+            loop=asyncio.get_running_loop(),
         )
 
-    def _stop(self, attempt: int, known: str) -> None:
+    def _stop(self, attempt: int, known: str) -> NoReturn:
         raise Stop(RunStatus.OUTCOME_UNKNOWN, {
             "type": "OutcomeUnknown",
             "message": (
@@ -228,6 +236,7 @@ class Effect:
             ),
             "effect": self.spec.name,
             "key": self.key,
+            "addr": self.addr,
             "attempt": attempt,
             "arguments": self.args_json,
             "known": known,

@@ -21,6 +21,11 @@ class StoreUnavailable(StoreError):
     """The database is locked, unreadable or unreachable; nothing was written."""
 
 
+class DatabaseMissing(StoreUnavailable):
+    """The database file the store opened was deleted or replaced: what is
+    written now goes to a file no one can open again. The worker stops."""
+
+
 class CorruptRecord(StoreError):
     """A stored row cannot be decoded; it is left untouched for a human."""
 
@@ -187,3 +192,13 @@ class SecretInJournal(SerializationError):
 
 class TokenHidden(SteadError):
     """A token's value was asked for where it could leak into the journal."""
+
+
+class StatusNotReached(SteadError):
+    """`Client.wait_for` gave up: the run did not reach one of the statuses in
+    time, or it ended in another."""
+
+    def __init__(self, run_id: str, wanted: object, status: str, why: str) -> None:
+        super().__init__(f"run {run_id} did not reach {wanted}: {why} (status {status})")
+        self.run_id = run_id
+        self.status = status

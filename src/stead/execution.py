@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import contextvars
 import dataclasses
-import json
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
@@ -25,6 +24,7 @@ from stead.records import (
     RecordKind,
     RecordStatus,
     ResumeClass,
+    ResumeDetails,
     ResumeRecord,
     RunStatus,
 )
@@ -87,6 +87,7 @@ class Execution:
         self._resume_pending = takeover
         self._lost: errors.StaleLease | None = None
         self._incompatible: errors.NonDeterminism | None = None
+        self._store_failed: errors.StoreError | None = None
         self._draining = False
         self._classes: dict[ResumeClass, int] = {}
         self._inflight = 0
@@ -110,7 +111,10 @@ class Execution:
         context = contextvars.copy_context()
         context.run(addresses.current.set, addresses.Branch(""))
         context.run(codec.watch, self.secrets)
-        task = asyncio.get_running_loop().create_task(body, context=context)
+        # Named as the worker's task for the run, so a blocked loop is blamed on it.
+        owner = asyncio.current_task()
+        task = asyncio.get_running_loop().create_task(
+            body, context=context, name=owner.get_name() if owner is not None else None)
         self._body = task
         return task
 
@@ -143,6 +147,14 @@ class Execution:
         return exc
 
     @property
+    def store_failed(self) -> errors.StoreError | None:
+        """The store error a write of this attempt met; None if none did.
+        From then on nothing live starts and nothing is written: the worker
+        leaves the run to be taken over, whatever the workflow made of the
+        error."""
+        return self._store_failed
+
+    @property
     def suspended(self) -> bool:
         """Whether the run suspended: its lease is released and its body cancelled."""
         return self._suspended
@@ -157,6 +169,8 @@ class Execution:
         """Before starting anything live: refuse if the run is no longer ours."""
         if self._lost is not None:
             raise self._lost
+        if self._store_failed is not None:
+            raise self._store_failed
         if self._incompatible is not None:
             raise self._incompatible
         if self._draining:
@@ -191,8 +205,8 @@ class Execution:
             run_id=self.fence.run_id, epoch=self.fence.epoch, worker_id=self.fence.worker_id,
             at=self.clock.now(), from_seq=self.journal.length,
             code_version=self.code_version, reused=self.journal.reused,
-            detail=json.dumps({"journal_records": self.journal.length,
-                               "classes": self._classes}),
+            detail=ResumeDetails(self.journal.length, self._classes,
+                                 self.journal.reused_kinds).to_json(),
         )
 
     def _committed(self, batch: Sequence[Record], resume: ResumeRecord | None,
@@ -219,6 +233,8 @@ class Execution:
         async with self._lock:
             if self._lost is not None:
                 raise self._lost
+            if self._store_failed is not None:
+                raise self._store_failed
             batch = self._numbered(recs)
             resume = self._resume()
             self._inflight += 1
@@ -226,6 +242,11 @@ class Execution:
                 result = await send(batch, resume)
             except errors.StaleLease as exc:
                 self._lost = exc
+                raise
+            except errors.CorruptRecord:
+                raise
+            except errors.StoreError as exc:
+                self._store_failed = exc
                 raise
             finally:
                 self._idle()

@@ -3,9 +3,10 @@ an effect function and its `check` receive."""
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import dataclasses
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -69,6 +70,7 @@ class Operation:
         fencing_token: int,
         external_id: str | None,
         on_accepted: Callable[[str], Awaitable[None]] | None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         self.run_id = run_id
         self.name = name
@@ -77,15 +79,32 @@ class Operation:
         self.fencing_token = fencing_token
         self.external_id = external_id
         self._on_accepted = on_accepted
+        self._loop = loop  # the run's event loop, which journals the acceptance
 
-    async def accepted(self, external_id: str) -> None:
-        """Journal, now, that the outside accepted the work under `external_id`
-        (CI job 471 exists). From then on a takeover asks `check` about it and
-        never submits again."""
+    def accepted(self, external_id: str) -> Awaitable[None]:
+        """Journal that the outside accepted the work under `external_id` (CI
+        job 471 exists). From then on a takeover asks `check` about it and
+        never submits again.
+
+        An async effect function awaits it: `await op.accepted(job_id)`. A
+        sync one (it runs in one of stead's threads) calls it:
+        `op.accepted(job_id)` returns once the acceptance is journaled."""
         if not isinstance(external_id, str) or not external_id:
             raise ValueError("external_id must be a non-empty string")
         if self._on_accepted is None:
             raise RuntimeError("accepted() can only be called while the effect is sent")
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not None or self._loop is None:
+            return self._accept(external_id)
+        # A sync effect function, in a thread: journal on the run's loop and wait.
+        asyncio.run_coroutine_threadsafe(self._accept(external_id), self._loop).result()
+        return _done()
+
+    async def _accept(self, external_id: str) -> None:
+        assert self._on_accepted is not None
         await self._on_accepted(external_id)
         self.external_id = external_id
 
@@ -112,3 +131,15 @@ async def sending(name: str, call: Awaitable[T]) -> T:
 def sending_effect() -> str | None:
     """The effect whose function is running here, if any."""
     return _SENDING.get()
+
+
+class _Done:
+    """An awaitable that is already done: what a sync caller of `accepted` gets
+    back (awaiting it is harmless)."""
+
+    def __await__(self) -> Generator[None, None, None]:
+        yield from ()
+
+
+def _done() -> Awaitable[None]:
+    return _Done()

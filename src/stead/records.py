@@ -17,7 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, Self
+import json
+from collections.abc import Mapping
+from typing import Any, Self, TypeVar
+
+E = TypeVar("E", bound=enum.StrEnum)
 
 
 class RunStatus(enum.StrEnum):
@@ -187,8 +191,46 @@ class Fence:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ResumeDetails:
+    """What a takeover found, typed: how many records the journal held, and
+    how many replayed calls fell in each `ResumeClass` and were of each
+    `RecordKind` by the time the resume record was written."""
+
+    journal_records: int
+    classes: Mapping[ResumeClass, int]
+    kinds: Mapping[RecordKind, int]
+
+    @classmethod
+    def from_json(cls, text: str) -> ResumeDetails:
+        """Read a resume record's `detail`; keys it lacks (older rows) count zero."""
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = {}
+        if not isinstance(data, dict):
+            data = {}
+        return cls(
+            journal_records=int(data.get("journal_records", 0)),
+            classes=_counts(data.get("classes"), ResumeClass),
+            kinds=_counts(data.get("kinds"), RecordKind),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps({"journal_records": self.journal_records,
+                           "classes": dict(self.classes), "kinds": dict(self.kinds)})
+
+
+def _counts(data: object, members: type[E]) -> dict[E, int]:
+    if not isinstance(data, dict):
+        return {}
+    known = {m.value: m for m in members}
+    return {known[k]: int(v) for k, v in data.items() if k in known}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ResumeRecord:
-    """The audit of one takeover, written with the first write after replay."""
+    """The audit of one takeover, written with the first write after replay.
+    `detail` is the stored JSON text; `details` reads it as `ResumeDetails`."""
 
     run_id: str
     epoch: int
@@ -198,6 +240,36 @@ class ResumeRecord:
     code_version: str
     reused: int
     detail: str = "{}"
+
+    @property
+    def details(self) -> ResumeDetails:
+        return ResumeDetails.from_json(self.detail)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UnknownOutcome:
+    """Why a run stopped as `outcome_unknown`: the effect (`name`, its
+    idempotency `key`, its `addr` in the workflow, the `attempt`), the
+    `arguments` it was sent with, and what is `known` of its outcome. Decide
+    it with `Client.reconcile` (or `stead reconcile`)."""
+
+    name: str
+    key: str
+    addr: str
+    attempt: int
+    known: str
+    arguments: Any = None
+
+    @classmethod
+    def from_error(cls, error: Mapping[str, Any]) -> UnknownOutcome | None:
+        """Read the stop from a run's error; None if it names no effect."""
+        if "effect" not in error or "key" not in error:
+            return None
+        return cls(
+            name=str(error["effect"]), key=str(error["key"]), addr=str(error.get("addr", "")),
+            attempt=int(error.get("attempt", 0)), known=str(error.get("known", "")),
+            arguments=error.get("arguments"),
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

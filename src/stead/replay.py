@@ -48,6 +48,7 @@ class Journal:
             self._by_addr.setdefault(r.addr, []).append(r)
         self._taken: set[str] = set()
         self.reused = 0
+        self.reused_kinds: dict[RecordKind, int] = {}
 
     def take(self, addr: str, kind: RecordKind, name: str, digest: str) -> list[Record]:
         """The records at `addr` in commit order, or [] when the call is
@@ -73,6 +74,7 @@ class Journal:
         if addr not in self._taken:
             self._taken.add(addr)
             self.reused += len(found)
+            self.reused_kinds[kind] = self.reused_kinds.get(kind, 0) + len(found)
         return found
 
     def untaken(self) -> list[Record]:

@@ -200,7 +200,8 @@ def effect_views(journal: Sequence[Record]) -> list[EffectView]:
 def effect_lines(info: RunInfo, views: Sequence[EffectView]) -> list[str]:
     """Each effect in a few lines: name and key, phase, history, what is known.
     The one the run stopped on is marked."""
-    stopped_on = (info.error or {}).get("key") if info.status == RunStatus.OUTCOME_UNKNOWN else None
+    unknown = info.outcome_unknown
+    stopped_on = unknown.key if unknown is not None else None
     out: list[str] = []
     for v in views:
         mark = "   <- the run stopped here" if v.key == stopped_on else ""
@@ -216,16 +217,19 @@ def effect_lines(info: RunInfo, views: Sequence[EffectView]) -> list[str]:
 def unknown_lines(info: RunInfo, views: Sequence[EffectView]) -> list[str]:
     """For a run stopped as `outcome_unknown`: what is known, and the commands
     that record a decision."""
-    err = info.error or {}
-    name, key = str(err.get("effect", "?")), str(err.get("key", "?"))
+    stop = info.outcome_unknown
+    if stop is None:
+        return []
+    name, key = stop.name, stop.key
     # Name the effect by its name, or by its key if the name is not unique.
     ref = name if sum(v.name == name for v in views) <= 1 else key
     cmd = f"stead reconcile {info.run_id} {shlex.quote(ref)}"
     return [
         f"outcome unknown: stead cannot tell whether effect {name!r} happened",
-        f"  key        {key}  (attempt {err.get('attempt', '?')})",
-        f"  arguments  {shorten(_compact(err.get('arguments')), 200)}",
-        f"  known      {err.get('known', '')}",
+        f"  key        {key}  (attempt {stop.attempt})",
+        f"  address    {stop.addr or '?'}",
+        f"  arguments  {shorten(_compact(stop.arguments), 200)}",
+        f"  known      {stop.known}",
         "  find out outside (look it up by its key), then record what happened:",
         f"    it happened, with result JSON:  {cmd} --happened JSON --why TEXT",
         f"    it did not (send it, same key): {cmd} --not-happened --why TEXT",
@@ -251,8 +255,7 @@ def render_run(
     if info.result is not None or info.status == RunStatus.COMPLETED:
         lines.append(f"result    {_compact(info.result)}")
     views = effect_views(journal)
-    if (info.status == RunStatus.OUTCOME_UNKNOWN and info.error is not None
-            and "effect" in info.error):
+    if info.outcome_unknown is not None:
         lines += ["", *unknown_lines(info, views)]
     elif info.error is not None:
         err = info.error

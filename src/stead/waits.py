@@ -24,6 +24,7 @@ from stead import codec, errors, keys, outcomes, schema_check
 from stead.execution import Execution
 from stead.records import (
     DeliveryContext,
+    EventRow,
     Judgement,
     Record,
     RecordKind,
@@ -51,12 +52,15 @@ class Accepted:
 
 @dataclasses.dataclass(frozen=True)
 class Duplicate:
-    """An event with this id was accepted before; nothing happened again.
+    """An event with this id was accepted before, by wait `wait_id`; nothing
+    happened again. `original_event_id` is the id of the event stored then
+    (redelivery is recognised by the event id), `received_at` when it was.
     (A redelivered event that was *rejected* is judged again instead.)"""
 
     event_id: str
-    original: str
-    reason: RejectReason | None = None
+    wait_id: str | None
+    original_event_id: str
+    received_at: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -289,12 +293,14 @@ def _check_wait(inc: Incoming, wait: WaitRow, ctx: DeliveryContext) -> Judgement
     return Judgement(Verdict.ACCEPTED)
 
 
-def to_delivery(event_id: str, j: Judgement) -> Delivery:
+def to_delivery(event_id: str, j: Judgement, stored: EventRow) -> Delivery:
+    """The delivery's outcome; `stored` is the event as stored (for a
+    duplicate, the one accepted before)."""
     if j.verdict == Verdict.ACCEPTED:
         assert j.wait_id is not None
         return Accepted(event_id, j.wait_id)
     if j.verdict == Verdict.DUPLICATE:
-        return Duplicate(event_id, j.detail or "", j.reason)
+        return Duplicate(event_id, stored.wait_id, stored.event_id, stored.received_at)
     assert j.reason is not None
     return Rejected(event_id, j.reason, j.detail or "")
 

@@ -1,5 +1,6 @@
 """`Worker`: claims runnable runs, executes them on one event loop, keeps
-their leases alive by heartbeat and gives them back when it stops.
+their leases alive (from a thread, see `leases`) and gives them back when it
+stops.
 
 A graceful stop (SIGTERM) stops claiming and lets each run reach its next call
 boundary, where it is released with everything it acknowledged journaled; what
@@ -21,10 +22,11 @@ import uuid
 from collections.abc import Coroutine
 from typing import Any
 
-from stead import addresses, codec, errors, takeover
+from stead import addresses, codec, errors, leases, logs, takeover
 from stead.app import App
 from stead.clock import Clock, SystemClock
 from stead.execution import Drain, Execution, ExecutionOptions, Stop
+from stead.leases import LeaseKeeper
 from stead.records import Fence, RunRow, RunStatus
 from stead.run import Run
 from stead.store.base import Store
@@ -44,6 +46,11 @@ class WorkerOptions:
     # A run parked on a wait or timer further away than this is suspended
     # (lease released, no worker held); nearer ones sleep in the process.
     suspend_after: float = 1.0
+    # After a store error, this worker leaves the run alone this long (doubling
+    # with each error in a row, up to the lease) and pauses its claims alike.
+    store_backoff: float = 1.0
+    # An event loop held this long by one call (no await) is logged.
+    blocked_after: float = 1.0
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -82,6 +89,12 @@ class Worker:
         self._execution_options = ExecutionOptions(
             suspend_after=self.options.suspend_after, keyring=self.store.keyring,
         )
+        self._leases = LeaseKeeper(store, self.options.lease_seconds, on_lost=self._lost,
+                                   blocked_after=self.options.blocked_after)
+        # Runs this worker leaves alone for a while after a store error: run id
+        # -> (until when, by loop time; the pause the next error starts).
+        self._backoff: dict[str, tuple[float, float]] = {}
+        self._claim_pause = 0.0
 
     # -- public -------------------------------------------------------------
     async def run(self) -> None:
@@ -103,33 +116,40 @@ class Worker:
     # -- loop ---------------------------------------------------------------
     async def _loop(self, *, until_idle: bool) -> None:
         addresses.install(asyncio.get_running_loop())
-        heartbeat = asyncio.create_task(self._heartbeat())
+        await self._leases.start()
         try:
             while not self._stopping.is_set():
                 free = self.options.concurrency - len(self._active)
                 claimed: list[RunRow] = []
+                backing_off = self._backing_off()
                 if free > 0:
                     try:
                         claimed = await self.store.claim(
                             self.id, self.app.hosted(), self.options.lease_seconds, free,
-                            exclude=list(self._active),
+                            exclude=[*self._active, *backing_off],
                         )
+                        self._claim_pause = 0.0
+                    except errors.DatabaseMissing as exc:
+                        log.error("worker %s stops: %s", self.id, exc)
+                        raise
                     except errors.StoreUnavailable as exc:
                         # Locked or briefly unreachable: nothing was claimed; poll again.
                         log.warning("worker %s could not claim: %s", self.id, exc)
+                        await self._pause_claims()
                 for row in claimed:
                     self._spawn(row)
                 if claimed and len(claimed) == free:
                     continue
-                if until_idle and not claimed and not self._active:
+                if until_idle and not claimed and not self._active and not backing_off:
                     return
                 if claimed:
                     continue
                 await self._idle(until_idle)
         finally:
-            await self._drain()
-            heartbeat.cancel()
-            await asyncio.gather(heartbeat, return_exceptions=True)
+            try:
+                await self._drain()
+            finally:
+                await self._leases.stop()
 
     async def _idle(self, until_idle: bool) -> None:
         """Wait for a run to finish, a stop, news of work from the store, or the
@@ -151,7 +171,10 @@ class Worker:
     def _spawn(self, row: RunRow) -> None:
         # The worker's own context has no branch; the run's body starts in its
         # root branch (see Execution.start), so its tasks are numbered from zero.
-        task = asyncio.create_task(self._execute(row), context=contextvars.copy_context())
+        context = contextvars.copy_context()
+        context.run(logs.current_run.set, row.run_id)
+        task = asyncio.create_task(self._execute(row), context=context,
+                                   name=leases.task_name(row.run_id))
         self._active[row.run_id] = (task, None)
         run_id = row.run_id
         task.add_done_callback(lambda t: self._done(run_id, t))
@@ -185,30 +208,39 @@ class Worker:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _heartbeat(self) -> None:
-        interval = self.options.lease_seconds / 3
-        while True:
-            await asyncio.sleep(interval)
-            fences = {
-                ex.fence: task for task, ex in self._active.values() if ex is not None
-            }
-            if not fences:
-                continue
-            try:
-                lost = await self.store.renew(list(fences), self.options.lease_seconds)
-            except errors.StoreError as exc:
-                log.warning("worker %s could not renew leases: %s", self.id, exc)
-                continue
-            for fence in lost:
-                log.warning("worker %s lost run %s (epoch %d)", self.id, fence.run_id, fence.epoch)
-                entry = self._active.get(fence.run_id)
-                if entry is not None and entry[1] is not None:
-                    entry[1].lose(errors.StaleLease(f"lease on run {fence.run_id} was lost"))
-                fences[fence].cancel()
+    def _lost(self, fences: list[Fence]) -> None:
+        """The lease keeper found these leases lost (on the worker's loop)."""
+        for fence in fences:
+            entry = self._active.get(fence.run_id)
+            if entry is None or entry[1] is None or entry[1].fence != fence:
+                continue  # that attempt is over already
+            log.warning("worker %s lost run %s (epoch %d)", self.id, fence.run_id, fence.epoch,
+                        extra={"run_id": fence.run_id})
+            entry[1].lose(errors.StaleLease(f"lease on run {fence.run_id} was lost"))
+            entry[0].cancel()
+
+    # -- after a store error ----------------------------------------------------
+    def _backing_off(self) -> list[str]:
+        """The runs this worker leaves alone for now, after a store error."""
+        now = asyncio.get_running_loop().time()
+        return [run_id for run_id, (until, _pause) in self._backoff.items() if until > now]
+
+    def _back_off(self, run_id: str) -> None:
+        _until, pause = self._backoff.get(run_id, (0.0, self.options.store_backoff))
+        self._backoff[run_id] = (asyncio.get_running_loop().time() + pause,
+                                 min(pause * 2, self.options.lease_seconds))
+
+    async def _pause_claims(self) -> None:
+        """Wait before the next claim after a failed one (doubling, up to the lease)."""
+        self._claim_pause = min(max(self._claim_pause * 2, self.options.store_backoff),
+                                self.options.lease_seconds)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), self._claim_pause)
 
     # -- one run --------------------------------------------------------------
     async def _execute(self, row: RunRow) -> None:
         fence = Fence(row.run_id, row.epoch, self.id)
+        self._leases.hold(fence)
         try:
             ready = await takeover.prepare(self.app, self.store, self.clock, row, self.id,
                                            self._execution_options)
@@ -219,16 +251,23 @@ class Worker:
             if task is not None:
                 self._active[row.run_id] = (task[0], ready.execution)
             await self._advance(row, ready)
+            self._backoff.pop(row.run_id, None)
         except errors.StaleLease as exc:
             log.warning("run %s: %s", row.run_id, exc)
         except errors.StoreError as exc:
-            # The store is unreachable: leave the run; its lease expires and
-            # it is taken over with nothing lost.
+            # A store error is never the workflow's failure: stop this attempt
+            # and leave the run to be taken over (released now if the store
+            # lets us, else when its lease expires), nothing lost. This worker
+            # leaves it alone for a while, so a failing store is not hammered.
             log.error("run %s: store error, leaving the run to be taken over: %s",
                       row.run_id, exc)
+            self._back_off(row.run_id)
+            await self._release_quietly(fence)
         except asyncio.CancelledError:
             await self._release_quietly(fence)
             raise
+        finally:
+            self._leases.drop(fence)
 
     async def _stop(self, fence: Fence, stopped: takeover.Stopped) -> None:
         if stopped.status == RunStatus.PENDING:
@@ -265,6 +304,13 @@ class Worker:
         except Exception as exc:
             if x.lost is not None:
                 raise x.lost from exc
+            if x.store_failed is not None:
+                raise x.store_failed from exc
+            if isinstance(exc, errors.CorruptRecord):
+                await self._incompatible(x, exc)
+                return
+            if isinstance(exc, errors.StoreError):
+                raise  # the store's failure, not the workflow's
             if x.incompatible is not None:
                 await self._incompatible(x, x.incompatible)
                 return
@@ -273,6 +319,8 @@ class Worker:
             return
         if x.lost is not None:
             raise x.lost
+        if x.store_failed is not None:
+            raise x.store_failed  # the workflow went on past a failed write
         if x.incompatible is not None:
             await self._incompatible(x, x.incompatible)
             return
@@ -294,10 +342,12 @@ class Worker:
             return
         await x.finish(RunStatus.COMPLETED, result=text)
 
-    async def _incompatible(self, x: Execution, exc: errors.NonDeterminism) -> None:
+    async def _incompatible(
+        self, x: Execution, exc: errors.NonDeterminism | errors.CorruptRecord,
+    ) -> None:
         log.error("%s", exc)
         await x.finish(RunStatus.INCOMPATIBLE, error=json.dumps({
-            "type": "NonDeterminism", "message": str(exc),
+            "type": type(exc).__qualname__, "message": str(exc),
         }))
 
     async def _release_quietly(self, fence: Fence) -> None:

@@ -60,7 +60,7 @@ def _decide(ctx: click.Context, run_id: str, wait_id: str | None, kind: str | No
                    f"{verdict.wait_id} (bound to {shown})")
     elif isinstance(verdict, waits.Duplicate):
         click.echo(f"duplicate: event {verdict.event_id} was delivered before "
-                   f"({verdict.original}); nothing happened again")
+                   f"(accepted for wait {verdict.wait_id}); nothing happened again")
     else:
         raise click.ClickException(f"{verdict} — event {verdict.event_id} stored; "
                                    "see `stead events ls RUN`")

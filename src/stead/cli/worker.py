@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from stead import errors
+from stead import errors, logs
 from stead.app import App
 from stead.cli import common
 from stead.store import display_url
@@ -38,9 +38,14 @@ log = logging.getLogger("stead.cli")
 @click.option("--worker-id", default=None, help="Name this worker (default host:pid:random).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True, help="Log level of stead's messages.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
+              show_default=True,
+              help="text: one line per message; json: one JSON object per line (time, "
+                   "level, logger, message, run_id when known).")
 @click.pass_context
 def worker(ctx: click.Context, app_spec: str, concurrency: int, lease: float, poll: float,
-           grace: float, until_idle: bool, worker_id: str | None, log_level: str) -> None:
+           grace: float, until_idle: bool, worker_id: str | None, log_level: str,
+           log_format: str) -> None:
     """Run a worker for the workflows of MODULE:APP.
 
     It claims runnable runs, replays their journals and continues them live.
@@ -52,7 +57,7 @@ def worker(ctx: click.Context, app_spec: str, concurrency: int, lease: float, po
     options = WorkerOptions(concurrency=concurrency, lease_seconds=lease, poll_interval=poll,
                             shutdown_grace=grace, worker_id=worker_id)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(logs.formatter(log_format))
     stead_log = logging.getLogger("stead")
     old_level = stead_log.level
     stead_log.addHandler(handler)

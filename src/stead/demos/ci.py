@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 from pathlib import Path
 from typing import Any
@@ -145,7 +144,7 @@ def _checks(checks: Checks, stage: Stage, ci: services.CI, info: RunInfo,
     b_polls = [c["job"] for c in _calls_by(ci, b, "status")]
     checks.check(bool(b_polls) and set(b_polls) == {JOB},
                  f"worker B asked CI about job {JOB} ({len(b_polls)} time(s)) and nothing else")
-    classes = json.loads(resumes[0].detail).get("classes", {}) if resumes else {}
+    classes = dict(resumes[0].details.classes) if resumes else {}
     checks.check(len(resumes) == 1 and resumes[0].worker_id == "worker-B"
                  and resumes[0].epoch == 2 and classes.get(ResumeClass.PENDING_EXTERNAL) == 1,
                  "one takeover: worker B at epoch 2 classified run_ci as pending_external "

@@ -73,8 +73,7 @@ class Tail:
 
 def resume_lines(resume: ResumeRecord, journal: list[Record]) -> list[str]:
     """A takeover's audit: who, which epoch, from where, and what was reused."""
-    detail = json.loads(resume.detail or "{}")
-    classes = detail.get("classes") or {}
+    classes = resume.details.classes
     reused = [f"{r.kind} {r.name}" if r.kind != r.name else r.kind
               for r in journal[:resume.from_seq] if r.status != RecordStatus.INTENT]
     return [

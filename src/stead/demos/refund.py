@@ -35,7 +35,7 @@ def verdict(d: waits.Delivery) -> str:
     if isinstance(d, waits.Rejected):
         return f"Rejected: {d.reason.replace('_', ' ')}" + (f" ({d.detail})" if d.detail else "")
     if isinstance(d, waits.Duplicate):
-        return f"Duplicate (this event was {d.original} before)"
+        return "Duplicate (this event was accepted before)"
     return "Accepted"
 
 

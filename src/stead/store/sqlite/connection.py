@@ -75,6 +75,11 @@ def translate(exc: sqlite3.Error, path: str) -> errors.StoreError:
         return errors.StoreUnavailable(
             f"database {path} cannot be used ({text}); check the path and its permissions"
         )
+    if isinstance(exc, sqlite3.DatabaseError) and "is full" in text:
+        return errors.StoreUnavailable(
+            f"database {path}: the disk is full ({text}); nothing was written. Free "
+            "some space: what was running is taken over then"
+        )
     return errors.StoreError(f"database {path}: {text}")
 
 
@@ -169,6 +174,14 @@ def _statements(script: str) -> Iterator[str]:
         raise errors.StoreError("migration ends with an incomplete statement")
 
 
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 class _Busy:
     """The connections (or the file's write lock) are taken right now."""
 
@@ -200,6 +213,7 @@ class Connector:
         self._lock = threading.Lock()
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stead-sqlite")
         self._writers: dict[str, float] = {}  # run id -> when it last wrote
+        self._file: tuple[int, int] | None = None  # (device, inode) of the file opened
 
     # -- lifetime -----------------------------------------------------------
     async def open(self) -> None:
@@ -217,8 +231,28 @@ class Connector:
             if self.path != ":memory:":  # a second :memory: connection is another database
                 self._inline = connect(self.path, 0.0)
                 self._watch = connect(self.path, 0.0)
+                self._file = _identity(self.path)
         except sqlite3.Error as exc:
             raise translate(exc, self.path) from exc
+
+    def check_file(self) -> None:
+        """Raise `DatabaseMissing` if the file at the path is no longer the
+        one opened (deleted, or replaced): SQLite would go on writing to the
+        old file, which no one can open again."""
+        if self._file is None:
+            return
+        try:
+            now = _identity(self.path)
+        except OSError:  # cannot look (permissions): no news is good news
+            return
+        if now == self._file:
+            return
+        what = "was deleted" if now is None else "was replaced by another file"
+        raise errors.DatabaseMissing(
+            f"database {self.path} {what} while this process had it open; what it "
+            "writes now would be lost. Stop every worker on it, restore the file "
+            "from a backup (or start afresh), then start the workers again"
+        )
 
     async def close(self) -> None:
         def close_all() -> None:

@@ -70,6 +70,7 @@ class SQLiteDatabase(seam.Database):
 
     # -- claiming -------------------------------------------------------------
     async def claim(self, claim: seam.Claim) -> list[RunRow]:
+        self._db.check_file()  # a worker claims at every poll: it notices a lost file
         hosted = json.dumps(list(claim.hosted))
         exclude = json.dumps(list(claim.exclude))
 

@@ -1,0 +1,222 @@
+"""`LeaseKeeper`: renews a worker's leases from a thread of its own, and
+watches the worker's event loop.
+
+A workflow that computes for seconds without awaiting blocks the event loop,
+and with it anything the loop would run, a heartbeat included: its lease
+would expire and another worker would take the run over while it is still
+computing. So leases are renewed from a thread with its own event loop and its
+own connection to the store (a second `Store` on the same database and clock).
+Renewal stays fenced: it extends a lease only where the run, the epoch and the
+owner still match, so it never brings back a lease that was lost. The leases
+found lost are handed back to the worker on its loop.
+
+The same thread watches the loop: a probe it posts every tick must run within
+`blocked_after` seconds, or it logs which run holds the loop and in which
+call. CPU-bound work belongs in a sync step (it runs in a thread) or a process
+pool (see the README).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from types import FrameType
+
+from stead import errors
+from stead.records import Fence
+from stead.store import open_store
+from stead.store.base import Store
+
+log = logging.getLogger("stead.worker")
+
+# How often the thread looks at the loop (and whether a renewal is due).
+_TICK = 0.1
+# Frames of these files are machinery, not the call that blocks.
+_MACHINERY = (os.path.dirname(asyncio.__file__), os.path.dirname(__file__))
+# Prefix of the names of the tasks that execute a run (see `task_name`).
+_RUN_TASK = "stead run "
+
+
+def task_name(run_id: str) -> str:
+    """The name of a task executing run `run_id`: a blocked loop is blamed on it."""
+    return _RUN_TASK + run_id
+
+
+class LeaseKeeper:
+    def __init__(
+        self, store: Store, lease_seconds: float, *,
+        on_lost: Callable[[list[Fence]], None], blocked_after: float = 1.0,
+    ) -> None:
+        self._store = store
+        self._lease = lease_seconds
+        self._on_lost = on_lost
+        self._blocked_after = blocked_after
+        self._fences: set[Fence] = set()
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
+        self._own_loop: asyncio.AbstractEventLoop | None = None
+        self._halt: asyncio.Event | None = None
+        self._finished: asyncio.Future[None] | None = None
+        # The loop probe: when the pending one was posted; the last one answered.
+        self._sent: float | None = None
+        self._answered: float | None = None
+        self._reported = False
+        self._blamed: str | None = None  # the run the last blocked loop was blamed on
+
+    # -- the worker's side (its event loop) -----------------------------------
+    def hold(self, fence: Fence) -> None:
+        with self._lock:
+            self._fences.add(fence)
+
+    def drop(self, fence: Fence) -> None:
+        with self._lock:
+            self._fences.discard(fence)
+
+    async def start(self) -> None:
+        loop = self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        ready: asyncio.Future[None] = loop.create_future()
+        self._finished = loop.create_future()
+        threading.Thread(target=self._main, args=(ready,), name="stead-leases",
+                         daemon=True).start()
+        await ready
+
+    async def stop(self) -> None:
+        own, halt, finished = self._own_loop, self._halt, self._finished
+        if own is None or halt is None or finished is None:
+            return
+        with contextlib.suppress(RuntimeError):  # its loop has ended already
+            own.call_soon_threadsafe(halt.set)
+        await asyncio.shield(finished)
+
+    # -- the thread's side ------------------------------------------------------
+    def _main(self, ready: asyncio.Future[None]) -> None:
+        try:
+            asyncio.run(self._keep(ready))
+        except Exception:  # the thread must end, and say why
+            log.exception("the lease keeper stopped")
+        finally:
+            self._post(_settle, self._finished)
+
+    def _post(self, fn: Callable[..., object], *args: object) -> bool:
+        """Run `fn(*args)` on the worker's loop; False if it is closed."""
+        assert self._loop is not None
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:
+            return False
+        return True
+
+    async def _keep(self, ready: asyncio.Future[None]) -> None:
+        self._own_loop = asyncio.get_running_loop()
+        halt = self._halt = asyncio.Event()
+        self._post(_settle, ready)
+        twin: Store | None = None
+        interval = self._lease / 3
+        due = time.monotonic() + interval
+        try:
+            while not halt.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(halt.wait(), _TICK)
+                if not self._watch():
+                    break  # the worker's loop is closed: no one to keep leases for
+                if time.monotonic() >= due and not halt.is_set():
+                    due = time.monotonic() + interval
+                    twin = await self._renew(twin)
+        finally:
+            if twin is not None:
+                with contextlib.suppress(errors.SteadError):
+                    await twin.close()
+
+    async def _renew(self, twin: Store | None) -> Store | None:
+        with self._lock:
+            fences = list(self._fences)
+        if not fences:
+            return twin
+        if twin is None:
+            twin = await self._open_twin()
+        try:
+            if twin is not None:
+                lost = await twin.renew(fences, self._lease)
+            else:  # a private database: only the worker's own store can reach it
+                assert self._loop is not None
+                lost = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(
+                    self._store.renew(fences, self._lease), self._loop))
+        except errors.StoreError as exc:
+            log.warning("could not renew %d lease(s): %s", len(fences), exc)
+            return twin
+        if lost:
+            self._post(self._on_lost, lost)
+        return twin
+
+    async def _open_twin(self) -> Store | None:
+        if ":memory:" in self._store.url:
+            return None
+        try:
+            return await open_store(self._store.url, clock=self._store.clock,
+                                    retry_for=self._lease / 3)
+        except errors.StoreError as exc:
+            log.warning("could not connect to renew leases: %s", exc)
+            return None
+
+    # -- the loop watch ---------------------------------------------------------
+    def _watch(self) -> bool:
+        """Probe the worker's loop; False if it is closed."""
+        now = time.monotonic()
+        sent = self._sent
+        if sent is None or self._answered == sent:
+            if self._reported and sent is not None:
+                log.warning("event loop free again after %.1f s", now - sent,
+                            extra={"run_id": self._blamed})
+            self._reported = False
+            self._sent = now
+            return self._post(self._answer, now)
+        if not self._reported and now - sent >= self._blocked_after:
+            self._reported = True
+            run_id, call = self._culprit()
+            self._blamed = run_id
+            log.warning(
+                "event loop blocked for %.1f s by %s, in %s: nothing else on this worker "
+                "runs meanwhile. Do CPU-bound work in a sync step (run.step with a plain "
+                "function runs in a thread) or a process pool", now - sent,
+                f"run {run_id}" if run_id else "code outside any run", call,
+                extra={"run_id": run_id},
+            )
+        return True
+
+    def _answer(self, sent: float) -> None:
+        self._answered = sent
+
+    def _culprit(self) -> tuple[str | None, str]:
+        """The run whose task holds the loop now, and where its code is."""
+        assert self._loop is not None
+        task = asyncio.current_task(self._loop)
+        name = task.get_name() if task is not None else ""
+        run_id = name[len(_RUN_TASK):] if name.startswith(_RUN_TASK) else None
+        frame = sys._current_frames().get(self._loop_thread)
+        return run_id, _where(frame)
+
+
+def _where(frame: FrameType | None) -> str:
+    """The innermost frame of user code (not asyncio's, not stead's)."""
+    if frame is None:
+        return "unknown code"
+    stack: Sequence[traceback.FrameSummary] = traceback.extract_stack(frame)
+    for summary in reversed(stack):
+        if not summary.filename.startswith(_MACHINERY) and "<frozen" not in summary.filename:
+            return f"{summary.name} ({summary.filename}:{summary.lineno})"
+    last = stack[-1] if stack else None
+    return f"{last.name} ({last.filename}:{last.lineno})" if last else "unknown code"
+
+
+def _settle(fut: asyncio.Future[None] | None) -> None:
+    if fut is not None and not fut.done():
+        fut.set_result(None)
