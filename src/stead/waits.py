@@ -205,9 +205,9 @@ def _check_wait(inc: Incoming, wait: WaitRow, ctx: DeliveryContext) -> Judgement
             return _reject(RejectReason.STATE_VERSION_MOVED,
                            f"bound {bound[STATE_VERSION_KEY]}, now {now_version}")
     if wait.schema is not None:
-        problems = schema_check.errors(inc.payload, json.loads(wait.schema))
+        problems = schema_check.problems(inc.payload, wait.schema)
         if problems:
-            return _reject(RejectReason.INVALID_PAYLOAD, "; ".join(problems[:3]))
+            return _reject(RejectReason.INVALID_PAYLOAD, "; ".join(problems))
     return Judgement(Verdict.ACCEPTED)
 
 
