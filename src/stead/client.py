@@ -113,7 +113,7 @@ def _check_input(wf: Workflow[Any, Any], payload: str) -> None:
         inputs.bind(wf, args, kwargs)
     except (TypeError, ValueError) as exc:
         raise errors.InvalidInput(
-            f"these arguments do not fit workflow {wf.key}: {exc}"
+            f"these arguments do not fit workflow {wf.key}: {codec.describe(exc)}"
         ) from exc
 
 

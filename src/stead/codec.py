@@ -47,7 +47,11 @@ def dumps(value: Any, *, what: str) -> str:
     """Encode `value` for storage; `what` names it in the error message."""
     try:
         return json.dumps(value, default=_default, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError, RecursionError) as exc:
+    except RecursionError as exc:
+        raise errors.SerializationError(
+            f"{what} cannot be stored as JSON: it is nested too deeply. Flatten it."
+        ) from exc
+    except (TypeError, ValueError) as exc:
         raise errors.SerializationError(
             f"{what} cannot be stored as JSON: {exc}. Use dicts, lists, str, numbers, "
             "bool, None, datetimes, UUIDs, dataclasses or pydantic models."
@@ -55,7 +59,37 @@ def dumps(value: Any, *, what: str) -> str:
 
 
 def loads(text: str) -> Any:
-    return json.loads(text)
+    """Decode JSON text; JSON nested too deeply to decode raises
+    `SerializationError`."""
+    try:
+        return json.loads(text)
+    except RecursionError as exc:
+        raise errors.SerializationError(
+            "JSON nested too deeply to decode; flatten it"
+        ) from exc
+
+
+def describe(exc: BaseException) -> str:
+    """An error in one line: pydantic's validation errors as `where: what`
+    for each problem, without their documentation links."""
+    problems = getattr(exc, "errors", None)
+    if callable(problems):
+        try:
+            found = problems(include_url=False)
+        except TypeError:
+            found = None
+        if isinstance(found, list) and found:
+            parts = []
+            for problem in found[:3]:
+                where = ".".join(str(p) for p in problem.get("loc", ()))
+                msg = str(problem.get("msg", ""))
+                if "input" in problem and problem.get("type") != "missing":
+                    got = " ".join(repr(problem["input"]).split())
+                    msg += f" (got {got if len(got) <= 60 else got[:59] + '…'})"
+                parts.append(f"{where}: {msg}" if where else msg)
+            more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+            return "; ".join(parts) + more
+    return " ".join(str(exc).split())
 
 
 _secrets_made = False

@@ -141,8 +141,9 @@ class Run:
             # the code changed under the checkpoint.
             raise self._x.stop_as_incompatible(errors.NonDeterminism(
                 f"run {self.id}: the recorded result of step {name!r} does not fit its "
-                f"declared return type {rtype!r} any more ({exc}). Register the old "
-                "version alongside the new one, then `stead runs retry RUN`; or cancel the run."
+                f"declared return type {rtype!r} any more ({codec.describe(exc)}). Register the "
+                "old version alongside the new one, then `stead runs retry RUN`; or cancel the "
+                "run."
             )) from exc
 
     async def llm(

@@ -31,11 +31,27 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 # -- the database ----------------------------------------------------------------------
+def _nonempty_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    # click ignores an empty environment variable: an empty STEAD_DATABASE_URL
+    # would quietly mean the default database.
+    if not value.strip() or (
+        os.environ.get("STEAD_DATABASE_URL", None) == ""
+        and ctx.get_parameter_source("db") == click.core.ParameterSource.DEFAULT
+    ):
+        raise click.BadParameter(
+            "the database URL is empty (--db or STEAD_DATABASE_URL); give one, e.g. "
+            f"{DEFAULT_URL}, or unset STEAD_DATABASE_URL for that default",
+            ctx=ctx, param=param,
+        )
+    return value
+
+
 def database_option(f: F) -> F:
     """`--db URL` on the root group; commands read it with `database_url`."""
     return click.option(
         "--db", default=DEFAULT_URL, show_default=True, envvar="STEAD_DATABASE_URL",
         show_envvar=True, metavar="URL", help="The database, e.g. sqlite:///path/to/stead.db.",
+        callback=_nonempty_url,
     )(f)
 
 
@@ -101,6 +117,20 @@ def load_app(spec: str) -> App:
             f"{spec!r} is not module:attribute, e.g. myproject.workflows:app",
             param_hint="'MODULE:APP'",
         )
+    if any(c in module_name for c in "/\\") or module_name.endswith(".py"):
+        dotted = module_name.replace("\\", "/").removesuffix(".py").lstrip("./")
+        raise click.BadParameter(
+            f"{spec!r} names a file; MODULE:APP takes a module's dotted name, as "
+            f"`import` does: e.g. {dotted.replace('/', '.') or 'app'}:{attr}, run from the "
+            "folder the module is in",
+            param_hint="'MODULE:APP'",
+        )
+    if not all(part.isidentifier() for part in module_name.split(".")):
+        raise click.BadParameter(
+            f"{spec!r}: {module_name!r} is not a module name; write it as `import` "
+            "would, e.g. myproject.workflows:app",
+            param_hint="'MODULE:APP'",
+        )
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
@@ -137,6 +167,8 @@ def parse_json(text: str, what: str, kind: type[list[Any]] | type[dict[str, Any]
         value = json.loads(text)
     except ValueError as exc:
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint=what) from exc
+    except RecursionError as exc:
+        raise click.BadParameter("JSON nested too deeply; flatten it", param_hint=what) from exc
     if not isinstance(value, kind):
         shape = "array, e.g. '[1, \"a\"]'" if kind is list else "object, e.g. '{\"a\": 1}'"
         raise click.BadParameter(f"must be a JSON {shape}", param_hint=what)
