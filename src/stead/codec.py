@@ -43,10 +43,11 @@ def _default(value: Any) -> Any:
     raise TypeError(f"{type(value).__qualname__} is not JSON-serialisable")
 
 
-def dumps(value: Any, *, what: str) -> str:
-    """Encode `value` for storage; `what` names it in the error message."""
+def dumps(value: Any, *, what: str, limit: int | None = None) -> str:
+    """Encode `value` for storage; `what` names it in the error message. With
+    a `limit`, JSON text longer than `limit` bytes raises `ResultTooLarge`."""
     try:
-        return json.dumps(value, default=_default, separators=(",", ":"), allow_nan=False)
+        text = json.dumps(value, default=_default, separators=(",", ":"), allow_nan=False)
     except RecursionError as exc:
         raise errors.SerializationError(
             f"{what} cannot be stored as JSON: it is nested too deeply. Flatten it."
@@ -56,6 +57,23 @@ def dumps(value: Any, *, what: str) -> str:
             f"{what} cannot be stored as JSON: {exc}. Use dicts, lists, str, numbers, "
             "bool, None, datetimes, UUIDs, dataclasses or pydantic models."
         ) from exc
+    # The text is ASCII (non-ASCII is escaped), so its length is its size in bytes.
+    if limit is not None and len(text) > limit:
+        raise errors.ResultTooLarge(
+            f"{what} is {size(len(text))} as JSON, over the limit of {size(limit)} for one "
+            "journaled value. Keep large data outside (a file, a bucket) and journal a "
+            "reference to it, or raise the limit (WorkerOptions.max_result_bytes)."
+        )
+    return text
+
+
+def size(n: int) -> str:
+    """A byte count for people: 512 bytes, 256 KB, 16.0 MB."""
+    if n < 1024:
+        return f"{n} bytes"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.0f} KB"
+    return f"{n / (1024 * 1024):.1f} MB"
 
 
 def loads(text: str) -> Any:

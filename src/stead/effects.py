@@ -129,7 +129,8 @@ class Effect:
         return await self._done(attempt, value)
 
     async def _done(self, attempt: int, value: Any) -> Any:
-        text = codec.dumps(value, what=f"the result of effect {self.spec.name!r}")
+        text = codec.dumps(value, what=f"the result of effect {self.spec.name!r}",
+                           limit=self.x.max_result_bytes)
         await self._write(attempt, RecordStatus.OK, {"result": codec.loads(text)})
         return codec.decode(text, self.rtype)
 

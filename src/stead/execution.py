@@ -62,6 +62,8 @@ class ExecutionOptions:
     # Where the secret that signs wait tokens comes from (asked when a wait
     # opens); with None, opening a wait fails.
     token_secret: Callable[[], Awaitable[bytes]] | None = None
+    # The largest result (of a step, effect or model call) journaled, as JSON.
+    max_result_bytes: int = 16 * 1024 * 1024
 
 
 class Execution:
@@ -96,6 +98,7 @@ class Execution:
         self._suspend_after = options.suspend_after
         self._recheck_every = options.recheck_every
         self._token_secret = options.token_secret
+        self.max_result_bytes = options.max_result_bytes
         self._blocked: set[_Blocker] = set()
         self._settling: asyncio.Task[None] | None = None
         # Argument digests, incremental for a conversation that grows: per run.

@@ -128,7 +128,8 @@ class Run:
         status, payload, attempts = await self._recorded(
             RecordKind.STEP, name, digest,
             lambda: calls.invoke(fn, args, kwargs),
-            lambda v: codec.dumps(v, what=f"the result of step {name!r}"),
+            lambda v: codec.dumps(v, what=f"the result of step {name!r}",
+                                  limit=self._x.max_result_bytes),
             retry or NO_RETRY,
         )
         if status == RecordStatus.ERROR:
@@ -160,7 +161,8 @@ class Run:
 
         status, payload, attempts = await self._recorded(
             RecordKind.LLM, name, digest, call,
-            lambda c: codec.dumps(c.to_json(), what=f"the completion of {name!r}"),
+            lambda c: codec.dumps(c.to_json(), what=f"the completion of {name!r}",
+                                  limit=self._x.max_result_bytes),
             retry or NO_RETRY,
         )
         if status == RecordStatus.ERROR:

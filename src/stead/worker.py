@@ -44,6 +44,9 @@ class WorkerOptions:
     # A run parked on a wait or timer further away than this is suspended
     # (lease released, no worker held); nearer ones sleep in the process.
     suspend_after: float = 1.0
+    # The largest result (of a step, effect or model call) journaled, as JSON:
+    # a larger one raises `ResultTooLarge` in the workflow, naming the call.
+    max_result_bytes: int = 16 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -82,6 +85,7 @@ class Worker:
         self._secret: bytes | None = None
         self._execution_options = ExecutionOptions(
             suspend_after=self.options.suspend_after, token_secret=self._token_secret,
+            max_result_bytes=self.options.max_result_bytes,
         )
 
     # -- public -------------------------------------------------------------

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import sys
+import unicodedata
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -83,7 +84,40 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     try:
         return asyncio.run(coro)
     except errors.SteadError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(safe_lines(str(exc))) from exc
+
+
+# -- what reaches the terminal ---------------------------------------------------------
+# Unicode's bidirectional overrides and isolates: they reorder what a terminal shows.
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
+                  "\u2066\u2067\u2068\u2069")
+
+
+def _escaped(ch: str) -> str:
+    if unicodedata.category(ch) == "Cc" or ch in _BIDI:
+        return ch.encode("unicode_escape").decode("ascii")
+    return ch
+
+
+def safe(value: object) -> str:
+    """`value` as text that cannot drive the terminal: control characters
+    (escape sequences, newlines, carriage returns) and bidirectional overrides
+    are shown escaped (`\\x1b[2J`). For ids, task ids, names and any other text
+    a user or an outside system chose."""
+    text = str(value)
+    if text.isprintable() and not _BIDI.intersection(text):
+        return text
+    return "".join(_escaped(ch) for ch in text)
+
+
+def safe_lines(text: str) -> str:
+    """`safe` for text of several lines: its newlines are kept."""
+    return "\n".join(safe(line) for line in text.split("\n"))
+
+
+def echo(text: str) -> None:
+    """Print text of several lines (a table, a timeline) with `safe_lines`."""
+    click.echo(safe_lines(text))
 
 
 @contextlib.asynccontextmanager
