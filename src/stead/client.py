@@ -41,6 +41,7 @@ class RunInfo:
     result: Any = None
     error: dict[str, Any] | None = None
     created: bool = False
+    lease_expires_at: float | None = None
 
     @property
     def done(self) -> bool:
@@ -55,7 +56,7 @@ class RunInfo:
             lease_owner=row.lease_owner,
             result=None if row.result is None else _loads(row.result, row.run_id),
             error=None if row.error is None else _loads(row.error, row.run_id),
-            created=created,
+            created=created, lease_expires_at=row.lease_expires_at,
         )
 
 
@@ -329,6 +330,10 @@ class Client:
         """Unlock a wait that too many bad tokens locked: it accepts events
         again (with the right token), and its count of bad tokens starts over."""
         return await self.store.unlock_wait(wait_id)
+
+    async def backlog(self) -> list[records.Backlog]:
+        """What workers could take, by `workflow@version` (see `Store.backlog`)."""
+        return await self.store.backlog()
 
     async def waits(self, *, run_id: str | None = None, state: str | None = WaitState.OPEN,
                     limit: int = 100) -> list[records.WaitRow]:

@@ -116,13 +116,14 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
     async def go() -> Any:
         async with common.opened_client(db) as client:
             info = await client.get(run_id)
-            return info, await client.journal(run_id), await client.resumes(run_id)
+            return (info, await client.journal(run_id), await client.resumes(run_id),
+                    client.store.clock.now())
 
-    info, journal, resumes = common.run_async(go())
+    info, journal, resumes, now = common.run_async(go())
     if as_json:
         click.echo(json.dumps(timeline.show_json(info, journal, resumes), indent=2))
     else:
-        common.echo(timeline.render_run(_shown(info), journal, resumes))
+        common.echo(timeline.render_run(_shown(info), journal, resumes, now=now))
 
 
 @runs.command("cancel")
