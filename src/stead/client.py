@@ -42,6 +42,7 @@ class RunInfo:
     result: Any = None
     error: dict[str, Any] | None = None
     created: bool = False
+    lease_expires_at: float | None = None
 
     @property
     def done(self) -> bool:
@@ -64,7 +65,7 @@ class RunInfo:
             lease_owner=row.lease_owner,
             result=None if row.result is None else _loads(row.result, row.run_id),
             error=None if row.error is None else _loads(row.error, row.run_id),
-            created=created,
+            created=created, lease_expires_at=row.lease_expires_at,
         )
 
 
@@ -142,14 +143,29 @@ def _check_input(wf: Workflow[Any, Any], payload: str) -> None:
         inputs.bind(wf, args, kwargs)
     except (TypeError, ValueError) as exc:
         raise errors.InvalidInput(
-            f"these arguments do not fit workflow {wf.key}: {exc}"
+            f"these arguments do not fit workflow {wf.key}: {codec.describe(exc)}"
         ) from exc
 
 
+# What a client accepts of an event, by default: its payload and bound values
+# as JSON, and each of its ids.
+MAX_EVENT_BYTES = 256 * 1024
+MAX_ID_CHARS = 256
+
+
 class Client:
-    def __init__(self, store: Store, app: App | None = None) -> None:
+    """`max_event_bytes` caps an event's payload and bound values (as JSON);
+    `lock_wait_after` bad tokens lock a wait (see `unlock_wait`)."""
+
+    def __init__(self, store: Store, app: App | None = None, *,
+                 max_event_bytes: int = MAX_EVENT_BYTES,
+                 lock_wait_after: int = waits.LOCK_AFTER_BAD_TOKENS) -> None:
+        if max_event_bytes < 1 or lock_wait_after < 1:
+            raise ValueError("max_event_bytes and lock_wait_after must be at least 1")
         self.store = store
         self.app = app
+        self.max_event_bytes = max_event_bytes
+        self.lock_wait_after = lock_wait_after
 
     async def start(
         self,
@@ -175,6 +191,11 @@ class Client:
         else:
             wf = workflow
             name, wf_version = workflow.name, workflow.version
+        if isinstance(task_id, str) and not task_id.strip():
+            raise errors.InvalidInput(
+                f"task_id {task_id!r} is empty: give a business key (e.g. order-123), "
+                "or no task_id at all"
+            )
         payload = inputs.encode(args, kwargs, workflow=name)
         if wf is not None:
             _check_input(wf, payload)
@@ -345,12 +366,25 @@ class Client:
             if isinstance(value, str) and "\x00" in value:
                 # No store can keep it as text; refuse it the same way on both.
                 raise errors.InvalidInput(f"the event's {what} contains a NUL character")
+            if isinstance(value, str) and what != "token" and len(value) > MAX_ID_CHARS:
+                raise errors.InvalidInput(
+                    f"the event's {what} is {len(value)} characters long; at most "
+                    f"{MAX_ID_CHARS} are accepted")
         secrets = codec.Secrets()
         if token and waits.key_of(token) is not None:  # the event is stored: not its token
             secrets.add(token, wait_id or kind or "?")
         payload_text = codec.dumps(payload, what="the event payload", secrets=secrets)
-        bind_json = codec.loads(codec.dumps(bind or {}, what="the event's bound values",
-                                            secrets=secrets))
+        bind_text = codec.dumps(bind or {}, what="the event's bound values", secrets=secrets)
+        # Refused before anything is stored: an event is a message, not a file.
+        size = len(payload_text) + len(bind_text)
+        if size > self.max_event_bytes:
+            raise errors.EventTooLarge(
+                f"event {event_id[:64]!r} for run {run_id[:64]!r} is {codec.size(size)} as "
+                f"JSON, over the limit of {codec.size(self.max_event_bytes)}; nothing was "
+                "stored. Send a reference to large data instead (or raise the limit: "
+                "Client(max_event_bytes=...))"
+            )
+        bind_json = codec.loads(bind_text)
         if not isinstance(bind_json, dict):
             raise errors.SteadError("bind is a dict of the values the wait is bound to")
         refused = None if token is None else waits.token_refusal(await self.store.keyring(),
@@ -359,6 +393,7 @@ class Client:
             run_id=run_id, event_id=event_id, wait_id=wait_id, kind=kind,
             payload=codec.loads(payload_text), bind=bind_json, token=token,
             token_refused=refused,
+            lock_after=self.lock_wait_after,
         )
         event = records.EventRow(
             run_id=run_id, event_id=event_id, wait_id=wait_id, kind=kind,
@@ -373,6 +408,15 @@ class Client:
         """Revoke an open wait: deliveries to it are rejected, and the run wakes
         to `WaitRevoked`."""
         await self.store.revoke_wait(wait_id)
+
+    async def unlock_wait(self, wait_id: str) -> records.WaitRow:
+        """Unlock a wait that too many bad tokens locked: it accepts events
+        again (with the right token), and its count of bad tokens starts over."""
+        return await self.store.unlock_wait(wait_id)
+
+    async def backlog(self) -> list[records.Backlog]:
+        """What workers could take, by `workflow@version` (see `Store.backlog`)."""
+        return await self.store.backlog()
 
     async def waits(self, *, run_id: str | None = None, state: str | None = WaitState.OPEN,
                     limit: int = 100) -> list[records.WaitRow]:

@@ -47,17 +47,31 @@ def _default(value: Any) -> Any:
     raise TypeError(f"{type(value).__qualname__} is not JSON-serialisable")
 
 
-def dumps(value: Any, *, what: str, secrets: Secrets | None = None) -> str:
-    """Encode `value` for storage; `what` names it in the error message. The
-    text is refused (`SecretInJournal`) if it holds one of `secrets`, by
+def dumps(
+    value: Any, *, what: str, secrets: Secrets | None = None, limit: int | None = None,
+) -> str:
+    """Encode `value` for storage; `what` names it in the error message. With
+    a `limit`, JSON text longer than `limit` bytes raises `ResultTooLarge`.
+    The text is refused (`SecretInJournal`) if it holds one of `secrets`, by
     default the live secrets of the run being executed (see `watch`)."""
     try:
         text = json.dumps(value, default=_default, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError, RecursionError) as exc:
+    except RecursionError as exc:
+        raise errors.SerializationError(
+            f"{what} cannot be stored as JSON: it is nested too deeply. Flatten it."
+        ) from exc
+    except (TypeError, ValueError) as exc:
         raise errors.SerializationError(
             f"{what} cannot be stored as JSON: {exc}. Use dicts, lists, str, numbers, "
             "bool, None, datetimes, UUIDs, dataclasses or pydantic models."
         ) from exc
+    # The text is ASCII (non-ASCII is escaped), so its length is its size in bytes.
+    if limit is not None and len(text) > limit:
+        raise errors.ResultTooLarge(
+            f"{what} is {size(len(text))} as JSON, over the limit of {size(limit)} for one "
+            "journaled value. Keep large data outside (a file, a bucket) and journal a "
+            "reference to it, or raise the limit (WorkerOptions.max_result_bytes)."
+        )
     live = secrets if secrets is not None else _WATCHED.get()
     if live is not None:
         live.check(text, what)
@@ -97,8 +111,47 @@ def watch(secrets: Secrets) -> None:
     _WATCHED.set(secrets)
 
 
+def size(n: int) -> str:
+    """A byte count for people: 512 bytes, 256 KB, 16.0 MB."""
+    if n < 1024:
+        return f"{n} bytes"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.0f} KB"
+    return f"{n / (1024 * 1024):.1f} MB"
+
+
 def loads(text: str) -> Any:
-    return json.loads(text)
+    """Decode JSON text; JSON nested too deeply to decode raises
+    `SerializationError`."""
+    try:
+        return json.loads(text)
+    except RecursionError as exc:
+        raise errors.SerializationError(
+            "JSON nested too deeply to decode; flatten it"
+        ) from exc
+
+
+def describe(exc: BaseException) -> str:
+    """An error in one line: pydantic's validation errors as `where: what`
+    for each problem, without their documentation links."""
+    problems = getattr(exc, "errors", None)
+    if callable(problems):
+        try:
+            found = problems(include_url=False)
+        except TypeError:
+            found = None
+        if isinstance(found, list) and found:
+            parts = []
+            for problem in found[:3]:
+                where = ".".join(str(p) for p in problem.get("loc", ()))
+                msg = str(problem.get("msg", ""))
+                if "input" in problem and problem.get("type") != "missing":
+                    got = " ".join(repr(problem["input"]).split())
+                    msg += f" (got {got if len(got) <= 60 else got[:59] + '…'})"
+                parts.append(f"{where}: {msg}" if where else msg)
+            more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+            return "; ".join(parts) + more
+    return " ".join(str(exc).split())
 
 
 _secrets_made = False

@@ -133,7 +133,8 @@ class Effect:
 
     async def _done(self, attempt: int, value: Any) -> Any:
         try:
-            text = codec.dumps(value, what=f"the result of effect {self.spec.name!r}")
+            text = codec.dumps(value, what=f"the result of effect {self.spec.name!r}",
+                               limit=self.x.max_result_bytes)
         except errors.SerializationError as exc:
             # It happened, but what it returned cannot be journaled: say so at
             # once, and stop before the workflow goes past an unrecorded effect.

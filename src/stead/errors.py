@@ -39,12 +39,22 @@ class SerializationError(SteadError):
     """A value cannot be stored as JSON (stead never pickles)."""
 
 
+class ResultTooLarge(SerializationError):
+    """A value to journal (a step's, effect's or model call's result) is larger
+    than the limit for one journaled value (`WorkerOptions.max_result_bytes`)."""
+
+
 class UnknownWorkflow(SteadError):
     """No workflow is registered under that name (and version)."""
 
 
 class InvalidInput(SteadError):
     """The arguments do not fit the workflow's parameters or declared types."""
+
+
+class EventTooLarge(InvalidInput):
+    """An event (its payload and bound values) is larger than the limit the
+    client accepts (`Client(max_event_bytes=...)`); nothing was stored."""
 
 
 class UnknownRun(SteadError):

@@ -62,6 +62,8 @@ class ExecutionOptions:
     # Where the keys that sign wait tokens come from (asked when a wait
     # opens); with None, opening a wait with a token fails.
     keyring: Callable[[], Awaitable[keys.Keyring]] | None = None
+    # The largest result (of a step, effect or model call) journaled, as JSON.
+    max_result_bytes: int = 16 * 1024 * 1024
 
 
 class Execution:
@@ -99,6 +101,7 @@ class Execution:
         self._keyring = options.keyring
         # The run's live wait tokens: values holding one are never stored.
         self.secrets = codec.Secrets()
+        self.max_result_bytes = options.max_result_bytes
         self._blocked: set[_Blocker] = set()
         self._settling: asyncio.Task[None] | None = None
         # Argument digests, incremental for a conversation that grows: per run.

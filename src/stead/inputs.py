@@ -64,7 +64,14 @@ def bind(
         if i < len(params) and params[i].kind in (
             inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD
         ):
-            args[i] = codec.convert(value, hints.get(params[i].name))
+            args[i] = _convert(params[i].name, value, hints.get(params[i].name))
     for key, value in kwargs.items():
-        kwargs[key] = codec.convert(value, hints.get(key))
+        kwargs[key] = _convert(key, value, hints.get(key))
     return args, kwargs
+
+
+def _convert(name: str, value: Any, annotation: Any) -> Any:
+    try:
+        return codec.convert(value, annotation)
+    except ValueError as exc:  # pydantic's ValidationError: name the parameter, in one line
+        raise ValueError(f"{name}: {codec.describe(exc)}") from exc

@@ -109,7 +109,14 @@ class RejectReason(enum.StrEnum):
     REVOKED = "revoked"
     ALREADY_CONSUMED = "already_consumed"
     BAD_TOKEN = "bad_token"
+    WAIT_LOCKED = "wait_locked"  # too many bad tokens: refused until unlocked or revoked
     INVALID_PAYLOAD = "invalid_payload"
+
+
+# Rejections that anyone can provoke without knowing a run and its token: such
+# an event is stored as a bounded digest of its payload, never in full.
+UNAUTHENTICATED = frozenset({RejectReason.UNKNOWN_RUN, RejectReason.BAD_TOKEN,
+                             RejectReason.WAIT_LOCKED})
 
 
 class ResumeClass(enum.StrEnum):
@@ -275,7 +282,10 @@ class UnknownOutcome:
 @dataclasses.dataclass(frozen=True, slots=True)
 class WaitRow:
     """A durable wait. `bind` and `schema` are JSON text; only the token's
-    hash is kept (None when the wait takes no token)."""
+    hash is kept (None when the wait takes no token). `bad_tokens` counts the
+    deliveries refused for a wrong token; past the limit the wait is locked
+    (`locked_at`): it stays open, but refuses every event until it is unlocked
+    or revoked."""
 
     wait_id: str
     run_id: str
@@ -290,6 +300,8 @@ class WaitRow:
     event_id: str | None
     created_at: float
     closed_at: float | None = None
+    bad_tokens: int = 0
+    locked_at: float | None = None
 
     def evolve(self, **changes: Any) -> Self:
         return dataclasses.replace(self, **changes)
@@ -327,12 +339,31 @@ class DeliveryContext:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Judgement:
     """The verdict on one event: `accepted` (consuming `wait_id`), `rejected`
-    (with `reason`) or `duplicate` (an event with that id is already stored)."""
+    (with `reason`) or `duplicate` (an event with that id is already stored).
+    A bad token is counted on its wait; `locks_wait` locks the wait too."""
 
     verdict: Verdict
     wait_id: str | None = None
     reason: RejectReason | None = None
     detail: str | None = None
+    locks_wait: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Backlog:
+    """Runs of one `workflow@version` that a worker could take: `runnable` now
+    (pending, released, lease expired, or a sleeper that is due), and `leased`
+    to a worker, the soonest of those leases ending at `next_expiry`."""
+
+    workflow: str
+    version: int
+    runnable: int
+    leased: int
+    next_expiry: float | None
+
+    @property
+    def code(self) -> str:
+        return f"{self.workflow}@{self.version}"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ import uuid as _uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
-from stead import addresses, calls, codec, effects, errors, keys, records, waits
+from stead import addresses, calls, codec, effects, errors, keys, records, schema_check, waits
 from stead.execution import Execution
 from stead.llm.model import Completion, Model
 from stead.outcomes import Operation, Outcome
@@ -26,6 +26,15 @@ def _error_payload(exc: BaseException, retry_at: float | None) -> str:
         {"type": type(exc).__qualname__, "message": str(exc), "retry_at": retry_at},
         what="an error",
     )
+
+
+def _schema_text(schema: Any) -> str:
+    """A wait's schema as JSON Schema text: a dict is one already; a type (a
+    pydantic model, a dataclass...) has pydantic's (draft 2020-12)."""
+    text = codec.dumps(schema if isinstance(schema, Mapping) else codec.json_schema(schema),
+                       what="the wait's schema")
+    schema_check.check(text)
+    return text
 
 
 class Run:
@@ -119,7 +128,8 @@ class Run:
         status, payload, attempts = await self._recorded(
             RecordKind.STEP, name, digest,
             lambda: calls.invoke(fn, args, kwargs),
-            lambda v: codec.dumps(v, what=f"the result of step {name!r}"),
+            lambda v: codec.dumps(v, what=f"the result of step {name!r}",
+                                  limit=self._x.max_result_bytes),
             retry or NO_RETRY,
         )
         if status == RecordStatus.ERROR:
@@ -132,8 +142,9 @@ class Run:
             # the code changed under the checkpoint.
             raise self._x.stop_as_incompatible(errors.NonDeterminism(
                 f"run {self.id}: the recorded result of step {name!r} does not fit its "
-                f"declared return type {rtype!r} any more ({exc}). Register the old "
-                "version alongside the new one, then `stead runs retry RUN`; or cancel the run."
+                f"declared return type {rtype!r} any more ({codec.describe(exc)}). Register the "
+                "old version alongside the new one, then `stead runs retry RUN`; or cancel the "
+                "run."
             )) from exc
 
     async def llm(
@@ -150,7 +161,8 @@ class Run:
 
         status, payload, attempts = await self._recorded(
             RecordKind.LLM, name, digest, call,
-            lambda c: codec.dumps(c.to_json(), what=f"the completion of {name!r}"),
+            lambda c: codec.dumps(c.to_json(), what=f"the completion of {name!r}",
+                                  limit=self._x.max_result_bytes),
             retry or NO_RETRY,
         )
         if status == RecordStatus.ERROR:
@@ -227,14 +239,15 @@ class Run:
         *,
         bind: dict[str, Any] | None = None,
         expires_in: dt.timedelta | float | None = None,
-        schema: type[T] | None = None,
+        schema: type[T] | Mapping[str, Any] | None = None,
         token: bool = True,
     ) -> waits.Wait[T]:
         """Open a durable wait for one event of `kind`. The event must carry the
         same `bind` values (a `state_version` key is also compared with the task
         state's version at delivery), arrive before `expires_in`, carry the
-        wait's token (unless `token=False`) and fit `schema`. Hand `w.token` to
-        the human channel (or build its link in the effect that sends it:
+        wait's token (unless `token=False`) and fit `schema` (a type such as a
+        pydantic model, or a JSON Schema as a dict). Hand `w.token` to the human
+        channel (or build its link in the effect that sends it:
         `w.link(base_url)`), then `event = await w`."""
         if not kind or not isinstance(kind, str):
             raise ValueError("a wait needs a kind (the event type it awaits)")
@@ -243,8 +256,7 @@ class Run:
             raise TypeError("bind is a dict of the values the event must match")
         seconds = expires_in.total_seconds() if isinstance(expires_in, dt.timedelta) \
             else expires_in
-        schema_json = None if schema is None else codec.dumps(
-            codec.json_schema(schema), what="the schema")
+        schema_json = None if schema is None else _schema_text(schema)
         addr = addresses.reserve()
         digest = codec.digest(kind, bind_json, seconds, schema_json, token)
         prior = self._x.take(addr, RecordKind.WAIT, kind, digest)

@@ -238,19 +238,52 @@ def unknown_lines(info: RunInfo, views: Sequence[EffectView]) -> list[str]:
     ]
 
 
+def lease_text(info: RunInfo, now: float) -> str:
+    """Who may run it now: a lease and until when, or that it waits for a worker."""
+    code = f"{info.workflow}@{info.version}"
+    if info.status == RunStatus.PENDING:
+        return f"not started: waiting for a worker hosting {code}"
+    if info.status != RunStatus.RUNNING:
+        return ""
+    expires = info.lease_expires_at
+    if info.lease_owner is None or expires is None:
+        return f"no lease: waiting for a worker hosting {code}"
+    if expires > now:
+        return (f"lease held by {info.lease_owner} until {clock_time(expires)} "
+                f"(in {ago(expires - now)})")
+    return (f"lease held by {info.lease_owner} expired at {clock_time(expires)} "
+            f"({ago(now - expires)} ago): expired, waiting for a worker hosting {code}")
+
+
+def ago(seconds: float) -> str:
+    """A duration in a few characters: `4.2s`, `3m05s`, `2h03m`."""
+    return offset(seconds)[1:]
+
+
+def last_update(info: RunInfo, journal: Sequence[Record]) -> float:
+    """When the run last changed: its row, or its newest journal record if later
+    (a journal append does not touch the row)."""
+    return max([info.updated_at, *(r.at for r in journal[-1:])])
+
+
 def render_run(
-    info: RunInfo, journal: Sequence[Record], resumes: Sequence[ResumeRecord]
+    info: RunInfo, journal: Sequence[Record], resumes: Sequence[ResumeRecord], *,
+    now: float | None = None,
 ) -> str:
-    """Everything `stead runs show` prints for one run."""
+    """Everything `stead runs show` prints for one run. With `now`, where its
+    lease stands (held until when, or expired)."""
+    lease = "" if now is None else lease_text(info, now)
+    updated = last_update(info, journal)
     lines = [
         f"run       {info.run_id}",
         f"workflow  {info.workflow}@{info.version}",
         f"task      {info.task_id or '-'}",
         f"status    {info.status}",
         f"epoch     {info.epoch}" + (f"  (lease held by {info.lease_owner})"
-                                     if info.lease_owner else ""),
+                                     if info.lease_owner and now is None else ""),
+        *([f"lease     {lease}"] if lease else []),
         f"created   {clock_time(info.created_at)}",
-        f"updated   {clock_time(info.updated_at)}  ({offset(info.updated_at - info.created_at)})",
+        f"updated   {clock_time(updated)}  ({offset(updated - info.created_at)})",
     ]
     if info.result is not None or info.status == RunStatus.COMPLETED:
         lines.append(f"result    {_compact(info.result)}")
@@ -307,7 +340,7 @@ def show_json(
     info: RunInfo, journal: Sequence[Record], resumes: Sequence[ResumeRecord]
 ) -> dict[str, Any]:
     return {
-        "run": run_json(info),
+        "run": {**run_json(info), "updated_at": last_update(info, journal)},
         "journal": [record_json(r) for r in journal],
         "effects": [dataclasses.asdict(v) for v in effect_views(journal)],
         "resumes": [resume_json(r) for r in resumes],

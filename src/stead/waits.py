@@ -39,6 +39,8 @@ T = TypeVar("T")
 
 # The bind key compared with the task state's current version at delivery.
 STATE_VERSION_KEY = "state_version"
+# Deliveries with a wrong token a wait takes before it locks (`Client(lock_wait_after=)`).
+LOCK_AFTER_BAD_TOKENS = 5
 
 
 # -- verdicts --------------------------------------------------------------------
@@ -191,6 +193,7 @@ class Incoming:
     token: str | None
     # Why the token is refused whatever the wait (its key is revoked), if it is.
     token_refused: str | None = None
+    lock_after: int = LOCK_AFTER_BAD_TOKENS
 
 
 def _canonical(value: Any) -> str:
@@ -265,11 +268,20 @@ def _check_wait(inc: Incoming, wait: WaitRow, ctx: DeliveryContext) -> Judgement
         wait.expires_at is not None and ctx.now >= wait.expires_at
     ):
         return _reject(RejectReason.EXPIRED)
+    if wait.locked_at is not None:
+        return _reject(RejectReason.WAIT_LOCKED,
+                       f"after {wait.bad_tokens} bad tokens; an operator unlocks it "
+                       f"(stead waits unlock {wait.wait_id}) or revokes it")
     if wait.token_hash is not None and not (
         isinstance(inc.token, str)
         and hmac.compare_digest(token_hash(inc.token), wait.token_hash)
     ):
-        return _reject(RejectReason.BAD_TOKEN)
+        bad = wait.bad_tokens + 1
+        if bad >= inc.lock_after:
+            return Judgement(Verdict.REJECTED, reason=RejectReason.BAD_TOKEN,
+                             detail=f"bad token {bad} of {inc.lock_after}: the wait is "
+                                    "now locked", locks_wait=True)
+        return _reject(RejectReason.BAD_TOKEN, f"bad token {bad} of {inc.lock_after}")
     if wait.token_hash is not None and inc.token_refused is not None:
         return _reject(RejectReason.BAD_TOKEN, inc.token_refused)
     bound: dict[str, Any] = json.loads(wait.bind)
@@ -287,9 +299,9 @@ def _check_wait(inc: Incoming, wait: WaitRow, ctx: DeliveryContext) -> Judgement
             return _reject(RejectReason.STATE_VERSION_MOVED,
                            f"bound {bound[STATE_VERSION_KEY]}, now {now_version}")
     if wait.schema is not None:
-        problems = schema_check.errors(inc.payload, json.loads(wait.schema))
+        problems = schema_check.problems(inc.payload, wait.schema)
         if problems:
-            return _reject(RejectReason.INVALID_PAYLOAD, "; ".join(problems[:3]))
+            return _reject(RejectReason.INVALID_PAYLOAD, "; ".join(problems))
     return Judgement(Verdict.ACCEPTED)
 
 

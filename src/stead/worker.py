@@ -17,9 +17,10 @@ import json
 import logging
 import os
 import socket
+import time
 import traceback
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from stead import addresses, codec, errors, leases, logs, takeover
@@ -27,7 +28,7 @@ from stead.app import App
 from stead.clock import Clock, SystemClock
 from stead.execution import Drain, Execution, ExecutionOptions, Stop
 from stead.leases import LeaseKeeper
-from stead.records import Fence, RunRow, RunStatus
+from stead.records import STOPPED, TERMINAL, Backlog, Fence, RunRow, RunStatus, WaitState
 from stead.run import Run
 from stead.store.base import Store
 
@@ -51,6 +52,9 @@ class WorkerOptions:
     store_backoff: float = 1.0
     # An event loop held this long by one call (no await) is logged.
     blocked_after: float = 1.0
+    # The largest result (of a step, effect or model call) journaled, as JSON:
+    # a larger one raises `ResultTooLarge` in the workflow, naming the call.
+    max_result_bytes: int = 16 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -88,6 +92,7 @@ class Worker:
         self._wake = asyncio.Event()
         self._execution_options = ExecutionOptions(
             suspend_after=self.options.suspend_after, keyring=self.store.keyring,
+            max_result_bytes=self.options.max_result_bytes,
         )
         self._leases = LeaseKeeper(store, self.options.lease_seconds, on_lost=self._lost,
                                    blocked_after=self.options.blocked_after)
@@ -99,11 +104,40 @@ class Worker:
     # -- public -------------------------------------------------------------
     async def run(self) -> None:
         """Work until `stop()` (or SIGTERM, when started by `stead worker`)."""
-        await self._loop(until_idle=False)
+        await self._loop(None)
 
     async def run_until_idle(self) -> None:
-        """Work until no run is executing and none can be claimed right now."""
-        await self._loop(until_idle=True)
+        """Work until no run is executing and none can be claimed, now or soon:
+        a hosted run leased to another worker that does not renew the lease (a
+        crashed one) is waited for, and taken over when the lease ends."""
+        seen: dict[tuple[str, int], float | None] = {}
+        await self._loop(lambda: self._nothing_left(seen), wait_for_runs=True)
+
+    async def run_until_done(self, run_ids: Sequence[str], *,
+                             timeout: float | None = None) -> bool:
+        """Work until each of `run_ids` has ended or stopped for a person
+        (completed, failed, cancelled, stopped for a decision, or waiting for
+        an event); False if `timeout` seconds passed first. Leases of a crashed
+        worker are waited out, and its runs taken over."""
+        for run_id in run_ids:
+            await self.store.get_run(run_id)  # UnknownRun before any work
+        left = set(run_ids)
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        async def finished() -> bool:
+            for run_id in sorted(left):
+                if await self._settled(await self.store.get_run(run_id)):
+                    left.discard(run_id)
+            return not left or (deadline is not None and time.monotonic() >= deadline)
+
+        await self._loop(finished)
+        return not left
+
+    async def unhosted(self) -> list[Backlog]:
+        """Runs a worker could take now that this worker does not host, by
+        `workflow@version`."""
+        hosted = set(self.app.hosted())
+        return [b for b in await self.store.backlog() if b.runnable and b.code not in hosted]
 
     def stop(self) -> None:
         """Stop claiming; running runs are released at their next call boundary."""
@@ -114,7 +148,11 @@ class Worker:
                 execution.drain()
 
     # -- loop ---------------------------------------------------------------
-    async def _loop(self, *, until_idle: bool) -> None:
+    async def _loop(self, finished: Callable[[], Awaitable[bool]] | None, *,
+                    wait_for_runs: bool = False) -> None:
+        """Claim and execute until stopped, or until `finished()` says so when
+        nothing was claimed. `wait_for_runs`: while runs execute, idle until one
+        ends rather than polling the store."""
         addresses.install(asyncio.get_running_loop())
         await self._leases.start()
         try:
@@ -140,24 +178,66 @@ class Worker:
                     self._spawn(row)
                 if claimed and len(claimed) == free:
                     continue
-                if until_idle and not claimed and not self._active and not backing_off:
+                if (finished is not None and not claimed and not backing_off
+                        and await self._ask(finished)):
                     return
                 if claimed:
                     continue
-                await self._idle(until_idle)
+                await self._idle(wait_for_runs)
         finally:
             try:
                 await self._drain()
             finally:
                 await self._leases.stop()
 
-    async def _idle(self, until_idle: bool) -> None:
+    async def _ask(self, finished: Callable[[], Awaitable[bool]]) -> bool:
+        try:
+            return await finished()
+        except errors.StoreUnavailable as exc:
+            log.warning("worker %s could not read the store: %s", self.id, exc)
+            return False
+
+    async def _nothing_left(self, seen: dict[tuple[str, int], float | None]) -> bool:
+        """Whether there is nothing to wait for: no run executing here, and no
+        hosted run leased to another worker that has not renewed the lease
+        since `seen` (its first sighting) and will lose it within a lease
+        time. Our own leftovers (an execution that died) are not waited for."""
+        if self._active:
+            return False
+        hosted = set(self.app.hosted())
+        now = self.clock.now()
+        horizon = now + self.options.lease_seconds
+        waiting = False
+        for row in await self.store.leased_runs():
+            if f"{row.workflow}@{row.version}" not in hosted or row.lease_owner == self.id:
+                continue
+            key = (row.run_id, row.epoch)
+            expires = row.lease_expires_at
+            if key not in seen:
+                seen[key] = expires
+                log.info("worker %s: run %s is leased to %s for %.1fs more; waiting to see "
+                         "whether that worker renews the lease", self.id, row.run_id,
+                         row.lease_owner, (expires or now) - now)
+            if expires is not None and expires <= horizon and expires == seen[key]:
+                waiting = True  # not renewed since first seen: its worker is likely gone
+        return not waiting
+
+    async def _settled(self, row: RunRow) -> bool:
+        """Ended, stopped for a decision, or waiting for an event (not a timer)."""
+        if row.status in TERMINAL or row.status in STOPPED:
+            return True
+        if row.status != RunStatus.WAITING:
+            return False
+        return bool(await self.store.list_waits(run_id=row.run_id, state=WaitState.OPEN,
+                                                limit=1))
+
+    async def _idle(self, wait_for_runs: bool) -> None:
         """Wait for a run to finish, a stop, news of work from the store, or the
         next poll."""
         self._wake.clear()
         if self._stopping.is_set():  # stop() came while we claimed: its wake was cleared
             return
-        timeout = None if until_idle and self._active else self.options.poll_interval
+        timeout = None if wait_for_runs and self._active else self.options.poll_interval
         waiters: set[asyncio.Task[Any]] = {asyncio.create_task(self._wake.wait())}
         if timeout is not None:
             waiters.add(asyncio.create_task(self.store.wait_for_work(timeout)))

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import sys
+import unicodedata
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -31,11 +32,27 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 # -- the database ----------------------------------------------------------------------
+def _nonempty_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    # click ignores an empty environment variable: an empty STEAD_DATABASE_URL
+    # would quietly mean the default database.
+    if not value.strip() or (
+        os.environ.get("STEAD_DATABASE_URL", None) == ""
+        and ctx.get_parameter_source("db") == click.core.ParameterSource.DEFAULT
+    ):
+        raise click.BadParameter(
+            "the database URL is empty (--db or STEAD_DATABASE_URL); give one, e.g. "
+            f"{DEFAULT_URL}, or unset STEAD_DATABASE_URL for that default",
+            ctx=ctx, param=param,
+        )
+    return value
+
+
 def database_option(f: F) -> F:
     """`--db URL` on the root group; commands read it with `database_url`."""
     return click.option(
         "--db", default=DEFAULT_URL, show_default=True, envvar="STEAD_DATABASE_URL",
         show_envvar=True, metavar="URL", help="The database, e.g. sqlite:///path/to/stead.db.",
+        callback=_nonempty_url,
     )(f)
 
 
@@ -67,7 +84,40 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     try:
         return asyncio.run(coro)
     except errors.SteadError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(safe_lines(str(exc))) from exc
+
+
+# -- what reaches the terminal ---------------------------------------------------------
+# Unicode's bidirectional overrides and isolates: they reorder what a terminal shows.
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
+                  "\u2066\u2067\u2068\u2069")
+
+
+def _escaped(ch: str) -> str:
+    if unicodedata.category(ch) == "Cc" or ch in _BIDI:
+        return ch.encode("unicode_escape").decode("ascii")
+    return ch
+
+
+def safe(value: object) -> str:
+    """`value` as text that cannot drive the terminal: control characters
+    (escape sequences, newlines, carriage returns) and bidirectional overrides
+    are shown escaped (`\\x1b[2J`). For ids, task ids, names and any other text
+    a user or an outside system chose."""
+    text = str(value)
+    if text.isprintable() and not _BIDI.intersection(text):
+        return text
+    return "".join(_escaped(ch) for ch in text)
+
+
+def safe_lines(text: str) -> str:
+    """`safe` for text of several lines: its newlines are kept."""
+    return "\n".join(safe(line) for line in text.split("\n"))
+
+
+def echo(text: str) -> None:
+    """Print text of several lines (a table, a timeline) with `safe_lines`."""
+    click.echo(safe_lines(text))
 
 
 @contextlib.asynccontextmanager
@@ -99,6 +149,20 @@ def load_app(spec: str) -> App:
     if not sep or not module_name or not attr:
         raise click.BadParameter(
             f"{spec!r} is not module:attribute, e.g. myproject.workflows:app",
+            param_hint="'MODULE:APP'",
+        )
+    if any(c in module_name for c in "/\\") or module_name.endswith(".py"):
+        dotted = module_name.replace("\\", "/").removesuffix(".py").lstrip("./")
+        raise click.BadParameter(
+            f"{spec!r} names a file; MODULE:APP takes a module's dotted name, as "
+            f"`import` does: e.g. {dotted.replace('/', '.') or 'app'}:{attr}, run from the "
+            "folder the module is in",
+            param_hint="'MODULE:APP'",
+        )
+    if not all(part.isidentifier() for part in module_name.split(".")):
+        raise click.BadParameter(
+            f"{spec!r}: {module_name!r} is not a module name; write it as `import` "
+            "would, e.g. myproject.workflows:app",
             param_hint="'MODULE:APP'",
         )
     cwd = os.getcwd()
@@ -137,6 +201,8 @@ def parse_json(text: str, what: str, kind: type[list[Any]] | type[dict[str, Any]
         value = json.loads(text)
     except ValueError as exc:
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint=what) from exc
+    except RecursionError as exc:
+        raise click.BadParameter("JSON nested too deeply; flatten it", param_hint=what) from exc
     if not isinstance(value, kind):
         shape = "array, e.g. '[1, \"a\"]'" if kind is list else "object, e.g. '{\"a\": 1}'"
         raise click.BadParameter(f"must be a JSON {shape}", param_hint=what)

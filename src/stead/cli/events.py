@@ -42,6 +42,7 @@ def _decide(ctx: click.Context, run_id: str, wait_id: str | None, kind: str | No
 
     async def go() -> tuple[waits.Delivery, dict[str, Any]]:
         async with common.opened_client(db) as client:
+            await client.get(run_id)  # no run: say so, and store nothing
             if bind_json is not None:
                 bind = common.parse_json(bind_json, "'--bind'", dict)
             else:  # approve what the wait is bound to, and say so
@@ -54,16 +55,18 @@ def _decide(ctx: click.Context, run_id: str, wait_id: str | None, kind: str | No
             return verdict, bind
 
     verdict, bind = common.run_async(go())
-    shown = ", ".join(f"{k}={json.dumps(v)}" for k, v in bind.items()) or "nothing"
+    shown = common.safe(", ".join(f"{k}={json.dumps(v)}" for k, v in bind.items())
+                        or "nothing")
+    event, run = common.safe(verdict.event_id), common.safe(run_id)
     if isinstance(verdict, waits.Accepted):
-        click.echo(f"accepted: event {verdict.event_id} resumes run {run_id} at wait "
-                   f"{verdict.wait_id} (bound to {shown})")
+        click.echo(f"accepted: event {event} resumes run {run} at wait "
+                   f"{common.safe(verdict.wait_id)} (bound to {shown})")
     elif isinstance(verdict, waits.Duplicate):
-        click.echo(f"duplicate: event {verdict.event_id} was delivered before "
-                   f"(accepted for wait {verdict.wait_id}); nothing happened again")
+        click.echo(f"duplicate: event {event} was delivered before "
+                   f"(accepted for wait {common.safe(verdict.wait_id)}); nothing happened again")
     else:
-        raise click.ClickException(f"{verdict} — event {verdict.event_id} stored; "
-                                   "see `stead events ls RUN`")
+        raise click.ClickException(f"{common.safe(verdict)} — event {event} stored; "
+                                   f"see `stead events ls {run}`")
 
 
 def _token(token: str | None, token_file: str | None) -> str:
@@ -157,8 +160,8 @@ def events() -> None:
 def _event_line(e: EventRow) -> str:
     verdict = e.verdict if e.reason is None else f"{e.verdict}: {e.reason.replace('_', ' ')}"
     detail = f" ({e.detail})" if e.detail else ""
-    return (f"{_when(e.received_at)}  {e.event_id:<24}  {verdict}{detail}  "
-            f"wait={e.wait_id or '-'} payload={e.payload[:60]}")
+    return common.safe(f"{_when(e.received_at)}  {e.event_id:<24}  {verdict}{detail}  "
+                       f"wait={e.wait_id or '-'} payload={e.payload[:60]}")
 
 
 @events.command("ls")
@@ -182,7 +185,7 @@ def events_ls(ctx: click.Context, run_id: str, as_json: bool) -> None:
                    if rows else "[]")
         return
     if not rows:
-        click.echo(f"no events delivered to run {run_id}")
+        click.echo(f"no events delivered to run {common.safe(run_id)}")
     for e in rows:
         click.echo(_event_line(e))
 
@@ -193,8 +196,10 @@ def waits_group() -> None:
 
 
 def _wait_line(w: WaitRow) -> str:
-    return (f"{w.wait_id}  run={w.run_id}  kind={w.kind}  state={w.state}  "
-            f"expires={_when(w.expires_at)}  bind={w.bind}")
+    locked = (f"  LOCKED after {w.bad_tokens} bad tokens (stead waits unlock {w.wait_id})"
+              if w.locked_at is not None and w.state == WaitState.OPEN else "")
+    return common.safe(f"{w.wait_id}  run={w.run_id}  kind={w.kind}  state={w.state}  "
+                       f"expires={_when(w.expires_at)}  bind={w.bind}{locked}")
 
 
 @waits_group.command("ls")
@@ -226,3 +231,22 @@ def waits_ls(ctx: click.Context, run_id: str | None, show_all: bool, limit: int,
     for w in rows:
         click.echo(_wait_line(w))
 
+
+
+@waits_group.command("unlock")
+@click.argument("wait_id", metavar="WAIT")
+@click.pass_context
+def waits_unlock(ctx: click.Context, wait_id: str) -> None:
+    """Unlock WAIT after too many deliveries with a bad token locked it: it
+    accepts the right token again, and its count of bad tokens starts over.
+    (To end the wait instead, revoke it: the run wakes to stead.WaitRevoked.)"""
+    db = common.database_url(ctx)
+    common.require_database(db)
+
+    async def go() -> WaitRow:
+        async with common.opened_client(db) as client:
+            return await client.unlock_wait(wait_id)
+
+    w = common.run_async(go())
+    click.echo(f"unlocked wait {common.safe(w.wait_id)} of run {common.safe(w.run_id)}: "
+               "deliveries with its token are accepted again")

@@ -18,6 +18,8 @@ def _any_json(text: str, what: str) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint=what) from exc
+    except RecursionError as exc:
+        raise click.BadParameter("JSON nested too deeply; flatten it", param_hint=what) from exc
 
 
 def _current_user() -> str:
@@ -78,7 +80,8 @@ def reconcile(ctx: click.Context, run_id: str, effect: str, happened_json: str |
             return await client.reconcile(run_id, effect, by=who, why=why, **kwargs)
 
     info = common.run_async(go())
-    because = f": {why}" if why else ""
+    run_id, effect, who = common.safe(run_id), common.safe(effect), common.safe(who)
+    because = f": {common.safe(why)}" if why else ""
     if "happened" in kwargs:
         click.echo(f"run {run_id}: effect {effect} happened, with result "
                    f"{json.dumps(kwargs['happened'])} (decided by {who}{because})")
@@ -90,5 +93,6 @@ def reconcile(ctx: click.Context, run_id: str, effect: str, happened_json: str |
     else:
         click.echo(f"run {run_id}: effect {effect} did not happen (decided by {who}{because})")
         click.echo("the run continues: it sends the effect, with the same key")
-    click.echo(f"status {info.status}: a worker hosting {info.workflow}@{info.version} "
+    click.echo(f"status {info.status}: a worker hosting {common.safe(info.workflow)}@"
+               f"{info.version} "
                "picks it up")

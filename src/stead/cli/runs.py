@@ -4,6 +4,7 @@ a run stopped as incompatible_checkpoint be claimed again."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -11,6 +12,23 @@ import click
 
 from stead import records, timeline
 from stead.cli import common
+from stead.client import RunInfo
+
+
+def _task_id(value: str | None) -> str | None:
+    if value is not None and not value.strip():
+        raise click.BadParameter("is empty: give a business key (e.g. order-123), or leave "
+                                 "the option out", param_hint="'--task-id'")
+    return value
+
+
+def _shown(info: RunInfo) -> RunInfo:
+    """`info` with the text a user chose (ids, names) made safe to print."""
+    return dataclasses.replace(
+        info, run_id=common.safe(info.run_id), workflow=common.safe(info.workflow),
+        task_id=None if info.task_id is None else common.safe(info.task_id),
+        lease_owner=None if info.lease_owner is None else common.safe(info.lease_owner),
+    )
 
 
 @click.command()
@@ -19,7 +37,7 @@ from stead.cli import common
 @click.argument("args_json", metavar="[ARGS_JSON]", required=False)
 @click.option("--kwargs", "kwargs_json", metavar="JSON",
               help="Keyword arguments as a JSON object.")
-@click.option("--task-id", default=None,
+@click.option("--task-id", default=None, callback=lambda ctx, param, value: _task_id(value),
               help="Business key (e.g. order-123): starting it again returns the live run.")
 @click.option("--version", "version", type=click.IntRange(min=1), default=None,
               help="Workflow version (default: the newest the app registers).")
@@ -44,7 +62,7 @@ def start(ctx: click.Context, app_spec: str, workflow: str, args_json: str | Non
             return await client.start(workflow, *args, task_id=task_id, version=version,
                                       **kwargs)
 
-    info = common.run_async(go())
+    info = _shown(common.run_async(go()))
     if quiet:
         click.echo(info.run_id)
     elif info.created:
@@ -82,7 +100,7 @@ def runs_ls(ctx: click.Context, status: str | None, workflow: str | None, limit:
     if as_json:
         click.echo(json.dumps([timeline.run_json(i) for i in infos], indent=2))
     else:
-        click.echo(timeline.render_runs(infos))
+        common.echo(timeline.render_runs([_shown(i) for i in infos]))
 
 
 @runs.command("show", short_help="Show a run, its journal as a timeline, and its resumes.")
@@ -98,13 +116,14 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
     async def go() -> Any:
         async with common.opened_client(db) as client:
             info = await client.get(run_id)
-            return info, await client.journal(run_id), await client.resumes(run_id)
+            return (info, await client.journal(run_id), await client.resumes(run_id),
+                    client.store.clock.now())
 
-    info, journal, resumes = common.run_async(go())
+    info, journal, resumes, now = common.run_async(go())
     if as_json:
         click.echo(json.dumps(timeline.show_json(info, journal, resumes), indent=2))
     else:
-        click.echo(timeline.render_run(info, journal, resumes))
+        common.echo(timeline.render_run(_shown(info), journal, resumes, now=now))
 
 
 @runs.command("cancel")
@@ -123,13 +142,14 @@ def runs_cancel(ctx: click.Context, run_id: str) -> None:
 
     before, after = common.run_async(go())
     if before.status == records.RunStatus.CANCELLED:
-        click.echo(f"run {run_id} was already cancelled")
+        click.echo(f"run {common.safe(run_id)} was already cancelled")
     elif after.status != records.RunStatus.CANCELLED:
         raise click.ClickException(
-            f"run {run_id} already ended as {after.status}; there is nothing to cancel"
+            f"run {common.safe(run_id)} already ended as {after.status}; there is nothing to "
+            "cancel"
         )
     else:
-        click.echo(f"cancelled run {run_id} (was {before.status})")
+        click.echo(f"cancelled run {common.safe(run_id)} (was {before.status})")
 
 
 @runs.command("retry")
@@ -147,6 +167,6 @@ def runs_retry(ctx: click.Context, run_id: str) -> None:
         async with common.opened_client(db) as client:
             return await client.retry(run_id)
 
-    info = common.run_async(go())
-    click.echo(f"run {run_id} is claimable again (epoch {info.epoch}): a worker hosting "
+    info = _shown(common.run_async(go()))
+    click.echo(f"run {info.run_id} is claimable again (epoch {info.epoch}): a worker hosting "
                f"{info.workflow}@{info.version} replays it")

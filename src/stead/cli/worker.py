@@ -1,10 +1,12 @@
 """`stead worker MODULE:APP`: run a `stead.Worker` until it is stopped by a
-signal (or, with `--until-idle`, until there is nothing left to do)."""
+signal (or, with `--until-idle`, until there is nothing left to do; with
+`--until-done RUN...`, until those runs have ended or stopped for a person)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
 import sys
@@ -34,7 +36,17 @@ log = logging.getLogger("stead.cli")
               help="On SIGTERM/SIGINT, how long running steps may finish before they are "
                    "cancelled.")
 @click.option("--until-idle", is_flag=True,
-              help="Exit once nothing is running and nothing can be claimed.")
+              help="Exit once nothing is running and nothing can be claimed (a crashed "
+                   "worker's lease is waited out first); say what is pending that this "
+                   "worker does not host.")
+@click.option("--until-done", is_flag=True,
+              help="Exit once each RUN has ended or stopped for a person (a decision, "
+                   "an event); exit 1 if --timeout passes first.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="SECONDS", help="With --until-done: give up after this long.")
+@click.option("--max-result-bytes", type=click.IntRange(min=1), default=16 * 1024 * 1024,
+              show_default=True, metavar="N",
+              help="The largest result (of a step, effect or model call) journaled, as JSON.")
 @click.option("--worker-id", default=None, help="Name this worker (default host:pid:random).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True, help="Log level of stead's messages.")
@@ -42,10 +54,12 @@ log = logging.getLogger("stead.cli")
               show_default=True,
               help="text: one line per message; json: one JSON object per line (time, "
                    "level, logger, message, run_id when known).")
+@click.argument("run_ids", metavar="[RUN]...", nargs=-1)
 @click.pass_context
 def worker(ctx: click.Context, app_spec: str, concurrency: int, lease: float, poll: float,
-           grace: float, until_idle: bool, worker_id: str | None, log_level: str,
-           log_format: str) -> None:
+           grace: float, until_idle: bool, until_done: bool, timeout: float | None,
+           max_result_bytes: int, worker_id: str | None, log_level: str, log_format: str,
+           run_ids: tuple[str, ...]) -> None:
     """Run a worker for the workflows of MODULE:APP.
 
     It claims runnable runs, replays their journals and continues them live.
@@ -53,23 +67,67 @@ def worker(ctx: click.Context, app_spec: str, concurrency: int, lease: float, po
     run at its next call boundary (everything acknowledged stays journaled) and
     exits 0.
     """
+    if until_done != bool(run_ids):
+        raise click.UsageError("--until-done takes the runs to finish: stead worker "
+                               "MODULE:APP --until-done RUN [RUN]...")
+    if until_done and until_idle:
+        raise click.UsageError("choose --until-idle or --until-done, not both")
+    if timeout is not None and not until_done:
+        raise click.UsageError("--timeout goes with --until-done")
     app = common.load_app(app_spec)
     options = WorkerOptions(concurrency=concurrency, lease_seconds=lease, poll_interval=poll,
-                            shutdown_grace=grace, worker_id=worker_id)
+                            shutdown_grace=grace, worker_id=worker_id,
+                            max_result_bytes=max_result_bytes)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logs.formatter(log_format))
     stead_log = logging.getLogger("stead")
     old_level = stead_log.level
     stead_log.addHandler(handler)
     stead_log.setLevel(log_level.upper())
+    until = Until(idle=until_idle, runs=run_ids, timeout=timeout)
     try:
-        common.run_async(_work(common.database_url(ctx), app, options, until_idle))
+        report = common.run_async(_work(common.database_url(ctx), app, options, until))
     finally:
         stead_log.removeHandler(handler)
         stead_log.setLevel(old_level)
+    for line in report.lines:
+        click.echo(common.safe_lines(line))
+    if not report.ok:
+        why = "stopped" if timeout is None else f"--timeout {timeout:g}s, or stopped"
+        raise click.ClickException(f"the worker exited before every run was done ({why})")
 
 
-async def _work(db: str, app: App, options: WorkerOptions, until_idle: bool) -> None:
+@dataclasses.dataclass(frozen=True)
+class Until:
+    """When the worker exits: never (a signal stops it), when idle, or when
+    `runs` are done (or after `timeout` seconds)."""
+
+    idle: bool = False
+    runs: tuple[str, ...] = ()
+    timeout: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """What the worker says when it exits by itself, and whether it got there."""
+
+    lines: list[str] = dataclasses.field(default_factory=list)
+    ok: bool = True
+
+
+async def _report(w: Worker, until: Until, done: bool) -> Report:
+    lines: list[str] = []
+    for run_id in until.runs:
+        row = await w.store.get_run(run_id)
+        lines.append(f"run {common.safe(run_id)}: {row.status}")
+    if until.idle or until.runs:
+        lines += [f"pending, not hosted by this worker: {common.safe(b.code)} "
+                  f"({b.runnable} run(s)); start a worker whose app registers it"
+                  for b in await w.unhosted()]
+    return Report(lines, ok=done)
+
+
+async def _work(db: str, app: App, options: WorkerOptions, until: Until) -> Report:
     async with common.opened_client(db, app, interactive=False) as client:
         w = Worker(app, client.store, options)
         loop = asyncio.get_running_loop()
@@ -90,9 +148,19 @@ async def _work(db: str, app: App, options: WorkerOptions, until_idle: bool) -> 
             await client.store.keyring()
         except errors.KeysUnavailable as exc:
             log.warning("worker %s: waits with a token cannot open here: %s", w.id, exc)
+        for pending in await w.unhosted():
+            log.warning("worker %s: %d run(s) of %s are pending and this worker does not "
+                        "host that version", w.id, pending.runnable, pending.code)
+        done = True
         try:
-            await (w.run_until_idle() if until_idle else w.run())
+            if until.runs:
+                done = await w.run_until_done(until.runs, timeout=until.timeout)
+            elif until.idle:
+                await w.run_until_idle()
+            else:
+                await w.run()
         finally:
             for sig in installed:
                 loop.remove_signal_handler(sig)
         log.info("worker %s stopped", w.id)
+        return await _report(w, until, done)

@@ -14,8 +14,21 @@ DEFAULT_URL = "sqlite:///stead.db"
 
 
 def database_url(url: str | None = None) -> str:
-    """The URL to use: the one given, else `STEAD_DATABASE_URL`, else the default."""
-    return url or os.environ.get("STEAD_DATABASE_URL") or DEFAULT_URL
+    """The URL to use: the one given, else `STEAD_DATABASE_URL`, else the default.
+    An empty one is refused rather than read as "the default"."""
+    if url is None:
+        url = os.environ.get("STEAD_DATABASE_URL")
+        if url is None:
+            return DEFAULT_URL
+        where = "STEAD_DATABASE_URL"
+    else:
+        where = "the database URL"
+    if not url.strip():
+        raise errors.StoreError(
+            f"{where} is empty; give one, e.g. {DEFAULT_URL}"
+            + (", or unset it for that default" if where != "the database URL" else "")
+        )
+    return url
 
 
 async def open_store(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stead.records import EventRow, Record, ResumeRecord, RunRow, StateRow, WaitRow
+from stead.records import Backlog, EventRow, Record, ResumeRecord, RunRow, StateRow, WaitRow
 
 Row = Any  # sqlite3.Row or a psycopg dict row
 
@@ -17,6 +17,11 @@ def run(row: Row) -> RunRow:
         row["input"], row["result"], row["error"], row["epoch"], row["lease_owner"],
         row["lease_expires_at"], row["created_at"], row["updated_at"], row["wake_at"],
     )
+
+
+def backlog(row: Row) -> Backlog:
+    return Backlog(row["workflow"], int(row["version"]), int(row["runnable"]),
+                   int(row["leased"]), row["next_expiry"])
 
 
 def record(row: Row) -> Record:
@@ -72,5 +77,6 @@ def wait_params(w: WaitRow) -> dict[str, Any]:
 
 
 _WAIT_FIELDS = WaitRow.__dataclass_fields__.keys()
-_WAIT_INSERT = tuple(n for n in _WAIT_FIELDS if n not in ("state", "event_id", "closed_at"))
+_WAIT_INSERT = tuple(n for n in _WAIT_FIELDS
+                     if n not in ("state", "event_id", "closed_at", "bad_tokens", "locked_at"))
 _EVENT_FIELDS = EventRow.__dataclass_fields__.keys()

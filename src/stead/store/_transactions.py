@@ -12,17 +12,21 @@ needs them.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from stead import errors
 from stead.records import (
+    UNAUTHENTICATED,
     DeliveryContext,
     EventRow,
     Fence,
     Judgement,
     NewRun,
     Record,
+    RejectReason,
     ResumeRecord,
     RunRow,
     RunStatus,
@@ -291,13 +295,45 @@ def deliver(event: EventRow, judge: Judge, now: float) -> Flow[tuple[Judgement, 
         event, wait_id=verdict.wait_id or event.wait_id, verdict=verdict.verdict,
         reason=verdict.reason, detail=verdict.detail, received_at=now,
     )
+    if verdict.reason in UNAUTHENTICATED:
+        # Anyone can send these: keep what identifies them, not what they carry.
+        stored = dataclasses.replace(stored, payload=digest(stored.payload),
+                                     bind=digest(stored.bind))
     yield execute("insert_event", _rows.event_params(stored))
+    if verdict.reason == RejectReason.BAD_TOKEN and verdict.wait_id is not None:
+        yield execute("count_bad_token",
+                      {"wait_id": verdict.wait_id, "lock": verdict.locks_wait, "now": now})
     if verdict.verdict == Verdict.ACCEPTED and verdict.wait_id is not None:
         yield execute("consume_wait",
                       {"wait_id": verdict.wait_id, "event_id": event.event_id, "now": now})
         if (yield count("wake", {"run_id": event.run_id, "now": now})):
             yield execute("notify_work")
     return verdict, stored
+
+
+# How much of an unauthenticated event's JSON text is kept, besides its digest.
+DIGEST_HEAD = 200
+
+
+def digest(text: str) -> str:
+    """JSON text standing for `text`: its sha256, its size and its first
+    characters; `text` itself when it is no longer than that."""
+    if len(text) <= DIGEST_HEAD:
+        return text
+    return json.dumps({"omitted": "only a digest of this event is kept",
+                       "sha256": hashlib.sha256(text.encode()).hexdigest(),
+                       "bytes": len(text.encode()), "head": text[:DIGEST_HEAD]})
+
+
+def unlock_wait(wait_id: str, where: str) -> Flow[WaitRow]:
+    """Reset an open wait's bad-token count and lift its lock."""
+    row = yield one("get_wait", {"wait_id": wait_id})
+    if row is None:
+        raise errors.SteadError(f"no wait {wait_id!r} in {where}")
+    yield execute("lock_run", {"run_id": row["run_id"]})
+    if not (yield count("unlock_wait", {"wait_id": wait_id})):
+        raise errors.WaitNotOpen(wait_id, (yield from wait_state(wait_id)))
+    return _rows.wait((yield one("get_wait", {"wait_id": wait_id})) or row)
 
 
 def delivered(

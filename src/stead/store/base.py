@@ -13,6 +13,7 @@ from typing import Any
 
 from stead import addresses, errors, keys
 from stead.records import (
+    Backlog,
     EventRow,
     Fence,
     Judgement,
@@ -109,6 +110,17 @@ class Store:
     ) -> list[RunRow]:
         return await self.database.read(lambda: tx.read_all(
             "list_runs", {"status": status, "workflow": workflow, "limit": limit}, _rows.run))
+
+    async def backlog(self) -> list[Backlog]:
+        """What workers could take, by `workflow@version`: runs runnable now,
+        and runs leased to a worker (with the soonest lease end)."""
+        return await self.database.read(lambda: tx.read_all(
+            "backlog", {"now": self.clock.now()}, _rows.backlog))
+
+    async def leased_runs(self, limit: int = 100) -> list[RunRow]:
+        """Runs whose lease has not ended, the soonest end first."""
+        return await self.database.read(lambda: tx.read_all(
+            "leased_runs", {"now": self.clock.now(), "limit": limit}, _rows.run))
 
     async def cancel_run(self, run_id: str) -> RunRow:
         """Cancel a live run and bump its epoch, so its holder's next write
@@ -258,6 +270,13 @@ class Store:
             lambda: tx.revoke_wait(wait_id, self.clock.now(), where),
             Writing(landed=lambda _: tx.wait_revoked(wait_id)),
         )
+
+    async def unlock_wait(self, wait_id: str) -> WaitRow:
+        """Lift the lock bad tokens put on an open wait, and reset their count.
+        Raises `WaitNotOpen` if the wait is closed."""
+        where = self.database.display
+        return await self.database.write(
+            lambda: tx.unlock_wait(wait_id, where), Writing())  # safe to run twice
 
     async def get_event(self, run_id: str, event_id: str) -> EventRow | None:
         return await self.database.read(lambda: tx.read_one(

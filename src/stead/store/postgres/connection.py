@@ -80,6 +80,11 @@ def parse_url(url: str) -> Target:
             f"postgresql URL {display!r}: schema {schema!r} is not a plain name; use "
             "letters, digits and _ (at most 63), starting with a letter or _"
         )
+    if schema.lower() == "information_schema" or schema.lower().startswith("pg_"):
+        raise errors.StoreError(
+            f"postgresql URL {display!r}: schema {schema!r} is a PostgreSQL system schema; "
+            "name a schema of stead's own, e.g. schema=stead"
+        )
     text = ours.get("pool_size", "10")
     if not text.isdigit() or int(text) < 1:
         raise errors.StoreError(

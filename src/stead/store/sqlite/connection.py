@@ -29,6 +29,12 @@ def path_from_url(url: str) -> str:
         raise errors.StoreError(f"not a sqlite URL: {url!r}")
     if parsed.netloc == ":memory:":
         return ":memory:"
+    if parsed.netloc:
+        raise errors.StoreError(
+            f"sqlite URL {url!r} names a host ({parsed.netloc!r}); a SQLite database is a "
+            f"local file: sqlite:///{parsed.netloc}{parsed.path} (relative) or "
+            f"sqlite:////abs/path.db (absolute)"
+        )
     path = unquote(parsed.path)
     if path.startswith("/"):
         path = path[1:]

@@ -73,6 +73,28 @@ WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
 ORDER BY created_at DESC, run_id DESC
 LIMIT %(limit)s;
 
+-- name: backlog
+-- What workers could take, by workflow@version: runnable now, and leased (with
+-- the soonest lease end). Waiting runs count once they are due.
+SELECT workflow, version,
+       SUM(CASE WHEN status = 'running' AND lease_expires_at > %(now)s THEN 0 ELSE 1 END)
+           AS runnable,
+       SUM(CASE WHEN status = 'running' AND lease_expires_at > %(now)s THEN 1 ELSE 0 END)
+           AS leased,
+       MIN(CASE WHEN status = 'running' AND lease_expires_at > %(now)s
+                THEN lease_expires_at END) AS next_expiry
+FROM runs
+WHERE status IN ('pending', 'running') OR (status = 'waiting' AND wake_at <= %(now)s)
+GROUP BY workflow, version
+ORDER BY workflow, version;
+
+-- name: leased_runs
+-- Runs whose lease has not ended, soonest end first.
+SELECT * FROM runs
+WHERE status = 'running' AND lease_expires_at > %(now)s
+ORDER BY lease_expires_at
+LIMIT %(limit)s;
+
 -- name: cancel_run
 UPDATE runs
 SET status = 'cancelled', epoch = epoch + 1, lease_owner = NULL,
@@ -345,6 +367,16 @@ WHERE run_id = %(run_id)s AND epoch = %(epoch)s AND lease_owner = %(worker_id)s
 UPDATE runs SET status = 'running', wake_at = NULL, updated_at = %(now)s
 WHERE run_id = %(run_id)s AND status = 'waiting'
 RETURNING run_id;
+
+-- name: count_bad_token
+UPDATE waits
+SET bad_tokens = bad_tokens + 1,
+    locked_at = CASE WHEN %(lock)s::boolean THEN %(now)s ELSE locked_at END
+WHERE wait_id = %(wait_id)s;
+
+-- name: unlock_wait
+UPDATE waits SET bad_tokens = 0, locked_at = NULL
+WHERE wait_id = %(wait_id)s AND state = 'open';
 
 -- name: get_event
 SELECT * FROM events WHERE run_id = %(run_id)s AND event_id = %(event_id)s;

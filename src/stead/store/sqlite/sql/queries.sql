@@ -20,6 +20,28 @@ WHERE (:status IS NULL OR status = :status)
 ORDER BY created_at DESC, run_id DESC
 LIMIT :limit;
 
+-- name: backlog
+-- What workers could take, by workflow@version: runnable now, and leased (with
+-- the soonest lease end). Waiting runs count once they are due.
+SELECT workflow, version,
+       SUM(CASE WHEN status = 'running' AND lease_expires_at > :now THEN 0 ELSE 1 END)
+           AS runnable,
+       SUM(CASE WHEN status = 'running' AND lease_expires_at > :now THEN 1 ELSE 0 END)
+           AS leased,
+       MIN(CASE WHEN status = 'running' AND lease_expires_at > :now
+                THEN lease_expires_at END) AS next_expiry
+FROM runs
+WHERE status IN ('pending', 'running') OR (status = 'waiting' AND wake_at <= :now)
+GROUP BY workflow, version
+ORDER BY workflow, version;
+
+-- name: leased_runs
+-- Runs whose lease has not ended, soonest end first.
+SELECT * FROM runs
+WHERE status = 'running' AND lease_expires_at > :now
+ORDER BY lease_expires_at
+LIMIT :limit;
+
 -- name: cancel_run
 UPDATE runs
 SET status = 'cancelled', epoch = epoch + 1, lease_owner = NULL,
@@ -194,6 +216,15 @@ WHERE run_id = :run_id AND epoch = :epoch AND lease_owner = :worker_id
 -- name: wake
 UPDATE runs SET status = 'running', wake_at = NULL, updated_at = :now
 WHERE run_id = :run_id AND status = 'waiting';
+
+-- name: count_bad_token
+UPDATE waits
+SET bad_tokens = bad_tokens + 1, locked_at = CASE WHEN :lock THEN :now ELSE locked_at END
+WHERE wait_id = :wait_id;
+
+-- name: unlock_wait
+UPDATE waits SET bad_tokens = 0, locked_at = NULL
+WHERE wait_id = :wait_id AND state = 'open';
 
 -- name: get_event
 SELECT * FROM events WHERE run_id = :run_id AND event_id = :event_id;
