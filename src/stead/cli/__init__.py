@@ -1,6 +1,7 @@
 """The `stead` command: run a worker, start runs, inspect and cancel them,
 reconcile an effect whose outcome is unknown, answer waiting runs, migrate the
-database, and watch a run survive a crash (`stead demo`).
+database, watch a run survive a crash (`stead demo`) and crash your own
+workflows at every boundary (`stead chaos`).
 
 This module builds the root group and adds the command groups, one module each;
 what they share (the database URL, loading `module:app`, opening a client,
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import click
 
-from stead.cli import common, db, demo, events, reconcile, runs, worker
+from stead.cli import chaos, common, db, demo, events, reconcile, runs, worker
 
 __all__ = ["main"]
 
@@ -39,3 +40,4 @@ main.add_command(events.events)
 main.add_command(events.waits_group)
 main.add_command(db.db_group)
 main.add_command(demo.demo)
+main.add_command(chaos.chaos)
