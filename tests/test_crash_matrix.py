@@ -34,20 +34,23 @@ def test_every_write_gives_two_points_an_effect_its_send_a_wait_two_more() -> No
         {"records": [["wait", "approval", "open"]], "finish": None},
         {"records": [["effect", "charge", "intent"]], "finish": None},
         {"records": [["effect", "charge", "ok"], ["now", "now", "ok"]], "finish": None},
+        {"records": [["now", "now", "ok"]], "finish": None},
         {"records": [], "finish": "completed"},
     ]
     points = enumerate_points(tally)
-    assert [(p.boundary, p.crash) for p in points] == [
-        (Boundary.BEFORE, "before:1"), (Boundary.AFTER, "after:1"),
-        (Boundary.BEFORE, "before:2"), (Boundary.AFTER, "after:2"),
-        (Boundary.WAITING, None), (Boundary.DELIVERY, None),
-        (Boundary.BEFORE, "before:3"), (Boundary.AFTER, "after:3"),
-        (Boundary.IN_SEND, "before:2:charge"), (Boundary.AFTER, "after:4"),
-        (Boundary.BEFORE, "before:5"), (Boundary.AFTER, "after:5"),
+    assert [(p.boundary, p.crash, p.wait) for p in points] == [
+        (Boundary.BEFORE, "before:1", None), (Boundary.AFTER, "after:1", None),
+        (Boundary.BEFORE, "before:2", None), (Boundary.AFTER, "after:2", None),
+        (Boundary.BEFORE, "before:3", None), (Boundary.AFTER, "after:3", None),
+        (Boundary.IN_SEND, "before:2:charge", None), (Boundary.AFTER, "after:4", None),
+        (Boundary.BEFORE, "before:5", None), (Boundary.AFTER, "after:5", None),
+        (Boundary.WAITING, None, 1), (Boundary.DELIVERY, None, 1),
+        (Boundary.BEFORE, "before:6", None), (Boundary.AFTER, "after:6", None),
     ]
-    assert points[8].where == "inside effect charge's send, before write 4 commits " \
+    assert points[6].where == "inside effect charge's send, before write 4 commits " \
                               "(effect charge: ok)"
-    assert points[11].where == "after write 5 commits (the run's end (completed))"
+    assert points[9].where == "after write 5 commits (the run suspends)"
+    assert points[13].where == "after write 6 commits (the run's end (completed))"
 
 
 # -- the examples ------------------------------------------------------------------

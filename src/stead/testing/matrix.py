@@ -194,6 +194,7 @@ class _Matrix:
             os.path.abspath(p or os.getcwd()) for p in sys.path))
         self.reference: _Outcome | None = None
         self.reference_episode: _Episode | None = None
+        self.reference_redelivered: list[Delivery] = []
         self._ready: list[subprocess.Popen[bytes]] = []
 
     async def run(self, progress: Callable[[str], None]) -> MatrixReport:
@@ -208,7 +209,7 @@ class _Matrix:
                      + ("" if result.ok else ": " + "; ".join(result.problems)))
         database = "PostgreSQL" if self.url.startswith("postgres") else "SQLite"
         return MatrixReport(self.spec, self.workflow, self.args, self.kwargs, database,
-                            self._judge_reference(reference), tuple(results),
+                            await self._judge_reference(reference), tuple(results),
                             time.monotonic() - began)
 
     # -- the reference ------------------------------------------------------------
@@ -218,6 +219,7 @@ class _Matrix:
         proc = self._spawn(ep, "reference", lease=FRESH_LEASE, tally=tally)
         try:
             info = await self._drive(ep, deadline=DEADLINE)
+            self.reference_redelivered = await self._redeliver(ep)
         except _NoEvent as exc:
             raise errors.SteadError(str(exc)) from None
         finally:
@@ -237,14 +239,16 @@ class _Matrix:
         entries: list[dict[str, Any]] = json.loads(tally.read_text())
         return self.reference, entries
 
-    def _judge_reference(self, reference: _Outcome) -> PointResult:
+    async def _judge_reference(self, reference: _Outcome) -> PointResult:
         ep = self.reference_episode
         assert ep is not None
         calls = self._calls(ep, reference.journal)
-        problems = [f"{c.calls} calls under key {c.key}" for c in calls if not c.ok]
+        ep.problems += [f"{c.calls} calls under key {c.key}" for c in calls if not c.ok]
+        events_once = None
+        if ep.delivered:
+            events_once = await _check_events(self.client, ep, self.reference_redelivered)
         return PointResult(REFERENCE, reference.info.status, SAME, True, True, tuple(calls),
-                           _events_once(ep, []) if ep.delivered else None, None,
-                           tuple(problems))
+                           events_once, None, tuple(ep.problems))
 
     # -- one point ----------------------------------------------------------------
     async def _point(self, number: int, point: Point) -> PointResult:
@@ -257,10 +261,9 @@ class _Matrix:
             try:
                 info = await self._drive(ep, deadline=DEADLINE)
                 recovered = time.monotonic() - killed
-                redelivered = [await self._deliver(ep, wait, event)
-                               for wait, event in ep.delivered.values() for _twice in (1, 2)]
+                redelivered = await self._redeliver(ep)
             finally:
-                await self._stop(fresh)
+                await self._kill(fresh)  # the run has ended: nothing of it is left to lose
             if not _settled(info):
                 ep.problems.append(f"the run did not end within {DEADLINE:g} s "
                                    f"(status {info.status})")
@@ -444,6 +447,11 @@ class _Matrix:
             if not isinstance(verdict, Accepted):
                 ep.problems.append(f"the event {event.event_id} for wait {wait.kind} was not "
                                    f"accepted: {verdict}")
+
+    async def _redeliver(self, ep: _Episode) -> list[Delivery]:
+        """Every event delivered so far, twice more, as a queue redelivers."""
+        return [await self._deliver(ep, wait, event)
+                for wait, event in ep.delivered.values() for _twice in (1, 2)]
 
     async def _deliver(self, ep: _Episode, wait: WaitRow, event: Event) -> Delivery:
         bind = event.bind if event.bind is not None else json.loads(wait.bind)

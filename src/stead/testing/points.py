@@ -54,7 +54,8 @@ def enumerate_points(tally: Sequence[dict[str, Any]]) -> list[Point]:
     points: list[Point] = []
     named: Counter[str] = Counter()  # writes journaling a record of that name, so far
     sent: set[str] = set()  # effects whose intent is journaled and outcome is not
-    waits = 0
+    opened: list[str] = []  # waits opened, in order
+    placed = 0  # waits whose points are placed (after the write that suspends on them)
     for number, entry in enumerate(tally, 1):
         what = describe(entry)
         names = {name for _kind, name, _status in entry["records"]}
@@ -80,11 +81,24 @@ def enumerate_points(tally: Sequence[dict[str, Any]]) -> list[Point]:
                 elif status in (RecordStatus.OK, RecordStatus.ERROR, RecordStatus.UNKNOWN):
                     sent.discard(name)
             if kind == RecordKind.WAIT and status == RecordStatus.OPEN:
-                waits += 1
-                points.append(Point(Boundary.WAITING,
-                                    f"while suspended on wait {name} (the event comes while "
-                                    "no worker runs)", wait=waits))
-                points.append(Point(Boundary.DELIVERY,
-                                    f"as the worker wakes for the event delivered to wait "
-                                    f"{name}", wait=waits))
+                opened.append(name)
+        if _suspends(entry) or number == len(tally):
+            points += [p for n, kind in enumerate(opened[placed:], placed + 1)
+                       for p in _wait_points(n, kind)]
+            placed = len(opened)
     return points
+
+
+def _suspends(entry: dict[str, Any]) -> bool:
+    """A write of no call of its own that does not end the run: a suspension."""
+    return not entry.get("finish") and all(k in _RIDERS for k, _n, _s in entry["records"])
+
+
+def _wait_points(number: int, kind: str) -> list[Point]:
+    return [
+        Point(Boundary.WAITING,
+              f"while suspended on wait {kind} (the event comes while no worker runs)",
+              wait=number),
+        Point(Boundary.DELIVERY, f"as the worker wakes for the event delivered to wait {kind}",
+              wait=number),
+    ]
