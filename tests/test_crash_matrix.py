@@ -188,3 +188,23 @@ async def test_a_stale_worker_needs_a_run_no_live_worker_holds(store: stead.Stor
     with pytest.raises(stead.SteadError, match="could not be claimed"):
         await stale_worker(store, info.run_id, timeout=0.1)
 
+
+
+async def test_a_stale_worker_on_a_fake_clock_needs_no_waiting(
+    fstore: stead.Store, clock: stead.FakeClock
+) -> None:
+    info = await stead.Client(fstore, chaos_app.app).start(chaos_app.greet, "ada")
+    stale = await stale_worker(fstore, info.run_id, timeout=0.5)
+    with pytest.raises(stead.StaleLease):
+        await stale.write()
+
+
+# -- the report in docs/ -------------------------------------------------------------
+def test_the_docs_hold_each_examples_report() -> None:
+    text = (Path(__file__).resolve().parent.parent / "docs" / "crash-matrix.md").read_text()
+    assert "python -m stead.testing.examples docs/crash-matrix.md" in text
+    for example in EXAMPLES:
+        assert f"## {example.title}" in text
+        assert f"`{example.app} {example.workflow}(" in text
+    assert text.count(" 0 failed.") == len(GOOD)
+    assert "**FAIL**: 2 calls under key refund-123" in text
