@@ -10,7 +10,8 @@ journal write of your choosing (see `stead.testing.crash`).
 """
 
 from stead.testing.crash import CrashingStore, CrashPoint, DelegatingStore, kill_process
-from stead.testing.matrix import Event, Services, Waiting, crash_matrix
+from stead.testing.hooks import Event, Services, Waiting
+from stead.testing.matrix import crash_matrix
 from stead.testing.points import Point
 from stead.testing.report import EffectCalls, MatrixReport, PointResult
 from stead.testing.stale import StaleWorker, stale_worker

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from stead.examples import ci_agent, services
-from stead.testing.matrix import Event, EventSource, Services, Waiting, crash_matrix
+from stead.testing.hooks import Event, EventSource, Services, Waiting
+from stead.testing.matrix import crash_matrix
 from stead.testing.report import MatrixReport
 
 

@@ -29,12 +29,9 @@ one after the other on one database; each run has a task id of its own.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
-import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -46,7 +43,8 @@ from stead.app import App
 from stead.client import Client, RunInfo
 from stead.records import TERMINAL, Boundary, Record, RecordKind, RunStatus, WaitRow, WaitState
 from stead.store import open_store
-from stead.testing import _worker_process
+from stead.testing import _processes, _worker_process
+from stead.testing.hooks import Event, EventSource, Services, Waiting
 from stead.testing.points import REFERENCE, Point, enumerate_points
 from stead.testing.report import SAME, STOPPED, EffectCalls, MatrixReport, PointResult
 from stead.waits import Accepted, Delivery, Duplicate
@@ -55,46 +53,6 @@ DYING_LEASE = 0.5  # the worker that dies: its run is taken over soon after
 FRESH_LEASE = 5.0  # the one that recovers: never loses its lease on a slow machine
 DEADLINE = 60.0  # a phase that takes longer is a hang, reported as such
 LAST_GASP = 5.0  # how long a worker may take to die once its run is seen ended
-
-
-@dataclasses.dataclass(frozen=True)
-class Waiting:
-    """An open wait the matrix must answer: what an `events` hook is given."""
-
-    run_id: str
-    wait_id: str
-    kind: str
-    bind: dict[str, Any]
-    folder: Path
-
-
-@dataclasses.dataclass(frozen=True)
-class Event:
-    """What to deliver to a wait (`Client.deliver`). `bind` defaults to the
-    values the wait is bound to, as a page showing them would send back."""
-
-    event_id: str
-    payload: Any = None
-    token: str | None = None
-    bind: dict[str, Any] | None = None
-
-
-EventSource = Callable[[Waiting], Event]
-
-
-@dataclasses.dataclass(frozen=True)
-class Services:
-    """The outside world of a point, in its folder (the workers' cwd).
-
-    `calls(folder)` returns, per effect key, how many send calls the outside
-    received (pass `op.key` to your fake services and count by it);
-    `prepare(folder)` readies the folder before the workers start; `env(folder)`
-    gives the worker processes environment variables (e.g. where your fake
-    services keep their files)."""
-
-    calls: Callable[[Path], Mapping[str, int]] | None = None
-    prepare: Callable[[Path], None] | None = None
-    env: Callable[[Path], Mapping[str, str]] | None = None
 
 
 def app_spec(app: App | str) -> str:
@@ -149,7 +107,7 @@ async def crash_matrix(
         try:
             return await matrix.run(progress or (lambda _line: None))
         finally:
-            matrix.close()
+            matrix.workers.close()
     finally:
         await store.close()
 
@@ -163,7 +121,7 @@ class _Episode:
     run_id: str = ""
     seen_waits: list[str] = dataclasses.field(default_factory=list)
     delivered: dict[str, tuple[WaitRow, Event]] = dataclasses.field(default_factory=dict)
-    procs: list[subprocess.Popen[bytes]] = dataclasses.field(default_factory=list)
+    procs: list[_processes.Process] = dataclasses.field(default_factory=list)
     problems: list[str] = dataclasses.field(default_factory=list)
 
     @property
@@ -190,12 +148,10 @@ class _Matrix:
         self.spec, self.url, self.client = spec, url, client
         self.workflow, self.args, self.kwargs = workflow, args, kwargs
         self.events, self.services, self.root = events, services, root
-        self.pythonpath = os.pathsep.join(dict.fromkeys(
-            os.path.abspath(p or os.getcwd()) for p in sys.path))
         self.reference: _Outcome | None = None
         self.reference_episode: _Episode | None = None
         self.reference_redelivered: list[Delivery] = []
-        self._ready: list[subprocess.Popen[bytes]] = []
+        self.workers = _processes.WorkerProcesses(spec, url, root)
 
     async def run(self, progress: Callable[[str], None]) -> MatrixReport:
         began = time.monotonic()
@@ -223,9 +179,9 @@ class _Matrix:
         except _NoEvent as exc:
             raise errors.SteadError(str(exc)) from None
         finally:
-            await self._stop(proc)
+            await _processes.stop(proc, DEADLINE)
         if not _settled(info) or not tally.exists():
-            tail = _tail(ep.folder / "worker-reference.log")
+            tail = _processes.tail(ep.folder / "worker-reference.log")
             raise errors.SteadError(
                 f"the reference run of {self.workflow} did not end (status {info.status}) "
                 f"within {DEADLINE:g} s; the worker's log ends:\n{tail}")
@@ -263,7 +219,7 @@ class _Matrix:
                 recovered = time.monotonic() - killed
                 redelivered = await self._redeliver(ep)
             finally:
-                await self._kill(fresh)  # the run has ended: nothing of it is left to lose
+                await _processes.kill(fresh)  # the run has ended: nothing of it is left to lose
             if not _settled(info):
                 ep.problems.append(f"the run did not end within {DEADLINE:g} s "
                                    f"(status {info.status})")
@@ -274,7 +230,7 @@ class _Matrix:
             return self._failed(ep, point, await self.client.get(ep.run_id))
         finally:
             for proc in ep.procs:
-                await self._kill(proc)
+                await _processes.kill(proc)
             if not (await self.client.get(ep.run_id)).done:
                 await self.client.cancel(ep.run_id)
 
@@ -292,10 +248,10 @@ class _Matrix:
 
             info = await self._drive(ep, deadline=DEADLINE, hold=at_wait, proc=proc)
             if info.status != RunStatus.WAITING:
-                await self._kill(proc)
+                await _processes.kill(proc)
                 return None
             if point.boundary == Boundary.WAITING:
-                await self._kill(proc)
+                await _processes.kill(proc)
                 killed = time.monotonic()
                 await self._answer(ep)  # while no worker runs
                 return killed
@@ -306,15 +262,16 @@ class _Matrix:
                 if time.monotonic() > deadline or proc.poll() is not None:
                     return None
                 await asyncio.sleep(0.005)
-            await self._kill(proc)
+            await _processes.kill(proc)
             return time.monotonic()
         await self._drive(ep, deadline=DEADLINE, proc=proc)
-        # Killed just after the run's last write, it dies as the run is seen ended.
-        if await self._exit(proc, LAST_GASP) is None:  # it lives on: the point was never reached
-            await self._kill(proc)
+        # Killed just after the run's last write, it dies as the run is seen ended;
+        # one that lives on never reached its point.
+        if await _processes.exit_code(proc, LAST_GASP) is None:
+            await _processes.kill(proc)
             return None
         if proc.returncode != -signal.SIGKILL:
-            log = _tail(ep.folder / "worker-dying.log", 5)
+            log = _processes.tail(ep.folder / "worker-dying.log", 5)
             ep.problems.append(f"the worker exited with code {proc.returncode}:\n{log}")
             return None
         return time.monotonic()
@@ -371,41 +328,15 @@ class _Matrix:
         return ep
 
     def _spawn(self, ep: _Episode, label: str, *, lease: float, crash: str | None = None,
-               tally: Path | None = None) -> subprocess.Popen[bytes]:
-        """A worker process for the episode: one started earlier, which has
-        imported stead meanwhile, given its orders now (see `_worker_process`)."""
-        proc = self._ready.pop() if self._ready else self._launch()
-        self._ready.append(self._launch())  # the next one warms up while this one works
+               tally: Path | None = None) -> _processes.Process:
         env = dict(self.services.env(ep.folder)) if self.services.env is not None else {}
-        orders = {"app": self.spec, "db": self.url, "cwd": str(ep.folder), "env": env,
-                  "log": str(ep.folder / f"worker-{label}.log"), "crash": crash,
-                  "tally": None if tally is None else str(tally), "lease": lease,
-                  "worker_id": label}
-        assert proc.stdin is not None
-        with contextlib.suppress(BrokenPipeError):  # it died starting: its exit code tells
-            proc.stdin.write(json.dumps(orders).encode() + b"\n")
-            proc.stdin.close()
+        proc = self.workers.start(ep.folder, label, env, lease=lease, crash=crash, tally=tally)
         ep.procs.append(proc)
         return proc
 
-    def _launch(self) -> subprocess.Popen[bytes]:
-        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=self.pythonpath)
-        with open(self.root / "workers.log", "ab") as log:
-            return subprocess.Popen(
-                [sys.executable, "-m", "stead.testing._worker_process"], cwd=self.root,
-                env=env, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT)
-
-    def close(self) -> None:
-        """Let the processes started for later go: an empty stdin ends them."""
-        for proc in self._ready:
-            assert proc.stdin is not None
-            proc.stdin.close()
-            proc.wait()
-        self._ready.clear()
-
     async def _drive(self, ep: _Episode, *, deadline: float,
                      hold: Callable[[list[WaitRow]], bool] | None = None,
-                     proc: subprocess.Popen[bytes] | None = None) -> RunInfo:
+                     proc: _processes.Process | None = None) -> RunInfo:
         """Poll the run, answering its waits, until it ends, `proc` exits, or
         (with `hold`) it waits on a wait `hold` wants left unanswered."""
         until = time.monotonic() + deadline
@@ -458,26 +389,6 @@ class _Matrix:
         return await self.client.deliver(ep.run_id, event_id=event.event_id,
                                          payload=event.payload, wait_id=wait.wait_id,
                                          bind=bind, token=event.token)
-
-    async def _stop(self, proc: subprocess.Popen[bytes]) -> None:
-        """SIGTERM: the worker stops gracefully (and writes its tally)."""
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        if await self._exit(proc, DEADLINE) is None:
-            await self._kill(proc)
-
-    async def _kill(self, proc: subprocess.Popen[bytes]) -> None:
-        if proc.poll() is None:
-            proc.kill()
-        await self._exit(proc, DEADLINE)
-
-    async def _exit(self, proc: subprocess.Popen[bytes], timeout: float) -> int | None:
-        until = time.monotonic() + timeout
-        while (code := proc.poll()) is None:
-            if time.monotonic() > until:
-                return None
-            await asyncio.sleep(0.01)
-        return code
 
     async def _outcome(self, ep: _Episode, info: RunInfo) -> _Outcome:
         facts = await self.client.task_state(ep.task_id)
@@ -538,8 +449,3 @@ async def _check_events(client: Client, ep: _Episode, redelivered: list[Delivery
         ep.problems.append("an event was not consumed exactly once: " + ", ".join(
             f"{e.event_id} {e.verdict}" for e in stored))
     return ok
-
-
-def _tail(log: Path, lines: int = 20) -> str:
-    text = log.read_text(errors="replace").splitlines() if log.exists() else []
-    return "\n".join(text[-lines:])
