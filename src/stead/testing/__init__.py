@@ -9,6 +9,7 @@ test a worker whose lease was taken over; `CrashingStore` kills a worker at a
 journal write of your choosing (see `stead.testing.crash`).
 """
 
+from stead.records import Boundary
 from stead.testing.crash import CrashingStore, CrashPoint, DelegatingStore, kill_process
 from stead.testing.hooks import Event, Services, Waiting
 from stead.testing.matrix import crash_matrix
@@ -17,6 +18,7 @@ from stead.testing.report import EffectCalls, MatrixReport, PointResult
 from stead.testing.stale import StaleWorker, stale_worker
 
 __all__ = [
+    "Boundary",
     "CrashPoint",
     "CrashingStore",
     "DelegatingStore",

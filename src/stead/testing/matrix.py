@@ -88,8 +88,8 @@ async def crash_matrix(
 
     `events` maps a wait's kind to the event to deliver to it; `services`
     counts the calls the outside received. The runs go to `db` (default: a new
-    SQLite file in `folder`); `folder` (default: a new temporary one) holds
-    the points' folders and the workers' logs. `progress` is told of each
+    SQLite file in `folder`); `folder` (default: a new temporary one, kept)
+    holds the points' folders and the workers' logs. `progress` is told of each
     point as it ends."""
     import tempfile
 
