@@ -57,6 +57,8 @@ async def _held_run(store: stead.Store) -> Fence:
 def test_stead_testing_exports_exactly_the_harness() -> None:
     assert set(stead.testing.__all__) == {
         "CrashPoint", "CrashingStore", "DelegatingStore", "kill_process",
+        "crash_matrix", "Event", "Services", "Waiting", "Point", "MatrixReport", "PointResult",
+        "EffectCalls", "stale_worker", "StaleWorker", "Boundary",
     }
     for name in stead.testing.__all__:
         assert hasattr(stead.testing, name)

@@ -128,6 +128,17 @@ class ResumeClass(enum.StrEnum):
     OUTCOME_UNKNOWN = "outcome_unknown"  # an intent and no outcome: resent, asked, or stopped
 
 
+class Boundary(enum.StrEnum):
+    """Where the crash matrix (`stead.testing`) kills a worker."""
+
+    NONE = "none"  # the reference run: no crash
+    BEFORE = "before"  # just before a journal write commits
+    AFTER = "after"  # just after it committed
+    IN_SEND = "in_send"  # inside an effect's function: its intent committed, no outcome yet
+    WAITING = "waiting"  # while the run is suspended; its event comes while no worker runs
+    DELIVERY = "delivery"  # as the worker wakes for a delivered event
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Record:
     """One acknowledged call (or one attempt of it). `payload` is JSON text:

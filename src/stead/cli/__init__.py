@@ -1,7 +1,7 @@
 """The `stead` command: run a worker, start runs, inspect and cancel them,
 reconcile an effect whose outcome is unknown, answer waiting runs, migrate the
-database, manage the keys that sign wait tokens, and watch a run survive a crash
-(`stead demo`).
+database, manage the keys that sign wait tokens, watch a run survive a crash
+(`stead demo`) and crash your own workflows at every boundary (`stead chaos`).
 
 This module builds the root group and adds the command groups, one module each;
 what they share (the database URL, loading `module:app`, opening a client,
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import click
 
-from stead.cli import common, db, demo, events, keys, reconcile, runs, worker
+from stead.cli import chaos, common, db, demo, events, keys, reconcile, runs, worker
 
 __all__ = ["main"]
 
@@ -41,3 +41,4 @@ main.add_command(events.waits_group)
 main.add_command(db.db_group)
 main.add_command(keys.keys_group)
 main.add_command(demo.demo)
+main.add_command(chaos.chaos)

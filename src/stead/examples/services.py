@@ -157,10 +157,11 @@ class Mailbox:
     twice (the key is the effect's operation key)."""
 
     def __init__(self, where: Path | None = None) -> None:
-        self._ledger = _Ledger("mailbox", {"messages": []}, where)
+        self._ledger = _Ledger("mailbox", {"messages": [], "calls": []}, where)
 
     def send(self, to: str, subject: str, body: dict[str, Any], *, key: str) -> str:
         with self._ledger.locked() as state:
+            state.setdefault("calls", []).append(_call("send", to=to, key=key))
             messages: list[dict[str, Any]] = state["messages"]
             for m in messages:
                 if m["key"] == key:
@@ -172,6 +173,10 @@ class Mailbox:
 
     def messages(self, to: str | None = None) -> list[dict[str, Any]]:
         return [m for m in self._ledger.read()["messages"] if to is None or m["to"] == to]
+
+    def calls(self) -> list[dict[str, Any]]:
+        """Every send received, a resend under a known key included."""
+        return list(self._ledger.read().get("calls", []))
 
 
 class ModelCalls:

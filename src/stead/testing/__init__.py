@@ -1,11 +1,36 @@
-"""Testing tools for stead users: crash injection for your own workflows.
+"""Testing tools for stead users: crash your own workflows on purpose.
 
-    from stead.testing import CrashPoint, CrashingStore
+    from stead.testing import crash_matrix, Services, Event
 
-See `stead.testing.crash` for how to kill a worker at a chosen journal write
-and prove that the run resumes without repeating acknowledged calls.
+`crash_matrix` kills a real worker at every boundary of a run and reports what
+each recovery did (`stead chaos` on the command line, the `crash_matrix`
+fixture of `stead.testing.pytest_plugin` in pytest); `stale_worker` gives a
+test a worker whose lease was taken over; `CrashingStore` kills a worker at a
+journal write of your choosing (see `stead.testing.crash`).
 """
 
+from stead.records import Boundary
 from stead.testing.crash import CrashingStore, CrashPoint, DelegatingStore, kill_process
+from stead.testing.hooks import Event, Services, Waiting
+from stead.testing.matrix import crash_matrix
+from stead.testing.points import Point
+from stead.testing.report import EffectCalls, MatrixReport, PointResult
+from stead.testing.stale import StaleWorker, stale_worker
 
-__all__ = ["CrashPoint", "CrashingStore", "DelegatingStore", "kill_process"]
+__all__ = [
+    "Boundary",
+    "CrashPoint",
+    "CrashingStore",
+    "DelegatingStore",
+    "EffectCalls",
+    "Event",
+    "MatrixReport",
+    "Point",
+    "PointResult",
+    "Services",
+    "StaleWorker",
+    "Waiting",
+    "crash_matrix",
+    "kill_process",
+    "stale_worker",
+]

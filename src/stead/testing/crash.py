@@ -116,6 +116,7 @@ class CrashingDatabase(seam.Database):
         self.point = point
         self.crash = crash
         self.writes = 0
+        self.written: list[seam.FencedWrite] = []
         self.url, self.clock, self.display = inner.url, inner.clock, inner.display
 
     @property
@@ -144,7 +145,7 @@ class CrashingDatabase(seam.Database):
                     result: T = done.value
                     return result
                 if isinstance(step, seam.Journal) and not counted:
-                    counted.append(self._before(step.write.records))
+                    counted.append(self._before(step.write))
                 answer = yield step
 
         result = await self.inner.write(watched, how)
@@ -153,7 +154,7 @@ class CrashingDatabase(seam.Database):
         return result
 
     async def journal(self, write: seam.FencedWrite, landed: seam.Landed[None]) -> None:
-        number = self._before(write.records)
+        number = self._before(write)
         await self.inner.journal(write, landed)
         self._after(number)
 
@@ -163,11 +164,12 @@ class CrashingDatabase(seam.Database):
     async def wait_for_work(self, timeout: float) -> None:
         await self.inner.wait_for_work(timeout)
 
-    def _before(self, records: Sequence[Record]) -> int | None:
+    def _before(self, write: seam.FencedWrite) -> int | None:
         """Count the write; its number, or None if the point does not count it."""
-        if not self.point.counts(records):
+        if not self.point.counts(write.records):
             return None
         self.writes += 1
+        self.written.append(write)
         number = self.writes
         if self.point.before_commit == number:
             self.crash()
@@ -183,7 +185,8 @@ class CrashingStore(Store):
     """`inner`'s store logic on `inner`'s database, calling `crash` (by
     default `kill_process`) at `point`. `writes` is the number of counted
     journal writes begun so far (a write that then fails, e.g. with
-    `StaleLease`, still counts).
+    `StaleLease`, still counts), and `written` those writes, in order (the
+    crash matrix reads them to find every boundary of a run).
 
     `crash` may be replaced, e.g. by a function raising an exception, to use
     the wrapper in-process; if it returns, the store carries on as if nothing
@@ -212,6 +215,10 @@ class CrashingStore(Store):
     @property
     def writes(self) -> int:
         return self._crashing.writes
+
+    @property
+    def written(self) -> list[seam.FencedWrite]:
+        return list(self._crashing.written)
 
     @property
     def crash(self) -> Callable[[], None]:
