@@ -15,6 +15,8 @@ EXPECTED = {
     "Usage", "Wait", "WaitExpired", "WaitNotOpen", "WaitRevoked", "Worker", "WorkerOptions",
     "Workflow", "Keyring", "KeysUnavailable", "SecretInJournal", "TokenHidden",
     "DatabaseMissing", "StatusNotReached", "ResumeDetails", "UnknownOutcome",
+    "Intent", "Grant", "Budget", "InvalidIntent", "GrantWidening", "GrantRefused",
+    "Continue", "Pause", "Terminate", "Action",
 }
 
 

@@ -8,7 +8,10 @@ from stead.errors import (
     DatabaseMissing,
     EffectCompensated,
     EffectFailed,
+    GrantRefused,
+    GrantWidening,
     InvalidInput,
+    InvalidIntent,
     KeysUnavailable,
     NonDeterminism,
     NotStopped,
@@ -31,9 +34,11 @@ from stead.errors import (
     WaitNotOpen,
     WaitRevoked,
 )
+from stead.intent import Budget, Grant, Intent
 from stead.keys import Keyring
 from stead.llm import Completion, Model, ScriptedModel, ToolCall, Usage
 from stead.outcomes import Operation, Outcome
+from stead.policy import Action, Continue, Pause, Terminate
 from stead.records import Record, ResumeDetails, ResumeRecord, UnknownOutcome
 from stead.retry import Retry
 from stead.run import Run
@@ -46,10 +51,13 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Accepted",
+    "Action",
     "App",
+    "Budget",
     "Client",
     "Clock",
     "Completion",
+    "Continue",
     "CorruptRecord",
     "DatabaseMissing",
     "Delivery",
@@ -58,7 +66,12 @@ __all__ = [
     "EffectFailed",
     "Facts",
     "FakeClock",
+    "Grant",
+    "GrantRefused",
+    "GrantWidening",
+    "Intent",
     "InvalidInput",
+    "InvalidIntent",
     "Keyring",
     "KeysUnavailable",
     "Model",
@@ -67,6 +80,7 @@ __all__ = [
     "Operation",
     "Outcome",
     "OutcomeUncertain",
+    "Pause",
     "Record",
     "Rejected",
     "ResumeDetails",
@@ -88,6 +102,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "SystemClock",
+    "Terminate",
     "Token",
     "TokenHidden",
     "ToolCall",

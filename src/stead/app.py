@@ -10,6 +10,8 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 
 from stead import errors
+from stead.intent import Matcher
+from stead.policy import Policy, PolicyFn
 
 if TYPE_CHECKING:
     from stead.run import Run
@@ -34,9 +36,40 @@ class Workflow(Generic[P, R]):
 
 
 class App:
-    def __init__(self, name: str) -> None:
+    """`policy` (or `@app.policy`) revalidates every run at each takeover and
+    wake and before each effect's intent commits (see `stead.policy`);
+    `policy_version` is recorded with its decisions. `matchers` are the named
+    functions a grant's scope may call on (`{"matcher": "name"}`)."""
+
+    def __init__(self, name: str, *, policy: PolicyFn | None = None,
+                 policy_version: str = "1",
+                 matchers: dict[str, Matcher] | None = None) -> None:
         self.name = name
         self._workflows: dict[tuple[str, int], Workflow[Any, Any]] = {}
+        self.current_policy: Policy | None = None if policy is None else Policy(
+            policy, policy_version)
+        self.matchers: dict[str, Matcher] = dict(matchers or {})
+
+    def policy(self, *, version: str = "1") -> Callable[[PolicyFn], PolicyFn]:
+        """Register `fn(intent, state, run, action)` as the app's policy, at
+        `version`: `@app.policy(version="refunds@8")`."""
+        if not isinstance(version, str) or not version:
+            raise ValueError("a policy version is a non-empty string")
+
+        def register(fn: PolicyFn) -> PolicyFn:
+            self.current_policy = Policy(fn, version)
+            return fn
+
+        return register
+
+    def matcher(self, name: str) -> Callable[[Matcher], Matcher]:
+        """Register `fn(arguments, scope) -> bool` for grants whose scope says
+        `{"matcher": name}`."""
+        def register(fn: Matcher) -> Matcher:
+            self.matchers[name] = fn
+            return fn
+
+        return register
 
     def workflow(
         self, *, name: str | None = None, version: int = 1

@@ -8,11 +8,12 @@ import asyncio
 import dataclasses
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from stead import codec, errors, inputs, records, waits
 from stead.app import App, Workflow
+from stead.intent import Grant, Intent
 from stead.records import (
     Record,
     RecordKind,
@@ -116,7 +117,7 @@ def _unknown_effect(journal: list[Record], run_id: str, effect: str) -> Record:
 
 
 # Stops that are stead's decision, not the workflow's: `retry` may undo them.
-RETRYABLE = records.STOPPED
+RETRYABLE = records.STOPPED - {RunStatus.PAUSED}  # a paused run is resumed, with who and why
 # Failures that were the store's, not the workflow's (stead no longer fails a
 # run for them: it leaves the run to be taken over).
 _STORE_FAILURES = frozenset({"StoreError", "StoreUnavailable", "DatabaseMissing"})
@@ -173,10 +174,15 @@ class Client:
         *args: Any,
         task_id: str | None = None,
         version: int | None = None,
+        intent: Intent | None = None,
         **kwargs: Any,
     ) -> RunInfo:
         """Start a run of `workflow` with these arguments. With a `task_id`, a
-        live run of that task is returned instead of starting a second one."""
+        live run of that task is returned instead of starting a second one.
+        `intent` is stored with the run as its intent's version 1 (grants with
+        `expires_in` count from now)."""
+        if intent is not None and not isinstance(intent, Intent):
+            raise errors.InvalidIntent("intent= takes a stead.Intent (see Intent.from_json)")
         wf: Workflow[Any, Any] | None = None
         if isinstance(workflow, str):
             if self.app is not None:
@@ -202,6 +208,9 @@ class Client:
         new = records.NewRun(
             run_id=uuid.uuid4().hex, workflow=name, version=wf_version,
             task_id=task_id, input=payload,
+            intent=None if intent is None else intent.anchored(self.store.clock.now()).dumps(),
+            intent_why=(intent.reason if intent is not None and intent.reason
+                        else "given at start"),
         )
         row, created = await self.store.create_run(new)
         if not created and row.workflow != name:
@@ -437,3 +446,104 @@ class Client:
 
     async def resumes(self, run_id: str) -> list[ResumeRecord]:
         return await self.store.list_resumes(run_id)
+
+    # -- the decision context -----------------------------------------------------
+    async def intents(self, run_id: str) -> list[records.IntentRow]:
+        """Every version of the run's intent, oldest first, with who and why."""
+        await self.store.get_run(run_id)
+        return await self.store.list_intents(run_id)
+
+    async def resume(self, run_id: str, *, by: str, why: str,
+                     intent: Intent | None = None) -> RunInfo:
+        """Resume a paused run: a person's decision, recorded as a new version
+        of its intent (`intent`, or the one in force) with who and why. The
+        policy is asked again when a worker takes it."""
+        _decider(by, why)
+        now = self.store.clock.now()
+
+        def revise(current: records.IntentRow | None, _run: RunRow) -> str:
+            if intent is not None:
+                return intent.anchored(now).dumps()
+            return current.intent if current is not None else Intent().dumps()
+
+        _, row = await self.store.revise_intent(
+            run_id, revise, author=by, why=f"resumed: {why}", resume=RunStatus.PAUSED)
+        return RunInfo.from_row(row)
+
+    async def terminate(self, run_id: str, *, by: str, why: str) -> RunInfo:
+        """End a paused run as `revalidation_failed`, with who and why."""
+        _decider(by, why)
+        row = await self.store.end_stopped(
+            run_id, RunStatus.PAUSED, RunStatus.REVALIDATION_FAILED,
+            json.dumps({"type": "RevalidationFailed", "by": by, "why": why,
+                        "message": f"terminated by {by}: {why}"}))
+        return RunInfo.from_row(row)
+
+    async def renew_grant(
+        self, run_id: str, tool: str, *, by: str, why: str,
+        expires_in: float | None = None, expires_at: float | None = None,
+        scope: Mapping[str, Any] | None = None, widen: bool = False,
+    ) -> RunInfo:
+        """Renew the run's grant for `tool` (a new expiry, and `scope` if
+        given), as a new version of its intent; a paused run resumes with it.
+        A renewal may narrow the scope; one that widens it raises
+        `GrantWidening` unless `widen=True`."""
+        _decider(by, why)
+        now = self.store.clock.now()
+        renewed = Grant(tool=tool, scope={} if scope is None else scope,
+                        expires_at=expires_at, expires_in=expires_in)  # checks the values
+        widened: list[str] = []
+
+        def revise(current: records.IntentRow | None, _run: RunRow) -> str:
+            intent = _granting(current, run_id, tool)
+            before = intent.grants_for(tool)[0]
+            fresh = renewed.expires_at is not None or renewed.expires_in is not None
+            grant = dataclasses.replace(
+                before, scope=before.scope if scope is None else renewed.scope,
+                expires_at=renewed.expires_at if fresh else before.expires_at,
+                expires_in=renewed.expires_in).anchored(now)
+            widened[:] = grant.widens(before)
+            if widened and not widen:
+                raise errors.GrantWidening(
+                    f"renewing the grant for {tool!r} would widen it ({'; '.join(widened)}); "
+                    "a renewal may only narrow. Pass widen=True (--widen) to widen on purpose")
+            others = tuple(g for g in intent.grants if g.tool != tool)
+            return dataclasses.replace(intent, grants=(*others, grant)).dumps()
+
+        info = await self.get(run_id)
+        resume = RunStatus.PAUSED if info.status == RunStatus.PAUSED else None
+        _, row = await self.store.revise_intent(
+            run_id, revise, author=by, resume=resume,
+            why=f"grant {tool} renewed{' (widened)' if widen else ''}: {why}")
+        return RunInfo.from_row(row)
+
+    async def deny_grant(self, run_id: str, tool: str, *, by: str, why: str) -> RunInfo:
+        """Withdraw the run's grant for `tool` (a new version of its intent);
+        a paused run is terminated as `revalidation_failed`."""
+        _decider(by, why)
+
+        def revise(current: records.IntentRow | None, _run: RunRow) -> str:
+            intent = _granting(current, run_id, tool)
+            return dataclasses.replace(
+                intent, grants=tuple(g for g in intent.grants if g.tool != tool)).dumps()
+
+        _, row = await self.store.revise_intent(run_id, revise, author=by,
+                                                why=f"grant {tool} denied: {why}")
+        if row.status == RunStatus.PAUSED:
+            return await self.terminate(run_id, by=by, why=f"grant {tool} denied: {why}")
+        return RunInfo.from_row(row)
+
+
+def _decider(by: str, why: str) -> None:
+    if not isinstance(by, str) or not by.strip() or not isinstance(why, str) or not why.strip():
+        raise errors.InvalidInput("a decision says who made it (by) and why: give both")
+
+
+def _granting(current: records.IntentRow | None, run_id: str, tool: str) -> Intent:
+    intent = None if current is None else Intent.loads(current.intent)
+    if intent is None or not intent.grants_for(tool):
+        held = ", ".join(sorted({g.tool for g in intent.grants})) if intent else ""
+        raise errors.InvalidIntent(
+            f"run {run_id} has no grant for tool {tool!r} (its grants: {held or 'none'}); "
+            "give it one with a new intent: stead runs resume RUN --intent FILE")
+    return intent

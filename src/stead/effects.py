@@ -23,14 +23,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
-from stead import addresses, calls, codec, errors, outcomes
+from stead import addresses, calls, codec, errors, guard, outcomes
 from stead.execution import Execution, Stop
+from stead.intent import Grant
 from stead.outcomes import Operation, Outcome
+from stead.policy import Action, Continue
 from stead.records import Record, RecordKind, RecordStatus, ResumeClass, RunStatus
 from stead.retry import Retry
+from stead.store.seam import FencedWrite
 
 # Exceptions that say "I cannot tell whether it happened", not "it failed".
 DEFAULT_UNCERTAIN: tuple[type[BaseException], ...] = (TimeoutError, errors.OutcomeUncertain)
@@ -49,6 +53,11 @@ class Spec:
     timeout: float | None
     poll_every: float
     uncertain: tuple[type[BaseException], ...]
+    # The tool it calls (sent only under a covering, unexpired grant), why
+    # (for the policy), and what it costs (counted against the budget).
+    tool: str | None = None
+    reason: str | None = None
+    cost: float | None = None
 
 
 def _payload(rec: Record) -> dict[str, Any]:
@@ -106,11 +115,19 @@ class Effect:
 
     async def _send(self, attempt: int, *, resend: bool = False) -> Any:
         self.x.check_live()
-        await self._write(attempt, RecordStatus.INTENT, {
+        intent: dict[str, Any] = {
             "key": self.key, "arguments": self.args_json, "idempotent": self.spec.idempotent,
             "resend": resend,
-        })
-        op = self._operation(attempt, None, live=True)
+        }
+        for name in ("tool", "reason", "cost"):
+            if getattr(self.spec, name) is not None:
+                intent[name] = getattr(self.spec, name)
+        if self.x.guard is None and self.spec.tool is None:
+            await self._write(attempt, RecordStatus.INTENT, intent)
+            grant = None
+        else:
+            grant = await self._authorised(attempt, intent)
+        op = self._operation(attempt, None, live=True, grant=grant)
         in_thread = not calls.is_async(self.spec.fn)
         try:
             call = outcomes.sending(self.spec.name, calls.invoke(
@@ -216,7 +233,70 @@ class Effect:
             )
         return answer
 
-    def _operation(self, attempt: int, external_id: str | None, *, live: bool) -> Operation:
+    # -- the decision context ------------------------------------------------
+    def arguments(self) -> dict[str, Any]:
+        """The call's arguments by parameter name (JSON, as journaled): what a
+        grant's scope and the policy see."""
+        args, kwargs = self.args_json["args"], self.args_json["kwargs"]
+        try:
+            bound = inspect.signature(self.spec.fn).bind_partial(None, *args, **kwargs)
+        except (TypeError, ValueError):
+            return dict(kwargs)
+        params = inspect.signature(self.spec.fn).parameters
+        named: dict[str, Any] = {}
+        for i, (name, value) in enumerate(bound.arguments.items()):
+            if i == 0:
+                continue  # the Operation
+            if params[name].kind == inspect.Parameter.VAR_KEYWORD:
+                named.update(value)
+            elif params[name].kind != inspect.Parameter.VAR_POSITIONAL:
+                named[name] = value
+        return named
+
+    async def _authorised(self, attempt: int, intent: dict[str, Any]) -> Grant | None:
+        """Check budget, policy and grant, then commit the intent; the grant
+        it commits under (None without `tool`). Anything refused stops the
+        run (paused, or revalidation_failed on a policy's Terminate) with
+        nothing sent."""
+        x, spec, ctx = self.x, self.spec, self.x.guard
+        arguments = self.arguments()
+        if ctx is not None:
+            halt = ctx.budget_halt(effect=True, cost=spec.cost)
+            if halt is None and ctx.policy is not None:
+                action = Action("effect", spec.name, spec.tool, arguments, spec.reason, spec.cost)
+                with x.busy():
+                    row = await x.store.read_state(ctx.task_key)
+                    state = {} if row is None else codec.loads(row.data)
+                    decision, version = await ctx.decide(state, action)
+                halt = guard.halted(decision, version or "", action)
+                if isinstance(decision, Continue) and decision.intent is not None:
+                    text = decision.intent.anchored(x.clock.now()).dumps()
+                    revised, _ = await x.write((), lambda batch, resume: x.store.revise_intent(
+                        x.fence.run_id, lambda _current, _run: text,
+                        author=f"policy {version}", why=decision.reason or "revised by the policy",
+                        write=FencedWrite(x.fence, batch, resume)))
+                    ctx.adopt(revised)
+            if halt is not None:
+                raise Stop(halt.status, {**halt.error, "effect": spec.name})
+        rec = x.record(self.addr, attempt, RecordKind.EFFECT, spec.name, self.digest,
+                       RecordStatus.INTENT,
+                       codec.dumps(intent, what=f"the intent of effect {spec.name!r}"))
+        if spec.tool is None:
+            await x.commit([rec])
+            return None
+        check, chosen = guard.covering(spec.tool, arguments,
+                                       ctx.matchers if ctx is not None else {})
+        try:
+            await x.write([rec], lambda batch, resume: x.store.guarded_append(
+                x.fence, batch, resume, check))
+        except errors.GrantRefused as exc:
+            halt = guard.paused("grant", f"effect {spec.name!r} was not sent: {exc}",
+                                tool=spec.tool, arguments=arguments)
+            raise Stop(halt.status, {**halt.error, "effect": spec.name}) from None
+        return chosen[0]
+
+    def _operation(self, attempt: int, external_id: str | None, *, live: bool,
+                   grant: Grant | None = None) -> Operation:
         async def accepted(ext: str) -> None:
             await self._write(attempt, RecordStatus.ACCEPTED, {"external_id": ext})
 
@@ -224,7 +304,7 @@ class Effect:
             run_id=self.x.fence.run_id, name=self.spec.name, key=self.key, attempt=attempt,
             fencing_token=self.x.fence.epoch, external_id=external_id,
             on_accepted=accepted if live else None,
-            loop=asyncio.get_running_loop(),
+            loop=asyncio.get_running_loop(), grant=grant,
         )
 
     def _stop(self, attempt: int, known: str) -> NoReturn:

@@ -212,3 +212,18 @@ class StatusNotReached(SteadError):
         super().__init__(f"run {run_id} did not reach {wanted}: {why} (status {status})")
         self.run_id = run_id
         self.status = status
+
+
+class InvalidIntent(SteadError):
+    """An intent, grant, budget or scope is malformed; nothing was stored.
+    Fix the value (or the intent file) the message names and give it again."""
+
+
+class GrantWidening(SteadError):
+    """A renewal would widen a grant's scope. Renewals may narrow; to widen on
+    purpose, pass `widen=True` (`--widen`) and say why."""
+
+
+class GrantRefused(SteadError):
+    """No unexpired grant covers an effect's call at the moment its intent
+    would commit; nothing was sent and the run pauses for a decision."""

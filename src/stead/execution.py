@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from stead import addresses, codec, digests, errors, keys
 from stead.clock import Clock
+from stead.guard import Guard
 from stead.records import (
     Fence,
     Record,
@@ -106,6 +107,11 @@ class Execution:
         self._settling: asyncio.Task[None] | None = None
         # Argument digests, incremental for a conversation that grows: per run.
         self.digests = digests.Digests()
+        # The run's intent, policy and budget ledger; None for a run that has
+        # no intent under an app without a policy (nothing to check).
+        self.guard: Guard | None = None
+        # The revalidation the resume record carries (see `ResumeDetails.intent`).
+        self.revalidation: dict[str, Any] | None = None
 
     def start(self, body: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run the workflow's `body` as a task, in the run's root branch. When
@@ -209,12 +215,14 @@ class Execution:
             at=self.clock.now(), from_seq=self.journal.length,
             code_version=self.code_version, reused=self.journal.reused,
             detail=ResumeDetails(self.journal.length, self._classes,
-                                 self.journal.reused_kinds).to_json(),
+                                 self.journal.reused_kinds, self.revalidation).to_json(),
         )
 
     def _committed(self, batch: Sequence[Record], resume: ResumeRecord | None,
                    carried: int) -> None:
         self._next_seq += len(batch)
+        if self.guard is not None:
+            self.guard.ledger.count(batch)
         # Drop only the buffered records this batch carried: a branch may have
         # buffered another while the write was in flight; it rides the next one.
         del self._buffer[:carried]

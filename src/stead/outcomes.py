@@ -58,6 +58,8 @@ class Operation:
     `key` identifies the operation (pass it as the idempotency key); it is the
     same for every attempt and every takeover. `fencing_token` is the lease
     epoch: hand it to systems that can reject writes from a stale worker.
+    `grant` is the `stead.Grant` an effect with a `tool=` is sent under (None
+    for an effect that names no tool, and in a `check`).
     """
 
     def __init__(
@@ -71,8 +73,10 @@ class Operation:
         external_id: str | None,
         on_accepted: Callable[[str], Awaitable[None]] | None,
         loop: asyncio.AbstractEventLoop | None = None,
+        grant: Any = None,
     ) -> None:
         self.run_id = run_id
+        self.grant = grant
         self.name = name
         self.key = key
         self.attempt = attempt

@@ -35,11 +35,17 @@ class RunStatus(enum.StrEnum):
     CANCELLED = "cancelled"
     INCOMPATIBLE = "incompatible_checkpoint"
     OUTCOME_UNKNOWN = "outcome_unknown"
+    # Paused on a decision about its intent (a policy's Pause, an expired
+    # grant, an exhausted budget): a person resumes or terminates it.
+    PAUSED = "paused"
+    # Terminated by its policy or a person on revalidation: never retried.
+    REVALIDATION_FAILED = "revalidation_failed"
 
 
-TERMINAL = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+TERMINAL = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED,
+                      RunStatus.REVALIDATION_FAILED})
 # Stopped for a human: live (the task stays owned) but no worker may claim it.
-STOPPED = frozenset({RunStatus.INCOMPATIBLE, RunStatus.OUTCOME_UNKNOWN})
+STOPPED = frozenset({RunStatus.INCOMPATIBLE, RunStatus.OUTCOME_UNKNOWN, RunStatus.PAUSED})
 
 
 class RecordKind(enum.StrEnum):
@@ -54,6 +60,7 @@ class RecordKind(enum.StrEnum):
     WAIT = "wait"
     SLEEP = "sleep"
     STATE = "state"
+    INTENT = "intent"  # `run.intent(...)`: a new intent version declared by the workflow
 
 
 KINDS = frozenset(RecordKind)
@@ -181,6 +188,7 @@ class RunRow:
     created_at: float
     updated_at: float
     wake_at: float | None = None
+    intent_version: int = 0  # the intent version in force; 0: the run has none
 
     @property
     def live(self) -> bool:
@@ -191,12 +199,28 @@ class RunRow:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class IntentRow:
+    """One version of a run's intent: `intent` is its JSON text (see
+    `stead.intent`), `author` and `why` say who changed it and why."""
+
+    run_id: str
+    version: int
+    intent: str
+    author: str
+    why: str
+    at: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class NewRun:
     run_id: str
     workflow: str
     version: int
     task_id: str | None
     input: str
+    # The run's intent (JSON text), stored as its version 1 with the run.
+    intent: str | None = None
+    intent_why: str = "given at start"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -217,6 +241,11 @@ class ResumeDetails:
     journal_records: int
     classes: Mapping[ResumeClass, int]
     kinds: Mapping[RecordKind, int]
+    # The revalidation of the run's intent at this takeover: `snapshot` (what
+    # it ran under), `diff` (what changed since the last), `decision` (the
+    # policy's, with its reason and version). None for a run without intent
+    # or policy.
+    intent: Mapping[str, Any] | None = None
 
     @classmethod
     def from_json(cls, text: str) -> ResumeDetails:
@@ -231,11 +260,15 @@ class ResumeDetails:
             journal_records=int(data.get("journal_records", 0)),
             classes=_counts(data.get("classes"), ResumeClass),
             kinds=_counts(data.get("kinds"), RecordKind),
+            intent=data["intent"] if isinstance(data.get("intent"), dict) else None,
         )
 
     def to_json(self) -> str:
-        return json.dumps({"journal_records": self.journal_records,
-                           "classes": dict(self.classes), "kinds": dict(self.kinds)})
+        data: dict[str, Any] = {"journal_records": self.journal_records,
+                                "classes": dict(self.classes), "kinds": dict(self.kinds)}
+        if self.intent is not None:
+            data["intent"] = dict(self.intent)
+        return json.dumps(data)
 
 
 def _counts(data: object, members: type[E]) -> dict[E, int]:

@@ -10,12 +10,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
 from stead import addresses, calls, codec, effects, errors, keys, records, schema_check, waits
-from stead.execution import Execution
+from stead.execution import Execution, Stop
+from stead.intent import Intent
 from stead.llm.model import Completion, Model
 from stead.outcomes import Operation, Outcome
 from stead.records import RecordKind, RecordStatus, ResumeClass, RunRow, WaitState
 from stead.retry import NO_RETRY, Retry
 from stead.state import TaskState
+from stead.store.seam import FencedWrite
 
 T = TypeVar("T")
 Check = Callable[[Operation], Awaitable[Outcome]] | Callable[[Operation], Outcome]
@@ -57,6 +59,7 @@ class Run:
         call: Callable[[], Awaitable[Any]],
         encode: Callable[[Any], str],
         retry: Retry,
+        gate: Callable[[], None] | None = None,
     ) -> tuple[RecordStatus, str, int]:
         """Return `(status, payload, attempts)` of the call at the next address: from the
         journal if recorded, else by calling it live (with retries) and
@@ -77,6 +80,8 @@ class Run:
             attempt = last.attempt + 1
         while True:
             self._x.check_live()
+            if gate is not None:
+                gate()
             try:
                 with self._x.busy():
                     value = await call()
@@ -163,11 +168,67 @@ class Run:
             RecordKind.LLM, name, digest, call,
             lambda c: codec.dumps(c.to_json(), what=f"the completion of {name!r}",
                                   limit=self._x.max_result_bytes),
-            retry or NO_RETRY,
+            retry or NO_RETRY, self._budget_gate(),
         )
         if status == RecordStatus.ERROR:
             self._raise(name, payload, attempts)
         return Completion.from_json(codec.loads(payload))
+
+    def _budget_gate(self) -> Callable[[], None] | None:
+        """Before a live model call: stop the run (paused) if the budget is spent."""
+        ctx = self._x.guard
+        if ctx is None:
+            return None
+
+        def gate() -> None:
+            halt = ctx.budget_halt(model_call=True)
+            if halt is not None:
+                raise Stop(halt.status, halt.error)
+
+        return gate
+
+    async def intent(self, intent: Intent, *, why: str = "declared by the workflow") -> int:
+        """Declare a new version of the run's intent (grants with `expires_in`
+        count from now); returns its version. Journaled: a replay returns the
+        recorded version and changes nothing."""
+        if not isinstance(intent, Intent):
+            raise TypeError("run.intent takes a stead.Intent")
+        addr = addresses.reserve()
+        text = intent.dumps()
+        digest = codec.digest(text, why)
+        prior = self._x.take(addr, RecordKind.INTENT, "intent", digest)
+        if prior:
+            return int(codec.loads(prior[-1].payload)["version"])
+        self._x.check_live()
+        anchored = intent.anchored(self._x.clock.now()).dumps()
+        x = self._x
+        holder: list[int] = []
+
+        def revise(current: records.IntentRow | None, _run: RunRow) -> str:
+            made = (current.version if current else 0) + 1
+            if holder and made != holder[0]:
+                raise errors.InvalidIntent(
+                    f"run {self.id}: its intent changed while it ran (now version {made - 1}); "
+                    "the declaration was not stored. Declare it again, or let a takeover "
+                    "pick up the change")
+            return anchored
+
+        def send(batch: list[records.Record], resume: records.ResumeRecord | None
+                 ) -> Awaitable[tuple[records.IntentRow, RunRow]]:
+            # The record says which version it made: known inside the transaction.
+            version = (x.guard.version if x.guard is not None else 0) + 1
+            holder[:] = [version]
+            rec = batch[-1].evolve(payload=codec.dumps({"version": version}, what="intent"))
+            return x.store.revise_intent(x.fence.run_id, revise, author=f"workflow {self.workflow}",
+                                         why=why, write=FencedWrite(x.fence, [*batch[:-1], rec],
+                                                                    resume))
+
+        rec = x.record(addr, 1, RecordKind.INTENT, "intent", digest, RecordStatus.OK,
+                       codec.dumps({"version": 0}, what="intent"))
+        row, _ = await x.write([rec], send)
+        if x.guard is not None:
+            x.guard.adopt(row)
+        return row.version
 
     @overload
     async def effect(
@@ -182,6 +243,9 @@ class Run:
         timeout: float | None = None,
         poll_every: float = 1.0,
         uncertain: tuple[type[BaseException], ...] = effects.DEFAULT_UNCERTAIN,
+        tool: str | None = None,
+        reason: str | None = None,
+        cost: float | None = None,
         **kwargs: Any,
     ) -> T: ...
 
@@ -198,6 +262,9 @@ class Run:
         timeout: float | None = None,
         poll_every: float = 1.0,
         uncertain: tuple[type[BaseException], ...] = effects.DEFAULT_UNCERTAIN,
+        tool: str | None = None,
+        reason: str | None = None,
+        cost: float | None = None,
         **kwargs: Any,
     ) -> T: ...
 
@@ -213,6 +280,9 @@ class Run:
         timeout: float | None = None,
         poll_every: float = 1.0,
         uncertain: tuple[type[BaseException], ...] = effects.DEFAULT_UNCERTAIN,
+        tool: str | None = None,
+        reason: str | None = None,
+        cost: float | None = None,
         **kwargs: Any,
     ) -> Any:
         """Perform a side effect at most once, knowingly: the intent (with the
@@ -221,13 +291,23 @@ class Run:
         resent only if `idempotent`, else `check(op)` is asked, else the run
         stops as `outcome_unknown` for a human to reconcile. An exception from
         `fn` is a known failure (retried under `retry`, then `EffectFailed`);
-        a timeout or `OutcomeUncertain` is not: the outcome is unknown."""
+        a timeout or `OutcomeUncertain` is not: the outcome is unknown.
+
+        With `tool=`, the effect is sent only under an unexpired grant of the
+        run's intent for that tool whose scope covers its arguments, checked
+        in the transaction that commits its intent; `fn` gets it as
+        `op.grant`. `reason` is handed to the policy; `cost` counts against
+        the budget's `spend`. What is refused pauses the run, nothing sent."""
+        if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float)
+                                 or cost < 0):
+            raise ValueError("an effect's cost is a number >= 0")
         if key is not None and (not isinstance(key, str) or not key):
             raise ValueError("an effect key must be a non-empty string")
         spec = effects.Spec(
             name=name, fn=fn, args=args, kwargs=kwargs, key=key, check=check,
             idempotent=idempotent, retry=retry or NO_RETRY, timeout=timeout,
-            poll_every=poll_every, uncertain=uncertain,
+            poll_every=poll_every, uncertain=uncertain, tool=tool, reason=reason,
+            cost=None if cost is None else float(cost),
         )
         addr = addresses.reserve()
         return await effects.Effect(self._x, addr, spec).run()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import click
 
-from stead.cli import chaos, common, db, demo, events, keys, reconcile, runs, worker
+from stead.cli import chaos, common, db, demo, events, grants, keys, reconcile, runs, worker
 
 __all__ = ["main"]
 
@@ -34,6 +34,7 @@ main.add_command(worker.worker)
 main.add_command(runs.start)
 main.add_command(runs.runs)
 main.add_command(reconcile.reconcile)
+main.add_command(grants.grants_group)
 main.add_command(events.approve)
 main.add_command(events.reject)
 main.add_command(events.events)

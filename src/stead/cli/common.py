@@ -25,6 +25,7 @@ import click
 from stead import errors
 from stead.app import App
 from stead.client import Client
+from stead.intent import Intent
 from stead.store import DEFAULT_URL, display_url, open_store
 
 T = TypeVar("T")
@@ -207,6 +208,27 @@ def parse_json(text: str, what: str, kind: type[list[Any]] | type[dict[str, Any]
         shape = "array, e.g. '[1, \"a\"]'" if kind is list else "object, e.g. '{\"a\": 1}'"
         raise click.BadParameter(f"must be a JSON {shape}", param_hint=what)
     return value
+
+
+def read_intent(path: str, what: str = "'--intent'") -> Intent:
+    """The `stead.Intent` in the JSON file at `path` (fields as in
+    `Intent.to_json`, grants with `expires_in` or `expires_at`)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read {path!r}: {exc.strerror}", param_hint=what) from exc
+    try:
+        return Intent.loads(text)
+    except errors.InvalidIntent as exc:
+        raise click.BadParameter(f"{path}: {exc}", param_hint=what) from exc
+
+
+def decision_options(f: F) -> F:
+    """`--by WHO --why WHY`: who decides on a run, and why (both recorded)."""
+    f = click.option("--why", required=True, help="Why (recorded with the decision).")(f)
+    return click.option("--by", "by", required=True,
+                        help="Who decides (recorded with the decision).")(f)
 
 
 def app_argument(f: F) -> F:

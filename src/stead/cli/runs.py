@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from stead import records, timeline
+from stead import decisions, records, timeline
 from stead.cli import common
 from stead.client import RunInfo
 
@@ -41,11 +41,14 @@ def _shown(info: RunInfo) -> RunInfo:
               help="Business key (e.g. order-123): starting it again returns the live run.")
 @click.option("--version", "version", type=click.IntRange(min=1), default=None,
               help="Workflow version (default: the newest the app registers).")
+@click.option("--intent", "intent_file", metavar="FILE", default=None,
+              help="A JSON file with the run's intent: goal, instructions, plan_version, "
+                   "grants, budget, reason.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the run id.")
 @click.pass_context
 def start(ctx: click.Context, app_spec: str, workflow: str, args_json: str | None,
           kwargs_json: str | None, task_id: str | None, version: int | None,
-          quiet: bool) -> None:
+          intent_file: str | None, quiet: bool) -> None:
     """Start a run of WORKFLOW from MODULE:APP.
 
     ARGS_JSON is a JSON array of positional arguments, e.g. '[{"id": 4711}]'.
@@ -56,11 +59,12 @@ def start(ctx: click.Context, app_spec: str, workflow: str, args_json: str | Non
     args = common.parse_json(args_json, "'ARGS_JSON'", list) if args_json is not None else []
     kwargs = (common.parse_json(kwargs_json, "'--kwargs'", dict) if kwargs_json is not None
               else {})
+    intent = None if intent_file is None else common.read_intent(intent_file)
 
     async def go() -> Any:
         async with common.opened_client(common.database_url(ctx), app) as client:
             return await client.start(workflow, *args, task_id=task_id, version=version,
-                                      **kwargs)
+                                      intent=intent, **kwargs)
 
     info = _shown(common.run_async(go()))
     if quiet:
@@ -117,13 +121,17 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
         async with common.opened_client(db) as client:
             info = await client.get(run_id)
             return (info, await client.journal(run_id), await client.resumes(run_id),
-                    client.store.clock.now())
+                    await client.intents(run_id), client.store.clock.now())
 
-    info, journal, resumes, now = common.run_async(go())
+    info, journal, resumes, intents, now = common.run_async(go())
     if as_json:
-        click.echo(json.dumps(timeline.show_json(info, journal, resumes), indent=2))
+        shown = timeline.show_json(info, journal, resumes)
+        shown["intents"] = [dataclasses.asdict(i) for i in intents]
+        click.echo(json.dumps(shown, indent=2))
     else:
         common.echo(timeline.render_run(_shown(info), journal, resumes, now=now))
+        if intents or any(r.details.intent for r in resumes):
+            common.echo(decisions.render(intents, resumes, journal, now))
 
 
 @runs.command("cancel")
@@ -170,3 +178,43 @@ def runs_retry(ctx: click.Context, run_id: str) -> None:
     info = _shown(common.run_async(go()))
     click.echo(f"run {info.run_id} is claimable again (epoch {info.epoch}): a worker hosting "
                f"{info.workflow}@{info.version} replays it")
+
+
+@runs.command("resume")
+@common.run_argument
+@common.decision_options
+@click.option("--intent", "intent_file", metavar="FILE", default=None,
+              help="A JSON file with the intent to resume under (default: the one in force).")
+@click.pass_context
+def runs_resume(ctx: click.Context, run_id: str, by: str, why: str,
+                intent_file: str | None) -> None:
+    """Resume a paused run, recording who decided and why (and, with
+    --intent, the intent it goes on under). Its policy is asked again."""
+    db = common.database_url(ctx)
+    common.require_database(db)
+    intent = None if intent_file is None else common.read_intent(intent_file)
+
+    async def go() -> Any:
+        async with common.opened_client(db) as client:
+            return await client.resume(run_id, by=by, why=why, intent=intent)
+
+    info = _shown(common.run_async(go()))
+    click.echo(f"resumed run {info.run_id} (epoch {info.epoch}): a worker hosting "
+               f"{info.workflow}@{info.version} takes it over")
+
+
+@runs.command("terminate")
+@common.run_argument
+@common.decision_options
+@click.pass_context
+def runs_terminate(ctx: click.Context, run_id: str, by: str, why: str) -> None:
+    """End a paused run as revalidation_failed, recording who and why."""
+    db = common.database_url(ctx)
+    common.require_database(db)
+
+    async def go() -> Any:
+        async with common.opened_client(db) as client:
+            return await client.terminate(run_id, by=by, why=why)
+
+    info = _shown(common.run_async(go()))
+    click.echo(f"terminated run {info.run_id}: {info.status}")

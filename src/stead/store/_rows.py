@@ -6,7 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from stead.records import Backlog, EventRow, Record, ResumeRecord, RunRow, StateRow, WaitRow
+from stead.records import (
+    Backlog,
+    EventRow,
+    IntentRow,
+    Record,
+    ResumeRecord,
+    RunRow,
+    StateRow,
+    WaitRow,
+)
 
 Row = Any  # sqlite3.Row or a psycopg dict row
 
@@ -16,7 +25,18 @@ def run(row: Row) -> RunRow:
         row["run_id"], row["workflow"], row["version"], row["task_id"], row["status"],
         row["input"], row["result"], row["error"], row["epoch"], row["lease_owner"],
         row["lease_expires_at"], row["created_at"], row["updated_at"], row["wake_at"],
+        row["intent_version"],
     )
+
+
+def intent(row: Row) -> IntentRow:
+    return IntentRow(row["run_id"], row["version"], row["intent"], row["author"], row["why"],
+                     row["at"])
+
+
+def intent_params(r: IntentRow) -> dict[str, Any]:
+    return {"run_id": r.run_id, "version": r.version, "intent": r.intent, "author": r.author,
+            "why": r.why, "at": r.at}
 
 
 def backlog(row: Row) -> Backlog:

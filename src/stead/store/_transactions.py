@@ -23,6 +23,7 @@ from stead.records import (
     DeliveryContext,
     EventRow,
     Fence,
+    IntentRow,
     Judgement,
     NewRun,
     Record,
@@ -58,6 +59,12 @@ Judge = Callable[[DeliveryContext], Judgement]
 # None for a refused change) and the status and payload of the journal record
 # that says what happened (the last of the records written with it).
 StateChange = Callable[[StateRow | None], tuple[str | None, str, str]]
+# Given the intent version in force (or None) and the run, returns the JSON
+# text of the next version; raising refuses the change (nothing is written).
+Revise = Callable[[IntentRow | None, RunRow], str]
+# Given the intent version in force (or None) and the time, raises
+# `GrantRefused` if the records about to be journaled are not allowed.
+Guard = Callable[[IntentRow | None, float], None]
 
 
 def unknown_run(run_id: str, where: str) -> errors.UnknownRun:
@@ -77,7 +84,12 @@ def create_run(new: NewRun, now: float) -> Flow[tuple[RunRow, bool] | None]:
                 return _rows.run(row), False
         row = yield one("insert_run", params)
         if row is not None:
-            return _rows.run(row), True
+            if new.intent is None:
+                return _rows.run(row), True
+            first = IntentRow(new.run_id, 1, new.intent, "client", new.intent_why, now)
+            yield execute("insert_intent", _rows.intent_params(first))
+            yield execute("set_intent_version", {"run_id": new.run_id, "version": 1})
+            return _rows.run(row).evolve(intent_version=1), True
         if new.task_id is None:
             break
         # A concurrent start of this task won the insert: read its run.
@@ -381,3 +393,92 @@ def state_updated(
     done = yield from records_landed(write.fence.run_id, written)
     return attempted if done else NOT_LANDED
 
+
+
+# -- intents ------------------------------------------------------------------------
+def latest_intent(run_id: str) -> Flow[IntentRow | None]:
+    row = yield one("latest_intent", {"run_id": run_id})
+    return None if row is None else _rows.intent(row)
+
+
+def revise_intent(
+    run_id: str, revise: Revise, author: str, why: str, now: float, where: str, *,
+    write: FencedWrite | None = None, resume: str | None = None,
+) -> Flow[tuple[IntentRow, RunRow]]:
+    """Add the next version of a run's intent, as `revise` makes it from the
+    one in force. With `write`, its holder does it (the fence is checked, its
+    records are journaled with it); with `resume`, the run must be stopped in
+    that status and is made claimable again, in the same transaction."""
+    yield execute("lock_run", {"run_id": run_id})
+    if write is not None and (yield one("fence", fence_params(write.fence))) is None:
+        raise stale(write.fence)
+    row = yield one("get_run", {"run_id": run_id})
+    if row is None:
+        raise unknown_run(run_id, where)
+    run = _rows.run(row)
+    if resume is not None and run.status != resume:
+        raise errors.NotStopped(
+            f"run {run_id} is {run.status}, not {resume}: nothing to decide "
+            "(was it decided already?)")
+    current = yield from latest_intent(run_id)
+    new = IntentRow(run_id, (current.version if current else 0) + 1, revise(current, run),
+                    author, why, now)
+    yield execute("insert_intent", _rows.intent_params(new))
+    yield execute("set_intent_version", {"run_id": run_id, "version": new.version})
+    if write is not None and (write.records or write.resume):
+        yield Journal(write, checked=True)
+    if resume is not None:
+        resumed = yield one("resume_stopped", {"run_id": run_id, "expect": resume, "now": now})
+        run = _rows.run(resumed)
+        yield execute("notify_work")
+    else:
+        run = run.evolve(intent_version=new.version)
+    return new, run
+
+
+def intent_revised(
+    run_id: str, attempted: tuple[IntentRow, RunRow] | None,
+) -> Flow[tuple[IntentRow, RunRow] | NotLanded]:
+    current = yield from latest_intent(run_id)
+    if attempted is None or current is None or (current.version, current.intent) != (
+            attempted[0].version, attempted[0].intent):
+        return NOT_LANDED
+    row = yield one("get_run", {"run_id": run_id})
+    return NOT_LANDED if row is None else (attempted[0], _rows.run(row))
+
+
+def guarded_journal(write: FencedWrite, guard: Guard, now: float) -> Flow[None]:
+    """Journal `write` only if `guard` allows it under the intent in force now
+    (read under the fence, so no renewal or revocation slips in between)."""
+    if (yield one("fence", fence_params(write.fence))) is None:
+        raise stale(write.fence)
+    guard((yield from latest_intent(write.fence.run_id)), now)
+    yield Journal(write, checked=True)
+
+
+def end_stopped(
+    run_id: str, expect_status: str, status: str, error: str, now: float, where: str,
+) -> Flow[RunRow]:
+    """End a run stopped as `expect_status` with the terminal `status`."""
+    row = yield one("end_stopped", {"run_id": run_id, "expect": expect_status,
+                                    "status": status, "error": error, "now": now})
+    if row is None:
+        current = yield one("get_run", {"run_id": run_id})
+        if current is None:
+            raise unknown_run(run_id, where)
+        raise errors.NotStopped(
+            f"run {run_id} is {current['status']}, not {expect_status}: "
+            "nothing to decide (was it decided already?)")
+    return _rows.run(row)
+
+
+def takeover_context(
+    run_id: str, journal: bool,
+) -> Flow[tuple[list[Record], list[IntentRow], ResumeRecord | None]]:
+    """What a takeover reads, in one round trip: the journal (if `journal`),
+    the intent's versions and the last resume record."""
+    records = [_rows.record(r) for r in (yield rows("load_journal", {"run_id": run_id}))] \
+        if journal else []
+    intents = [_rows.intent(r) for r in (yield rows("list_intents", {"run_id": run_id}))]
+    resumes = [_rows.resume(r) for r in (yield rows("list_resumes", {"run_id": run_id}))]
+    return records, intents, resumes[-1] if resumes else None

@@ -16,6 +16,7 @@ from stead.records import (
     Backlog,
     EventRow,
     Fence,
+    IntentRow,
     Judgement,
     NewRun,
     Record,
@@ -32,6 +33,8 @@ from stead.store.seam import Claim, Database, FencedWrite, Finish, Writing
 
 Judge = tx.Judge
 StateChange = tx.StateChange
+Revise = tx.Revise
+Guard = tx.Guard
 
 
 def _outside_branches(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -88,7 +91,7 @@ class Store:
         run and False."""
         made: tuple[RunRow, bool] | None = await self.database.write(
             lambda: tx.create_run(new, self.clock.now()),
-            Writing(landed=lambda _: tx.created(new), one_statement=True),
+            Writing(landed=lambda _: tx.created(new), one_statement=new.intent is None),
         )
         if made is None:
             raise errors.StoreError(
@@ -303,6 +306,60 @@ class Store:
         return await self.database.write(
             lambda: tx.update_state(write, task_key, change, self.clock.now()),
             Writing(landed=lambda attempted: tx.state_updated(write, attempted)),
+        )
+
+    # -- intents -------------------------------------------------------------
+    async def revise_intent(
+        self, run_id: str, revise: Revise, *, author: str, why: str,
+        write: FencedWrite | None = None, resume: RunStatus | None = None,
+    ) -> tuple[IntentRow, RunRow]:
+        """Add the next version of the run's intent, made by `revise` from the
+        one in force, in one transaction: by its holder (`write`: fenced, its
+        records journaled with it), or by a person, who may `resume` a run
+        stopped in that status (`NotStopped` if it is not)."""
+        where, now = self.database.display, self.clock.now()
+        return await self.database.write(
+            lambda: tx.revise_intent(run_id, revise, author, why, now, where,
+                                     write=write, resume=resume),
+            Writing(landed=lambda attempted: tx.intent_revised(run_id, attempted)),
+        )
+
+    async def guarded_append(
+        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
+        guard: Guard,
+    ) -> None:
+        """Journal `records` in one fenced transaction, only if `guard` allows
+        them under the intent in force at that moment (else it raises)."""
+        write = FencedWrite(fence, records, resume)
+        await self.database.write(
+            lambda: tx.guarded_journal(write, guard, self.clock.now()),
+            Writing(landed=lambda _: tx.journaled(write)),
+        )
+
+    async def latest_intent(self, run_id: str) -> IntentRow | None:
+        return await self.database.read(lambda: tx.latest_intent(run_id))
+
+    async def list_intents(self, run_id: str) -> list[IntentRow]:
+        return await self.database.read(lambda: tx.read_all(
+            "list_intents", {"run_id": run_id}, _rows.intent))
+
+    async def takeover_context(
+        self, run_id: str, *, journal: bool,
+    ) -> tuple[list[Record], list[IntentRow], ResumeRecord | None]:
+        """In one read: the journal (if `journal`), the intent's versions and
+        the last resume record."""
+        return await self.database.read(lambda: tx.takeover_context(run_id, journal))
+
+    async def end_stopped(
+        self, run_id: str, expect_status: RunStatus, status: RunStatus, error: str,
+    ) -> RunRow:
+        """A person ends a run stopped as `expect_status` with the terminal
+        `status` (and `error` saying why). `NotStopped` if it is not stopped so."""
+        where = self.database.display
+        return await self.database.write(
+            lambda: tx.end_stopped(run_id, expect_status, status, error, self.clock.now(),
+                                   where),
+            Writing(one_statement=True),
         )
 
     # -- settings -----------------------------------------------------------

@@ -45,7 +45,7 @@ SELECT pg_notify('stead_work', current_schema());
 
 -- name: find_live_task
 SELECT * FROM runs
-WHERE task_id = %(task_id)s AND status NOT IN ('completed', 'failed', 'cancelled');
+WHERE task_id = %(task_id)s AND status NOT IN ('completed', 'failed', 'cancelled', 'revalidation_failed');
 
 -- name: insert_run
 -- ON CONFLICT: a concurrent start of the same task (or a retried start whose
@@ -99,7 +99,7 @@ LIMIT %(limit)s;
 UPDATE runs
 SET status = 'cancelled', epoch = epoch + 1, lease_owner = NULL,
     lease_expires_at = NULL, updated_at = %(now)s
-WHERE run_id = %(run_id)s AND status NOT IN ('completed', 'failed', 'cancelled')
+WHERE run_id = %(run_id)s AND status NOT IN ('completed', 'failed', 'cancelled', 'revalidation_failed')
 RETURNING *;
 
 -- name: claim
@@ -416,3 +416,24 @@ VALUES (%(task_key)s, %(version)s, %(data)s, %(run_id)s, %(now)s);
 
 -- name: get_meta
 SELECT value FROM stead_meta WHERE key = %(key)s;
+
+-- name: insert_intent
+INSERT INTO intents (run_id, version, intent, author, why, at)
+VALUES (%(run_id)s, %(version)s, %(intent)s, %(author)s, %(why)s, %(at)s);
+
+-- name: set_intent_version
+UPDATE runs SET intent_version = %(version)s WHERE run_id = %(run_id)s;
+
+-- name: latest_intent
+SELECT * FROM intents WHERE run_id = %(run_id)s ORDER BY version DESC LIMIT 1;
+
+-- name: list_intents
+SELECT * FROM intents WHERE run_id = %(run_id)s ORDER BY version;
+
+-- name: end_stopped
+-- A human ends a run stopped for them (a terminal status, with why).
+UPDATE runs
+SET status = %(status)s, error = %(error)s, epoch = epoch + 1, lease_owner = NULL,
+    lease_expires_at = NULL, updated_at = %(now)s
+WHERE run_id = %(run_id)s AND status = %(expect)s
+RETURNING *;

@@ -1,6 +1,6 @@
 -- name: find_live_task
 SELECT * FROM runs
-WHERE task_id = :task_id AND status NOT IN ('completed', 'failed', 'cancelled');
+WHERE task_id = :task_id AND status NOT IN ('completed', 'failed', 'cancelled', 'revalidation_failed');
 
 -- name: insert_run
 -- Nothing (no row) if it conflicts: the flow then reads the run that won.
@@ -46,7 +46,7 @@ LIMIT :limit;
 UPDATE runs
 SET status = 'cancelled', epoch = epoch + 1, lease_owner = NULL,
     lease_expires_at = NULL, updated_at = :now
-WHERE run_id = :run_id AND status NOT IN ('completed', 'failed', 'cancelled')
+WHERE run_id = :run_id AND status NOT IN ('completed', 'failed', 'cancelled', 'revalidation_failed')
 RETURNING *;
 
 -- name: claim_candidates
@@ -259,3 +259,24 @@ VALUES (:task_key, :version, :data, :run_id, :now);
 
 -- name: get_meta
 SELECT value FROM stead_meta WHERE key = :key;
+
+-- name: insert_intent
+INSERT INTO intents (run_id, version, intent, author, why, at)
+VALUES (:run_id, :version, :intent, :author, :why, :at);
+
+-- name: set_intent_version
+UPDATE runs SET intent_version = :version WHERE run_id = :run_id;
+
+-- name: latest_intent
+SELECT * FROM intents WHERE run_id = :run_id ORDER BY version DESC LIMIT 1;
+
+-- name: list_intents
+SELECT * FROM intents WHERE run_id = :run_id ORDER BY version;
+
+-- name: end_stopped
+-- A human ends a run stopped for them (a terminal status, with why).
+UPDATE runs
+SET status = :status, error = :error, epoch = epoch + 1, lease_owner = NULL,
+    lease_expires_at = NULL, updated_at = :now
+WHERE run_id = :run_id AND status = :expect
+RETURNING *;

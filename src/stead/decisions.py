@@ -1,0 +1,75 @@
+"""A run's decision context as text, for `stead runs show`: the intent in
+force, its grants with their expiry, the budget left (counted from the
+journal), every version of the intent with who and why, and each resume's
+intent diff and decision."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from stead.guard import Ledger
+from stead.intent import Intent
+from stead.records import IntentRow, Record, ResumeRecord
+from stead.timeline import clock_time
+
+
+def _expiry(expires_at: float | None, now: float) -> str:
+    if expires_at is None:
+        return "no expiry"
+    left = expires_at - now
+    state = "expired" if left <= 0 else f"{left:.0f}s left"
+    return f"expires {clock_time(expires_at)} ({state})"
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(", ", ": "))
+
+
+def intent_lines(intents: Sequence[IntentRow], journal: Sequence[Record], now: float
+                 ) -> list[str]:
+    if not intents:
+        return ["intent: none"]
+    row = intents[-1]
+    intent = Intent.loads(row.intent)
+    lines = [f"intent v{row.version}: {intent.goal or '(no goal)'}"]
+    if intent.instructions_sha256:
+        lines.append(f"  instructions sha256 {intent.instructions_sha256[:16]}…")
+    if intent.plan_version:
+        lines.append(f"  plan {intent.plan_version}")
+    lines.append(f"  grants ({len(intent.grants)})")
+    for g in intent.grants:
+        policy = f" [{g.policy}]" if g.policy else ""
+        lines.append(f"    {g.tool}{policy} scope {_compact(dict(g.scope))}, "
+                     f"{_expiry(g.expires_at, now)}")
+    if intent.budget is not None:
+        ledger = Ledger()
+        ledger.count(journal)
+        used = ledger.to_json()
+        parts = [f"{name} {limit - used[name]:g} of {limit:g} left"
+                 for name, limit in intent.budget.to_json().items()]
+        lines.append("  budget: " + ", ".join(parts))
+    lines.append(f"  versions ({len(intents)})")
+    lines += [f"    v{i.version} {clock_time(i.at)} by {i.author}: {i.why}" for i in intents]
+    return lines
+
+
+def resume_lines(resumes: Sequence[ResumeRecord]) -> list[str]:
+    lines = []
+    for r in resumes:
+        revalidation = r.details.intent
+        if not revalidation:
+            continue
+        decision = revalidation.get("decision") or {}
+        lines.append(f"  epoch {r.epoch}: {decision.get('decision', '?')} "
+                     f"(policy {decision.get('policy_version') or 'none'})"
+                     + (f": {decision['reason']}" if decision.get("reason") else ""))
+        for key, value in (revalidation.get("diff") or {}).items():
+            lines.append(f"    {key}: {_compact(value)}")
+    return ["revalidations", *lines] if lines else []
+
+
+def render(intents: Sequence[IntentRow], resumes: Sequence[ResumeRecord],
+           journal: Sequence[Record], now: float) -> str:
+    return "\n".join(["", *intent_lines(intents, journal, now), *resume_lines(resumes)])

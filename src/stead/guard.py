@@ -1,0 +1,175 @@
+"""A run's decision context while a worker holds it: the intent in force, the
+budget it has consumed, and the checks an effect passes before its intent
+commits (budget, policy, grant).
+
+What a run has consumed is counted from its journal, never kept beside it: a
+takeover counts the records it loaded, and each live write adds what it
+journals. A replayed call is never journaled again, so it never spends twice.
+
+The checks answer with a `Halt` (the run stops as `paused`, or ends as
+`revalidation_failed` on a policy's Terminate), which the caller raises;
+exhaustion is never a crash.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from stead import errors
+from stead.intent import Grant, Intent, Matcher
+from stead.policy import Action, Continue, Decision, Pause, Policy, Terminate, decide
+from stead.records import IntentRow, Record, RecordKind, RecordStatus, RunRow, RunStatus
+from stead.store.base import Guard as CommitGuard
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Halt:
+    status: RunStatus
+    error: dict[str, Any]
+
+
+def paused(cause: str, message: str, **detail: Any) -> Halt:
+    return Halt(RunStatus.PAUSED, {
+        "type": "Paused", "cause": cause, **detail,
+        "message": f"{message}. Decide: stead runs resume RUN --by WHO --why WHY "
+                   "[--intent FILE], stead grants renew RUN TOOL ..., or "
+                   "stead runs terminate RUN --by WHO --why WHY",
+    })
+
+
+def halted(decision: Decision, version: str, action: Action | None) -> Halt | None:
+    """What a policy's decision stops, if anything."""
+    where = "" if action is None else f" before effect {action.name!r}"
+    if isinstance(decision, Pause):
+        return paused("policy", f"policy {version} paused the run{where}: {decision.reason}",
+                      policy_version=version)
+    if isinstance(decision, Terminate):
+        return Halt(RunStatus.REVALIDATION_FAILED, {
+            "type": "RevalidationFailed", "cause": "policy", "policy_version": version,
+            "message": f"policy {version} terminated the run{where}: {decision.reason}",
+        })
+    return None
+
+
+@dataclasses.dataclass
+class Ledger:
+    """What a run has consumed, counted from the records it journaled."""
+
+    model_calls: int = 0
+    tokens: int = 0
+    effects: int = 0
+    spend: float = 0.0
+
+    def count(self, records: Iterable[Record]) -> None:
+        for r in records:
+            if r.kind == RecordKind.LLM and r.status in (RecordStatus.OK, RecordStatus.ERROR):
+                self.model_calls += 1
+                if r.status == RecordStatus.OK:
+                    usage = _json(r.payload).get("usage") or {}
+                    self.tokens += int(usage.get("input_tokens", 0)) + int(
+                        usage.get("output_tokens", 0))
+            elif r.kind == RecordKind.EFFECT and r.status == RecordStatus.INTENT:
+                self.effects += 1
+                self.spend += float(_json(r.payload).get("cost") or 0.0)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _json(text: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _when(at: float) -> str:
+    return dt.datetime.fromtimestamp(at, tz=dt.UTC).isoformat(timespec="seconds")
+
+
+class Guard:
+    """The intent, policy and ledger of the run one worker holds."""
+
+    def __init__(self, run: RunRow, intent: IntentRow | None, policy: Policy | None,
+                 matchers: Mapping[str, Matcher], ledger: Ledger) -> None:
+        self.run = run
+        self.task_key = run.task_id if run.task_id is not None else f"run:{run.run_id}"
+        self.version = 0 if intent is None else intent.version
+        self.intent = None if intent is None else Intent.loads(intent.intent)
+        self.policy = policy
+        self.matchers = matchers
+        self.ledger = ledger
+
+    def adopt(self, row: IntentRow) -> None:
+        """A new intent version is in force."""
+        self.version = row.version
+        self.intent = Intent.loads(row.intent)
+
+    def budget_left(self) -> dict[str, Any] | None:
+        budget = None if self.intent is None else self.intent.budget
+        if budget is None:
+            return None
+        used = self.ledger.to_json()
+        return {"used": used, "left": {name: limit - used[name]
+                                       for name, limit in budget.to_json().items()}}
+
+    def budget_halt(self, *, model_call: bool = False, effect: bool = False,
+                    cost: float | None = None) -> Halt | None:
+        """Whether the budget forbids the next model call or effect."""
+        budget = None if self.intent is None else self.intent.budget
+        if budget is None:
+            return None
+        used = self.ledger
+        over = None
+        if model_call and budget.model_calls is not None and used.model_calls >= budget.model_calls:
+            over = f"model_calls: {used.model_calls} of {budget.model_calls} used"
+        elif model_call and budget.tokens is not None and used.tokens >= budget.tokens:
+            over = f"tokens: {used.tokens} of {budget.tokens} used"
+        elif effect and budget.effects is not None and used.effects >= budget.effects:
+            over = f"effects: {used.effects} of {budget.effects} sent"
+        elif effect and budget.spend is not None and used.spend + (cost or 0.0) > budget.spend:
+            over = f"spend: {used.spend:g} spent, {cost or 0:g} more would pass {budget.spend:g}"
+        if over is None:
+            return None
+        what = "model call" if model_call else "effect"
+        return paused("budget", f"the budget is exhausted ({over}): the next {what} waits "
+                      "for a larger budget", budget=self.budget_left())
+
+    async def decide(self, state: dict[str, Any],
+                     action: Action | None) -> tuple[Decision, str | None]:
+        """The policy's decision (Continue when there is no policy)."""
+        if self.policy is None:
+            return Continue(), None
+        return await decide(self.policy, self.intent, state, self.run, action)
+
+
+def covering(tool: str, arguments: Mapping[str, Any], matchers: Mapping[str, Matcher]
+             ) -> tuple[CommitGuard, list[Grant]]:
+    """A check to run inside the transaction that commits an effect's
+    intent, and the list it puts the covering grant in."""
+    chosen: list[Grant] = []
+
+    def check(row: IntentRow | None, now: float) -> None:
+        intent = None if row is None else Intent.loads(row.intent)
+        grants = [] if intent is None else intent.grants_for(tool)
+        if not grants:
+            raise errors.GrantRefused(f"no grant for tool {tool!r}")
+        reasons = []
+        for grant in grants:
+            if grant.expired(now):
+                assert grant.expires_at is not None
+                reasons.append(f"the grant expired at {_when(grant.expires_at)}")
+                continue
+            refused = grant.covers(arguments, matchers)
+            if refused is None:
+                chosen[:] = [grant]
+                return
+            reasons.append(f"the grant's scope does not cover the call: {refused}")
+        raise errors.GrantRefused(f"tool {tool!r}: " + "; ".join(reasons))
+
+    return check, chosen
