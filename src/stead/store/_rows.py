@@ -25,7 +25,9 @@ def run(row: Row) -> RunRow:
         row["run_id"], row["workflow"], row["version"], row["task_id"], row["status"],
         row["input"], row["result"], row["error"], row["epoch"], row["lease_owner"],
         row["lease_expires_at"], row["created_at"], row["updated_at"], row["wake_at"],
-        row["intent_version"],
+        # A store still on an older schema (before 7) has no intent column
+        # (and `in` on an sqlite3.Row looks at its values, not its names).
+        row["intent_version"] if "intent_version" in row.keys() else 0,  # noqa: SIM118
     )
 
 
