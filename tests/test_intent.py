@@ -431,3 +431,23 @@ def test_the_cli_starts_with_an_intent_renews_resumes_and_shows_it(
     assert asyncio.run(drive(other)) == "paused"  # the same grant still does not cover it
     assert "terminated" in stead_cli("runs", "terminate", other, "--by", "me", "--why", "no")
     assert asyncio.run(drive(other)) == "revalidation_failed"
+
+
+async def test_a_budget_the_workflow_declares_counts_what_it_already_spent(
+    fstore: stead.Store,
+) -> None:
+    model = stead.ScriptedModel(["a", "b"])
+    app = stead.App("agent")
+
+    @app.workflow()
+    async def agent(run: stead.Run) -> str:
+        await run.llm("first", model, [{"role": "user", "content": "1"}])
+        await run.intent(stead.Intent(goal="frugal", budget=stead.Budget(model_calls=1)))
+        return (await run.llm("second", model, [{"role": "user", "content": "2"}])).text
+
+    client = stead.Client(fstore, app)
+    info = await client.start(agent)
+    await stead.Worker(app, fstore).run_until_idle()
+    row = await client.get(info.run_id)
+    assert row.status == "paused" and "model_calls: 1 of 1" in row.error["message"]
+    assert len(model.calls) == 1

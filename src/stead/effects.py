@@ -284,8 +284,7 @@ class Effect:
         if spec.tool is None:
             await x.commit([rec])
             return None
-        check, chosen = guard.covering(spec.tool, arguments,
-                                       ctx.matchers if ctx is not None else {})
+        check, chosen = guard.covering(spec.tool, arguments, x.matchers)
         try:
             await x.write([rec], lambda batch, resume: x.store.guarded_append(
                 x.fence, batch, resume, check))

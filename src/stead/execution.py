@@ -13,12 +13,13 @@ import contextlib
 import contextvars
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from stead import addresses, codec, digests, errors, keys
 from stead.clock import Clock
 from stead.guard import Guard
+from stead.intent import Matcher
 from stead.records import (
     Fence,
     Record,
@@ -110,6 +111,8 @@ class Execution:
         # The run's intent, policy and budget ledger; None for a run that has
         # no intent under an app without a policy (nothing to check).
         self.guard: Guard | None = None
+        # The app's named scope matchers (see `stead.intent`).
+        self.matchers: Mapping[str, Matcher] = {}
         # The revalidation the resume record carries (see `ResumeDetails.intent`).
         self.revalidation: dict[str, Any] | None = None
 

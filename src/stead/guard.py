@@ -96,13 +96,12 @@ class Guard:
     """The intent, policy and ledger of the run one worker holds."""
 
     def __init__(self, run: RunRow, intent: IntentRow | None, policy: Policy | None,
-                 matchers: Mapping[str, Matcher], ledger: Ledger) -> None:
+                 ledger: Ledger) -> None:
         self.run = run
         self.task_key = run.task_id if run.task_id is not None else f"run:{run.run_id}"
         self.version = 0 if intent is None else intent.version
         self.intent = None if intent is None else Intent.loads(intent.intent)
         self.policy = policy
-        self.matchers = matchers
         self.ledger = ledger
 
     def adopt(self, row: IntentRow) -> None:

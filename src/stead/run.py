@@ -9,7 +9,18 @@ import uuid as _uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
-from stead import addresses, calls, codec, effects, errors, keys, records, schema_check, waits
+from stead import (
+    addresses,
+    calls,
+    codec,
+    effects,
+    errors,
+    guard,
+    keys,
+    records,
+    schema_check,
+    waits,
+)
 from stead.execution import Execution, Stop
 from stead.intent import Intent
 from stead.llm.model import Completion, Model
@@ -49,6 +60,7 @@ class Run:
         self.workflow = row.workflow
         self.version = row.version
         self.epoch = row.epoch
+        self._row = row
 
     # -- recorded calls -----------------------------------------------------
     async def _recorded(
@@ -228,6 +240,14 @@ class Run:
         row, _ = await x.write([rec], send)
         if x.guard is not None:
             x.guard.adopt(row)
+        else:
+            # The run had nothing to check until now: from here on its budget
+            # counts what it journaled so far (all of it is stored: this
+            # worker holds the run), and each write adds to it.
+            ledger = guard.Ledger()
+            with x.busy():
+                ledger.count(await x.store.load_journal(self.id))
+            x.guard = guard.Guard(self._row, row, None, ledger)
         return row.version
 
     @overload

@@ -151,10 +151,11 @@ async def prepare(
         takeover=row.epoch > 1 or journal.length > 0,
         options=options,
     )
+    execution.matchers = app.matchers
     if not checked:
         return Ready(gated, execution, args, kwargs)
     try:
-        ctx = guard.Guard(row, intent, app.current_policy, app.matchers, guard.Ledger())
+        ctx = guard.Guard(row, intent, app.current_policy, guard.Ledger())
     except errors.InvalidIntent as exc:
         return Stopped(RunStatus.INCOMPATIBLE, f"run {row.run_id}: its stored intent is "
                                                f"corrupt ({exc}); repair or cancel it")
