@@ -20,7 +20,7 @@ import dataclasses
 import hashlib
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from stead import errors
@@ -205,7 +205,7 @@ class Intent:
     goal: str = ""
     instructions: str | None = None
     plan_version: str | None = None
-    grants: tuple[Grant, ...] = ()
+    grants: Sequence[Grant] = ()
     budget: Budget | None = None
     reason: str | None = None
     keep_instructions: bool = False

@@ -11,7 +11,7 @@ from stead.cli import common
 
 
 @click.command(short_help="Watch an agent run survive a real worker crash and resume.")
-@click.argument("story", type=click.Choice(["refund", "ci", "triage"]), default="refund",
+@click.argument("story", type=click.Choice(["refund", "ci", "triage", "policy"]), default="refund",
                 required=False)
 @click.option("--keep", type=click.Path(file_okay=False, path_type=Path), default=None,
               metavar="DIR",
@@ -32,6 +32,9 @@ def demo(story: str, keep: Path | None, model: str) -> None:
     ci      a coding agent is SIGKILLed while its CI job runs; the new worker
             asks CI about job 471 and never submits a second job
     triage  a worker is SIGKILLed mid-step; only that step runs again
+    policy  a refund waits while its policy drops the limit; after a SIGKILL
+            the new worker pauses it; resumed under a narrowed grant, it
+            refunds once
 
     Each story prints the run's timeline, the resume record and the fake
     services' own ledgers, checks its invariants and exits non-zero if any

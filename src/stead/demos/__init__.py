@@ -9,6 +9,9 @@ each checking its own invariants, so a demo is also a test.
   `stead.examples.ci_agent`).
 - `triage`: a worker is killed mid-step; the step that was never journaled
   runs again, once; nothing else does (`triage.py`).
+- `policy`: a refund waits while its policy drops the limit; after a SIGKILL
+  the new worker's revalidation pauses it, nothing is sent; resumed under a
+  narrowed grant, it refunds once (`policy.py`, `stead.examples.policy_agent`).
 """
 
 from __future__ import annotations
@@ -18,13 +21,14 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from stead.demos import ci, procs, refund, triage
+from stead.demos import ci, policy, procs, refund, triage
 from stead.demos.procs import Echo, Stage
 
 STORIES: dict[str, Callable[[Stage], Awaitable[tuple[bool, str | None]]]] = {
     "refund": refund.tell,
     "ci": ci.tell,
     "triage": triage.tell,
+    "policy": policy.tell,
 }
 
 

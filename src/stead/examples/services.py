@@ -98,6 +98,25 @@ class Payments:
         return dict(self._ledger.read()["refunds"])
 
 
+class RefundPolicy:
+    """The refund policy service: the largest refund it allows and the
+    version of the policy that says so (changed by whoever owns the policy)."""
+
+    def __init__(self, where: Path | None = None) -> None:
+        self._ledger = _Ledger("refund_policy", {"limit": 5000, "version": "refunds@7",
+                                                 "calls": []}, where)
+
+    def set(self, limit: int, version: str) -> None:
+        with self._ledger.locked() as state:
+            state["limit"], state["version"] = limit, version
+
+    def current(self) -> tuple[int, str]:
+        """The limit and version in force (each call is in the ledger)."""
+        with self._ledger.locked() as state:
+            state["calls"].append(_call("current"))
+            return int(state["limit"]), str(state["version"])
+
+
 class CI:
     """A CI service. `submit` starts job 471, 472, ...; a job is `pending`
     until it has run `runs_for` seconds (then `passed`), or, with

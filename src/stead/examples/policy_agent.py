@@ -1,0 +1,62 @@
+"""A refund run that may only act under its grant, revalidated against the
+refund policy service at every resume (the story of `stead demo policy`).
+
+The run is started with an intent granting `dispatch_refund` up to a limit,
+under the policy version that allowed it. It waits for the customer's
+approval (a waiting run holds no worker), then dispatches the refund, only
+under a covering, unexpired grant. The app's policy asks the (fake,
+file-backed) policy service for the limit in force: a grant wider than the
+limit pauses the run before anything is sent, for a person to decide.
+
+    stead start stead.examples.policy_agent:app refund '["123", 1000]' --intent intent.json
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import stead
+from stead.examples import services
+
+
+def refund_policy(intent: stead.Intent | None, state: dict[str, Any], run: Any,
+                  action: stead.Action | None) -> stead.Continue | stead.Pause:
+    """Pause a run whose refund grant allows more than the policy's limit."""
+    limit, version = services.RefundPolicy().current()
+    grants = [] if intent is None else intent.grants_for("dispatch_refund")
+    for grant in grants:
+        allowed = grant.scope.get("max_amount", math.inf)
+        if allowed > limit:
+            return stead.Pause(
+                f"the refund limit is now {limit} ({version}); the grant allows {allowed} "
+                f"({grant.policy or 'no policy named'})", version=version)
+    return stead.Continue(version=version)
+
+
+app = stead.App("shop", policy=refund_policy)
+
+
+def dispatch_refund(op: stead.Operation, order_id: str, amount: int) -> dict[str, Any]:
+    return services.Payments().refund(order_id, amount, idempotency_key=op.key)
+
+
+@app.workflow()
+async def refund(run: stead.Run, order_id: str, amount: int) -> dict[str, Any]:
+    approval: stead.Wait[dict[str, Any]] = await run.wait(
+        "approval", token=False, bind={"order_id": order_id})
+    answer = await approval
+    if not answer.get("approved"):
+        return {"order_id": order_id, "refunded": False}
+    receipt: dict[str, Any] = await run.effect(
+        "dispatch_refund", dispatch_refund, order_id, amount, tool="dispatch_refund",
+        reason="the customer approved the refund", cost=amount)
+    return {"order_id": order_id, "refunded": True, **receipt}
+
+
+def intent(limit: int, policy: str) -> stead.Intent:
+    """The intent a refund runs under: refund order 123, up to `limit`."""
+    return stead.Intent(
+        goal="refund order 123", plan_version="refund-v1", reason="the customer asked",
+        grants=[stead.Grant("dispatch_refund", {"order_id": "123", "max_amount": limit},
+                            policy=policy, expires_in=48 * 3600)])
