@@ -89,6 +89,10 @@ class Execution:
         self._buffer: list[Record] = []
         self._lock = asyncio.Lock()
         self._resume_pending = takeover
+        self.taken_over = takeover
+        # Whether this takeover's intent diff says something changed: a call
+        # marked fresh="on_resume" is then asked again (see `Run.step`).
+        self.intent_changed = False
         self._lost: errors.StaleLease | None = None
         self._incompatible: errors.NonDeterminism | None = None
         self._store_failed: errors.StoreError | None = None
@@ -198,6 +202,8 @@ class Execution:
     # -- writes -------------------------------------------------------------
     def record(self, addr: str, attempt: int, kind: RecordKind, name: str, digest: str,
                status: RecordStatus, payload: str) -> Record:
+        if self.journal.offsets:  # the run was cut: attempts number on after the cut ones
+            attempt += self.journal.offsets.get(addr, 0)
         return Record(
             seq=-1, addr=addr, attempt=attempt, kind=kind, name=name, digest=digest,
             status=status, payload=payload, epoch=self.fence.epoch, at=self.clock.now(),

@@ -61,6 +61,9 @@ class RecordKind(enum.StrEnum):
     SLEEP = "sleep"
     STATE = "state"
     INTENT = "intent"  # `run.intent(...)`: a new intent version declared by the workflow
+    # The journal from `from_seq` on is no longer replayed (kept, never
+    # deleted): a `fresh` call is asked again after a revalidation.
+    CUT = "cut"
 
 
 KINDS = frozenset(RecordKind)
@@ -133,6 +136,7 @@ class ResumeClass(enum.StrEnum):
     NOT_STARTED = "not_started"  # an effect with no intent journaled: sent
     PENDING_EXTERNAL = "pending_external"  # accepted outside, no result: `check` is asked
     OUTCOME_UNKNOWN = "outcome_unknown"  # an intent and no outcome: resent, asked, or stopped
+    REVALIDATE = "revalidate"  # a `fresh` proposal after a changed intent: asked again
 
 
 class Boundary(enum.StrEnum):

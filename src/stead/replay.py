@@ -44,11 +44,46 @@ class Journal:
         self.run_id = run_id
         self.length = len(recs)
         self._by_addr: dict[str, list[Record]] = {}
+        # After a cut, a call made again at an address numbers its attempts
+        # after the cut ones (the journal keeps both): stored attempt =
+        # attempt + offset. Empty unless the run was ever cut.
+        self.offsets: dict[str, int] = {}
         for r in recs:
+            if r.kind == RecordKind.CUT:
+                self._drop(int(json.loads(r.payload)["from_seq"]), r.seq)
+                continue
+            off = self.offsets.get(r.addr) if self.offsets else None
+            if off:
+                r = r.evolve(attempt=r.attempt - off)
             self._by_addr.setdefault(r.addr, []).append(r)
         self._taken: set[str] = set()
         self.reused = 0
         self.reused_kinds: dict[RecordKind, int] = {}
+
+    def _drop(self, start: int, end: int | None) -> None:
+        for addr in list(self._by_addr):
+            kept = [r for r in self._by_addr[addr]
+                    if r.seq < start or (end is not None and r.seq >= end)]
+            dropped = [r.attempt for r in self._by_addr[addr] if r not in kept]
+            if dropped:
+                self.offsets[addr] = self.offsets.get(addr, 0) + max(dropped)
+            if kept:
+                self._by_addr[addr] = kept
+            else:
+                del self._by_addr[addr]
+
+    def tail(self, start: int) -> list[Record]:
+        """The records still replayed from seq `start` on, in commit order."""
+        return sorted((r for rs in self._by_addr.values() for r in rs if r.seq >= start),
+                      key=lambda r: r.seq)
+
+    def taken(self, addr: str) -> bool:
+        return addr in self._taken
+
+    def cut(self, start: int) -> None:
+        """Replay nothing from seq `start` on (a `CUT` record says so durably)."""
+        self._drop(start, None)
+        self._taken = {a for a in self._taken if a in self._by_addr}
 
     def take(self, addr: str, kind: RecordKind, name: str, digest: str) -> list[Record]:
         """The records at `addr` in commit order, or [] when the call is

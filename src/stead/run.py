@@ -50,6 +50,11 @@ def _schema_text(schema: Any) -> str:
     return text
 
 
+def _fresh(fresh: str | None) -> None:
+    if fresh not in (None, "on_resume", "always"):
+        raise ValueError(f"fresh is None, 'on_resume' or 'always', not {fresh!r}")
+
+
 class Run:
     """Passed to every workflow as its first argument."""
 
@@ -72,6 +77,7 @@ class Run:
         encode: Callable[[Any], str],
         retry: Retry,
         gate: Callable[[], None] | None = None,
+        fresh: str | None = None,
     ) -> tuple[RecordStatus, str, int]:
         """Return `(status, payload, attempts)` of the call at the next address: from the
         journal if recorded, else by calling it live (with retries) and
@@ -79,6 +85,9 @@ class Run:
         addr = addresses.reserve()
         prior = self._x.take(addr, kind, name, digest)
         attempt = 1
+        if prior and self._stale(fresh):
+            self._recut(addr, kind, name, prior[0].seq)
+            prior = []
         if prior:
             last = prior[-1]
             self._x.classify(ResumeClass.REUSE)
@@ -114,6 +123,39 @@ class Run:
             )
             return RecordStatus.OK, payload, attempt
 
+    def _stale(self, fresh: str | None) -> bool:
+        """Whether a recorded `fresh` call is a proposal to make again now."""
+        if fresh is None or not self._x.taken_over:
+            return False
+        return fresh == "always" or (fresh == "on_resume" and self._x.intent_changed)
+
+    def _recut(self, addr: str, kind: RecordKind, name: str, start: int) -> None:
+        """Cut the journal from `start` (the fresh call's first record) on, so
+        that the run goes on live from the call; or, if something that acted
+        outside (an effect, a wait, a state change, a timer, an intent) or a
+        concurrent branch's replayed call lies after it, stop the run for a
+        person, naming both."""
+        x = self._x
+        acted = [r for r in x.journal.tail(start) if r.seq > start and (
+            r.kind in (RecordKind.EFFECT, RecordKind.WAIT, RecordKind.SLEEP, RecordKind.INTENT)
+            or (r.kind == RecordKind.STATE and r.name != "get")
+            or (r.addr != addr and x.journal.taken(r.addr)))]
+        if acted:
+            first = acted[0]
+            raise Stop(records.RunStatus.PAUSED, {
+                "type": "Paused", "cause": "revalidate",
+                "message": f"{kind} {name!r} is marked fresh and the run's intent changed, "
+                           f"but {first.kind} {first.name!r} (seq {first.seq}) already happened "
+                           "after it: its proposal cannot simply be made again. Decide: stead "
+                           "runs resume RUN --by WHO --why WHY [--intent FILE], or stead runs "
+                           "terminate RUN --by WHO --why WHY",
+                "call": name, "after": first.name, "after_seq": first.seq,
+            })
+        x.classify(ResumeClass.REVALIDATE)
+        x.journal.cut(start)
+        x.buffer(x.record(f"cut@{start}", 1, RecordKind.CUT, "cut", "", RecordStatus.OK,
+                          codec.dumps({"from_seq": start, "call": name}, what="a cut")))
+
     @staticmethod
     def _raise(name: str, payload: str, attempts: int) -> None:
         err = codec.loads(payload)
@@ -125,29 +167,36 @@ class Run:
     @overload
     async def step(
         self, name: str, fn: Callable[..., Awaitable[T]], *args: Any,
-        retry: Retry | None = None, **kwargs: Any,
+        retry: Retry | None = None, fresh: str | None = None, **kwargs: Any,
     ) -> T: ...
 
     @overload
     async def step(
         self, name: str, fn: Callable[..., T], *args: Any,
-        retry: Retry | None = None, **kwargs: Any,
+        retry: Retry | None = None, fresh: str | None = None, **kwargs: Any,
     ) -> T: ...
 
     async def step(
         self, name: str, fn: Callable[..., Any], *args: Any,
-        retry: Retry | None = None, **kwargs: Any,
+        retry: Retry | None = None, fresh: str | None = None, **kwargs: Any,
     ) -> Any:
         """Call `fn(*args, **kwargs)` once, ever: its result (or its error) is
         journaled and returned from the journal on replay. Sync functions run in
-        a thread. A failure raises `StepError`, live and on replay alike."""
+        a thread. A failure raises `StepError`, live and on replay alike.
+
+        `fresh="on_resume"` marks a result that is a proposal, not a fact
+        (a plan): after a takeover whose intent diff is not empty (`"always"`:
+        after any takeover) it is made again, and the run goes on live from
+        it; the records after it stay in the journal, no longer replayed. If
+        something acted outside after it, the run pauses for a person."""
+        _fresh(fresh)
         digest = self._x.digests.call(RecordKind.STEP, name, args, kwargs)
         status, payload, attempts = await self._recorded(
             RecordKind.STEP, name, digest,
             lambda: calls.invoke(fn, args, kwargs),
             lambda v: codec.dumps(v, what=f"the result of step {name!r}",
                                   limit=self._x.max_result_bytes),
-            retry or NO_RETRY,
+            retry or NO_RETRY, fresh=fresh,
         )
         if status == RecordStatus.ERROR:
             self._raise(name, payload, attempts)
@@ -166,10 +215,13 @@ class Run:
 
     async def llm(
         self, name: str, model: Model, messages: Sequence[Mapping[str, Any]], *,
-        retry: Retry | None = None, **params: Any,
+        retry: Retry | None = None, fresh: str | None = None, **params: Any,
     ) -> Completion:
         """Ask `model` once, ever: the completion is journaled, and a resumed run
-        gets the recorded answer instead of asking again."""
+        gets the recorded answer instead of asking again; unless `fresh` says
+        the answer is a proposal to ask again after a changed intent (see
+        `step`)."""
+        _fresh(fresh)
         digest = self._x.digests.llm(name, model.name, messages, params)
 
         async def call() -> Completion:
@@ -180,7 +232,7 @@ class Run:
             RecordKind.LLM, name, digest, call,
             lambda c: codec.dumps(c.to_json(), what=f"the completion of {name!r}",
                                   limit=self._x.max_result_bytes),
-            retry or NO_RETRY, self._budget_gate(),
+            retry or NO_RETRY, self._budget_gate(), fresh,
         )
         if status == RecordStatus.ERROR:
             self._raise(name, payload, attempts)

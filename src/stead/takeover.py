@@ -108,6 +108,7 @@ async def revalidate(
     budget = ctx.budget_left()
     if budget is not None:
         change["budget"] = budget
+    x.intent_changed = policy.changed(change)
     x.revalidation = {"snapshot": after, "diff": change,
                       "decision": policy.decision_json(decision, version or "")}
     halt = guard.halted(decision, version or "", None)
