@@ -451,3 +451,25 @@ async def test_a_budget_the_workflow_declares_counts_what_it_already_spent(
     row = await client.get(info.run_id)
     assert row.status == "paused" and "model_calls: 1 of 1" in row.error["message"]
     assert len(model.calls) == 1
+
+
+def test_instructions_in_an_intent_file_are_kept_only_as_a_hash_unless_asked() -> None:
+    given = stead.Intent.from_json({"goal": "g", "instructions": "secret plan"})
+    assert "secret plan" not in given.dumps()
+    kept = stead.Intent.from_json({"goal": "g", "instructions": "plan",
+                                   "keep_instructions": True})
+    assert json.loads(kept.dumps())["instructions"] == "plan"
+    assert stead.Intent.loads(kept.dumps()).instructions == "plan"
+
+
+async def test_a_paused_run_is_not_retried_but_resumed(fstore: stead.Store) -> None:
+    ledger: list[int] = []
+    app, refund = plain_refund_app(ledger)
+    client = stead.Client(fstore, app)
+    info = await client.start(refund, "123", 10)
+    await stead.Worker(app, fstore).run_until_idle()
+    await _approve(client, info.run_id)
+    await stead.Worker(app, fstore).run_until_idle()
+    assert (await client.get(info.run_id)).status == "paused"  # no intent: no grant
+    with pytest.raises(stead.NotStopped, match="stead runs resume"):
+        await client.retry(info.run_id)

@@ -335,8 +335,10 @@ class Client:
                 f"run {run_id} is {info.status}"
                 + (f" ({(info.error or {}).get('type', 'Error')} raised by the workflow)"
                    if info.status == RunStatus.FAILED else "")
-                + ": only a run stead stopped (incompatible_checkpoint, outcome_unknown, "
-                "or failed on a store error) can be retried; start a new run instead"
+                + (": a paused run is decided with resume or terminate (stead runs resume "
+                   "RUN --by WHO --why WHY)" if info.status == RunStatus.PAUSED else
+                   ": only a run stead stopped (incompatible_checkpoint, outcome_unknown, "
+                   "or failed on a store error) can be retried; start a new run instead")
             )
         try:
             row = await self.store.resume_stopped(run_id, info.status, None)

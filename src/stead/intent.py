@@ -234,6 +234,7 @@ class Intent:
             data["instructions_sha256"] = self.instructions_sha256
         if self.keep_instructions and self.instructions is not None:
             data["instructions"] = self.instructions
+            data["keep_instructions"] = True
         for name in ("plan_version", "reason"):
             if getattr(self, name) is not None:
                 data[name] = getattr(self, name)
@@ -253,7 +254,7 @@ class Intent:
         grants = data.get("grants") or []
         if not isinstance(grants, list):
             raise errors.InvalidIntent("an intent's grants are a JSON list")
-        keep = bool(data.get("keep_instructions", "instructions" in data))
+        keep = bool(data.get("keep_instructions", False))
         intent = cls(
             goal=data.get("goal", ""), instructions=data.get("instructions"),
             plan_version=data.get("plan_version"),
