@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 import stead
 from stead.cli import main
+from stead.testing import DelegatingStore
 from tests.helpers import Calls, Crash, crash_then_resume
 
 HOUR = 3600.0
@@ -473,3 +474,44 @@ async def test_a_paused_run_is_not_retried_but_resumed(fstore: stead.Store) -> N
     assert (await client.get(info.run_id)).status == "paused"  # no intent: no grant
     with pytest.raises(stead.NotStopped, match="stead runs resume"):
         await client.retry(info.run_id)
+
+
+async def test_a_run_without_intent_or_policy_reads_nothing_more(
+    fstore: stead.Store, clock: stead.FakeClock,
+) -> None:
+    asked: list[str] = []
+
+    class Watching(DelegatingStore):
+        async def takeover_context(self, run_id: str, *, journal: bool) -> Any:
+            asked.append("takeover_context")
+            return await self.inner.takeover_context(run_id, journal=journal)
+
+        async def latest_intent(self, run_id: str) -> Any:
+            asked.append("latest_intent")
+            return await self.inner.latest_intent(run_id)
+
+        async def read_state(self, task_key: str) -> Any:
+            asked.append("read_state")
+            return await self.inner.read_state(task_key)
+
+    app = stead.App("plain")
+    crashed = Calls()
+
+    def crash_once() -> int:
+        if not crashed["x"]:
+            crashed.hit("x")
+            raise Crash()
+        return 1
+
+    @app.workflow()
+    async def plain(run: stead.Run) -> int:
+        await run.effect("send", lambda op: 1)
+        return int(await run.step("crash", crash_once))
+
+    store = Watching(fstore)
+    client = stead.Client(store, app)
+    info = await client.start(plain)
+    await crash_then_resume(app, store, clock)
+    assert await client.result(info.run_id, timeout=10) == 1
+    assert asked == []
+    assert all(r.details.intent is None for r in await client.resumes(info.run_id))
