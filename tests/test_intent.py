@@ -515,3 +515,38 @@ async def test_a_run_without_intent_or_policy_reads_nothing_more(
     assert await client.result(info.run_id, timeout=10) == 1
     assert asked == []
     assert all(r.details.intent is None for r in await client.resumes(info.run_id))
+
+
+# -- a takeover that stops still leaves its record ----------------------------------------
+def test_a_takeover_that_stops_on_unusable_input_writes_its_resume_record(
+    db_url: str,
+) -> None:
+    import asyncio
+
+    app = stead.App("t")
+
+    @app.workflow()
+    async def wf(run: stead.Run, n: int) -> int:
+        return n
+
+    async def drive() -> tuple[str, list[stead.ResumeRecord]]:
+        store = await stead.open_store(db_url)
+        try:
+            info = await stead.Client(store).start("wf", "seven", version=1)  # unchecked
+            await stead.Worker(app, store).run_until_idle()
+            client = stead.Client(store, app)
+            assert (await client.get(info.run_id)).status == "incompatible_checkpoint"
+            return info.run_id, await client.resumes(info.run_id)
+        finally:
+            await store.close()
+
+    run_id, resumes = asyncio.run(drive())
+    (resume,) = resumes
+    assert (resume.epoch, resume.from_seq, resume.code_version) == (1, 0, "wf@1")
+    decision = (resume.details.intent or {})["decision"]
+    assert decision["decision"] == "stopped: incompatible_checkpoint"
+    assert "seven" in decision["reason"]
+    shown = CliRunner().invoke(main, ["--db", db_url, "runs", "show", run_id])
+    assert shown.exit_code == 0, shown.output
+    assert "epoch 1: stopped: incompatible_checkpoint" in shown.output
+    assert "seven" in shown.output

@@ -37,6 +37,9 @@ class Stopped:
 
     status: RunStatus
     reason: str
+    # The takeover's audit, written in the same fenced write that stops the
+    # run: the decision "stopped: <status>" with the reason.
+    resume: ResumeRecord | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +120,17 @@ async def revalidate(
     return Stop(halt.status, {**halt.error, "diff": change})
 
 
+def stopped(row: RunRow, worker_id: str, at: float, code_version: str, from_seq: int,
+            status: RunStatus, reason: str) -> Stopped:
+    """A stop before replay, carrying its resume record."""
+    decision = {"decision": f"stopped: {status}", "reason": reason, "policy_version": None}
+    detail = ResumeDetails(from_seq, {}, {}, {"decision": decision})
+    resume = ResumeRecord(
+        run_id=row.run_id, epoch=row.epoch, worker_id=worker_id, at=at, from_seq=from_seq,
+        code_version=code_version, reused=0, detail=detail.to_json())
+    return Stopped(status, reason, resume)
+
+
 async def prepare(
     app: App, store: Store, clock: Clock, row: RunRow, worker_id: str,
     options: ExecutionOptions,
@@ -130,6 +144,7 @@ async def prepare(
     first: IntentRow | None = None
     intent: IntentRow | None = None
     last: ResumeRecord | None = None
+    journal: Journal | None = None
     try:
         # Epoch 1 is a run's first claim ever (every claim, retry and cancel
         # bumps it): no one has journaled anything yet, so skip the round trip.
@@ -142,7 +157,9 @@ async def prepare(
         journal = Journal(row.run_id, recorded)
         args, kwargs = decode_input(gated, row)
     except errors.CorruptRecord as exc:
-        return Stopped(RunStatus.INCOMPATIBLE, str(exc))
+        seq = 0 if journal is None else journal.length
+        return stopped(row, worker_id, clock.now(), gated.key, seq, RunStatus.INCOMPATIBLE,
+                       str(exc))
     execution = Execution(
         store=store,
         fence=Fence(row.run_id, row.epoch, worker_id),
@@ -158,8 +175,10 @@ async def prepare(
     try:
         ctx = guard.Guard(row, intent, app.current_policy, guard.Ledger())
     except errors.InvalidIntent as exc:
-        return Stopped(RunStatus.INCOMPATIBLE, f"run {row.run_id}: its stored intent is "
-                                               f"corrupt ({exc}); repair or cancel it")
+        return stopped(row, worker_id, clock.now(), gated.key, journal.length,
+                       RunStatus.INCOMPATIBLE,
+                       f"run {row.run_id}: its stored intent is corrupt ({exc}); "
+                       "repair or cancel it")
     ctx.ledger.count(recorded)
     execution.guard = ctx
     stop = await revalidate(app, store, row, execution, ctx, first, last)

@@ -357,6 +357,7 @@ class Worker:
             await self.store.finish(
                 fence, stopped.status,
                 error=json.dumps({"type": "CorruptRecord", "message": stopped.reason}),
+                resume=stopped.resume,
             )
 
     async def _advance(self, row: RunRow, ready: takeover.Ready) -> None:
