@@ -550,3 +550,32 @@ def test_a_takeover_that_stops_on_unusable_input_writes_its_resume_record(
     assert shown.exit_code == 0, shown.output
     assert "epoch 1: stopped: incompatible_checkpoint" in shown.output
     assert "seven" in shown.output
+
+
+# -- a model call's reason ------------------------------------------------------------------
+async def test_a_model_calls_reason_is_journaled_with_it_and_not_sent_to_the_model(
+    fstore: stead.Store,
+) -> None:
+    seen: list[dict[str, Any]] = []
+
+    class Model(stead.ScriptedModel):
+        async def complete(self, messages: Any, **params: Any) -> stead.Completion:
+            seen.append(params)
+            return await super().complete(messages, **params)
+
+    model = Model(["plan: refund 1000"])
+    app = stead.App("agent")
+
+    @app.workflow()
+    async def agent(run: stead.Run) -> str:
+        done = await run.llm("plan", model, [{"role": "user", "content": "refund?"}],
+                             reason="the customer asked for a refund", temperature=0)
+        return done.text
+
+    client = stead.Client(fstore, app)
+    info = await client.start(agent)
+    await stead.Worker(app, fstore).run_until_idle()
+    assert await client.result(info.run_id, timeout=5) == "plan: refund 1000"
+    (rec,) = [r for r in await client.journal(info.run_id) if r.kind == "llm"]
+    assert json.loads(rec.payload)["reason"] == "the customer asked for a refund"
+    assert seen == [{"temperature": 0}]

@@ -215,13 +215,19 @@ class Run:
 
     async def llm(
         self, name: str, model: Model, messages: Sequence[Mapping[str, Any]], *,
-        retry: Retry | None = None, fresh: str | None = None, **params: Any,
+        retry: Retry | None = None, fresh: str | None = None, reason: str | None = None,
+        **params: Any,
     ) -> Completion:
         """Ask `model` once, ever: the completion is journaled, and a resumed run
         gets the recorded answer instead of asking again; unless `fresh` says
         the answer is a proposal to ask again after a changed intent (see
-        `step`)."""
+        `step`). `reason` (why the call is made) is journaled with the
+        completion, under the key `"reason"` of the record's payload, for a
+        validator to read; it is not sent to the model, and the policy (asked
+        before effects, not model calls) does not see it."""
         _fresh(fresh)
+        if reason is not None and not isinstance(reason, str):
+            raise TypeError("run.llm's reason is a string")
         digest = self._x.digests.llm(name, model.name, messages, params)
 
         async def call() -> Completion:
@@ -230,7 +236,8 @@ class Run:
 
         status, payload, attempts = await self._recorded(
             RecordKind.LLM, name, digest, call,
-            lambda c: codec.dumps(c.to_json(), what=f"the completion of {name!r}",
+            lambda c: codec.dumps(_with_reason(c.to_json(), reason),
+                                  what=f"the completion of {name!r}",
                                   limit=self._x.max_result_bytes),
             retry or NO_RETRY, self._budget_gate(), fresh,
         )
@@ -504,3 +511,6 @@ class Run:
         )
         return float(codec.loads(payload))
 
+
+def _with_reason(data: dict[str, Any], reason: str | None) -> dict[str, Any]:
+    return data if reason is None else {**data, "reason": reason}
