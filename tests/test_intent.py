@@ -579,3 +579,41 @@ async def test_a_model_calls_reason_is_journaled_with_it_and_not_sent_to_the_mod
     (rec,) = [r for r in await client.journal(info.run_id) if r.kind == "llm"]
     assert json.loads(rec.payload)["reason"] == "the customer asked for a refund"
     assert seen == [{"temperature": 0}]
+
+
+# -- a wait bound to the policy version -----------------------------------------------------
+async def test_a_wait_bound_to_a_policy_version_is_compared_with_the_apps_current_policy(
+    fstore: stead.Store,
+) -> None:
+    def allow(*_: Any) -> stead.Continue:
+        return stead.Continue()
+
+    app = stead.App("shop", policy=allow, policy_version="refunds@7")
+
+    @app.workflow()
+    async def refund(run: stead.Run) -> str:
+        w = await run.wait("approval", bind={"policy_version": "refunds@7"}, token=False)
+        return str((await w)["ok"])
+
+    info = await stead.Client(fstore, app).start(refund)
+    await stead.Worker(app, fstore).run_until_idle()
+    bound = {"policy_version": "refunds@7"}
+
+    later = stead.App("shop", policy=allow, policy_version="refunds@8")
+    changed = await stead.Client(fstore, later).deliver(
+        info.run_id, kind="approval", event_id="e1", payload={"ok": True}, bind=bound)
+    assert isinstance(changed, stead.Rejected) and changed.reason == "policy_changed"
+    assert "refunds@7" in changed.detail and "refunds@8" in changed.detail
+    withdrawn = await stead.Client(fstore, stead.App("shop")).deliver(
+        info.run_id, kind="approval", event_id="e2", payload={"ok": True}, bind=bound)
+    assert isinstance(withdrawn, stead.Rejected) and withdrawn.reason == "policy_changed"
+    assert "now none" in withdrawn.detail
+
+    # A client without an app compares the event with the wait's own copy only.
+    appless = stead.Client(fstore)
+    wrong = await appless.deliver(info.run_id, kind="approval", event_id="e3",
+                                  payload={"ok": True}, bind={"policy_version": "refunds@8"})
+    assert isinstance(wrong, stead.Rejected) and wrong.reason == "bound_value_mismatch"
+    same = await appless.deliver(info.run_id, kind="approval", event_id="e4",
+                                 payload={"ok": True}, bind=bound)
+    assert isinstance(same, stead.Accepted)

@@ -368,7 +368,12 @@ class Client:
         `run_id`. It is stored whatever the verdict; the check against the wait's
         resume contract and the consumption of the wait are one transaction.
         Returns `Accepted`, `Duplicate` (this event_id was delivered before:
-        nothing happens twice) or `Rejected(reason, detail)`."""
+        nothing happens twice) or `Rejected(reason, detail)`.
+
+        A wait bound to `policy_version` is also compared with the current
+        policy version of this client's app (`Rejected(policy_changed)`, naming
+        both, if they differ); a client without an app cannot know it, and
+        compares the event's value with the wait's copy only."""
         if not event_id or not isinstance(event_id, str):
             raise errors.SteadError("an event needs an event_id (it is what makes "
                                     "redelivery safe)")
@@ -405,6 +410,8 @@ class Client:
             payload=codec.loads(payload_text), bind=bind_json, token=token,
             token_refused=refused,
             lock_after=self.lock_wait_after,
+            policy=None if self.app is None else waits.Known(
+                None if self.app.current_policy is None else self.app.current_policy.version),
         )
         event = records.EventRow(
             run_id=run_id, event_id=event_id, wait_id=wait_id, kind=kind,

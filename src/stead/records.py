@@ -115,6 +115,8 @@ class RejectReason(enum.StrEnum):
     WRONG_WAIT = "wrong_wait"
     BOUND_VALUE_MISMATCH = "bound_value_mismatch"
     STATE_VERSION_MOVED = "state_version_moved"
+    # The wait bound a policy version; the delivering app's policy is another.
+    POLICY_CHANGED = "policy_changed"
     EXPIRED = "expired"
     REVOKED = "revoked"
     ALREADY_CONSUMED = "already_consumed"

@@ -403,7 +403,8 @@ class Run:
     ) -> waits.Wait[T]:
         """Open a durable wait for one event of `kind`. The event must carry the
         same `bind` values (a `state_version` key is also compared with the task
-        state's version at delivery), arrive before `expires_in`, carry the
+        state's version at delivery, a `policy_version` key with the delivering
+        app's current policy version), arrive before `expires_in`, carry the
         wait's token (unless `token=False`) and fit `schema` (a type such as a
         pydantic model, or a JSON Schema as a dict). Hand `w.token` to the human
         channel (or build its link in the effect that sends it:

@@ -39,6 +39,8 @@ T = TypeVar("T")
 
 # The bind key compared with the task state's current version at delivery.
 STATE_VERSION_KEY = "state_version"
+# The bind key compared with the delivering app's current policy version.
+POLICY_VERSION_KEY = "policy_version"
 # Deliveries with a wrong token a wait takes before it locks (`Client(lock_wait_after=)`).
 LOCK_AFTER_BAD_TOKENS = 5
 
@@ -183,6 +185,13 @@ def token_hash(token: str) -> str:
 
 # -- the resume contract ------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
+class Known(Generic[T]):
+    """A value known to the deliverer (which may be None itself)."""
+
+    value: T
+
+
+@dataclasses.dataclass(frozen=True)
 class Incoming:
     run_id: str
     event_id: str
@@ -194,6 +203,9 @@ class Incoming:
     # Why the token is refused whatever the wait (its key is revoked), if it is.
     token_refused: str | None = None
     lock_after: int = LOCK_AFTER_BAD_TOKENS
+    # The delivering app's current policy version (None: it has no policy);
+    # not known when the client delivering has no app.
+    policy: Known[str | None] | None = None
 
 
 def _canonical(value: Any) -> str:
@@ -298,6 +310,12 @@ def _check_wait(inc: Incoming, wait: WaitRow, ctx: DeliveryContext) -> Judgement
         if _canonical(now_version) != _canonical(bound[STATE_VERSION_KEY]):
             return _reject(RejectReason.STATE_VERSION_MOVED,
                            f"bound {bound[STATE_VERSION_KEY]}, now {now_version}")
+    if POLICY_VERSION_KEY in bound and inc.policy is not None:
+        current = inc.policy.value
+        if _canonical(current) != _canonical(bound[POLICY_VERSION_KEY]):
+            return _reject(RejectReason.POLICY_CHANGED,
+                           f"the wait bound policy {bound[POLICY_VERSION_KEY]}, the app's "
+                           f"policy is now {current or 'none'}")
     if wait.schema is not None:
         problems = schema_check.problems(inc.payload, wait.schema)
         if problems:
