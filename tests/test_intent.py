@@ -617,3 +617,58 @@ async def test_a_wait_bound_to_a_policy_version_is_compared_with_the_apps_curren
     same = await appless.deliver(info.run_id, kind="approval", event_id="e4",
                                  payload={"ok": True}, bind=bound)
     assert isinstance(same, stead.Accepted)
+
+
+# -- the app's tools ------------------------------------------------------------------------
+tools_app = stead.App("tools", tools=["pay", "refund"])
+
+
+@tools_app.workflow()
+async def declares(run: stead.Run, tool: str) -> int:
+    return await run.intent(stead.Intent(goal="g", grants=[stead.Grant(tool, {})]))
+
+
+async def test_an_intent_granting_a_tool_the_app_does_not_know_is_refused(
+    fstore: stead.Store,
+) -> None:
+    client = stead.Client(fstore, tools_app)
+    unknown = stead.Intent(goal="g", grants=[stead.Grant("pay", {}), stead.Grant("wire", {})])
+    says = r"tool 'wire'.*app 'tools' does not know \(its tools: pay, refund\)"
+    with pytest.raises(stead.InvalidIntent, match=says):
+        await client.start(declares, "pay", intent=unknown)
+    assert await fstore.list_runs() == []
+
+    # Started by a client that knows no tools: the app still refuses them later.
+    info = await stead.Client(fstore).start("declares", "pay", version=1, intent=unknown)
+    with pytest.raises(stead.InvalidIntent, match=says):
+        await client.renew_grant(info.run_id, "wire", expires_in=60, by="me", why="x")
+    with pytest.raises(stead.InvalidIntent, match=says):
+        await client.resume(info.run_id, by="me", why="x", intent=unknown)
+    assert len(await client.intents(info.run_id)) == 1
+
+    # Declared by the workflow: the declaration fails, nothing is stored.
+    known = await client.start(declares, "refund")
+    wrong = await client.start(declares, "wire")
+    await stead.Worker(tools_app, fstore).run_until_idle()
+    assert await client.result(known.run_id, timeout=5) == 1
+    failed = await client.get(wrong.run_id)
+    assert failed.status == "failed" and failed.error is not None
+    assert failed.error["type"] == "InvalidIntent" and "'wire'" in failed.error["message"]
+    assert await client.intents(wrong.run_id) == []
+
+    # An app that declares no tools checks none.
+    loose = stead.App("loose")
+    loose.workflow()(declares.fn)
+    assert loose.tools is None
+    await stead.Client(fstore, loose).start("declares", "wire", intent=unknown)
+
+
+def test_the_cli_refuses_an_intent_file_granting_an_unknown_tool(
+    tmp_path: Path, sqlite_url: str,
+) -> None:
+    path = tmp_path / "intent.json"
+    path.write_text(json.dumps({"goal": "g", "grants": [{"tool": "wire", "scope": {}}]}))
+    result = CliRunner().invoke(main, ["--db", sqlite_url, "start", "tests.test_intent:tools_app",
+                                       "declares", '["pay"]', "--intent", str(path)])
+    assert result.exit_code != 0 and "tool 'wire'" in result.output, result.output
+    assert "its tools: pay, refund" in result.output and "Traceback" not in result.output

@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 
 from stead import errors
-from stead.intent import Matcher
+from stead.intent import Intent, Matcher, check_tool, check_tools
 from stead.policy import Policy, PolicyFn
 
 if TYPE_CHECKING:
@@ -39,16 +39,33 @@ class App:
     """`policy` (or `@app.policy`) revalidates every run at each takeover and
     wake and before each effect's intent commits (see `stead.policy`);
     `policy_version` is recorded with its decisions. `matchers` are the named
-    functions a grant's scope may call on (`{"matcher": "name"}`)."""
+    functions a grant's scope may call on (`{"matcher": "name"}`).
+
+    `tools` names the tools the app's effects call (`run.effect(..., tool=)`):
+    given, an intent granting any other tool is refused with `InvalidIntent`
+    naming it (at `Client.start(intent=)`, `stead start --intent`,
+    `Client.resume(intent=)`, `run.intent`, `Client.renew_grant`). Without
+    it the app does not know its tools and grants are not checked against
+    them (a grant for a tool no effect calls then simply goes unused)."""
 
     def __init__(self, name: str, *, policy: PolicyFn | None = None,
                  policy_version: str = "1",
-                 matchers: dict[str, Matcher] | None = None) -> None:
+                 matchers: dict[str, Matcher] | None = None,
+                 tools: Iterable[str] | None = None) -> None:
         self.name = name
         self._workflows: dict[tuple[str, int], Workflow[Any, Any]] = {}
         self.current_policy: Policy | None = None if policy is None else Policy(
             policy, policy_version)
         self.matchers: dict[str, Matcher] = dict(matchers or {})
+        self.tools: frozenset[str] | None = None if tools is None else _tool_names(tools)
+
+    def check_intent(self, intent: Intent) -> None:
+        """Raise `InvalidIntent` if `intent` grants a tool this app does not
+        know (nothing to check if it declares no `tools`)."""
+        check_tools(intent, self.tools, self.name)
+
+    def check_tool(self, tool: str) -> None:
+        check_tool(tool, self.tools, self.name)
 
     def policy(self, *, version: str = "1") -> Callable[[PolicyFn], PolicyFn]:
         """Register `fn(intent, state, run, action)` as the app's policy, at
@@ -118,3 +135,10 @@ class App:
     @property
     def workflows(self) -> list[Workflow[Any, Any]]:
         return list(self._workflows.values())
+
+
+def _tool_names(tools: Iterable[str]) -> frozenset[str]:
+    names = [tools] if isinstance(tools, str) else list(tools)
+    if isinstance(tools, str) or not all(isinstance(t, str) and t for t in names):
+        raise ValueError("App(tools=...) takes a list of the tools' names, non-empty strings")
+    return frozenset(names)

@@ -183,6 +183,8 @@ class Client:
         `expires_in` count from now)."""
         if intent is not None and not isinstance(intent, Intent):
             raise errors.InvalidIntent("intent= takes a stead.Intent (see Intent.from_json)")
+        if intent is not None and self.app is not None:
+            self.app.check_intent(intent)
         wf: Workflow[Any, Any] | None = None
         if isinstance(workflow, str):
             if self.app is not None:
@@ -468,6 +470,8 @@ class Client:
         of its intent (`intent`, or the one in force) with who and why. The
         policy is asked again when a worker takes it."""
         _decider(by, why)
+        if intent is not None and self.app is not None:
+            self.app.check_intent(intent)
         now = self.store.clock.now()
 
         def revise(current: records.IntentRow | None, _run: RunRow) -> str:
@@ -498,6 +502,8 @@ class Client:
         A renewal may narrow the scope; one that widens it raises
         `GrantWidening` unless `widen=True`."""
         _decider(by, why)
+        if self.app is not None:
+            self.app.check_tool(tool)
         now = self.store.clock.now()
         renewed = Grant(tool=tool, scope={} if scope is None else scope,
                         expires_at=expires_at, expires_in=expires_in)  # checks the values

@@ -117,6 +117,9 @@ class Execution:
         self.guard: Guard | None = None
         # The app's named scope matchers (see `stead.intent`).
         self.matchers: Mapping[str, Matcher] = {}
+        # The tools the app declares (None: it declares none; see `App`).
+        self.tools: frozenset[str] | None = None
+        self.app_name = ""
         # The revalidation the resume record carries (see `ResumeDetails.intent`).
         self.revalidation: dict[str, Any] | None = None
 

@@ -274,3 +274,21 @@ class Intent:
         except ValueError as exc:
             raise errors.InvalidIntent(f"an intent is JSON: {exc}") from exc
         return cls.from_json(data)
+
+
+def check_tools(intent: Intent, known: frozenset[str] | None, app: str) -> None:
+    """Raise `InvalidIntent` if `intent` grants a tool outside `known` (the
+    tools app `app` declares); None: the app declares none, nothing to check."""
+    if known is None:
+        return
+    for grant in intent.grants:
+        check_tool(grant.tool, known, app)
+
+
+def check_tool(tool: str, known: frozenset[str] | None, app: str) -> None:
+    if known is None or tool in known:
+        return
+    raise errors.InvalidIntent(
+        f"the intent grants tool {tool!r}, which app {app!r} does not know (its tools: "
+        f"{', '.join(sorted(known)) or 'none'}); nothing was stored. Fix the grant's tool, "
+        "or add it to App(tools=...)")

@@ -22,7 +22,7 @@ from stead import (
     waits,
 )
 from stead.execution import Execution, Stop
-from stead.intent import Intent
+from stead.intent import Intent, check_tools
 from stead.llm.model import Completion, Model
 from stead.outcomes import Operation, Outcome
 from stead.records import RecordKind, RecordStatus, ResumeClass, RunRow, WaitState
@@ -271,6 +271,7 @@ class Run:
         if prior:
             return int(codec.loads(prior[-1].payload)["version"])
         self._x.check_live()
+        check_tools(intent, self._x.tools, self._x.app_name)
         anchored = intent.anchored(self._x.clock.now()).dumps()
         x = self._x
         holder: list[int] = []
