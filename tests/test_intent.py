@@ -251,6 +251,35 @@ async def test_a_grant_that_expires_during_a_wait_pauses_and_a_renewal_may_only_
     assert ledger == [1000]
 
 
+async def test_after_its_last_grant_expired_no_effect_of_the_run_acts(
+    fstore: stead.Store, clock: stead.FakeClock,
+) -> None:
+    mails: list[str] = []
+    app = stead.App("shop")
+
+    def mail(op: stead.Operation, to: str) -> str:
+        mails.append(to)
+        return to
+
+    @app.workflow()
+    async def notify(run: stead.Run) -> str:
+        await (await run.wait("go", token=False))
+        sent: str = await run.effect("mail", mail, "customer@example.com")  # names no tool
+        return sent
+
+    client = stead.Client(fstore, app)
+    info = await client.start(notify, intent=stead.Intent(goal="notify", grants=[
+        stead.Grant("dispatch_refund", {}, expires_in=60)]))
+    await stead.Worker(app, fstore).run_until_idle()
+    clock.advance(120)  # the run's only grant expires while it waits
+    await client.deliver(info.run_id, kind="go", event_id="go-1", payload={})
+    await stead.Worker(app, fstore).run_until_idle()
+    row = await client.get(info.run_id)
+    assert row.status == "paused" and row.error is not None
+    assert row.error["cause"] == "grants" and "nothing acts" in row.error["message"]
+    assert mails == []
+
+
 async def test_an_effect_with_a_tool_and_no_grant_pauses_and_a_denial_terminates(
     fstore: stead.Store,
 ) -> None:

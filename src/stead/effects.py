@@ -261,7 +261,9 @@ class Effect:
         x, spec, ctx = self.x, self.spec, self.x.guard
         arguments = self.arguments()
         if ctx is not None:
-            halt = ctx.budget_halt(effect=True, cost=spec.cost)
+            halt = None if spec.tool is not None else ctx.lifetime_halt(x.clock.now())
+            # (an effect with a tool is checked against its own grant at commit)
+            halt = halt or ctx.budget_halt(effect=True, cost=spec.cost)
             if halt is None and ctx.policy is not None:
                 action = Action("effect", spec.name, spec.tool, arguments, spec.reason, spec.cost)
                 with x.busy():

@@ -117,6 +117,16 @@ class Guard:
         return {"used": used, "left": {name: limit - used[name]
                                        for name, limit in budget.to_json().items()}}
 
+    def lifetime_halt(self, now: float) -> Halt | None:
+        """A run's lifetime is bounded by its grants: once every grant it holds
+        has expired, no effect acts, not even one that names no tool."""
+        grants = () if self.intent is None else self.intent.grants
+        if not grants or not all(g.expired(now) for g in grants):
+            return None
+        last = max(g.expires_at for g in grants if g.expires_at is not None)
+        return paused("grants", f"every grant of the run expired (the last at {_when(last)}): "
+                      "nothing acts after its last grant", expired_at=last)
+
     def budget_halt(self, *, model_call: bool = False, effect: bool = False,
                     cost: float | None = None) -> Halt | None:
         """Whether the budget forbids the next model call or effect."""
