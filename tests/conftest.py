@@ -5,6 +5,8 @@ A test about SQLite itself (its file, its locks, raw sqlite3) is marked
 
 from __future__ import annotations
 
+import sys
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import pytest
 
 import stead
 import stead.keys
-from tests import pg
+from tests import ops_app, pg
 
 BACKENDS = ("sqlite", "postgres")
 
@@ -106,3 +108,13 @@ async def proxy() -> AsyncIterator[pg.Proxy]:
     pg.require()
     async with pg.Proxy(pg.server_address()) as p:
         yield p
+
+
+@pytest.fixture
+def app_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    name = f"opsapp_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(ops_app.APP_SOURCE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    yield f"{name}:app"
+    sys.modules.pop(name, None)

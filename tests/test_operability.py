@@ -4,49 +4,14 @@ hosts, `worker --until-done`, and a crashed worker's lease under `--until-idle`.
 from __future__ import annotations
 
 import asyncio
-import sys
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
 
 import stead
 from stead import timeline
-from stead.cli import main
 from stead.records import Fence, Record, RecordKind, RecordStatus
-
-APP_SOURCE = '''
-import stead
-
-app = stead.App("ops")
-
-
-@app.workflow()
-async def hello(run, name):
-    return await run.step("greet", lambda: f"hello {name}")
-
-
-@app.workflow()
-async def confirm(run):
-    return await (await run.wait("approval"))
-'''
-
-
-@pytest.fixture
-def app_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    name = f"opsapp_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{name}.py").write_text(APP_SOURCE)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    yield f"{name}:app"
-    sys.modules.pop(name, None)
-
-
-def cli(db_url: str, *args: str) -> Result:
-    return CliRunner().invoke(main, ["--db", db_url, *args])
+from tests.ops_app import cli
 
 
 def _hello_app() -> stead.App:

@@ -154,49 +154,16 @@ def describe(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
-_secrets_made = False
-
-
-def secret_made() -> None:
-    """A secret (a wait token) exists in this process: from now on, arguments
-    are searched for secrets before they are digested or stored."""
-    global _secrets_made
-    _secrets_made = True
-
-
-def redact(value: Any) -> Any:
-    """`value` with secrets (wait tokens) replaced by a reference to them, for
-    what enters the journal as call arguments."""
-    if not _secrets_made:
-        return value  # nothing to find: skip the walk (it costs O(size) per call)
-    return _redact(value)
-
-
-def _redact(value: Any) -> Any:
-    hook = getattr(type(value), "__stead_redacted__", None)
-    if hook is not None:
-        return hook(value)
-    if isinstance(value, dict):
-        return {k: _redact(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_redact(v) for v in value]
-    return value
-
-
-def redacting() -> bool:
-    """Whether `redact` searches values for secrets (it does once one exists)."""
-    return _secrets_made
-
-
 DIGEST_CHARS = 32  # hex characters of sha256 kept in a digest
 
 
 def canonical(value: Any) -> str:
     """The canonical JSON text of `value` that digests hash: sorted keys, no
-    spaces, secrets as references."""
+    spaces, secrets as references (a wait token or wait encodes as one, see
+    `_default`)."""
     try:
         return json.dumps(
-            redact(value), default=_default, separators=(",", ":"), sort_keys=True, allow_nan=False
+            value, default=_default, separators=(",", ":"), sort_keys=True, allow_nan=False
         )
     except (TypeError, ValueError, RecursionError) as exc:
         raise errors.SerializationError(

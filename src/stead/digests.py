@@ -73,7 +73,7 @@ class _Encoded:
             return False
 
 
-def _freeze(value: Any, strings: bool) -> Any:
+def _freeze(value: Any) -> Any:
     """A copy of `value` (just encoded) such that `current == copy` implies
     that `current` encodes as `value` did.
 
@@ -82,23 +82,22 @@ def _freeze(value: Any, strings: bool) -> Any:
     in C; strings are shared, so comparing them is mostly comparing pointers.
     Numbers are not exact under `==` (1 == 1.0 == True, 0.0 == -0.0, all
     encoded differently), so each is wrapped in `_Same`, which also checks the
-    type: a Python call per number, paid only by lists that hold numbers. Once
-    a secret exists (`strings`), strings are wrapped too, so that only a value
-    of the very same type compares equal to one. Anything else
-    is kept as its canonical text. (Values of classes that override `==` to
-    claim equality with plain values are beyond this; stead has none.)
+    type: a Python call per number, paid only by lists that hold numbers.
+    Anything else (a wait token included) is kept as its canonical text.
+    (Values of classes that override `==` to claim equality with plain values
+    are beyond this; stead has none.)
     """
     kind = type(value)
     if kind is str:
-        return _Same(value) if strings else value
+        return value
     if value is None:
         return None
     if kind is dict and all(type(k) is str for k in value):
-        return {k: _freeze(v, strings) for k, v in value.items()}
+        return {k: _freeze(v) for k, v in value.items()}
     if kind is list:
-        return [_freeze(v, strings) for v in value]
+        return [_freeze(v) for v in value]
     if kind is tuple:
-        return tuple(_freeze(v, strings) for v in value)
+        return tuple(_freeze(v) for v in value)
     if kind is int or kind is float or kind is bool:
         return _Same(value)
     return _Encoded(codec.canonical(value))
@@ -114,7 +113,6 @@ def _equal(current: Any, frozen: Any) -> bool:
 @dataclasses.dataclass(slots=True)
 class _Entry:
     head: str  # the canonical text before the list
-    redacting: bool  # whether secrets existed when `prefix` was encoded
     prefix: list[Any]  # frozen copies of the elements hashed into `state`
     # sha256 after `head`, `[` and the elements of `prefix`; None when the list
     # was seen once only, and `prefix` keeps just its first element, to tell
@@ -155,10 +153,9 @@ class Digests:
     def _digest(self, key: Hashable, parts: tuple[Any, ...], seq: list[Any]) -> str:
         """`codec.digest(*parts)` with `seq` in place of the mark."""
         head, tail = codec.canonical(parts).split(_MARK_TEXT)
-        redacting = codec.redacting()
         old = self._entries.pop(key, None)
         if (old is not None and old.state is not None and old.head == head
-                and old.redacting == redacting and len(seq) >= len(old.prefix)
+                and len(seq) >= len(old.prefix)
                 and _equal(seq[:len(old.prefix)], old.prefix)):
             done, prefix, state = len(old.prefix), old.prefix, old.state.copy()
             snapshot = True
@@ -176,10 +173,10 @@ class Digests:
         final.update(f"]{tail}".encode())
         try:
             if snapshot:
-                prefix.extend(_freeze(v, redacting) for v in new)
-                entry = _Entry(head, redacting, prefix, state)
+                prefix.extend(_freeze(v) for v in new)
+                entry = _Entry(head, prefix, state)
             else:
-                entry = _Entry(head, redacting, [_freeze(v, redacting) for v in seq[:1]], None)
+                entry = _Entry(head, [_freeze(v) for v in seq[:1]], None)
         except RecursionError:  # encodable, but too deep to copy here: remember nothing
             pass
         else:

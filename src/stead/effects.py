@@ -74,7 +74,7 @@ class Effect:
         self.spec = spec
         self.digest = x.digests.call(RecordKind.EFFECT, spec.name, spec.args, spec.kwargs)
         self.args_json = codec.loads(
-            codec.dumps(codec.redact({"args": list(spec.args), "kwargs": dict(spec.kwargs)}),
+            codec.dumps({"args": list(spec.args), "kwargs": dict(spec.kwargs)},
                         what=f"the arguments of effect {spec.name!r}")
         )
         self.key = spec.key or f"{x.fence.run_id}:{addr}"

@@ -97,7 +97,6 @@ class Token:
         self._value = value  # None: the key that signed it is no longer held
         self.wait_id = wait_id
         self.key_id = key_id
-        codec.secret_made()
 
     def reveal(self) -> str:
         """The token's value, to send it. Only inside an effect's function:

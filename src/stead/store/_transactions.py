@@ -125,13 +125,7 @@ def resume_stopped(
 ) -> Flow[RunRow]:
     row = yield one("resume_stopped", {"run_id": run_id, "expect": expect_status, "now": now})
     if row is None:
-        current = yield one("get_run", {"run_id": run_id})
-        if current is None:
-            raise unknown_run(run_id, where)
-        raise errors.NotStopped(
-            f"run {run_id} is {current['status']}, not {expect_status}: "
-            "nothing to decide (was it decided already?)"
-        )
+        raise (yield from not_stopped(run_id, expect_status, where))
     run = _rows.run(row)
     if record is not None:
         seq_row = yield one("next_seq", {"run_id": run_id})
@@ -463,13 +457,18 @@ def end_stopped(
     row = yield one("end_stopped", {"run_id": run_id, "expect": expect_status,
                                     "status": status, "error": error, "now": now})
     if row is None:
-        current = yield one("get_run", {"run_id": run_id})
-        if current is None:
-            raise unknown_run(run_id, where)
-        raise errors.NotStopped(
-            f"run {run_id} is {current['status']}, not {expect_status}: "
-            "nothing to decide (was it decided already?)")
+        raise (yield from not_stopped(run_id, expect_status, where))
     return _rows.run(row)
+
+
+def not_stopped(run_id: str, expect_status: str, where: str) -> Flow[errors.SteadError]:
+    """Why a decision on a run stopped as `expect_status` found nothing to decide."""
+    current = yield one("get_run", {"run_id": run_id})
+    if current is None:
+        return unknown_run(run_id, where)
+    return errors.NotStopped(
+        f"run {run_id} is {current['status']}, not {expect_status}: "
+        "nothing to decide (was it decided already?)")
 
 
 def takeover_context(
