@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from stead import codec, errors, inputs, records, waits
+from stead import codec, errors, forks, inputs, records, waits
 from stead.app import App, Workflow
 from stead.intent import Grant, Intent
 from stead.records import (
@@ -136,18 +136,6 @@ def _status(value: str) -> RunStatus:
             f"unknown status {value!r}; one of: {', '.join(RunStatus)}") from None
 
 
-def _check_input(wf: Workflow[Any, Any], payload: str) -> None:
-    """Bind the input as stored, as every takeover will: arguments that would
-    fail every attempt are refused before the run exists."""
-    args, kwargs = inputs.decode(payload)
-    try:
-        inputs.bind(wf, args, kwargs)
-    except (TypeError, ValueError) as exc:
-        raise errors.InvalidInput(
-            f"these arguments do not fit workflow {wf.key}: {codec.describe(exc)}"
-        ) from exc
-
-
 # What a client accepts of an event, by default: its payload and bound values
 # as JSON, and each of its ids.
 MAX_EVENT_BYTES = 256 * 1024
@@ -206,7 +194,7 @@ class Client:
             )
         payload = inputs.encode(args, kwargs, workflow=name)
         if wf is not None:
-            _check_input(wf, payload)
+            inputs.check(wf, payload)
         new = records.NewRun(
             run_id=uuid.uuid4().hex, workflow=name, version=wf_version,
             task_id=task_id, input=payload,
@@ -323,6 +311,42 @@ class Client:
         row = await self.store.resume_stopped(run_id, RunStatus.OUTCOME_UNKNOWN, record)
         return RunInfo.from_row(row)
 
+    async def fork(self, run_id: str, *, at: int) -> RunInfo:
+        """Start a new run whose journal is the first `at` records of run
+        `run_id`'s (0: none, the journal's length: all of it): it replays them
+        and goes on live from there, as a new run (its own task state, as the
+        prefix last saw it; its own waits and effect keys; the intent in
+        force). Refused with `ForkRefused` past an effect whose outcome the
+        prefix does not know. The link is kept on both runs (`lineage`)."""
+        parent = await self.store.get_run(run_id)
+        kept = forks.prefix(run_id, await self.store.load_journal(run_id), at)
+        opened: dict[str, records.WaitRow] = {}
+        for rec in forks.unresolved_waits(kept):
+            wait_id = str(codec.loads(rec.payload)["wait_id"])
+            row = await self.store.get_wait(wait_id)
+            if row is not None:
+                opened[wait_id] = row
+        version = forks.state_seen(kept)
+        state = None
+        if version > 0:
+            state = await self.store.state_version(forks.task_key(parent), version)
+            if state is None:
+                raise errors.CorruptRecord(
+                    f"run {run_id}: version {version} of its task state, which its journal "
+                    "saw, is not in the task's history; it cannot be forked there")
+        ring = await self.store.keyring() if opened else None
+        plan = forks.plan(parent, kept, ring=ring, opened=opened, state=state,
+                          intent=await self.store.latest_intent(run_id),
+                          now=self.store.clock.now())
+        return RunInfo.from_row(await self.store.fork_run(plan), created=True)
+
+    async def lineage(self, run_id: str) -> records.Lineage:
+        """Where the run came from (a fork of, or the successor of, another)
+        and the runs that came from it."""
+        await self.store.get_run(run_id)
+        parent, children = await self.store.lineage(run_id)
+        return records.Lineage(parent, tuple(children))
+
     async def retry(self, run_id: str) -> RunInfo:
         """Let a run that stead stopped be claimed again: one stopped as
         `incompatible_checkpoint` (once code that fits its journal is
@@ -365,6 +389,7 @@ class Client:
         kind: str | None = None,
         bind: dict[str, Any] | None = None,
         token: str | None = None,
+        task_id: str | None = None,
     ) -> waits.Delivery:
         """Deliver an event to the wait `wait_id` (or the open wait of `kind`) of
         `run_id`. It is stored whatever the verdict; the check against the wait's
@@ -375,7 +400,10 @@ class Client:
         A wait bound to `policy_version` is also compared with the current
         policy version of this client's app (`Rejected(policy_changed)`, naming
         both, if they differ); a client without an app cannot know it, and
-        compares the event's value with the wait's copy only."""
+        compares the event's value with the wait's copy only.
+
+        `task_id` (the business key the sender knows the run by) must be the
+        run's task: otherwise `TaskMismatch` is raised and nothing is stored."""
         if not event_id or not isinstance(event_id, str):
             raise errors.SteadError("an event needs an event_id (it is what makes "
                                     "redelivery safe)")
@@ -388,6 +416,8 @@ class Client:
                 raise errors.InvalidInput(
                     f"the event's {what} is {len(value)} characters long; at most "
                     f"{MAX_ID_CHARS} are accepted")
+        if task_id is not None:
+            await self._check_task(run_id, task_id)
         secrets = codec.Secrets()
         if token and waits.key_of(token) is not None:  # the event is stored: not its token
             secrets.add(token, wait_id or kind or "?")
@@ -423,6 +453,19 @@ class Client:
         judgement, stored = await self.store.deliver(
             event, lambda ctx: waits.judge(incoming, ctx))
         return waits.to_delivery(event_id, judgement, stored)
+
+    async def _check_task(self, run_id: str, task_id: str) -> None:
+        """Refuse an event naming another task than its run's (an unknown run
+        is judged, and stored, as such)."""
+        try:
+            run = await self.store.get_run(run_id)
+        except errors.UnknownRun:
+            return
+        if run.task_id != task_id:
+            raise errors.TaskMismatch(
+                f"the event names task {task_id[:64]!r}, but run {run_id} is "
+                + ("of no task" if run.task_id is None else f"of task {run.task_id!r}")
+                + "; nothing was stored. Deliver it to the run of that task")
 
     async def revoke_wait(self, wait_id: str) -> None:
         """Revoke an open wait: deliveries to it are rejected, and the run wakes

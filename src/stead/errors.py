@@ -227,3 +227,20 @@ class GrantWidening(SteadError):
 class GrantRefused(SteadError):
     """No unexpired grant covers an effect's call at the moment its intent
     would commit; nothing was sent and the run pauses for a decision."""
+
+
+class ForkRefused(SteadError):
+    """A fork would start past an effect whose outcome the journal prefix does
+    not know (its intent is journaled, its outcome is not): the fork could
+    send it a second time. Fork before the effect's intent, or after its
+    outcome (decide it first with `stead reconcile`). Nothing was created."""
+
+    def __init__(self, message: str, *, effect: str, seq: int) -> None:
+        super().__init__(message)
+        self.effect = effect
+        self.seq = seq
+
+
+class TaskMismatch(InvalidInput):
+    """An event named a task that is not the task of the run it was
+    delivered to; nothing was stored."""

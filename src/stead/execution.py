@@ -52,6 +52,16 @@ class Stop(BaseException):
         self.error = error
 
 
+class Continued(BaseException):
+    """Unwinds the workflow once `run.continue_as_new` committed: the run is
+    over, its successor (`run_id`) exists. A BaseException, so workflow code
+    cannot swallow it."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"continued as run {run_id}")
+        self.run_id = run_id
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ExecutionOptions:
     """What the worker hosting a run decides for it."""
@@ -122,6 +132,9 @@ class Execution:
         self.app_name = ""
         # The revalidation the resume record carries (see `ResumeDetails.intent`).
         self.revalidation: dict[str, Any] | None = None
+        # Raises if a stored input (JSON text) does not fit the run's workflow
+        # (set by the takeover, which knows the workflow; see `continue_as_new`).
+        self.check_input: Callable[[str], None] | None = None
 
     def start(self, body: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run the workflow's `body` as a task, in the run's root branch. When
@@ -214,6 +227,11 @@ class Execution:
 
     def buffer(self, rec: Record) -> None:
         self._buffer.append(rec)
+
+    @property
+    def length(self) -> int:
+        """How many records the run's journal holds (as this worker wrote it)."""
+        return self._next_seq
 
     def _numbered(self, recs: Sequence[Record]) -> list[Record]:
         batch = [*self._buffer, *recs]

@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from stead import codec
+from stead import codec, errors
 from stead.app import Workflow
 
 
@@ -75,3 +75,15 @@ def _convert(name: str, value: Any, annotation: Any) -> Any:
         return codec.convert(value, annotation)
     except ValueError as exc:  # pydantic's ValidationError: name the parameter, in one line
         raise ValueError(f"{name}: {codec.describe(exc)}") from exc
+
+
+def check(wf: Workflow[Any, Any], text: str) -> None:
+    """Bind a stored input as every takeover will: arguments that would fail
+    every attempt are refused (`InvalidInput`) before a run holds them."""
+    args, kwargs = decode(text)
+    try:
+        bind(wf, args, kwargs)
+    except (TypeError, ValueError) as exc:
+        raise errors.InvalidInput(
+            f"these arguments do not fit workflow {wf.key}: {codec.describe(exc)}"
+        ) from exc

@@ -74,6 +74,10 @@ class RecordStatus(enum.StrEnum):
 
     OK = "ok"
     ERROR = "error"
+    # A step or model call began this attempt. Rides along with the next
+    # commit made while the call is in flight (never a commit of its own), so
+    # an attempt whose worker died mid-call is counted on takeover.
+    STARTED = "started"
     # An effect's phases besides ok/error (see effects.py).
     INTENT = "intent"
     ACCEPTED = "accepted"
@@ -139,6 +143,13 @@ class ResumeClass(enum.StrEnum):
     PENDING_EXTERNAL = "pending_external"  # accepted outside, no result: `check` is asked
     OUTCOME_UNKNOWN = "outcome_unknown"  # an intent and no outcome: resent, asked, or stopped
     REVALIDATE = "revalidate"  # a `fresh` proposal after a changed intent: asked again
+
+
+class LineageKind(enum.StrEnum):
+    """How a run came from another (see `Link`)."""
+
+    FORK = "fork"  # `Client.fork`: a copy of the parent's journal prefix
+    CONTINUED = "continued"  # `run.continue_as_new`: the parent's successor
 
 
 class Boundary(enum.StrEnum):
@@ -227,6 +238,49 @@ class NewRun:
     # The run's intent (JSON text), stored as its version 1 with the run.
     intent: str | None = None
     intent_why: str = "given at start"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Link:
+    """Run `run_id` came from run `parent_id`: a fork of its journal's first
+    `at_seq` records, or its successor (`continued`, `at_seq` the parent's
+    journal length when it ended)."""
+
+    run_id: str
+    parent_id: str
+    kind: LineageKind
+    at_seq: int
+    created_at: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Lineage:
+    """Where a run came from (`parent`: None for a run started by a client)
+    and the runs that came from it (`children`: its forks and its successor,
+    oldest first)."""
+
+    parent: Link | None
+    children: tuple[Link, ...]
+
+    @property
+    def successor(self) -> str | None:
+        """The run that continued this one (`run.continue_as_new`), if any."""
+        return next((c.run_id for c in self.children if c.kind == LineageKind.CONTINUED), None)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NewFork:
+    """A fork to create: the run `new` with the first `at_seq` records of run
+    `parent_id`'s journal (`records`, as the fork replays them), its open
+    `waits`, and the task state its prefix last saw (`state`, under the
+    fork's own task key; None: nothing to copy)."""
+
+    new: NewRun
+    parent_id: str
+    at_seq: int
+    records: tuple[Record, ...]
+    waits: tuple[WaitRow, ...]
+    state: StateRow | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -3,11 +3,12 @@ replay the journal answers and nothing is called again."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import random as _random
 import uuid as _uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar, overload
+from typing import Any, NoReturn, TypeVar, overload
 
 from stead import (
     addresses,
@@ -21,8 +22,8 @@ from stead import (
     schema_check,
     waits,
 )
-from stead.execution import Execution, Stop
-from stead.intent import Intent, check_tools
+from stead.execution import Continued, Execution, Stop
+from stead.intent import Budget, Intent, check_tools
 from stead.llm.model import Completion, Model
 from stead.outcomes import Operation, Outcome
 from stead.records import RecordKind, RecordStatus, ResumeClass, RunRow, WaitState
@@ -423,9 +424,11 @@ class Run:
         prior = self._x.take(addr, RecordKind.WAIT, kind, digest)
         resolution = None
         key_id: str | None = None  # a new wait's token is signed by the current key
+        label: str | None = None  # a fork's wait: its id in the journal (see `stead.forks`)
         if prior:
             opened = codec.loads(prior[0].payload)
             wait_id, expires_at, created_at = opened["wait_id"], opened["expires_at"], prior[0].at
+            label = opened.get("journal_id")
             key_id = opened.get("key", keys.LEGACY)
             resolution = prior[1] if len(prior) > 1 else None
         else:
@@ -433,7 +436,7 @@ class Run:
             wait_id, created_at = _uuid.uuid4().hex, self._x.clock.now()
             expires_at = None if seconds is None else created_at + seconds
         minted, hashed = (None, None) if not token else waits.mint(
-            await self._x.keyring(), key_id, self.id, wait_id, self._x.secrets)
+            await self._x.keyring(), key_id, self.id, wait_id, self._x.secrets, label)
         row = records.WaitRow(
             wait_id=wait_id, run_id=self.id, addr=addr, kind=kind,
             bind=codec.dumps(bind_json, what="bind"), schema=schema_json,
@@ -450,7 +453,7 @@ class Run:
             rec = self._x.record(addr, 1, RecordKind.WAIT, kind, digest, RecordStatus.OPEN, text)
             await self._x.write([rec], lambda batch, resume: self._x.store.open_wait(
                 self._x.fence, batch, resume, row))
-        return waits.Wait(self._x, addr, kind, digest, row, minted, schema, resolution)
+        return waits.Wait(self._x, addr, kind, digest, row, minted, schema, resolution, label)
 
     async def sleep(self, duration: dt.timedelta | float) -> None:
         """Sleep durably: the wake-up time is journaled, so a run taken over
@@ -478,6 +481,52 @@ class Run:
     @property
     def _task_key(self) -> str:
         return self.task_id if self.task_id is not None else f"run:{self.id}"
+
+    # -- a run's end ------------------------------------------------------------
+    async def continue_as_new(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """End this run and start its successor: the same workflow and
+        version, the same task, these arguments, and an empty journal. For a
+        loop that would otherwise grow its journal without bound (an agent's
+        turns): pass on what the next run needs in the arguments.
+
+        One transaction ends the run (completed, its result
+        `{"continued_as": SUCCESSOR}`) and creates the successor, linked to it
+        (`Client.lineage`): a crash keeps both or neither, so a successor is
+        never lost nor made twice. Never returns. The successor inherits the
+        intent in force, with what is left of its budget."""
+        x = self._x
+        x.check_live()
+        text = codec.dumps({"args": list(args), "kwargs": dict(kwargs)},
+                           what=f"the input of workflow {self.workflow!r}")
+        if x.check_input is not None:
+            x.check_input(text)
+        successor = _uuid.uuid4().hex
+        intent = self._inherited_intent()
+        new = records.NewRun(
+            run_id=successor, workflow=self.workflow, version=self.version,
+            task_id=self.task_id, input=text, intent=intent,
+            intent_why=f"continued from run {self.id}")
+        result = codec.dumps({"continued_as": successor}, what="a continuation")
+        await x.write((), lambda batch, resume: x.store.continue_run(
+            x.fence, batch, resume, result, new,
+            batch[-1].seq + 1 if batch else x.length))
+        raise Continued(successor)
+
+    def _inherited_intent(self) -> str | None:
+        """The intent in force, its budget lowered by what this run spent."""
+        ctx = self._x.guard
+        if ctx is None or ctx.intent is None:
+            return None
+        budget, spent = ctx.intent.budget, ctx.ledger
+        if budget is not None:
+            def left(limit: float | None, used: float) -> Any:
+                return None if limit is None else max(type(limit)(0), limit - type(limit)(used))
+
+            budget = Budget(model_calls=left(budget.model_calls, spent.model_calls),
+                            tokens=left(budget.tokens, spent.tokens),
+                            effects=left(budget.effects, spent.effects),
+                            spend=left(budget.spend, spent.spend))
+        return dataclasses.replace(ctx.intent, budget=budget).dumps()
 
     # -- recorded values (synchronous; they ride along with the next commit) --
     def _value(self, kind: RecordKind, make: Callable[[], str]) -> str:

@@ -170,6 +170,7 @@ async def prepare(
         options=options,
     )
     execution.matchers = app.matchers
+    execution.check_input = lambda text: inputs.check(gated, text)
     execution.tools, execution.app_name = app.tools, app.name
     if not checked:
         return Ready(gated, execution, args, kwargs)

@@ -91,12 +91,16 @@ class Token:
     reference to its wait. The value itself comes out only through `reveal()`,
     inside the function of the effect that sends it."""
 
-    __slots__ = ("_value", "key_id", "wait_id")
+    __slots__ = ("_label", "_value", "key_id", "wait_id")
 
-    def __init__(self, value: str | None, wait_id: str, key_id: str = keys.LEGACY) -> None:
+    def __init__(self, value: str | None, wait_id: str, key_id: str = keys.LEGACY,
+                 label: str | None = None) -> None:
         self._value = value  # None: the key that signed it is no longer held
         self.wait_id = wait_id
         self.key_id = key_id
+        # The wait's id in the journal (a fork's wait has an id of its own in
+        # the store): what the token stands for in what is journaled.
+        self._label = label or wait_id
 
     def reveal(self) -> str:
         """The token's value, to send it. Only inside an effect's function:
@@ -126,7 +130,7 @@ class Token:
         raise TypeError("a wait token cannot be pickled: it is a secret")
 
     def __stead_redacted__(self) -> str:
-        return f"<token of wait {self.wait_id}>"
+        return f"<token of wait {self._label}>"
 
 
 _PREFIX = "stk1"
@@ -152,17 +156,17 @@ def key_of(token: str) -> str | None:
 
 
 def mint(ring: keys.Keyring, key_id: str | None, run_id: str, wait_id: str,
-         secrets: codec.Secrets) -> tuple[Token, str | None]:
+         secrets: codec.Secrets, label: str | None = None) -> tuple[Token, str | None]:
     """The token of a wait and its hash (what the store keeps): signed by the
     current key (`key_id` None, a new wait), or again by the key that signed it
     (a replay). Its value joins the run's live `secrets`, never stored."""
     key = ring.current if key_id is None else ring.get(key_id)
     if key is None:
         assert key_id is not None
-        return Token(None, wait_id, key_id), None
+        return Token(None, wait_id, key_id, label), None
     value = sign(key, run_id, wait_id)
     secrets.add(value, wait_id)
-    return Token(value, wait_id, key.id), token_hash(value)
+    return Token(value, wait_id, key.id, label), token_hash(value)
 
 
 def token_refusal(ring: keys.Keyring, token: str | None) -> str | None:
@@ -344,7 +348,8 @@ class Wait(Generic[T]):
     accepted event's payload (as the wait's `schema` type, when given)."""
 
     def __init__(self, x: Execution, addr: str, kind: str, digest: str, row: WaitRow,
-                 token: Token | None, schema: Any, resolution: Record | None) -> None:
+                 token: Token | None, schema: Any, resolution: Record | None,
+                 label: str | None = None) -> None:
         self._x = x
         self._addr = addr
         self._digest = digest
@@ -353,6 +358,7 @@ class Wait(Generic[T]):
         self._resolution = resolution
         self.kind = kind
         self.wait_id = row.wait_id
+        self._label = label or row.wait_id  # its id in the journal (see `Token`)
         self.token = token
         self.expires_at = row.expires_at
         self.bind: dict[str, Any] = json.loads(row.bind)
@@ -375,7 +381,7 @@ class Wait(Generic[T]):
         return f"Wait(kind={self.kind!r}, wait_id={self.wait_id})"
 
     def __stead_redacted__(self) -> str:
-        return f"<wait {self.wait_id}>"
+        return f"<wait {self._label}>"
 
     def _record(self, status: RecordStatus, payload: Any) -> Record:
         return self._x.record(self._addr, 1, RecordKind.WAIT, self.kind, self._digest, status,

@@ -26,7 +26,7 @@ from typing import Any
 from stead import addresses, codec, errors, leases, logs, takeover
 from stead.app import App
 from stead.clock import Clock, SystemClock
-from stead.execution import Drain, Execution, ExecutionOptions, Stop
+from stead.execution import Continued, Drain, Execution, ExecutionOptions, Stop
 from stead.leases import LeaseKeeper
 from stead.records import STOPPED, TERMINAL, Backlog, Fence, RunRow, RunStatus, WaitState
 from stead.run import Run
@@ -379,6 +379,9 @@ class Worker:
             raise
         except Drain:
             await self._release_quietly(x.fence)
+            return
+        except Continued as went_on:
+            log.info("run %s continued as run %s", row.run_id, went_on.run_id)
             return
         except Stop as stop:
             log.warning("run %s stopped as %s: %s", row.run_id, stop.status,

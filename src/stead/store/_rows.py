@@ -10,6 +10,7 @@ from stead.records import (
     Backlog,
     EventRow,
     IntentRow,
+    Link,
     Record,
     ResumeRecord,
     RunRow,
@@ -39,6 +40,15 @@ def intent(row: Row) -> IntentRow:
 def intent_params(r: IntentRow) -> dict[str, Any]:
     return {"run_id": r.run_id, "version": r.version, "intent": r.intent, "author": r.author,
             "why": r.why, "at": r.at}
+
+
+def link(row: Row) -> Link:
+    return Link(row["run_id"], row["parent_id"], row["kind"], row["at_seq"], row["created_at"])
+
+
+def link_params(r: Link) -> dict[str, Any]:
+    return {"run_id": r.run_id, "parent_id": r.parent_id, "kind": r.kind, "at_seq": r.at_seq,
+            "created_at": r.created_at}
 
 
 def backlog(row: Row) -> Backlog:

@@ -25,6 +25,9 @@ from stead.records import (
     Fence,
     IntentRow,
     Judgement,
+    LineageKind,
+    Link,
+    NewFork,
     NewRun,
     Record,
     RejectReason,
@@ -94,6 +97,72 @@ def create_run(new: NewRun, now: float) -> Flow[tuple[RunRow, bool] | None]:
             break
         # A concurrent start of this task won the insert: read its run.
     return None
+
+
+def fork_run(fork: NewFork, now: float, where: str) -> Flow[RunRow]:
+    """Create the fork with its journal prefix, open waits, task state and
+    its link to the parent, in one transaction."""
+    yield execute("lock_run", {"run_id": fork.parent_id})
+    if (yield one("get_run", {"run_id": fork.parent_id})) is None:
+        raise unknown_run(fork.parent_id, where)
+    made = yield from create_run(fork.new, now)
+    if made is None or not made[1]:
+        raise errors.StoreError(f"could not create the fork {fork.new.run_id}; try again")
+    run_id = fork.new.run_id
+    if fork.records:
+        # Its first claim must load the journal (a claim at epoch 1 skips it).
+        yield execute("set_epoch", {"run_id": run_id, "epoch": 1})
+    for r in fork.records:
+        yield execute("insert_record", _rows.record_params(run_id, r))
+    for w in fork.waits:
+        yield execute("insert_wait", _rows.wait_params(w))
+    if fork.state is not None:
+        params = {"task_key": fork.state.task_key, "version": fork.state.version,
+                  "data": fork.state.data, "run_id": run_id, "now": now}
+        yield execute("upsert_state", params)
+        yield execute("insert_state_history", params)
+    yield execute("insert_lineage", _rows.link_params(
+        Link(run_id, fork.parent_id, LineageKind.FORK, fork.at_seq, now)))
+    return made[0].evolve(epoch=1 if fork.records else 0)
+
+
+def linked(run_id: str) -> Flow[RunRow | NotLanded]:
+    """The read-back of a fork or a continuation: the new run, if its link is stored."""
+    if (yield one("get_lineage", {"run_id": run_id})) is None:
+        return NOT_LANDED
+    row = yield one("get_run", {"run_id": run_id})
+    return NOT_LANDED if row is None else _rows.run(row)
+
+
+def continue_run(write: FencedWrite, new: NewRun, at_seq: int, now: float) -> Flow[RunRow]:
+    """End the run (`write` finishes it, fenced) and create its successor
+    `new`, which takes its task over, in one transaction: a crash keeps both
+    or neither."""
+    yield Journal(write)
+    made = yield from create_run(new, now)
+    if made is None or not made[1]:
+        raise errors.StoreError(
+            f"run {write.fence.run_id}: its successor could not be created (task "
+            f"{new.task_id!r} has another live run); nothing was written")
+    yield execute("insert_lineage", _rows.link_params(
+        Link(new.run_id, write.fence.run_id, LineageKind.CONTINUED, at_seq, now)))
+    return made[0]
+
+
+def lineage(run_id: str) -> Flow[tuple[Link | None, list[Link]]]:
+    """The run's link to its parent (None: it has none) and its own forks
+    and successor, oldest first."""
+    parent = yield one("get_lineage", {"run_id": run_id})
+    children = yield rows("list_descendants", {"run_id": run_id})
+    return (None if parent is None else _rows.link(parent)), [_rows.link(r) for r in children]
+
+
+def state_version(task_key: str, version: int) -> Flow[StateRow | None]:
+    """The task's state as it was at `version` (its history keeps each)."""
+    row = yield one("state_version", {"task_key": task_key, "version": version})
+    if row is None:
+        return None
+    return StateRow(row["task_key"], row["version"], row["data"], row["run_id"], row["at"])
 
 
 def created(new: NewRun) -> Flow[tuple[RunRow, bool] | NotLanded | None]:

@@ -18,6 +18,8 @@ from stead.records import (
     Fence,
     IntentRow,
     Judgement,
+    Link,
+    NewFork,
     NewRun,
     Record,
     ResumeRecord,
@@ -146,6 +148,39 @@ class Store:
             lambda: tx.resume_stopped(run_id, expect_status, record, self.clock.now(), where),
             Writing(landed=lambda _: tx.resumed(run_id, expect_status, record)),
         )
+
+    # -- lineage --------------------------------------------------------------
+    async def fork_run(self, fork: NewFork) -> RunRow:
+        """Create the fork (see `NewFork`) and link it to its parent, in one
+        transaction. `UnknownRun` if the parent is gone."""
+        where = self.database.display
+        return await self.database.write(
+            lambda: tx.fork_run(fork, self.clock.now(), where),
+            Writing(landed=lambda _: tx.linked(fork.new.run_id)),
+        )
+
+    async def continue_run(
+        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
+        result: str, new: NewRun, at_seq: int,
+    ) -> RunRow:
+        """End the run held by `fence` as completed (`result`, with `records`;
+        its journal then holds `at_seq` records) and create its successor
+        `new` on the same task, linked to it, in one fenced transaction;
+        returns the successor."""
+        end = Finish(RunStatus.COMPLETED, result, None, self.clock.now())
+        write = FencedWrite(fence, records, resume, end)
+        return await self.database.write(
+            lambda: tx.continue_run(write, new, at_seq, end.now),
+            Writing(landed=lambda _: tx.linked(new.run_id), releases=fence.run_id),
+        )
+
+    async def lineage(self, run_id: str) -> tuple[Link | None, list[Link]]:
+        """The run's parent link (None: none) and its forks and successor."""
+        return await self.database.read(lambda: tx.lineage(run_id))
+
+    async def state_version(self, task_key: str, version: int) -> StateRow | None:
+        """A task's state as it was at `version`."""
+        return await self.database.read(lambda: tx.state_version(task_key, version))
 
     # -- leases -------------------------------------------------------------
     async def claim(

@@ -437,3 +437,21 @@ SET status = %(status)s, error = %(error)s, epoch = epoch + 1, lease_owner = NUL
     lease_expires_at = NULL, updated_at = %(now)s
 WHERE run_id = %(run_id)s AND status = %(expect)s
 RETURNING *;
+
+-- name: set_epoch
+-- A fork is created with its journal: epoch 1 says a claim must load it.
+UPDATE runs SET epoch = %(epoch)s WHERE run_id = %(run_id)s;
+
+-- name: state_version
+SELECT * FROM task_state_history
+WHERE task_key = %(task_key)s AND version = %(version)s;
+
+-- name: insert_lineage
+INSERT INTO lineage (run_id, parent_id, kind, at_seq, created_at)
+VALUES (%(run_id)s, %(parent_id)s, %(kind)s, %(at_seq)s, %(created_at)s);
+
+-- name: get_lineage
+SELECT * FROM lineage WHERE run_id = %(run_id)s;
+
+-- name: list_descendants
+SELECT * FROM lineage WHERE parent_id = %(run_id)s ORDER BY created_at, run_id;

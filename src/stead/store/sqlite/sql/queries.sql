@@ -280,3 +280,20 @@ SET status = :status, error = :error, epoch = epoch + 1, lease_owner = NULL,
     lease_expires_at = NULL, updated_at = :now
 WHERE run_id = :run_id AND status = :expect
 RETURNING *;
+
+-- name: set_epoch
+-- A fork is created with its journal: epoch 1 says a claim must load it.
+UPDATE runs SET epoch = :epoch WHERE run_id = :run_id;
+
+-- name: state_version
+SELECT * FROM task_state_history WHERE task_key = :task_key AND version = :version;
+
+-- name: insert_lineage
+INSERT INTO lineage (run_id, parent_id, kind, at_seq, created_at)
+VALUES (:run_id, :parent_id, :kind, :at_seq, :created_at);
+
+-- name: get_lineage
+SELECT * FROM lineage WHERE run_id = :run_id;
+
+-- name: list_descendants
+SELECT * FROM lineage WHERE parent_id = :run_id ORDER BY created_at, run_id;

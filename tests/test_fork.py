@@ -1,0 +1,139 @@
+"""Forks: a new run from a prefix of another's journal (`Client.fork`,
+`stead runs fork`), on the refund example, at every position of its journal."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import stead
+from stead import waits
+from stead.examples import refund_agent, services
+from stead.records import LineageKind, RecordKind, RecordStatus
+
+
+@pytest.fixture
+def where(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    folder = tmp_path / "services"
+    monkeypatch.setenv(services.ENV, str(folder))
+    yield folder
+
+
+async def _approve(client: stead.Client, run_id: str, event_id: str) -> None:
+    """Approve the run's open wait as its customer would: with the wait's
+    token (signed for that run and wait, as the link the run sent holds)."""
+    [wait] = await client.waits(run_id=run_id)
+    token = waits.sign((await client.store.keyring()).current, run_id, wait.wait_id)
+    delivery = await client.deliver(run_id, wait_id=wait.wait_id, token=token,
+                                    event_id=event_id, payload={"approved": True},
+                                    bind=json.loads(wait.bind))
+    assert isinstance(delivery, stead.Accepted), delivery
+
+
+async def _finish(client: stead.Client, run_id: str) -> stead.RunInfo:
+    """Work the run to its end, approving its wait when it waits."""
+    worker = stead.Worker(refund_agent.app, client.store)
+    await worker.run_until_idle()
+    if (await client.get(run_id)).status == "waiting":
+        await _approve(client, run_id, f"approval-{run_id}")
+        await worker.run_until_idle()
+    return await client.get(run_id)
+
+
+def _unknown_spans(journal: list[stead.Record]) -> set[int]:
+    """The positions that fall between an effect's intent and its outcome."""
+    spans: set[int] = set()
+    intent: dict[str, int] = {}
+    for r in journal:
+        if r.kind != RecordKind.EFFECT:
+            continue
+        if r.status == RecordStatus.INTENT:
+            intent[r.addr] = r.seq
+        elif r.status in (RecordStatus.OK, RecordStatus.ERROR, RecordStatus.RECONCILED):
+            spans.update(range(intent.pop(r.addr) + 1, r.seq + 1))
+    return spans
+
+
+def _without_refund_id(result: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in result.items() if k != "refund"}
+
+
+async def test_a_fork_at_every_position_finishes_like_a_fresh_run_from_there(
+    store: stead.Store, where: Path,
+) -> None:
+    client = stead.Client(store, refund_agent.app)
+    original = await client.start(refund_agent.refund_order, "123", 4200, task_id="order-123")
+    done = await _finish(client, original.run_id)
+    assert done.status == "completed" and done.result["refunded"] is True
+    journal = await client.journal(original.run_id)
+    dispatched = next(r.seq for r in journal
+                      if r.name == "dispatch_refund" and r.status == RecordStatus.OK)
+    refused = _unknown_spans(journal)
+    assert refused, "the example's effects have an intent and an outcome apart"
+
+    for at in range(len(journal) + 1):
+        before = len(services.Payments().calls())
+        if at in refused:
+            with pytest.raises(stead.ForkRefused, match="no outcome before that position"):
+                await client.fork(original.run_id, at=at)
+            continue
+        fork = await client.fork(original.run_id, at=at)
+        assert fork.created and fork.task_id is None
+        assert [(r.seq, r.name, r.status) for r in await client.journal(fork.run_id)] == [
+            (r.seq, r.name, r.status) for r in journal[:at]]
+        finished = await _finish(client, fork.run_id)
+        assert finished.status == "completed", (at, finished.error)
+        assert _without_refund_id(finished.result) == _without_refund_id(done.result)
+        new_refunds = len(services.Payments().calls()) - before
+        if at > dispatched:  # the refund is in the prefix: reused, never sent again
+            assert finished.result["refund"] == done.result["refund"] and new_refunds == 0
+        else:  # sent live by the fork, under a key of its own
+            assert new_refunds == 1, at
+        facts = await client.task_state(f"run:{fork.run_id}")
+        assert facts.get("status") == "refunded" and facts.get("refund_dispatched") is True
+
+        lineage = await client.lineage(fork.run_id)
+        assert lineage.parent is not None and lineage.parent.parent_id == original.run_id
+        assert (lineage.parent.kind, lineage.parent.at_seq) == (LineageKind.FORK, at)
+    forks = (await client.lineage(original.run_id)).children
+    assert len(forks) == len(journal) + 1 - len(refused)
+    assert (await client.get(original.run_id)).result == done.result  # untouched
+
+
+async def test_a_fork_past_an_unknown_outcome_is_refused_and_creates_nothing(
+    store: stead.Store, where: Path,
+) -> None:
+    app = stead.App("forks")
+
+    def send(op: stead.Operation, to: str) -> str:
+        raise stead.OutcomeUncertain("the mail server hung up")
+
+    @app.workflow()
+    async def mail(run: stead.Run, to: str) -> str:
+        note = await run.step("note", lambda: "hello")
+        return note + await run.effect("send", send, to)
+
+    client = stead.Client(store, app)
+    info = await client.start(mail, "a@example.com")
+    await stead.Worker(app, store).run_until_idle()
+    assert (await client.get(info.run_id)).status == "outcome_unknown"
+    journal = await client.journal(info.run_id)
+    intent = next(r.seq for r in journal if r.status == RecordStatus.INTENT)
+    for at in range(intent + 1, len(journal) + 1):
+        with pytest.raises(stead.ForkRefused) as refused:
+            await client.fork(info.run_id, at=at)
+        assert (refused.value.effect, refused.value.seq) == ("send", intent)
+    assert (await client.lineage(info.run_id)).children == ()
+    assert len(await client.list_runs()) == 1
+    # Up to the intent, nothing unknown is kept: the fork is made.
+    fork = await client.fork(info.run_id, at=intent)
+    assert len(await client.journal(fork.run_id)) == intent
+    for bad in (-1, len(journal) + 1):
+        with pytest.raises(stead.InvalidInput, match="journal position"):
+            await client.fork(info.run_id, at=bad)
+    with pytest.raises(stead.UnknownRun):
+        await client.fork("nope", at=0)
