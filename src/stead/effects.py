@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime as dt
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
@@ -58,6 +59,9 @@ class Spec:
     tool: str | None = None
     reason: str | None = None
     cost: float | None = None
+    # Seconds from the first send during which the receiver dedups the key
+    # (None: for ever); past it an unknown outcome is not resent.
+    dedup_window: float | None = None
 
 
 def _payload(rec: Record) -> dict[str, Any]:
@@ -79,6 +83,7 @@ class Effect:
         )
         self.key = spec.key or f"{x.fence.run_id}:{addr}"
         self.rtype = codec.return_type(spec.fn)
+        self.first_sent: float | None = None  # when the key was first sent (its intent)
 
     # -- journal ------------------------------------------------------------
     async def _write(self, attempt: int, status: RecordStatus, payload: dict[str, Any]) -> None:
@@ -93,6 +98,7 @@ class Effect:
     # -- the state machine ----------------------------------------------------
     async def run(self) -> Any:
         recs = self.x.take(self.addr, RecordKind.EFFECT, self.spec.name, self.digest)
+        self.first_sent = next((r.at for r in recs if r.status == RecordStatus.INTENT), None)
         if not recs:
             self.x.classify(ResumeClass.NOT_STARTED)
             return await self._send(1)
@@ -119,6 +125,10 @@ class Effect:
             "key": self.key, "arguments": self.args_json, "idempotent": self.spec.idempotent,
             "resend": resend,
         }
+        if self.spec.dedup_window is not None:
+            intent["dedup_window"] = self.spec.dedup_window
+        if self.first_sent is None:
+            self.first_sent = self.x.clock.now()
         for name in ("tool", "reason", "cost"):
             if getattr(self.spec, name) is not None:
                 intent[name] = getattr(self.spec, name)
@@ -194,11 +204,13 @@ class Effect:
 
     async def _resolve(self, attempt: int, external_id: str | None) -> Any:
         """The outcome of `attempt` is not known: find it out, or stop."""
-        if external_id is None and self.spec.idempotent:
+        late = self._past_window()
+        if external_id is None and self.spec.idempotent and late is None:
             return await self._send(attempt + 1, resend=True)
         if self.spec.check is None:
             known = ("accepted outside as " + external_id) if external_id else "sent or not"
-            self._stop(attempt, f"{known}; no outcome recorded and no check to ask")
+            self._stop(attempt, f"{known}; no outcome recorded and "
+                                f"{late or 'no check to ask'}")
         delay = self.spec.poll_every
         while True:
             self.x.check_live()
@@ -217,6 +229,17 @@ class Effect:
             said = "not found, though it was accepted" if outcome.kind == Outcome.NOT_FOUND \
                 else f"unknown{': ' + outcome.message if outcome.message else ''}"
             self._stop(attempt, f"check said {said}")
+
+    def _past_window(self) -> str | None:
+        """Why the key may no longer be resent (its dedup window has passed
+        since it was first sent); None while it may."""
+        window, first = self.spec.dedup_window, self.first_sent
+        if window is None or first is None or self.x.clock.now() - first <= window:
+            return None
+        sent = dt.datetime.fromtimestamp(first, tz=dt.UTC).isoformat(timespec="seconds")
+        return (f"its key's dedup window ({dt.timedelta(seconds=window)}) has passed since "
+                f"it was first sent at {sent}: a resend could act twice, and there is no "
+                "check to ask")
 
     async def _ask(self, attempt: int, external_id: str | None) -> Outcome:
         assert self.spec.check is not None

@@ -319,7 +319,7 @@ class Run:
         *args: Any,
         key: str | None = None,
         check: Check | None = None,
-        idempotent: bool = False,
+        idempotent: bool | dt.timedelta = False,
         retry: Retry | None = None,
         timeout: float | None = None,
         poll_every: float = 1.0,
@@ -338,7 +338,7 @@ class Run:
         *args: Any,
         key: str | None = None,
         check: Check | None = None,
-        idempotent: bool = False,
+        idempotent: bool | dt.timedelta = False,
         retry: Retry | None = None,
         timeout: float | None = None,
         poll_every: float = 1.0,
@@ -356,7 +356,7 @@ class Run:
         *args: Any,
         key: str | None = None,
         check: Check | None = None,
-        idempotent: bool = False,
+        idempotent: bool | dt.timedelta = False,
         retry: Retry | None = None,
         timeout: float | None = None,
         poll_every: float = 1.0,
@@ -374,6 +374,11 @@ class Run:
         `fn` is a known failure (retried under `retry`, then `EffectFailed`);
         a timeout or `OutcomeUncertain` is not: the outcome is unknown.
 
+        `idempotent=timedelta(hours=24)` is the receiver's dedup window for
+        the key: within it from the first send, an unknown outcome is resent;
+        past it, a resend could act twice, so it is not: `check` is asked, or
+        the run stops as `outcome_unknown`.
+
         With `tool=`, the effect is sent only under an unexpired grant of the
         run's intent for that tool whose scope covers its arguments, checked
         in the transaction that commits its intent; `fn` gets it as
@@ -384,9 +389,17 @@ class Run:
             raise ValueError("an effect's cost is a number >= 0")
         if key is not None and (not isinstance(key, str) or not key):
             raise ValueError("an effect key must be a non-empty string")
+        window = None
+        if isinstance(idempotent, dt.timedelta):
+            window = idempotent.total_seconds()
+            if window <= 0:
+                raise ValueError("an effect's dedup window (idempotent=timedelta) is positive")
+        elif not isinstance(idempotent, bool):
+            raise TypeError("idempotent is True, False or the key's dedup window (a timedelta)")
         spec = effects.Spec(
             name=name, fn=fn, args=args, kwargs=kwargs, key=key, check=check,
-            idempotent=idempotent, retry=retry or NO_RETRY, timeout=timeout,
+            idempotent=bool(idempotent), dedup_window=window, retry=retry or NO_RETRY,
+            timeout=timeout,
             poll_every=poll_every, uncertain=uncertain, tool=tool, reason=reason,
             cost=None if cost is None else float(cost),
         )
