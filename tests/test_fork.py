@@ -3,15 +3,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 import stead
 from stead import waits
+from stead.cli import main
 from stead.examples import refund_agent, services
 from stead.records import LineageKind, RecordKind, RecordStatus
 
@@ -137,3 +140,34 @@ async def test_a_fork_past_an_unknown_outcome_is_refused_and_creates_nothing(
             await client.fork(info.run_id, at=bad)
     with pytest.raises(stead.UnknownRun):
         await client.fork("nope", at=0)
+
+
+def test_stead_runs_fork_and_show_name_both_ends_of_the_link(
+    db_url: str, where: Path,
+) -> None:
+    async def original() -> tuple[str, int]:
+        store = await stead.open_store(db_url)
+        try:
+            client = stead.Client(store, refund_agent.app)
+            info = await client.start(refund_agent.refund_order, "123", 4200)
+            await stead.Worker(refund_agent.app, store).run_until_idle()  # to the wait
+            return info.run_id, len(await client.journal(info.run_id))
+        finally:
+            await store.close()
+
+    run_id, length = asyncio.run(original())
+    cli = CliRunner()
+    made = cli.invoke(main, ["--db", db_url, "runs", "fork", run_id, "--at", "2"])
+    assert made.exit_code == 0, made.output
+    fork_id = made.output.split("run ")[2].split()[0]
+    assert "replays the 2 record(s)" in made.output
+    shown = cli.invoke(main, ["--db", db_url, "runs", "show", fork_id])
+    assert f"forked from run {run_id} at 2" in shown.output
+    assert f"fork {fork_id} at 2" in cli.invoke(main, ["--db", db_url, "runs", "show",
+                                                      run_id]).output
+    as_json = json.loads(cli.invoke(main, ["--db", db_url, "runs", "show", fork_id,
+                                           "--json"]).output)
+    assert as_json["lineage"]["parent"]["parent_id"] == run_id
+    too_far = cli.invoke(main, ["--db", db_url, "runs", "fork", run_id, "--at",
+                                str(length + 1)])
+    assert too_far.exit_code == 1 and "journal position" in too_far.output

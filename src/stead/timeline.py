@@ -15,7 +15,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from stead.client import RunInfo
-from stead.records import Record, RecordKind, RecordStatus, ResumeRecord, RunStatus
+from stead.records import (
+    Lineage,
+    LineageKind,
+    Record,
+    RecordKind,
+    RecordStatus,
+    ResumeRecord,
+    RunStatus,
+)
 
 PAYLOAD_WIDTH = 60
 
@@ -345,3 +353,22 @@ def show_json(
         "effects": [dataclasses.asdict(v) for v in effect_views(journal)],
         "resumes": [resume_json(r) for r in resumes],
     }
+
+
+def lineage_lines(lineage: Lineage) -> list[str]:
+    """Where the run came from, and the runs that came from it."""
+    lines: list[str] = []
+    p = lineage.parent
+    if p is not None:
+        lines.append(f"  forked from run {p.parent_id} at {p.at_seq} (its first {p.at_seq} "
+                     "record(s))" if p.kind == LineageKind.FORK
+                     else f"  continues run {p.parent_id} (which ended at seq {p.at_seq})")
+    for c in lineage.children:
+        lines.append(f"  fork {c.run_id} at {c.at_seq}" if c.kind == LineageKind.FORK
+                     else f"  continued as run {c.run_id}")
+    return ["lineage", *lines] if lines else []
+
+
+def lineage_json(lineage: Lineage) -> dict[str, Any]:
+    return {"parent": None if lineage.parent is None else dataclasses.asdict(lineage.parent),
+            "children": [dataclasses.asdict(c) for c in lineage.children]}

@@ -121,15 +121,19 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
         async with common.opened_client(db) as client:
             info = await client.get(run_id)
             return (info, await client.journal(run_id), await client.resumes(run_id),
-                    await client.intents(run_id), client.store.clock.now())
+                    await client.intents(run_id), await client.lineage(run_id),
+                    client.store.clock.now())
 
-    info, journal, resumes, intents, now = common.run_async(go())
+    info, journal, resumes, intents, lineage, now = common.run_async(go())
     if as_json:
         shown = timeline.show_json(info, journal, resumes)
         shown["intents"] = [dataclasses.asdict(i) for i in intents]
+        shown["lineage"] = timeline.lineage_json(lineage)
         click.echo(json.dumps(shown, indent=2))
     else:
         common.echo(timeline.render_run(_shown(info), journal, resumes, now=now))
+        if lineage.parent is not None or lineage.children:
+            common.echo("\n".join(timeline.lineage_lines(lineage)))
         if intents or any(r.details.intent for r in resumes):
             common.echo(decisions.render(intents, resumes, journal, now))
 
@@ -178,6 +182,29 @@ def runs_retry(ctx: click.Context, run_id: str) -> None:
     info = _shown(common.run_async(go()))
     click.echo(f"run {info.run_id} is claimable again (epoch {info.epoch}): a worker hosting "
                f"{info.workflow}@{info.version} replays it")
+
+
+@runs.command("fork")
+@common.run_argument
+@click.option("--at", "at", type=click.IntRange(min=0), required=True, metavar="SEQ",
+              help="Keep the first SEQ records of RUN's journal (0: none).")
+@click.pass_context
+def runs_fork(ctx: click.Context, run_id: str, at: int) -> None:
+    """Start a new run that replays the first SEQ records of RUN's journal
+    and goes on live from there (its own task state, as the prefix last saw
+    it; its own waits; new effect keys). Refused past an effect whose outcome
+    is unknown at that position. RUN is untouched; both runs show the link."""
+    db = common.database_url(ctx)
+    common.require_database(db)
+
+    async def go() -> Any:
+        async with common.opened_client(db) as client:
+            return await client.fork(run_id, at=at)
+
+    info = _shown(common.run_async(go()))
+    click.echo(f"forked run {common.safe(run_id)} at {at}: run {info.run_id} "
+               f"({info.workflow}@{info.version}); a worker hosting it replays the "
+               f"{at} record(s) and goes on live")
 
 
 @runs.command("resume")
