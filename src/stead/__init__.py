@@ -39,9 +39,17 @@ from stead.errors import (
 from stead.intent import Budget, Grant, Intent
 from stead.keys import Keyring
 from stead.llm import Completion, Model, ScriptedModel, ToolCall, Usage
-from stead.outcomes import Operation, Outcome
+from stead.outcomes import Compensation, Operation, Outcome
 from stead.policy import Action, Continue, Pause, Terminate
-from stead.records import Record, ResumeDetails, ResumeRecord, UnknownOutcome
+from stead.records import (
+    Lineage,
+    LineageKind,
+    Link,
+    Record,
+    ResumeDetails,
+    ResumeRecord,
+    UnknownOutcome,
+)
 from stead.retry import Retry
 from stead.run import Run
 from stead.state import Facts
@@ -58,6 +66,7 @@ __all__ = [
     "Budget",
     "Client",
     "Clock",
+    "Compensation",
     "Completion",
     "Continue",
     "CorruptRecord",
@@ -77,6 +86,9 @@ __all__ = [
     "InvalidIntent",
     "Keyring",
     "KeysUnavailable",
+    "Lineage",
+    "LineageKind",
+    "Link",
     "Model",
     "NonDeterminism",
     "NotStopped",

@@ -31,10 +31,10 @@ from typing import Any, NoReturn
 from stead import addresses, calls, codec, errors, guard, outcomes
 from stead.execution import Execution, Stop
 from stead.intent import Grant
-from stead.outcomes import Operation, Outcome
+from stead.outcomes import Compensation, Operation, Outcome
 from stead.policy import Action, Continue
 from stead.records import Record, RecordKind, RecordStatus, ResumeClass, RunStatus
-from stead.retry import Retry
+from stead.retry import NO_RETRY, Retry
 from stead.store.seam import FencedWrite
 
 # Exceptions that say "I cannot tell whether it happened", not "it failed".
@@ -62,6 +62,8 @@ class Spec:
     # Seconds from the first send during which the receiver dedups the key
     # (None: for ever); past it an unknown outcome is not resent.
     dedup_window: float | None = None
+    # What undoes it, once a person reconciles it as to be compensated.
+    compensate: Compensation | None = None
 
 
 def _payload(rec: Record) -> dict[str, Any]:
@@ -200,7 +202,19 @@ class Effect:
                                     f"return type ({exc}); reconcile it again")
         if decision == "not_happened":
             return await self._send(attempt + 1)
-        raise errors.EffectCompensated(self.spec.name, self.key, data.get("result"))
+        undo = self.spec.compensate
+        if undo is None:  # undone outside: the decision says how
+            raise errors.EffectCompensated(self.spec.name, self.key, data.get("result"))
+        # The compensation is an effect of its own, at an address of its own:
+        # journaled, classified on takeover and reconciled like any other.
+        spec = self.spec
+        compensation = Effect(self.x, f"{self.addr}.compensate", Spec(
+            name=f"{spec.name}.compensate", fn=undo.fn, args=spec.args, kwargs=spec.kwargs,
+            key=f"{self.key}:compensate", check=undo.check, idempotent=undo.idempotent,
+            retry=NO_RETRY, timeout=spec.timeout, poll_every=spec.poll_every,
+            uncertain=spec.uncertain, reason="compensation"))
+        result = await compensation.run()
+        raise errors.EffectCompensated(spec.name, self.key, data.get("result"), result)
 
     async def _resolve(self, attempt: int, external_id: str | None) -> Any:
         """The outcome of `attempt` is not known: find it out, or stop."""

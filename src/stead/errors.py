@@ -133,17 +133,21 @@ class EffectFailed(StepError):
 
 
 class EffectCompensated(SteadError):
-    """A human reconciled the effect as compensated: it happened and was undone."""
+    """A human reconciled the effect as compensated: it happened and was undone
+    (by the effect's declared compensation, run as an effect of its own, or
+    outside, when it declares none)."""
 
-    def __init__(self, name: str, key: str, detail: Any) -> None:
+    def __init__(self, name: str, key: str, detail: Any, compensation: Any = None) -> None:
         super().__init__(
             f"effect {name!r} (key {key}) was compensated: {detail}. A person decided it "
-            "happened and was undone; catch stead.EffectCompensated in the workflow to "
+            "happened and was to be undone; catch stead.EffectCompensated in the workflow to "
             "carry on without it"
         )
         self.name = name
         self.key = key
         self.detail = detail
+        # What the effect's declared compensation returned (None without one).
+        self.compensation = compensation
 
 
 class OutcomeUncertain(SteadError):

@@ -233,6 +233,10 @@ class Execution:
         """How many records the run's journal holds (as this worker wrote it)."""
         return self._next_seq
 
+    def unbuffer(self, rec: Record) -> None:
+        """Take `rec` out of the buffer if it has not been written yet."""
+        self._buffer[:] = [r for r in self._buffer if r is not rec]
+
     def _numbered(self, recs: Sequence[Record]) -> list[Record]:
         batch = [*self._buffer, *recs]
         return [r.numbered(self._next_seq + i) for i, r in enumerate(batch)]
@@ -249,13 +253,15 @@ class Execution:
         )
 
     def _committed(self, batch: Sequence[Record], resume: ResumeRecord | None,
-                   carried: int) -> None:
+                   carried: Sequence[Record]) -> None:
         self._next_seq += len(batch)
         if self.guard is not None:
             self.guard.ledger.count(batch)
         # Drop only the buffered records this batch carried: a branch may have
-        # buffered another while the write was in flight; it rides the next one.
-        del self._buffer[:carried]
+        # buffered another while the write was in flight (it rides the next
+        # one), or taken its own out (see `unbuffer`).
+        if carried:
+            self._buffer[:] = [r for r in self._buffer if not any(r is c for c in carried)]
         if resume is not None:
             self._resume_pending = False
             log.info(
@@ -267,15 +273,22 @@ class Execution:
         self,
         recs: Sequence[Record],
         send: Callable[[list[Record], ResumeRecord | None], Awaitable[T]],
+        *,
+        drop: Record | None = None,
     ) -> T:
         """Number `recs` after the buffered records and hand both (and the
         pending resume record) to `send`, one fenced store transaction. If `send`
-        raises, nothing was written and the buffer is kept."""
+        raises, nothing was written and the buffer is kept. `drop`, a buffered
+        record `recs` make needless (a call's started marker, once its outcome
+        is written), is left out if no earlier write carried it."""
         async with self._lock:
             if self._lost is not None:
                 raise self._lost
             if self._store_failed is not None:
                 raise self._store_failed
+            if drop is not None:
+                self.unbuffer(drop)
+            carried = list(self._buffer)
             batch = self._numbered(recs)
             resume = self._resume()
             self._inflight += 1
@@ -291,12 +304,14 @@ class Execution:
                 raise
             finally:
                 self._idle()
-            self._committed(batch, resume, carried=len(batch) - len(recs))
+            self._committed(batch, resume, carried)
             return result
 
-    async def commit(self, recs: Sequence[Record]) -> None:
-        """Journal `recs` (with the buffered records) in one fenced transaction."""
-        await self.write(recs, lambda batch, resume: self.store.append(self.fence, batch, resume))
+    async def commit(self, recs: Sequence[Record], *, drop: Record | None = None) -> None:
+        """Journal `recs` (with the buffered records, but `drop`: see `write`)
+        in one fenced transaction."""
+        await self.write(recs, lambda batch, resume: self.store.append(self.fence, batch, resume),
+                         drop=drop)
 
     async def finish(self, status: RunStatus, *, result: str | None = None,
                      error: str | None = None) -> None:

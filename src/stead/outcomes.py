@@ -52,6 +52,21 @@ class Outcome:
         return cls(cls.UNKNOWN, message=message)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Compensation:
+    """How to undo an effect: `fn(op, *args, **kwargs)`, called with the
+    effect's own arguments once a person reconciles it as to be compensated
+    (`stead reconcile RUN EFFECT --compensate JSON`). It runs as an effect of
+    its own (named `<effect>.compensate`, keyed `<effect key>:compensate`):
+    its intent is journaled first, and an unknown outcome is resent if
+    `idempotent`, asked of `check`, or stops the run for a person, as for
+    any effect."""
+
+    fn: Callable[..., Any]
+    check: Callable[[Operation], Any] | None = None
+    idempotent: bool = False
+
+
 class Operation:
     """Handed to an effect function (and to its `check`).
 

@@ -25,7 +25,7 @@ from stead import (
 from stead.execution import Continued, Execution, Stop
 from stead.intent import Budget, Intent, check_tools
 from stead.llm.model import Completion, Model
-from stead.outcomes import Operation, Outcome
+from stead.outcomes import Compensation, Operation, Outcome
 from stead.records import RecordKind, RecordStatus, ResumeClass, RunRow, WaitState
 from stead.retry import NO_RETRY, Retry
 from stead.state import TaskState
@@ -89,7 +89,22 @@ class Run:
         if prior and self._stale(fresh):
             self._recut(addr, kind, name, prior[0].seq)
             prior = []
-        if prior:
+        if prior and prior[-1].status == RecordStatus.STARTED:
+            # The last attempt was in flight when its worker died: it counts,
+            # against the attempts a declared `retry=` allows (without one, a
+            # call that was never acknowledged runs again, as ever).
+            died = prior[-1].attempt
+            if retry is not NO_RETRY and died >= retry.attempts:
+                payload = codec.dumps({
+                    "type": "WorkerDied", "retry_at": None,
+                    "message": f"attempt {died} of {retry.attempts} was in flight when its "
+                               "worker died; no attempt is left"}, what="an error")
+                self._x.check_live()
+                await self._x.commit([self._x.record(addr, died, kind, name, digest,
+                                                     RecordStatus.ERROR, payload)])
+                return RecordStatus.ERROR, payload, died
+            attempt = died + 1
+        elif prior:
             last = prior[-1]
             self._x.classify(ResumeClass.REUSE)
             if last.status == RecordStatus.OK:
@@ -104,6 +119,11 @@ class Run:
             self._x.check_live()
             if gate is not None:
                 gate()
+            # Rides along with whatever commits while the call is in flight
+            # (another branch's call); dropped unwritten if its outcome is first.
+            started = self._x.record(addr, attempt, kind, name, digest, RecordStatus.STARTED,
+                                     "{}")
+            self._x.buffer(started)
             try:
                 with self._x.busy():
                     value = await call()
@@ -111,17 +131,24 @@ class Run:
                 retry_at = retry.retry_at(attempt, exc, self._x.clock.now())
                 payload = _error_payload(exc, retry_at)
                 await self._x.commit(
-                    [self._x.record(addr, attempt, kind, name, digest, RecordStatus.ERROR, payload)]
-                )
+                    [self._x.record(addr, attempt, kind, name, digest, RecordStatus.ERROR,
+                                    payload)], drop=started)
                 if retry_at is None:
                     return RecordStatus.ERROR, payload, attempt
                 await self._x.sleep_until(retry_at)
                 attempt += 1
                 continue
-            payload = encode(value)
+            except BaseException:
+                self._x.unbuffer(started)
+                raise
+            try:
+                payload = encode(value)
+            except BaseException:
+                self._x.unbuffer(started)
+                raise
             await self._x.commit(
-                [self._x.record(addr, attempt, kind, name, digest, RecordStatus.OK, payload)]
-            )
+                [self._x.record(addr, attempt, kind, name, digest, RecordStatus.OK, payload)],
+                drop=started)
             return RecordStatus.OK, payload, attempt
 
     def _stale(self, fresh: str | None) -> bool:
@@ -327,6 +354,7 @@ class Run:
         tool: str | None = None,
         reason: str | None = None,
         cost: float | None = None,
+        compensate: Callable[..., Any] | Compensation | None = None,
         **kwargs: Any,
     ) -> T: ...
 
@@ -346,6 +374,7 @@ class Run:
         tool: str | None = None,
         reason: str | None = None,
         cost: float | None = None,
+        compensate: Callable[..., Any] | Compensation | None = None,
         **kwargs: Any,
     ) -> T: ...
 
@@ -364,6 +393,7 @@ class Run:
         tool: str | None = None,
         reason: str | None = None,
         cost: float | None = None,
+        compensate: Callable[..., Any] | Compensation | None = None,
         **kwargs: Any,
     ) -> Any:
         """Perform a side effect at most once, knowingly: the intent (with the
@@ -383,7 +413,12 @@ class Run:
         run's intent for that tool whose scope covers its arguments, checked
         in the transaction that commits its intent; `fn` gets it as
         `op.grant`. `reason` is handed to the policy; `cost` counts against
-        the budget's `spend`. What is refused pauses the run, nothing sent."""
+        the budget's `spend`. What is refused pauses the run, nothing sent.
+
+        `compensate=fn` (or a `stead.Compensation` with its own `check` and
+        `idempotent`) undoes the effect once a person reconciles it as to be
+        compensated: it runs as an effect of its own, its outcome followed as
+        any effect's, and the workflow then sees `EffectCompensated`."""
         if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float)
                                  or cost < 0):
             raise ValueError("an effect's cost is a number >= 0")
@@ -396,8 +431,13 @@ class Run:
                 raise ValueError("an effect's dedup window (idempotent=timedelta) is positive")
         elif not isinstance(idempotent, bool):
             raise TypeError("idempotent is True, False or the key's dedup window (a timedelta)")
+        if compensate is not None and not isinstance(compensate, Compensation):
+            if not callable(compensate):
+                raise TypeError("compensate is a function or a stead.Compensation")
+            compensate = Compensation(compensate)
         spec = effects.Spec(
             name=name, fn=fn, args=args, kwargs=kwargs, key=key, check=check,
+            compensate=compensate,
             idempotent=bool(idempotent), dedup_window=window, retry=retry or NO_RETRY,
             timeout=timeout,
             poll_every=poll_every, uncertain=uncertain, tool=tool, reason=reason,

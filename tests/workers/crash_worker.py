@@ -154,6 +154,18 @@ async def chain(run: stead.Run, k: int) -> int:
     return await run.step("d", add, run.id, "d", b, c)
 
 
+# -- looping: continue-as-new across crashes ------------------------------------
+@app.workflow(version=1)
+async def looping(run: stead.Run, turn: int, total: int, every: int) -> dict[str, Any]:
+    """One step a turn; every `every` turns the run goes on as a new one."""
+    while turn < total:
+        await run.step("turn", add, run.id, f"turn{turn}", turn, 1)
+        turn += 1
+        if turn % every == 0 and turn < total:
+            await run.continue_as_new(turn, total, every)
+    return {"turns": turn}
+
+
 # -- main ---------------------------------------------------------------------
 class ClaimLog(DelegatingStore):
     """Notes every claim in the events file: "claim <worker> <run_id> <epoch>"."""
