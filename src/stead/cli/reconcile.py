@@ -39,7 +39,9 @@ def _current_user() -> str:
 @click.option("--not-happened", is_flag=True,
               help="It did not happen: the run sends it, with the same key.")
 @click.option("--compensate", "compensate_json", metavar="JSON",
-              help="It happened and was undone; JSON says how. The workflow sees "
+              help="It happened and is to be undone; JSON says why or how. The run "
+                   "runs the effect's declared compensation as an effect of its own "
+                   "(none declared: it was undone outside), then the workflow sees "
                    "stead.EffectCompensated.")
 @click.option("--by", metavar="NAME", default=None,
               help="Who decides, kept with the decision (default: the current OS user).")
@@ -89,7 +91,9 @@ def reconcile(ctx: click.Context, run_id: str, effect: str, happened_json: str |
     elif "compensate" in kwargs:
         click.echo(f"run {run_id}: effect {effect} was compensated: "
                    f"{json.dumps(kwargs['compensate'])} (decided by {who}{because})")
-        click.echo("the run continues; the workflow sees stead.EffectCompensated")
+        click.echo("the run continues: it runs the effect's compensation, if the workflow "
+                   "declares one (compensate=), as an effect of its own; then the workflow "
+                   "sees stead.EffectCompensated")
     else:
         click.echo(f"run {run_id}: effect {effect} did not happen (decided by {who}{because})")
         click.echo("the run continues: it sends the effect, with the same key")
