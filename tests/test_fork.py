@@ -171,3 +171,35 @@ def test_stead_runs_fork_and_show_name_both_ends_of_the_link(
     too_far = cli.invoke(main, ["--db", db_url, "runs", "fork", run_id, "--at",
                                 str(length + 1)])
     assert too_far.exit_code == 1 and "journal position" in too_far.output
+
+
+async def test_a_fork_does_not_count_an_attempt_it_only_cut_short(store: stead.Store) -> None:
+    app = stead.App("cut")
+
+    async def slow(run_id: str) -> str:
+        # In flight until its sibling is journaled: its started marker rides along.
+        while not any(r.name == "quick" and r.status == "ok"
+                      for r in await store.load_journal(run_id)):
+            await asyncio.sleep(0.01)
+        return "slow"
+
+    @app.workflow()
+    async def pair(run: stead.Run) -> list[str]:
+        return list(await asyncio.gather(
+            run.step("slow", slow, run.id, retry=stead.Retry(attempts=1)),
+            run.step("quick", lambda: "quick")))
+
+    client = stead.Client(store, app)
+    info = await client.start(pair)
+    await stead.Worker(app, store).run_until_idle()
+    journal = await client.journal(info.run_id)
+    assert [(r.name, r.status) for r in journal] == [
+        ("slow", "started"), ("quick", "ok"), ("slow", "ok")]
+    # Forked between slow's start and its outcome: the attempt did not die
+    # (the parent has its outcome), so the fork runs it as attempt 1 again.
+    fork = await client.fork(info.run_id, at=2)
+    await stead.Worker(app, store).run_until_idle()
+    assert await client.result(fork.run_id, timeout=5) == ["slow", "quick"]
+    forked = [(r.kind, r.name, r.status, r.attempt) for r in await client.journal(fork.run_id)]
+    assert forked == [("cut", "cut", "ok", 1), ("step", "quick", "ok", 1),
+                      ("step", "slow", "ok", 1)]

@@ -319,7 +319,8 @@ class Client:
         force). Refused with `ForkRefused` past an effect whose outcome the
         prefix does not know. The link is kept on both runs (`lineage`)."""
         parent = await self.store.get_run(run_id)
-        kept = forks.prefix(run_id, await self.store.load_journal(run_id), at)
+        journal = await self.store.load_journal(run_id)
+        kept = forks.prefix(run_id, journal, at)
         opened: dict[str, records.WaitRow] = {}
         for rec in forks.unresolved_waits(kept):
             wait_id = str(codec.loads(rec.payload)["wait_id"])
@@ -335,7 +336,7 @@ class Client:
                     f"run {run_id}: version {version} of its task state, which its journal "
                     "saw, is not in the task's history; it cannot be forked there")
         ring = await self.store.keyring() if opened else None
-        plan = forks.plan(parent, kept, ring=ring, opened=opened, state=state,
+        plan = forks.plan(parent, kept, journal[at:], ring=ring, opened=opened, state=state,
                           intent=await self.store.latest_intent(run_id),
                           now=self.store.clock.now())
         return RunInfo.from_row(await self.store.fork_run(plan), created=True)

@@ -85,22 +85,44 @@ def state_seen(kept: Sequence[Record]) -> int:
     return version
 
 
+def cut_short(kept: Sequence[Record], rest: Sequence[Record]) -> set[int]:
+    """The seqs of the started markers in `kept` of attempts whose outcome is
+    in `rest`, the parent's journal past the prefix: those attempts did not
+    die, the fork only cut them short."""
+    ended = {(r.addr, r.attempt) for r in rest if r.status != RecordStatus.STARTED}
+    return {r.seq for r in kept
+            if r.status == RecordStatus.STARTED and (r.addr, r.attempt) in ended}
+
+
+def _uncounted(marker: Record) -> Record:
+    """`marker` as a cut of nothing (from its own position to itself): the
+    fork keeps the position, and its replay does not count the attempt."""
+    return marker.evolve(
+        addr=f"cut@{marker.seq}", attempt=1, kind=RecordKind.CUT, name="cut", digest="",
+        status=RecordStatus.OK,
+        payload=codec.dumps({"from_seq": marker.seq, "call": marker.name, "fork": True},
+                            what="a cut"))
+
+
 def task_key(run: RunRow) -> str:
     """The key of a run's task state (its task id, else the run itself)."""
     return run.task_id if run.task_id is not None else f"run:{run.run_id}"
 
 
 def plan(
-    parent: RunRow, kept: Sequence[Record], *, ring: keys.Keyring | None,
+    parent: RunRow, kept: Sequence[Record], rest: Sequence[Record], *,
+    ring: keys.Keyring | None,
     opened: Mapping[str, WaitRow], state: StateRow | None, intent: IntentRow | None,
     now: float,
 ) -> NewFork:
-    """The fork of `parent` keeping `kept`: `opened` holds the parent's wait
+    """The fork of `parent` keeping `kept` (`rest`: the parent's records
+    after them): `opened` holds the parent's wait
     rows by wait id (for the waits `kept` leaves open), `state` the task state
     `kept` last saw, `intent` the parent's intent in force."""
     fork_id = uuid.uuid4().hex
     fork_key = f"run:{fork_id}"
-    records = list(kept)
+    short = cut_short(kept, rest)
+    records = [_uncounted(r) if r.seq in short else r for r in kept]
     rows: list[WaitRow] = []
     for rec in unresolved_waits(kept):
         payload: dict[str, Any] = json.loads(rec.payload)
