@@ -352,3 +352,69 @@ async def test_a_ci_job_accepted_before_the_crash_is_polled_never_resubmitted(
     assert _phases(journal, "ci") == ["intent", "accepted", "ok"]
     [resume] = await client.resumes(run_id)
     assert json.loads(resume.detail)["classes"] == {"reuse": 1, "pending_external": 1}
+
+
+# -- a dedup window, and a compensation followed as an effect -------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("window", [3600.0, 0.2], ids=["within", "past"])
+async def test_an_unknown_refund_is_resent_only_within_its_dedup_window(
+    workers: Workers, store: stead.Store, client: stead.Client, tmp_path: Path,
+    window: float,
+) -> None:
+    outside = Outside(tmp_path)
+    run_id = (await client.start("refund_windowed", "order-7", 700, window,
+                                 version=1)).run_id
+    # Dies once the refund is sent, before its outcome is journaled.
+    crashed = workers.start("--crash", "before:2:refund", "--until-done", lease=DYING_LEASE)
+    assert await workers.exit_code(crashed) == KILLED, workers.output(crashed)
+    assert len(outside.real(IDEMPOTENT)) == 1
+    await asyncio.sleep(window if window < 1 else 0)  # the short window passes
+    fresh = workers.start()
+    info = await _settled(client, run_id, "completed", "outcome_unknown")
+    await workers.stop(fresh)
+    sends = outside.sends(IDEMPOTENT)
+    if window > 1:
+        assert info.status == "completed" and len(sends) == 2  # resent with the one key
+        assert {c["key"] for c in sends} == {f"{run_id}:1"}
+    else:
+        assert info.status == "outcome_unknown" and len(sends) == 1  # not resent
+        assert info.outcome_unknown is not None
+        assert "dedup window" in info.outcome_unknown.known
+    assert len(outside.real(IDEMPOTENT)) == 1
+
+
+@pytest.mark.slow
+async def test_a_compensation_whose_worker_died_is_reconciled_not_repeated(
+    workers: Workers, store: stead.Store, client: stead.Client, tmp_path: Path,
+) -> None:
+    outside = Outside(tmp_path)
+    run_id = (await client.start("mail_compensated", "order-9", "ada@example.com",
+                                 version=1)).run_id
+    crashed = workers.start("--crash", "before:2:send_mail", "--until-done", lease=DYING_LEASE)
+    assert await workers.exit_code(crashed) == KILLED, workers.output(crashed)
+    fresh = workers.start()
+    assert (await _settled(client, run_id, "outcome_unknown")).status == "outcome_unknown"
+    await workers.stop(fresh)
+    await client.reconcile(run_id, "send_mail", compensate="send a correction", by="alice")
+
+    # The correction is sent as an effect of its own; its worker dies after
+    # sending it, before its outcome is journaled: it stops on it, by name.
+    crashed = workers.start("--crash", "before:2:send_mail.compensate", "--until-done",
+                            lease=DYING_LEASE)
+    assert await workers.exit_code(crashed) == KILLED, workers.output(crashed)
+    fresh = workers.start()
+    info = await _settled(client, run_id, "outcome_unknown")
+    assert info.outcome_unknown is not None
+    assert (info.outcome_unknown.name, info.outcome_unknown.key) == (
+        "send_mail.compensate", f"{run_id}:1:compensate")
+    [_, correction] = outside.mail.sent()
+    await client.reconcile(run_id, "send_mail.compensate", by="alice",
+                           happened={"message_id": correction["id"]})
+    info = await _settled(client, run_id, "completed")
+    await workers.stop(fresh)
+    assert info.result == {"compensated": "send a correction",
+                           "correction": {"message_id": correction["id"]}}
+    assert [m["subject"] for m in outside.mail.sent()] == [
+        "refund for order order-9", "correction: refund for order order-9"]
+    assert _phases(await store.load_journal(run_id), "send_mail.compensate") == [
+        "intent", "reconciled"]

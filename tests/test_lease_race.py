@@ -303,7 +303,9 @@ async def test_two_worker_processes_share_twenty_runs_and_every_step_runs_once(
         assert await client.result(run_id, timeout=1) == 2 * k + 7
         journal = await store.load_journal(run_id)
         check_journal(journal)
-        assert sorted(r.name for r in journal) == ["a", "b", "c", "d"]
+        # (a step's started marker rides along with a sibling's commit, or not)
+        assert sorted(r.name for r in journal if r.status != "started") == [
+            "a", "b", "c", "d"]
         claimed_at = {epoch for (rid, epoch) in claims if rid == run_id}
         takeovers = {r.epoch for r in await store.list_resumes(run_id)}
         assert claimed_at == {1} | takeovers

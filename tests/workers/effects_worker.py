@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import os
 import signal
 from collections.abc import Sequence
@@ -138,6 +139,32 @@ async def coding_agent(run: stead.Run, commit: str) -> dict[str, Any]:
     ci: dict[str, Any] = await run.effect("ci", run_ci, commit, check=ci_status, poll_every=0.05)
     merged = await run.step("merge", lambda: ci["status"] == "passed")
     return {"patch": patch, "effect": ci, "merged": merged}
+
+
+@app.workflow(version=1)
+async def refund_windowed(run: stead.Run, order: str, amount: int, window: float
+                          ) -> dict[str, Any]:
+    """The payment service keeps keys for `window` seconds: resent only within it."""
+    await run.step("eligible", eligible, order, amount)
+    receipt = await run.effect("refund", dispatch_refund, order, amount,
+                               idempotent=dt.timedelta(seconds=window))
+    return {"effect": receipt, "closed": await run.step("close", close, order, receipt)}
+
+
+def send_correction(op: stead.Operation, to: str, subject: str) -> dict[str, Any]:
+    return {"message_id": OUTSIDE.mail.send(to, f"correction: {subject}")}
+
+
+@app.workflow(version=1)
+async def mail_compensated(run: stead.Run, order: str, to: str) -> dict[str, Any]:
+    """A mail that may be taken back by a correction, once a person says so."""
+    await run.step("eligible", eligible, order, 1)
+    try:
+        sent = await run.effect("send_mail", send_mail, to, f"refund for order {order}",
+                                compensate=send_correction)
+    except stead.EffectCompensated as exc:
+        return {"compensated": exc.detail, "correction": exc.compensation}
+    return {"effect": sent}
 
 
 # -- main ---------------------------------------------------------------------
