@@ -461,6 +461,67 @@ def test_a_crash_at_every_write_still_converges(
     _check(program, out)
 
 
+async def _forked(program: list[dict[str, Any]], seed: int, fraction: float
+                  ) -> tuple[list[Any], list[Any], list[Record], list[Record], Counter[str]]:
+    """Run `program` to its end, fork it at `fraction` of its journal and run
+    the fork: (reference result, fork result, reference journal, fork
+    journal, the steps the fork ran)."""
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as folder:
+        store = await stead.open_store(f"sqlite:///{folder}/forks.db")
+        try:
+            client = stead.Client(store, APP)
+            ref = await client.start(program_wf, program)
+            token = ATTEMPT.set(Attempt(random.Random(rng.random())))
+            try:
+                await stead.Worker(APP, store).run_until_idle()
+            finally:
+                ATTEMPT.reset(token)
+            journal = await client.journal(ref.run_id)
+            fork = await client.fork(ref.run_id, at=round(fraction * len(journal)))
+            att = Attempt(random.Random(rng.random()))
+            token = ATTEMPT.set(att)
+            try:
+                await stead.Worker(APP, store).run_until_idle()
+            finally:
+                ATTEMPT.reset(token)
+            return (await client.result(ref.run_id, timeout=10),
+                    await client.result(fork.run_id, timeout=10), journal,
+                    await client.journal(fork.run_id), att.counts)
+        finally:
+            await store.close()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(program=_programs.map(_named), seed=st.integers(0, 2**32 - 1),
+       fraction=st.floats(0, 1))
+def test_a_fork_anywhere_finishes_like_the_run_it_came_from(
+    program: list[dict[str, Any]], seed: int, fraction: float
+) -> None:
+    """A fork replays its prefix (the values recorded there are the parent's,
+    the steps acknowledged there do not run again) and runs the rest live."""
+    reference, result, journal, forked, ran = asyncio.run(_forked(program, seed, fraction))
+    assert _shape(result) == _shape(reference)
+    at = round(fraction * len(journal))
+    # The prefix is the parent's, record for record; a started marker whose
+    # outcome lies past it becomes a cut of nothing (the attempt did not die).
+    for mine, theirs in zip(forked[:at], journal[:at], strict=True):
+        if mine.kind == "cut":
+            assert theirs.status == "started" and mine.seq == theirs.seq
+        else:
+            assert mine == theirs
+    acknowledged = {r.name for r in journal[:at] if r.kind == "step" and r.status == "ok"}
+    assert not acknowledged & set(ran), "a step acknowledged in the prefix ran again"
+    assert set(ran) == {r.name for r in forked if r.kind == "step" and r.status == "ok"
+                        } - acknowledged
+    by_addr = {r.addr: r for r in forked if r.status != "started" and r.kind != "cut"}
+    seen: set[str] = set()
+    _check_values(result, _expected(program), by_addr, seen)
+    for r in journal[:at]:  # what the prefix recorded is what the fork returns
+        if r.status == "ok" and r.kind != "cut":
+            assert by_addr[r.addr].payload == r.payload
+
+
 async def test_a_value_recorded_while_a_write_is_in_flight_is_journaled(
     db_url: str,
 ) -> None:
