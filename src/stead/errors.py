@@ -227,3 +227,14 @@ class GrantWidening(SteadError):
 class GrantRefused(SteadError):
     """No unexpired grant covers an effect's call at the moment its intent
     would commit; nothing was sent and the run pauses for a decision."""
+
+
+class RunMovedOn(SteadError):
+    """An operator's action was decided on a view of the run that is no
+    longer true (its status or epoch changed since): it is refused, and the
+    message says what the run is now."""
+
+
+class UnknownAction(SteadError):
+    """An operator action that does not exist, or that does not apply to what
+    it names (a wait, an effect, a grant) as the run is now."""
