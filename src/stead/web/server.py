@@ -34,7 +34,7 @@ _HEADERS = {
                                "img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",  # "no-referrer" makes browsers send Origin: null
     "Cache-Control": "no-store",
 }
 
