@@ -16,6 +16,7 @@ from stead.records import RunStatus
 from stead.waits import sign as sign_token
 from stead.web import create_app, sign_webhook
 from tests import web_app
+from tests.ops_app import cli
 from tests.web_app import UI_TOKEN, XSS, settle
 
 
@@ -232,3 +233,16 @@ async def test_the_webhook_refuses_large_bodies_and_anything_but_json(
     no_id = await _hook(web, path, {"payload": 1, "token": "t"})
     assert no_id.status_code == 400 and "event_id" in no_id.text
     assert await client.events(run_id) == []
+
+
+def test_stead_ui_binds_to_loopback_and_refuses_a_short_token(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    shown = cli(sqlite_url, "ui", "--help")
+    assert shown.exit_code == 0 and "127.0.0.1" in shown.output
+    missing = cli(sqlite_url, "ui", "tests.web_app:app")  # no database there yet
+    assert missing.exit_code != 0 and "no database" in missing.output
+    assert cli(sqlite_url, "db", "migrate").exit_code == 0
+    monkeypatch.setenv("STEAD_UI_TOKEN", "short")
+    short = cli(sqlite_url, "ui", "tests.web_app:app")
+    assert short.exit_code != 0 and "too short" in short.output

@@ -47,6 +47,31 @@ class Dashboard:
     def form(self, action: str) -> Any:
         return self.page.locator(f"form.action[data-action={action}]").first
 
+    async def submit(self, action: str, why: str, answer: str = "ok", **fields: str) -> str:
+        """Fill the action's form (on the page as it is) and send it; the
+        answer page's heading is `answer` (ok, refused); returns its message."""
+        form = self.form(action)
+        for name, value in fields.items():
+            if name == "decision":
+                await form.locator("select[name=decision]").select_option(value)
+            else:
+                await form.locator(f"input[name={name}]").fill(value)
+        await form.locator("input[name=why]").fill(why)
+        await form.locator("button").click()
+        await self.page.locator(f"h1.{answer}").wait_for()
+        return str(await self.page.locator("p.message").inner_text())
+
+    async def finishes(self, run_id: str) -> None:
+        """A worker runs the run on; its page (polling) shows it completed."""
+        worker = stead.Worker(web_app.app, self.store, stead.WorkerOptions(poll_interval=0.05))
+        task = asyncio.create_task(worker.run())
+        try:
+            await self.page.goto(f"{self.url}/runs/{run_id}")
+            await self.status("completed")
+        finally:
+            worker.stop()
+            await task
+
     async def status(self, wanted: str) -> None:
         """Wait until the run page's live part shows `wanted` (it polls)."""
         await self.page.locator("#status", has_text=wanted).wait_for(timeout=15_000)
@@ -68,31 +93,19 @@ async def dash(sqlite_url: str) -> AsyncIterator[Dashboard]:
         await store.close()
 
 
-async def _working(d: Dashboard) -> asyncio.Task[None]:
-    return asyncio.create_task(stead.Worker(
-        web_app.app, d.store, stead.WorkerOptions(poll_interval=0.05)).run())
-
-
 async def test_reconcile_an_unknown_refund_and_see_the_run_finish(dash: Dashboard) -> None:
     info = await dash.client.start("refund", "7", task_id="order-7")
     await settle(dash.store)
     assert (await dash.client.get(info.run_id)).status == "outcome_unknown"
-    await dash.log_in()
-    form = dash.form("reconcile")
-    await form.locator("select[name=decision]").select_option("happened")
-    await form.locator("input[name=result]").fill('{"refund": "rf_1"}')
-    await form.locator("input[name=why]").fill("seen in the bank's dashboard")
-    await form.locator("button").click()
-    await dash.page.locator("h1.ok").wait_for()
-    assert "happened" in await dash.page.locator("p.message").inner_text()
-    worker = await _working(dash)
-    await dash.page.goto(f"{dash.url}/runs/{info.run_id}")
-    await dash.status("completed")
+    await dash.log_in()  # lands on "needs a human", where the refund is
+    done = await dash.submit("reconcile", "seen in the bank's dashboard",
+                             decision="happened", result='{"refund": "rf_1"}')
+    assert "happened" in done
+    await dash.finishes(info.run_id)
     assert await dash.client.result(info.run_id) == {"refunded": True,
                                                      "receipt": {"refund": "rf_1"}}
     audit = await dash.page.locator("table.audit").inner_text()
     assert "reconcile" in audit and "alice" in audit and "bank's dashboard" in audit
-    worker.cancel()
 
 
 async def test_approve_a_wait(dash: Dashboard) -> None:
@@ -100,16 +113,10 @@ async def test_approve_a_wait(dash: Dashboard) -> None:
     await settle(dash.store)
     await dash.log_in("carol")
     await dash.page.goto(f"{dash.url}/runs/{info.run_id}")
-    form = dash.form("approve")
-    await form.locator("input[name=why]").fill("the customer confirmed by phone")
-    await form.locator("button").click()
-    await dash.page.locator("h1.ok").wait_for()
-    worker = await _working(dash)
-    await dash.page.goto(f"{dash.url}/runs/{info.run_id}")
-    await dash.status("completed")
+    assert "accepted" in await dash.submit("approve", "the customer confirmed by phone")
+    await dash.finishes(info.run_id)
     events = await dash.page.locator("#live").inner_text()
     assert "operator carol" in events and "confirmed by phone" in events
-    worker.cancel()
 
 
 async def test_renew_the_grant_of_a_paused_run(dash: Dashboard) -> None:
@@ -120,16 +127,9 @@ async def test_renew_the_grant_of_a_paused_run(dash: Dashboard) -> None:
     await dash.page.goto(f"{dash.url}/attention")
     assert "paused" in await dash.page.locator("#attention").inner_text()
     await dash.page.goto(f"{dash.url}/runs/{info.run_id}")
-    form = dash.form("renew_grant")
-    await form.locator("input[name=expires_in]").fill("3600")
-    await form.locator("input[name=why]").fill("approved for another hour")
-    await form.locator("button").click()
-    await dash.page.locator("h1.ok").wait_for()
-    worker = await _working(dash)
-    await dash.page.goto(f"{dash.url}/runs/{info.run_id}")
-    await dash.status("completed")
+    await dash.submit("renew_grant", "approved for another hour", expires_in="3600")
+    await dash.finishes(info.run_id)
     assert await dash.client.result(info.run_id) == "refunded 9"
-    worker.cancel()
 
 
 async def test_a_stale_pages_action_is_refused_with_the_reason(dash: Dashboard) -> None:
@@ -140,11 +140,8 @@ async def test_a_stale_pages_action_is_refused_with_the_reason(dash: Dashboard) 
     [wait] = await dash.client.waits(run_id=info.run_id)
     await dash.client.cancel(info.run_id)  # someone else decided meanwhile
     await dash.page.locator("#moved").wait_for()  # the live part says so
-    form = dash.form("approve")  # the form drawn before is still there
-    await form.locator("input[name=why]").fill("too late")
-    await form.locator("button").click()
-    await dash.page.locator("h1.refused").wait_for()
-    message = await dash.page.locator("p.message").inner_text()
+    # the form drawn before is still there
+    message = await dash.submit("approve", "too late", answer="refused")
     assert "moved on" in message and "cancelled" in message, message
     assert await dash.client.events(info.run_id) == []  # nothing was delivered
     [audit] = await dash.store.list_actions(info.run_id)

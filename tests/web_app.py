@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import socket
 import threading
 import time
@@ -34,6 +35,15 @@ async def refund(run: stead.Run, order_id: str) -> dict[str, Any]:
 async def approval(run: stead.Run, order_id: str) -> dict[str, Any]:
     w = await run.wait("approval", bind={"order_id": order_id})
     return {"decision": await w}
+
+
+@app.workflow()
+async def expiring(run: stead.Run, ticket: str) -> Any:
+    facts = await run.state.update({"ticket": ticket, "status": "awaiting_review"},
+                                   expect_version=0)
+    w = await run.wait("review", bind={"ticket": ticket, "state_version": facts.version},
+                       expires_in=dt.timedelta(minutes=20))
+    return await w
 
 
 @app.workflow()

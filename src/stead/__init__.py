@@ -17,6 +17,7 @@ from stead.errors import (
     NotStopped,
     OutcomeUncertain,
     RunFailed,
+    RunMovedOn,
     ScriptExhausted,
     SecretInJournal,
     SerializationError,
@@ -28,6 +29,7 @@ from stead.errors import (
     StoreError,
     StoreUnavailable,
     TokenHidden,
+    UnknownAction,
     UnknownRun,
     UnknownWorkflow,
     WaitExpired,
@@ -44,7 +46,7 @@ from stead.retry import Retry
 from stead.run import Run
 from stead.state import Facts
 from stead.store import Store, open_store
-from stead.waits import Accepted, Delivery, Duplicate, Rejected, Token, Wait
+from stead.waits import Accepted, Delivery, Duplicate, Operator, Rejected, Token, Wait
 from stead.worker import Worker, WorkerOptions
 
 __version__ = "0.1.0"
@@ -78,6 +80,7 @@ __all__ = [
     "NonDeterminism",
     "NotStopped",
     "Operation",
+    "Operator",
     "Outcome",
     "OutcomeUncertain",
     "Pause",
@@ -89,6 +92,7 @@ __all__ = [
     "Run",
     "RunFailed",
     "RunInfo",
+    "RunMovedOn",
     "ScriptExhausted",
     "ScriptedModel",
     "SecretInJournal",
@@ -106,6 +110,7 @@ __all__ = [
     "Token",
     "TokenHidden",
     "ToolCall",
+    "UnknownAction",
     "UnknownOutcome",
     "UnknownRun",
     "UnknownWorkflow",

@@ -140,14 +140,21 @@ class Dashboard:
                                  p=page, moved=moved, nonce=secrets.token_urlsafe(12))
 
     # -- login -----------------------------------------------------------------------
+    async def _cross_site(self, request: Request, form: Any) -> Response | None:
+        """A 403 page if this form is cross-site (see `Guard.cross_site`)."""
+        refused = self.guard.cross_site(request, str(form.get(security.CSRF_FIELD, "")))
+        if refused is None:
+            return None
+        return await self.render(request, "message.html", 403, title="Refused",
+                                 message=refused, ok=False, run_id=None)
+
     async def login(self, request: Request) -> Response:
         if request.method == "GET":
             return await self.render(request, "login.html", failed=False)
         form = await request.form()
-        refused = self.guard.cross_site(request, str(form.get(security.CSRF_FIELD, "")))
-        if refused:
-            return await self.render(request, "message.html", 403, title="Refused",
-                                     message=refused, ok=False, run_id=None)
+        refused = await self._cross_site(request, form)
+        if refused is not None:
+            return refused
         response = RedirectResponse("/attention", status_code=303, headers=_HEADERS)
         if not self.guard.log_in(str(form.get("token", "")), str(form.get("who", "")),
                                  response, secure=request.url.scheme == "https"):
@@ -155,11 +162,9 @@ class Dashboard:
         return response
 
     async def logout(self, request: Request) -> Response:
-        form = await request.form()
-        refused = self.guard.cross_site(request, str(form.get(security.CSRF_FIELD, "")))
-        if refused:
-            return await self.render(request, "message.html", 403, title="Refused",
-                                     message=refused, ok=False, run_id=None)
+        refused = await self._cross_site(request, await request.form())
+        if refused is not None:
+            return refused
         response = RedirectResponse("/", status_code=303, headers=_HEADERS)
         self.guard.log_out(request, response)
         return response
