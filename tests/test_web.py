@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -206,6 +207,12 @@ async def test_the_webhook_takes_an_hmac_signature_instead_of_the_token(
     assert forged.status_code == 401 and "does not match" in forged.text
     unsigned = await web.post(path, content=raw, headers=headers)
     assert unsigned.status_code == 401
+    stale = await web.post(path, content=raw, headers={
+        **headers, "Stead-Signature": sign_webhook(key, raw, at=time.time() - 3600)})
+    assert stale.status_code == 401 and "from now" in stale.text
+    for bad in ("t=1,k=x", "t=" + "9" * 5000 + f",k={key.id},v1=00", "v1=zz"):
+        refused = await web.post(path, content=raw, headers={**headers, "Stead-Signature": bad})
+        assert refused.status_code == 401
     ok = await web.post(path, content=raw, headers={
         **headers, "Stead-Signature": sign_webhook(key, raw)})
     assert ok.status_code == 200 and ok.json()["run_id"] == info.run_id, ok.text

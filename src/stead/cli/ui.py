@@ -29,7 +29,8 @@ def _auth_hook(spec: str) -> Any:
 @common.app_argument
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on (the default is this machine only).")
-@click.option("--port", type=click.IntRange(0, 65535), default=8484, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8484, show_default=True,
+              help="Port to listen on.")
 @click.option("--read-only", is_flag=True, help="Show everything, take no action.")
 @click.option("--auth", "auth_spec", metavar="MODULE:FUNCTION", default=None,
               help="A function(request) returning the operator's name (or None): "

@@ -52,7 +52,7 @@ def verify(ring: keys.Keyring, header: str, body: bytes, now: float) -> str:
     """The id of the key that signed `body`; raises `InvalidInput` saying why not."""
     parts = dict(p.split("=", 1) for p in header.split(",") if "=" in p)
     t, kid, mac = parts.get("t", ""), parts.get("k", ""), parts.get("v1", "")
-    if not (t.isdigit() and kid and mac):
+    if not (t.isdigit() and len(t) <= 12 and kid and mac):
         raise errors.InvalidInput("Stead-Signature is not t=UNIX_TIME,k=KEY_ID,v1=HEX")
     if abs(now - int(t)) > SIGNATURE_TOLERANCE:
         raise errors.InvalidInput(f"the signature's time is more than {SIGNATURE_TOLERANCE:g} s "
