@@ -4,6 +4,7 @@ operator's delivery judged by the resume contract, token aside."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -13,6 +14,7 @@ from stead import operator
 from stead.operator import AttentionKind, Decision
 from stead.records import RunStatus
 from tests import web_app
+from tests.ops_app import cli
 from tests.web_app import settle
 
 
@@ -96,3 +98,22 @@ async def test_an_operator_delivery_skips_only_the_token(store: stead.Store) -> 
     stored = {e.event_id: e for e in await client.events(info.run_id)}
     assert (stored["o3"].delivered_by, stored["o3"].delivered_why) == ("alice", "by phone")
     assert json.loads(stored["o3"].payload) == {"approved": True}
+
+
+def test_stead_events_ls_shows_an_operator_delivery_as_such(sqlite_url: str) -> None:
+    async def approved() -> str:
+        store = await stead.open_store(sqlite_url)
+        try:
+            client = stead.Client(store, web_app.app)
+            info = await client.start("approval", "8")
+            await settle(store)
+            [wait] = await client.waits(run_id=info.run_id)
+            await operator.act(client, "approve", _d(info.run_id, wait.wait_id, why="by phone"))
+            return info.run_id
+        finally:
+            await store.close()
+
+    run_id = asyncio.run(approved())
+    shown = cli(sqlite_url, "events", "ls", run_id)
+    assert shown.exit_code == 0 and "accepted" in shown.output
+    assert "by operator ops: by phone" in shown.output
