@@ -18,6 +18,7 @@ EXPECTED = {
     "Intent", "Grant", "Budget", "InvalidIntent", "GrantWidening", "GrantRefused",
     "Continue", "Pause", "Terminate", "Action",
     "Compensation", "ForkRefused", "TaskMismatch", "Lineage", "LineageKind", "Link",
+    "Operator", "RunMovedOn", "UnknownAction",
 }
 
 

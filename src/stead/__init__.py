@@ -18,6 +18,7 @@ from stead.errors import (
     NotStopped,
     OutcomeUncertain,
     RunFailed,
+    RunMovedOn,
     ScriptExhausted,
     SecretInJournal,
     SerializationError,
@@ -30,6 +31,7 @@ from stead.errors import (
     StoreUnavailable,
     TaskMismatch,
     TokenHidden,
+    UnknownAction,
     UnknownRun,
     UnknownWorkflow,
     WaitExpired,
@@ -54,7 +56,7 @@ from stead.retry import Retry
 from stead.run import Run
 from stead.state import Facts
 from stead.store import Store, open_store
-from stead.waits import Accepted, Delivery, Duplicate, Rejected, Token, Wait
+from stead.waits import Accepted, Delivery, Duplicate, Operator, Rejected, Token, Wait
 from stead.worker import Worker, WorkerOptions
 
 __version__ = "0.1.0"
@@ -93,6 +95,7 @@ __all__ = [
     "NonDeterminism",
     "NotStopped",
     "Operation",
+    "Operator",
     "Outcome",
     "OutcomeUncertain",
     "Pause",
@@ -104,6 +107,7 @@ __all__ = [
     "Run",
     "RunFailed",
     "RunInfo",
+    "RunMovedOn",
     "ScriptExhausted",
     "ScriptedModel",
     "SecretInJournal",
@@ -122,6 +126,7 @@ __all__ = [
     "Token",
     "TokenHidden",
     "ToolCall",
+    "UnknownAction",
     "UnknownOutcome",
     "UnknownRun",
     "UnknownWorkflow",

@@ -391,6 +391,7 @@ class Client:
         bind: dict[str, Any] | None = None,
         token: str | None = None,
         task_id: str | None = None,
+        operator: waits.Operator | None = None,
     ) -> waits.Delivery:
         """Deliver an event to the wait `wait_id` (or the open wait of `kind`) of
         `run_id`. It is stored whatever the verdict; the check against the wait's
@@ -404,7 +405,14 @@ class Client:
         compares the event's value with the wait's copy only.
 
         `task_id` (the business key the sender knows the run by) must be the
-        run's task: otherwise `TaskMismatch` is raised and nothing is stored."""
+        run's task: otherwise `TaskMismatch` is raised and nothing is stored.
+
+        `operator=Operator(by, why)` delivers in place of the token (the
+        dashboard, a signed webhook): every other check applies, and who and
+        why are stored with the event."""
+        if operator is not None and token is not None:
+            raise errors.InvalidInput("an event comes with the wait's token or from an "
+                                      "operator, not both")
         if not event_id or not isinstance(event_id, str):
             raise errors.SteadError("an event needs an event_id (it is what makes "
                                     "redelivery safe)")
@@ -445,11 +453,14 @@ class Client:
             lock_after=self.lock_wait_after,
             policy=None if self.app is None else waits.Known(
                 None if self.app.current_policy is None else self.app.current_policy.version),
+            operator=operator,
         )
         event = records.EventRow(
             run_id=run_id, event_id=event_id, wait_id=wait_id, kind=kind,
             payload=payload_text, bind=codec.dumps(bind_json, what="bind"),
             verdict=None, reason=None, detail=None, received_at=0.0,
+            delivered_by=None if operator is None else operator.by,
+            delivered_why=None if operator is None else operator.why,
         )
         judgement, stored = await self.store.deliver(
             event, lambda ctx: waits.judge(incoming, ctx))
@@ -490,6 +501,33 @@ class Client:
     async def events(self, run_id: str) -> list[records.EventRow]:
         """Every event delivered to the run, with its verdict."""
         return await self.store.list_events(run_id)
+
+    async def search_runs(
+        self, *, status: str | None = None, workflow: str | None = None,
+        version: int | None = None, task_id: str | None = None,
+        since: float | None = None, until: float | None = None, limit: int = 100,
+    ) -> list[RunInfo]:
+        """Runs, newest first, filtered by each criterion given (`since`,
+        `until`: creation time, epoch seconds)."""
+        rows = await self.store.search_runs(
+            status=None if status is None else _status(status), workflow=workflow,
+            version=version, task_id=task_id, since=since, until=until, limit=limit)
+        return [RunInfo.from_row(r) for r in rows]
+
+    async def count_runs(self) -> dict[RunStatus, int]:
+        """How many runs are in each status."""
+        return await self.store.count_runs()
+
+    async def run_of_task(self, task_id: str) -> RunInfo | None:
+        """The live run of `task_id`, if there is one."""
+        row = await self.store.live_run_of_task(task_id)
+        return None if row is None else RunInfo.from_row(row)
+
+    async def state_history(self, task_key: str, limit: int = 100) -> list[records.StateRow]:
+        """A task's facts as stored, newest version first, each with the run
+        that wrote it and when (`updated_at`); the key of a run without a task
+        is `run:RUN_ID`."""
+        return await self.store.state_history(task_key, limit)
 
     async def task_state(self, task_id: str) -> Facts:
         """The current facts of a task (version 0 and no data if none yet)."""

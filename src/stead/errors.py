@@ -248,3 +248,12 @@ class ForkRefused(SteadError):
 class TaskMismatch(InvalidInput):
     """An event named a task that is not the task of the run it was
     delivered to; nothing was stored."""
+class RunMovedOn(SteadError):
+    """An operator's action was decided on a view of the run that is no
+    longer true (its status or epoch changed since): it is refused, and the
+    message says what the run is now."""
+
+
+class UnknownAction(SteadError):
+    """An operator action that does not exist, or that does not apply to what
+    it names (a wait, an effect, a grant) as the run is now."""

@@ -414,8 +414,9 @@ class WaitRow:
 @dataclasses.dataclass(frozen=True, slots=True)
 class EventRow:
     """A delivered event as stored, with its verdict (accepted or rejected, with
-    the reason). `verdict` is None only on the event handed to `Store.deliver`:
-    the store stamps the judgement's verdict, reason and detail, and the time."""
+    the reason), and for an operator's delivery who made it and why. `verdict`
+    is None only on the event handed to `Store.deliver`: the store stamps the
+    judgement's verdict, reason and detail, and the time."""
 
     run_id: str
     event_id: str
@@ -427,6 +428,34 @@ class EventRow:
     reason: RejectReason | None
     detail: str | None
     received_at: float
+    # An operator's delivery (the dashboard, a webhook signed with stead's
+    # key) instead of the wait's token: who vouched for it, and why.
+    delivered_by: str | None = None
+    delivered_why: str | None = None
+
+
+class ActionOutcome(enum.StrEnum):
+    """What became of an operator's action."""
+
+    DONE = "done"
+    REFUSED = "refused"  # the run moved on, or the store refused it: `detail` says why
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ActionRow:
+    """One operator action on a run, as audited: which `action` on which
+    `target` (a wait, an effect, a tool; empty for the run itself), who
+    (`author`) and why, and its outcome with the message it gave."""
+
+    action_id: str
+    run_id: str
+    action: str
+    target: str
+    author: str
+    why: str
+    outcome: ActionOutcome
+    detail: str
+    at: float
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

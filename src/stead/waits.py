@@ -188,6 +188,24 @@ def token_hash(token: str) -> str:
 
 # -- the resume contract ------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
+class Operator:
+    """An operator who delivers an event in place of the wait's token: `by`
+    (who) and `why` are stored with the event, which the audit then shows as
+    the operator's decision, not the human's. Whoever can hand it to a
+    `Client` can already change the database: it is for the dashboard (after
+    its login) and for webhooks signed with stead's key, not for end users."""
+
+    by: str
+    why: str
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.by, str) and self.by.strip()
+                and isinstance(self.why, str) and self.why.strip()):
+            raise errors.InvalidInput(
+                "an operator's delivery says who made it (by) and why: give both")
+
+
+@dataclasses.dataclass(frozen=True)
 class Known(Generic[T]):
     """A value known to the deliverer (which may be None itself)."""
 
@@ -209,6 +227,8 @@ class Incoming:
     # The delivering app's current policy version (None: it has no policy);
     # not known when the client delivering has no app.
     policy: Known[str | None] | None = None
+    # An operator vouches for the event: the wait's token is not asked for.
+    operator: Operator | None = None
 
 
 def _canonical(value: Any) -> str:
@@ -287,7 +307,7 @@ def _check_wait(inc: Incoming, wait: WaitRow, ctx: DeliveryContext) -> Judgement
         return _reject(RejectReason.WAIT_LOCKED,
                        f"after {wait.bad_tokens} bad tokens; an operator unlocks it "
                        f"(stead waits unlock {wait.wait_id}) or revokes it")
-    if wait.token_hash is not None and not (
+    if wait.token_hash is not None and inc.operator is None and not (
         isinstance(inc.token, str)
         and hmac.compare_digest(token_hash(inc.token), wait.token_hash)
     ):
@@ -297,7 +317,7 @@ def _check_wait(inc: Incoming, wait: WaitRow, ctx: DeliveryContext) -> Judgement
                              detail=f"bad token {bad} of {inc.lock_after}: the wait is "
                                     "now locked", locks_wait=True)
         return _reject(RejectReason.BAD_TOKEN, f"bad token {bad} of {inc.lock_after}")
-    if wait.token_hash is not None and inc.token_refused is not None:
+    if wait.token_hash is not None and inc.operator is None and inc.token_refused is not None:
         return _reject(RejectReason.BAD_TOKEN, inc.token_refused)
     bound: dict[str, Any] = json.loads(wait.bind)
     for key, expected in bound.items():

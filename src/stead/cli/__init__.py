@@ -1,7 +1,8 @@
 """The `stead` command: run a worker, start runs, inspect and cancel them,
 reconcile an effect whose outcome is unknown, answer waiting runs, migrate the
 database, manage the keys that sign wait tokens, watch a run survive a crash
-(`stead demo`) and crash your own workflows at every boundary (`stead chaos`).
+(`stead demo`), crash your own workflows at every boundary (`stead chaos`)
+and serve the operator's dashboard and event webhook (`stead ui`).
 
 This module builds the root group and adds the command groups, one module each;
 what they share (the database URL, loading `module:app`, opening a client,
@@ -14,7 +15,19 @@ from __future__ import annotations
 
 import click
 
-from stead.cli import chaos, common, db, demo, events, grants, keys, reconcile, runs, worker
+from stead.cli import (
+    chaos,
+    common,
+    db,
+    demo,
+    events,
+    grants,
+    keys,
+    reconcile,
+    runs,
+    ui,
+    worker,
+)
 
 __all__ = ["main"]
 
@@ -43,3 +56,4 @@ main.add_command(db.db_group)
 main.add_command(keys.keys_group)
 main.add_command(demo.demo)
 main.add_command(chaos.chaos)
+main.add_command(ui.ui)

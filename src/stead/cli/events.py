@@ -160,8 +160,10 @@ def events() -> None:
 def _event_line(e: EventRow) -> str:
     verdict = e.verdict if e.reason is None else f"{e.verdict}: {e.reason.replace('_', ' ')}"
     detail = f" ({e.detail})" if e.detail else ""
+    # An operator's delivery (dashboard, signed webhook) is not the token holder's.
+    by = f"  by operator {e.delivered_by}: {e.delivered_why}" if e.delivered_by else ""
     return common.safe(f"{_when(e.received_at)}  {e.event_id:<24}  {verdict}{detail}  "
-                       f"wait={e.wait_id or '-'} payload={e.payload[:60]}")
+                       f"wait={e.wait_id or '-'} payload={e.payload[:60]}{by}")
 
 
 @events.command("ls")

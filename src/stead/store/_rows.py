@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from stead.records import (
+    ActionRow,
     Backlog,
     EventRow,
     IntentRow,
@@ -81,6 +82,15 @@ def event(row: Row) -> EventRow:
 def state(row: Row) -> StateRow:
     return StateRow(row["task_key"], row["version"], row["data"], row["run_id"],
                     row["updated_at"])
+
+
+def state_history(row: Row) -> StateRow:
+    """A row of a task's state history (`at`: when that version was written)."""
+    return StateRow(row["task_key"], row["version"], row["data"], row["run_id"], row["at"])
+
+
+def action(row: Row) -> ActionRow:
+    return ActionRow(**{name: row[name] for name in ActionRow.__dataclass_fields__})
 
 
 def record_params(run_id: str, r: Record) -> dict[str, Any]:

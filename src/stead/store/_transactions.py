@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from stead import errors
 from stead.records import (
     UNAUTHENTICATED,
+    ActionRow,
     DeliveryContext,
     EventRow,
     Fence,
@@ -419,6 +420,12 @@ def delivered(
     if found is None or attempted is None:
         return NOT_LANDED
     return attempted[0], _rows.event(found)
+
+
+# -- the operator's audit ------------------------------------------------------------
+def record_action(row: ActionRow) -> Flow[ActionRow]:
+    yield execute("insert_operator_action", dataclasses.asdict(row))
+    return row
 
 
 # -- task state -------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any
 
 from stead import addresses, errors, keys
 from stead.records import (
+    ActionRow,
     Backlog,
     EventRow,
     Fence,
@@ -115,6 +116,28 @@ class Store:
     ) -> list[RunRow]:
         return await self.database.read(lambda: tx.read_all(
             "list_runs", {"status": status, "workflow": workflow, "limit": limit}, _rows.run))
+
+    async def search_runs(
+        self, *, status: str | None = None, workflow: str | None = None,
+        version: int | None = None, task_id: str | None = None,
+        since: float | None = None, until: float | None = None, limit: int = 100,
+    ) -> list[RunRow]:
+        """Runs, newest first, filtered by each criterion given (`since` and
+        `until` bound the creation time)."""
+        params = {"status": status, "workflow": workflow, "version": version,
+                  "task_id": task_id, "since": since, "until": until, "limit": limit}
+        return await self.database.read(lambda: tx.read_all("search_runs", params, _rows.run))
+
+    async def count_runs(self) -> dict[RunStatus, int]:
+        """How many runs are in each status (statuses with none left out)."""
+        found = await self.database.read(lambda: tx.read_all(
+            "count_runs_by_status", {}, lambda row: (row["status"], int(row["runs"]))))
+        return {RunStatus(status): n for status, n in found}
+
+    async def live_run_of_task(self, task_id: str) -> RunRow | None:
+        """The live run of `task_id`, if it has one."""
+        return await self.database.read(
+            lambda: tx.read_one("find_live_task", {"task_id": task_id}, _rows.run))
 
     async def backlog(self) -> list[Backlog]:
         """What workers could take, by `workflow@version`: runs runnable now,
@@ -324,10 +347,29 @@ class Store:
         return await self.database.read(lambda: tx.read_all(
             "list_events", {"run_id": run_id, "limit": limit}, _rows.event))
 
+    # -- the operator's audit ----------------------------------------------
+    async def record_action(self, row: ActionRow) -> ActionRow:
+        """Keep an operator's action (done or refused) in the run's audit.
+        Twice with one `action_id` is once."""
+        return await self.database.write(lambda: tx.record_action(row),
+                                         Writing(one_statement=True))
+
+    async def list_actions(self, run_id: str, limit: int = 1000) -> list[ActionRow]:
+        """The operator actions on a run, oldest first."""
+        return await self.database.read(lambda: tx.read_all(
+            "list_operator_actions", {"run_id": run_id, "limit": limit}, _rows.action))
+
     # -- task state ---------------------------------------------------------
     async def read_state(self, task_key: str) -> StateRow | None:
         return await self.database.read(
             lambda: tx.read_one("read_state", {"task_key": task_key}, _rows.state))
+
+    async def state_history(self, task_key: str, limit: int = 100) -> list[StateRow]:
+        """The task's versions of its facts, newest first (`updated_at`: when
+        each was written, `run_id`: by which run)."""
+        return await self.database.read(lambda: tx.read_all(
+            "list_state_history", {"task_key": task_key, "limit": limit},
+            _rows.state_history))
 
     async def update_state(
         self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,

@@ -384,13 +384,15 @@ SELECT * FROM events WHERE run_id = %(run_id)s AND event_id = %(event_id)s;
 -- name: insert_event
 -- A redelivered event that was rejected is judged again: its row takes the new verdict.
 INSERT INTO events (run_id, event_id, wait_id, kind, payload, bind, verdict, reason,
-                    detail, received_at)
+                    detail, received_at, delivered_by, delivered_why)
 VALUES (%(run_id)s, %(event_id)s, %(wait_id)s, %(kind)s, %(payload)s, %(bind)s,
-        %(verdict)s, %(reason)s, %(detail)s, %(received_at)s)
+        %(verdict)s, %(reason)s, %(detail)s, %(received_at)s, %(delivered_by)s,
+        %(delivered_why)s)
 ON CONFLICT (run_id, event_id) DO UPDATE
 SET wait_id = excluded.wait_id, kind = excluded.kind, payload = excluded.payload,
     bind = excluded.bind, verdict = excluded.verdict, reason = excluded.reason,
-    detail = excluded.detail, received_at = excluded.received_at;
+    detail = excluded.detail, received_at = excluded.received_at,
+    delivered_by = excluded.delivered_by, delivered_why = excluded.delivered_why;
 
 -- name: list_events
 SELECT * FROM events WHERE run_id = %(run_id)s
@@ -455,3 +457,35 @@ SELECT * FROM lineage WHERE run_id = %(run_id)s;
 
 -- name: list_descendants
 SELECT * FROM lineage WHERE parent_id = %(run_id)s ORDER BY created_at, run_id;
+
+-- name: search_runs
+-- The dashboard's runs list: each filter applies when given.
+SELECT * FROM runs
+WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
+  AND (%(version)s::integer IS NULL OR version = %(version)s::integer)
+  AND (%(task_id)s::text IS NULL OR task_id = %(task_id)s::text)
+  AND (%(since)s::double precision IS NULL OR created_at >= %(since)s::double precision)
+  AND (%(until)s::double precision IS NULL OR created_at < %(until)s::double precision)
+ORDER BY created_at DESC, run_id DESC
+LIMIT %(limit)s;
+
+-- name: count_runs_by_status
+SELECT status, COUNT(*) AS runs FROM runs GROUP BY status;
+
+-- name: list_state_history
+-- A task's facts, newest version first.
+SELECT * FROM task_state_history WHERE task_key = %(task_key)s
+ORDER BY version DESC LIMIT %(limit)s;
+
+-- name: insert_operator_action
+-- Twice is once: the id is the caller's.
+INSERT INTO operator_actions (action_id, run_id, action, target, author, why, outcome,
+                              detail, at)
+VALUES (%(action_id)s, %(run_id)s, %(action)s, %(target)s, %(author)s, %(why)s,
+        %(outcome)s, %(detail)s, %(at)s)
+ON CONFLICT (action_id) DO NOTHING;
+
+-- name: list_operator_actions
+SELECT * FROM operator_actions WHERE run_id = %(run_id)s
+ORDER BY at, action_id LIMIT %(limit)s;

@@ -232,13 +232,14 @@ SELECT * FROM events WHERE run_id = :run_id AND event_id = :event_id;
 -- name: insert_event
 -- A redelivered event that was rejected is judged again: its row takes the new verdict.
 INSERT INTO events (run_id, event_id, wait_id, kind, payload, bind, verdict, reason,
-                    detail, received_at)
+                    detail, received_at, delivered_by, delivered_why)
 VALUES (:run_id, :event_id, :wait_id, :kind, :payload, :bind, :verdict, :reason,
-        :detail, :received_at)
+        :detail, :received_at, :delivered_by, :delivered_why)
 ON CONFLICT (run_id, event_id) DO UPDATE
 SET wait_id = excluded.wait_id, kind = excluded.kind, payload = excluded.payload,
     bind = excluded.bind, verdict = excluded.verdict, reason = excluded.reason,
-    detail = excluded.detail, received_at = excluded.received_at;
+    detail = excluded.detail, received_at = excluded.received_at,
+    delivered_by = excluded.delivered_by, delivered_why = excluded.delivered_why;
 
 -- name: list_events
 SELECT * FROM events WHERE run_id = :run_id ORDER BY received_at, event_id LIMIT :limit;
@@ -297,3 +298,33 @@ SELECT * FROM lineage WHERE run_id = :run_id;
 
 -- name: list_descendants
 SELECT * FROM lineage WHERE parent_id = :run_id ORDER BY created_at, run_id;
+
+-- name: search_runs
+-- The dashboard's runs list: each filter applies when given.
+SELECT * FROM runs
+WHERE (:status IS NULL OR status = :status)
+  AND (:workflow IS NULL OR workflow = :workflow)
+  AND (:version IS NULL OR version = :version)
+  AND (:task_id IS NULL OR task_id = :task_id)
+  AND (:since IS NULL OR created_at >= :since)
+  AND (:until IS NULL OR created_at < :until)
+ORDER BY created_at DESC, run_id DESC
+LIMIT :limit;
+
+-- name: count_runs_by_status
+SELECT status, COUNT(*) AS runs FROM runs GROUP BY status;
+
+-- name: list_state_history
+-- A task's facts, newest version first.
+SELECT * FROM task_state_history WHERE task_key = :task_key
+ORDER BY version DESC LIMIT :limit;
+
+-- name: insert_operator_action
+-- Twice is once: the id is the caller's.
+INSERT INTO operator_actions (action_id, run_id, action, target, author, why, outcome,
+                              detail, at)
+VALUES (:action_id, :run_id, :action, :target, :author, :why, :outcome, :detail, :at)
+ON CONFLICT (action_id) DO NOTHING;
+
+-- name: list_operator_actions
+SELECT * FROM operator_actions WHERE run_id = :run_id ORDER BY at, action_id LIMIT :limit;

@@ -1,0 +1,70 @@
+"""`stead ui MODULE:APP`: the operator's dashboard and the event webhook
+(`pip install 'stead[web]'`), served with uvicorn."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+import click
+
+from stead.cli import common
+
+TOKEN_ENV = "STEAD_UI_TOKEN"
+
+
+def _auth_hook(spec: str) -> Any:
+    module_name, _, attr = spec.partition(":")
+    try:
+        hook = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise click.BadParameter(f"cannot load {spec!r}: {exc}", param_hint="'--auth'") from exc
+    if not callable(hook):
+        raise click.BadParameter(f"{spec!r} is not callable", param_hint="'--auth'")
+    return hook
+
+
+@click.command(short_help="Serve the operator's dashboard and the event webhook.")
+@common.app_argument
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (the default is this machine only).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8484, show_default=True,
+              help="Port to listen on.")
+@click.option("--read-only", is_flag=True, help="Show everything, take no action.")
+@click.option("--auth", "auth_spec", metavar="MODULE:FUNCTION", default=None,
+              help="A function(request) returning the operator's name (or None): "
+                   "your proxy's or SSO's login instead of the token.")
+@click.option("--poll", type=click.FloatRange(min=0.2), default=2.0, show_default=True,
+              help="Seconds between live updates of a page.")
+@click.pass_context
+def ui(ctx: click.Context, app_spec: str, host: str, port: int, read_only: bool,
+       auth_spec: str | None, poll: float) -> None:
+    """Serve the dashboard for MODULE:APP: runs, what needs a human, each run's
+    timeline, and the actions that decide (each recorded with who and why).
+
+    Actions need a login: the token in STEAD_UI_TOKEN (16 characters or more)
+    or an --auth hook. POST /hooks/runs/RUN/events (or /hooks/tasks/TASK/events)
+    delivers an event over HTTP with the wait's token or a Stead-Signature."""
+    try:
+        import uvicorn
+
+        from stead.web import create_app
+    except ImportError as exc:
+        raise click.ClickException(
+            f"the dashboard needs stead's web extra: pip install 'stead[web]' ({exc})") from exc
+    app = common.load_app(app_spec)
+    db = common.database_url(ctx)
+    common.require_database(db)
+    token = os.environ.get(TOKEN_ENV) or None
+    if token is not None and len(token) < 16:
+        raise click.ClickException(f"{TOKEN_ENV} is too short: use 16 characters or more")
+    auth = None if auth_spec is None else _auth_hook(auth_spec)
+    web = create_app(app, db_url=db, token=token, auth=auth, read_only=read_only,
+                     poll_seconds=poll)
+    if token is None and auth is None and not read_only:
+        click.echo(f"no {TOKEN_ENV} and no --auth: the dashboard shows runs, nobody can act",
+                   err=True)
+    mode = "read-only" if read_only else "actions need a login"
+    click.echo(f"stead ui on http://{host}:{port} ({mode})", err=True)
+    uvicorn.run(web, host=host, port=port, log_level="warning")

@@ -1,0 +1,182 @@
+"""What the dashboard's pages show, read through `Client`: a run's timeline
+(journal records with model turns, effects, waits, events, resumes), its
+decision context and audit, and the filters that render values.
+
+Values are shown clipped (`clip`): a payload is never rendered in full, and
+anything shaped like a wait token is replaced before it is clipped, so a token
+is never rendered at all. Jinja2's autoescape escapes the rest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from stead import decisions, operator, timeline
+from stead.client import Client, RunInfo
+from stead.intent import Intent
+from stead.records import (
+    ActionRow,
+    EventRow,
+    IntentRow,
+    Record,
+    RecordKind,
+    ResumeRecord,
+    StateRow,
+    WaitRow,
+)
+
+CLIP = 160
+# Both token shapes (`stk1.<key>.<mac>`, legacy `stk_<mac>`), wherever they appear.
+_TOKEN = re.compile(r"stk1\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+|stk_[A-Za-z0-9_-]{8,}")
+
+
+def redact(text: str) -> str:
+    return _TOKEN.sub("[token]", text)
+
+
+def clip(value: Any, width: int = CLIP) -> str:
+    """`value` as compact JSON (text as is), tokens redacted, at most `width`
+    characters (the rest counted, not shown)."""
+    text = value if isinstance(value, str) else json.dumps(
+        value, separators=(",", ":"), ensure_ascii=False, default=str)
+    text = redact(" ".join(text.split()))
+    if len(text) <= width:
+        return text
+    return f"{text[:width - 1]}… ({len(text):,} chars)"
+
+
+def clip_json(text: str | None, width: int = CLIP) -> str:
+    """Stored JSON text, clipped; text that is not JSON is clipped as text."""
+    if text is None:
+        return ""
+    try:
+        return clip(json.loads(text), width)
+    except ValueError:
+        return clip(text, width)
+
+
+def when(t: float | None) -> str:
+    return "never" if t is None else timeline.clock_time(t)
+
+
+def left(t: float | None, now: float) -> str:
+    if t is None:
+        return "no expiry"
+    s = t - now
+    if s <= 0:
+        return "expired"
+    if s < 3600:
+        return f"{s / 60:.0f} min left"
+    return f"{s / 3600:.1f} h left"
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One journal record as a timeline row, with what its kind adds."""
+
+    record: Record
+    offset: str
+    summary: str
+    extra: str  # model tokens and tool calls, an effect's key, a retry's time
+    resumed: ResumeRecord | None  # a takeover resumed here
+
+
+def _entry(r: Record, start: float, resumed: ResumeRecord | None) -> Entry:
+    data: Any
+    try:
+        data = json.loads(r.payload)
+    except ValueError:
+        data = None
+    extra = ""
+    if isinstance(data, dict):
+        if r.kind == RecordKind.LLM:
+            usage = data.get("usage") or {}
+            calls = [str(c.get("name")) for c in data.get("tool_calls") or []
+                     if isinstance(c, dict)]
+            extra = (f"tokens {usage.get('input_tokens', 0)} in / "
+                     f"{usage.get('output_tokens', 0)} out")
+            if calls:
+                extra += "; tool calls: " + ", ".join(calls)
+            if data.get("reason"):
+                extra += f"; reason: {data['reason']}"
+        elif r.kind == RecordKind.EFFECT and data.get("key"):
+            extra = f"key {data['key']}"
+        elif data.get("retry_at") is not None:
+            extra = f"retry at {when(float(data['retry_at']))}"
+    return Entry(r, timeline.offset(r.at - start), clip(timeline.summary(r), CLIP),
+                 redact(extra), resumed)
+
+
+@dataclasses.dataclass(frozen=True)
+class Revalidation:
+    epoch: int
+    decision: str
+    policy: str
+    reason: str
+    diff: tuple[tuple[str, str], ...]
+
+
+def _revalidations(resumes: Sequence[ResumeRecord]) -> dict[int, Revalidation]:
+    found = {}
+    for r in resumes:
+        intent = r.details.intent
+        if not intent:
+            continue
+        decision = intent.get("decision") or {}
+        found[r.epoch] = Revalidation(
+            r.epoch, str(decision.get("decision", "?")),
+            str(decision.get("policy_version") or "none"), str(decision.get("reason") or ""),
+            tuple((str(k), clip(v, 200)) for k, v in (intent.get("diff") or {}).items()))
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPage:
+    """Everything the run page shows."""
+
+    run: RunInfo
+    now: float
+    entries: tuple[Entry, ...]
+    effects: tuple[timeline.EffectView, ...]
+    waits: tuple[WaitRow, ...]
+    events: tuple[EventRow, ...]
+    resumes: tuple[ResumeRecord, ...]
+    revalidations: dict[int, Revalidation]
+    intents: tuple[IntentRow, ...]
+    intent_lines: tuple[str, ...]
+    intent: Intent | None
+    state: tuple[StateRow, ...]
+    actions: tuple[ActionRow, ...]
+    offered: tuple[tuple[operator.Action, str], ...]
+    error: str
+
+
+async def run_page(client: Client, run_id: str) -> RunPage:
+    s = await operator.situation(client, run_id)
+    info = s.run
+    journal = await client.journal(run_id)
+    resumes = await client.resumes(run_id)
+    intents = await client.intents(run_id)
+    marks = {r.from_seq: r for r in resumes}
+    key = info.task_id if info.task_id is not None else f"run:{run_id}"
+    error = "" if info.error is None else clip(info.error.get("message", info.error), 600)
+    return RunPage(
+        run=info, now=s.now,
+        entries=tuple(_entry(r, info.created_at, marks.get(r.seq)) for r in journal),
+        effects=tuple(timeline.effect_views(journal)),
+        waits=tuple(await client.waits(run_id=run_id, state=None, limit=1000)),
+        events=tuple(await client.events(run_id)),
+        resumes=tuple(resumes), revalidations=_revalidations(resumes),
+        intents=tuple(intents),
+        intent_lines=tuple(redact(x) for x in decisions.intent_lines(intents, journal, s.now))
+        if intents else (),
+        intent=Intent.loads(intents[-1].intent) if intents else None,
+        state=tuple(await client.state_history(key)),
+        actions=tuple(await client.store.list_actions(run_id)),
+        offered=tuple(operator.offered(s)),
+        error=error,
+    )

@@ -1,0 +1,92 @@
+"""An app for the dashboard's tests: a refund whose outcome is unknown, a run
+waiting for an approval, a paused run whose grant expired, a step whose result
+holds markup, and a helper that serves the dashboard on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+
+import stead
+
+app = stead.App("webshop")
+UI_TOKEN = "test-token-0123456789abcdef"
+XSS = "<script>window.__pwned = 1</script><img src=x onerror=alert(1)>"
+
+
+@app.workflow()
+async def refund(run: stead.Run, order_id: str) -> dict[str, Any]:
+    def send(op: stead.Operation, order: str) -> dict[str, str]:
+        raise stead.OutcomeUncertain("the bank's connection dropped after the request")
+
+    receipt = await run.effect("dispatch_refund", send, order_id)
+    return {"refunded": True, "receipt": receipt}
+
+
+@app.workflow()
+async def approval(run: stead.Run, order_id: str) -> dict[str, Any]:
+    w = await run.wait("approval", bind={"order_id": order_id})
+    return {"decision": await w}
+
+
+@app.workflow()
+async def expiring(run: stead.Run, ticket: str) -> Any:
+    facts = await run.state.update({"ticket": ticket, "status": "awaiting_review"},
+                                   expect_version=0)
+    w = await run.wait("review", bind={"ticket": ticket, "state_version": facts.version},
+                       expires_in=dt.timedelta(minutes=20))
+    return await w
+
+
+@app.workflow()
+async def granted(run: stead.Run, order_id: str) -> str:
+    def dispatch(op: stead.Operation, order: str) -> str:
+        return f"refunded {order}"
+
+    return await run.effect("dispatch_refund", dispatch, order_id, tool="dispatch_refund")
+
+
+@app.workflow()
+async def echo(run: stead.Run, text: str) -> str:
+    return await run.step("echo", lambda: text)
+
+
+def expired_grant() -> stead.Intent:
+    return stead.Intent(goal="refund order 9", grants=[
+        stead.Grant("dispatch_refund", {"order": "9"}, expires_at=time.time() - 60)])
+
+
+async def settle(store: stead.Store) -> None:
+    """Run every runnable run of the app as far as it goes."""
+    await stead.Worker(app, store, stead.WorkerOptions(poll_interval=0.01)).run_until_idle()
+
+
+@contextlib.contextmanager
+def serving(asgi: Any) -> Iterator[str]:
+    """Serve `asgi` on a free loopback port from a thread; yields its base URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = uvicorn.Config(asgi, host="127.0.0.1", port=port, log_level="warning",
+                            backlog=2048, limit_concurrency=None)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the dashboard did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(20)

@@ -1,0 +1,65 @@
+"""Take the README's screenshots of the dashboard with Playwright and the
+system Chromium: `PYTHONPATH=. .venv/bin/python -m tests.web_screenshots docs/`.
+
+It builds a small shop on a fresh database (a completed run, two refunds whose
+outcome is unknown, a review about to expire, a run paused on an expired
+grant), has an operator reconcile one of them, and captures the runs list,
+"needs a human" and the refund's run page."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+from pathlib import Path
+
+from playwright.async_api import async_playwright
+
+import stead
+from stead import operator
+from stead.web import create_app
+from tests import web_app
+from tests.web_app import UI_TOKEN, serving, settle
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+async def main(out: Path) -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        url = f"sqlite:///{scratch}/shop.db"
+        store = await stead.open_store(url)
+        client = stead.Client(store, web_app.app)
+        await client.start("echo", "hello", task_id="greeting-1")
+        refund = await client.start("refund", "123", task_id="order-123")
+        await client.start("refund", "124", task_id="order-124")
+        await client.start("expiring", "T-77", task_id="ticket-T-77")
+        await client.start("granted", "9", task_id="order-9", intent=web_app.expired_grant())
+        await client.start("approval", "456", task_id="order-456")
+        await settle(store)
+        await operator.act(client, "reconcile", operator.Decision(
+            run_id=refund.run_id, target=f"{refund.run_id}:0",
+            values={"decision": "happened", "result": '{"refund": "rf_1"}'},
+            by="alice", why="seen in the bank's dashboard"))
+        await settle(store)
+        asgi = create_app(web_app.app, db_url=url, token=UI_TOKEN, poll_seconds=60)
+        with serving(asgi) as base:
+            async with async_playwright() as pw:
+                browser = await pw.chromium.launch(executable_path=CHROMIUM,
+                                                   args=["--no-sandbox"])
+                page = await browser.new_page(viewport={"width": 1280, "height": 860})
+                await page.goto(f"{base}/login")
+                await page.fill("input[name=who]", "alice")
+                await page.fill("input[name=token]", UI_TOKEN)
+                await page.click("form.login button")
+                await page.wait_for_url(f"{base}/attention")
+                await page.screenshot(path=out / "ui-attention.png", full_page=True)
+                await page.goto(f"{base}/runs")
+                await page.screenshot(path=out / "ui-runs.png", full_page=True)
+                await page.goto(f"{base}/runs/{refund.run_id}")
+                await page.screenshot(path=out / "ui-run.png", full_page=True)
+                await browser.close()
+        await store.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(Path(sys.argv[1] if len(sys.argv) > 1 else "docs")))
