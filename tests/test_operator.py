@@ -117,3 +117,17 @@ def test_stead_events_ls_shows_an_operator_delivery_as_such(sqlite_url: str) -> 
     shown = cli(sqlite_url, "events", "ls", run_id)
     assert shown.exit_code == 0 and "accepted" in shown.output
     assert "by operator ops: by phone" in shown.output
+
+
+async def test_fork_is_an_operator_action_audited_like_the_others(store: stead.Store) -> None:
+    client = stead.Client(store, web_app.app)
+    waiting = await client.start("approval", "6")
+    await settle(store)
+    with pytest.raises(stead.InvalidInput, match="journal position"):
+        await operator.act(client, "fork", _d(waiting.run_id, at="two"))
+    done = await operator.act(client, "fork", _d(waiting.run_id, at="0"))
+    child = done.message.rsplit(" ", 1)[-1]
+    lineage = await client.lineage(child)
+    assert lineage.parent is not None and lineage.parent.parent_id == waiting.run_id
+    audit = await store.list_actions(waiting.run_id)
+    assert [(a.action, a.outcome) for a in audit] == [("fork", "refused"), ("fork", "done")]

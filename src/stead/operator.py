@@ -261,6 +261,16 @@ async def _cancel(client: Client, d: Decision) -> str:
     return f"the run is {info.status}"
 
 
+async def _fork(client: Client, d: Decision) -> str:
+    text = d.values.get("at", "").strip()
+    try:
+        at = int(text)
+    except ValueError:
+        raise errors.InvalidInput(f"at: {text[:40]!r} is not a journal position") from None
+    info = await client.fork(d.run_id, at=at)
+    return f"forked after {at} records: new run {info.run_id}"
+
+
 async def _unlock(client: Client, d: Decision) -> str:
     await client.unlock_wait(d.target)
     return f"wait {d.target} accepts its token again"
@@ -300,6 +310,10 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
     Action("unlock_wait", "Unlock the wait", _locked_waits, _unlock),
     Action("revoke_wait", "Revoke the wait", _open_waits, _revoke, danger=True),
     Action("cancel", "Cancel the run", _live, _cancel, danger=True),
+    Action("fork", "Fork a new run from its journal", lambda s: [""], _fork, (
+        Field("at", "Keep the first N journal records", required=True,
+              hint="0 to the journal's length"),
+    )),
 )}
 
 
