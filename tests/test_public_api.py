@@ -17,6 +17,9 @@ EXPECTED = {
     "DatabaseMissing", "StatusNotReached", "ResumeDetails", "UnknownOutcome",
     "Intent", "Grant", "Budget", "InvalidIntent", "GrantWidening", "GrantRefused",
     "Continue", "Pause", "Terminate", "Action",
+    # deploys: migrations, exported histories, workers' heartbeats
+    "Migrated", "MigrationView", "MigrationReport", "MigrationRow", "MigrationRefused",
+    "StoredRun", "HostRow",
 }
 
 

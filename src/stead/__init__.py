@@ -1,7 +1,7 @@
 """stead: durable execution for AI agents. Resume, don't rerun."""
 
 from stead.app import App, Workflow
-from stead.client import Client, RunInfo
+from stead.client import Client, MigrationReport, RunInfo
 from stead.clock import Clock, FakeClock, SystemClock
 from stead.errors import (
     CorruptRecord,
@@ -13,6 +13,7 @@ from stead.errors import (
     InvalidInput,
     InvalidIntent,
     KeysUnavailable,
+    MigrationRefused,
     NonDeterminism,
     NotStopped,
     OutcomeUncertain,
@@ -34,12 +35,21 @@ from stead.errors import (
     WaitNotOpen,
     WaitRevoked,
 )
+from stead.exports import StoredRun
 from stead.intent import Budget, Grant, Intent
 from stead.keys import Keyring
 from stead.llm import Completion, Model, ScriptedModel, ToolCall, Usage
+from stead.migrations import Migrated, MigrationView
 from stead.outcomes import Operation, Outcome
 from stead.policy import Action, Continue, Pause, Terminate
-from stead.records import Record, ResumeDetails, ResumeRecord, UnknownOutcome
+from stead.records import (
+    HostRow,
+    MigrationRow,
+    Record,
+    ResumeDetails,
+    ResumeRecord,
+    UnknownOutcome,
+)
 from stead.retry import Retry
 from stead.run import Run
 from stead.state import Facts
@@ -69,11 +79,17 @@ __all__ = [
     "Grant",
     "GrantRefused",
     "GrantWidening",
+    "HostRow",
     "Intent",
     "InvalidInput",
     "InvalidIntent",
     "Keyring",
     "KeysUnavailable",
+    "Migrated",
+    "MigrationRefused",
+    "MigrationReport",
+    "MigrationRow",
+    "MigrationView",
     "Model",
     "NonDeterminism",
     "NotStopped",
@@ -101,6 +117,7 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreUnavailable",
+    "StoredRun",
     "SystemClock",
     "Terminate",
     "Token",

@@ -62,7 +62,17 @@ class UnknownRun(SteadError):
 
 
 class NonDeterminism(SteadError):
-    """Replayed code asked for something other than what the journal recorded."""
+    """Replayed code asked for something other than what the journal recorded.
+    `addr` and `seq` say where, `expected` what the journal holds there and
+    `actual` what the code does (each None when the message alone says it)."""
+
+    def __init__(self, message: str, *, addr: str | None = None, seq: int | None = None,
+                 expected: str | None = None, actual: str | None = None) -> None:
+        super().__init__(message)
+        self.addr = addr
+        self.seq = seq
+        self.expected = expected
+        self.actual = actual
 
 
 class WaitNotOpen(SteadError):
@@ -227,3 +237,10 @@ class GrantWidening(SteadError):
 class GrantRefused(SteadError):
     """No unexpired grant covers an effect's call at the moment its intent
     would commit; nothing was sent and the run pauses for a decision."""
+
+
+class MigrationRefused(SteadError):
+    """A migration (or its rollback) was not applied, and nothing changed: it
+    would lose an effect's record, its input does not fit the new version,
+    the run is held by a worker or moved meanwhile, or something was
+    journaled since the migration. The message says which."""

@@ -42,6 +42,12 @@ class Drain(BaseException):
     A BaseException so a workflow's `except Exception` cannot swallow it."""
 
 
+class Frontier(BaseException):
+    """Raised in a dry replay (`ExecutionOptions.dry`) where the workflow
+    would do something live: call a function, write, wait, sleep. The replay
+    ends there, having done nothing."""
+
+
 class Stop(BaseException):
     """Unwinds the workflow to stop the run for a human (`status`, with `error`
     saying what is known). A BaseException, so workflow code cannot swallow it."""
@@ -66,6 +72,9 @@ class ExecutionOptions:
     keyring: Callable[[], Awaitable[keys.Keyring]] | None = None
     # The largest result (of a step, effect or model call) journaled, as JSON.
     max_result_bytes: int = 16 * 1024 * 1024
+    # A dry replay (`stead.dryrun`): nothing live starts and nothing is
+    # written; the first live call raises `Frontier`.
+    dry: bool = False
 
 
 class Execution:
@@ -105,6 +114,9 @@ class Execution:
         self._suspend_after = options.suspend_after
         self._recheck_every = options.recheck_every
         self._keyring = options.keyring
+        self.dry = options.dry
+        # In a dry replay: the last call the journal did not know ("kind 'name' at addr").
+        self.frontier: str | None = None
         # The run's live wait tokens: values holding one are never stored.
         self.secrets = codec.Secrets()
         self.max_result_bytes = options.max_result_bytes
@@ -122,6 +134,8 @@ class Execution:
         self.app_name = ""
         # The revalidation the resume record carries (see `ResumeDetails.intent`).
         self.revalidation: dict[str, Any] | None = None
+        # The migrations the version gate applied (see `ResumeDetails.migration`).
+        self.migration: dict[str, Any] | None = None
 
     def start(self, body: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run the workflow's `body` as a task, in the run's root branch. When
@@ -194,13 +208,18 @@ class Execution:
             raise self._incompatible
         if self._draining:
             raise Drain()
+        if self.dry:
+            raise Frontier()
 
     def take(self, addr: str, kind: RecordKind, name: str, digest: str) -> list[Record]:
         try:
-            return self.journal.take(addr, kind, name, digest)
+            found = self.journal.take(addr, kind, name, digest)
         except errors.NonDeterminism as exc:
             self._incompatible = exc
             raise
+        if not found and self.dry:
+            self.frontier = f"{kind} {name!r} at {addr}"
+        return found
 
     # -- writes -------------------------------------------------------------
     def record(self, addr: str, attempt: int, kind: RecordKind, name: str, digest: str,
@@ -227,7 +246,8 @@ class Execution:
             at=self.clock.now(), from_seq=self.journal.length,
             code_version=self.code_version, reused=self.journal.reused,
             detail=ResumeDetails(self.journal.length, self._classes,
-                                 self.journal.reused_kinds, self.revalidation).to_json(),
+                                 self.journal.reused_kinds, self.revalidation,
+                                 self.migration).to_json(),
         )
 
     def _committed(self, batch: Sequence[Record], resume: ResumeRecord | None,
@@ -253,6 +273,8 @@ class Execution:
         """Number `recs` after the buffered records and hand both (and the
         pending resume record) to `send`, one fenced store transaction. If `send`
         raises, nothing was written and the buffer is kept."""
+        if self.dry:
+            raise Frontier()
         async with self._lock:
             if self._lost is not None:
                 raise self._lost
@@ -328,6 +350,8 @@ class Execution:
         delay = at - self.clock.now()
         if delay <= 0:
             return
+        if self.dry:
+            raise Frontier()
         if delay <= self._suspend_after:
             await asyncio.sleep(delay)
             return
@@ -341,6 +365,8 @@ class Execution:
         arrived). The caller re-checks its condition and blocks again if need be.
         When every branch is parked and nothing is in flight, the run suspends:
         its lease is released and it holds no worker until it is woken."""
+        if self.dry:
+            raise Frontier()
         loop = asyncio.get_running_loop()
         blocker = _Blocker(wake_at, wait_id, loop.create_future())
         self._blocked.add(blocker)

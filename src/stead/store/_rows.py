@@ -9,7 +9,9 @@ from typing import Any
 from stead.records import (
     Backlog,
     EventRow,
+    HostRow,
     IntentRow,
+    MigrationRow,
     Record,
     ResumeRecord,
     RunRow,
@@ -39,6 +41,19 @@ def intent(row: Row) -> IntentRow:
 def intent_params(r: IntentRow) -> dict[str, Any]:
     return {"run_id": r.run_id, "version": r.version, "intent": r.intent, "author": r.author,
             "why": r.why, "at": r.at}
+
+
+def host(row: Row) -> HostRow:
+    return HostRow(row["worker_id"], row["code"], row["role"], row["started_at"],
+                   row["seen_at"], row["stopped_at"])
+
+
+def migration(row: Row) -> MigrationRow:
+    return MigrationRow(**{name: row[name] for name in _MIGRATION_FIELDS})
+
+
+def migration_params(m: MigrationRow) -> dict[str, Any]:
+    return {name: getattr(m, name) for name in _MIGRATION_FIELDS}
 
 
 def backlog(row: Row) -> Backlog:
@@ -102,3 +117,4 @@ _WAIT_FIELDS = WaitRow.__dataclass_fields__.keys()
 _WAIT_INSERT = tuple(n for n in _WAIT_FIELDS
                      if n not in ("state", "event_id", "closed_at", "bad_tokens", "locked_at"))
 _EVENT_FIELDS = EventRow.__dataclass_fields__.keys()
+_MIGRATION_FIELDS = MigrationRow.__dataclass_fields__.keys()
