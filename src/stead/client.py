@@ -15,7 +15,6 @@ from stead import codec, dryrun, errors, inputs, records, takeover, waits
 from stead.app import App, Workflow
 from stead.exports import StoredRun
 from stead.intent import Grant, Intent
-from stead.migrations import Migration
 from stead.records import (
     MigrationRow,
     Record,
@@ -27,7 +26,6 @@ from stead.records import (
     WaitState,
 )
 from stead.state import Facts
-from stead.store import open_store
 from stead.store.base import Store
 
 
@@ -543,18 +541,10 @@ class Client:
         _decider(by, "migrate")
         app = self._app("migrate")
         row = await self.store.get_run(run_id)
-        path = _path(app, row, to)
-        stored = await takeover.load_stored(self.store, row)
-        plans = []
-        for migration in path:
-            plan = takeover.plan_from(app, stored, migration, by)
-            plans.append(plan)
-            stored = takeover.planned(stored, plan)
-        scratch = await _scratch_store()
-        try:
-            replayed = await dryrun.replay(app, stored, scratch)
-        finally:
-            await scratch.close()
+        path = dryrun.path_to(app, row.workflow, row.version, to)
+        stored, plans = dryrun.migrated(app, await takeover.load_stored(self.store, row), path,
+                                        by)
+        [replayed] = await dryrun.replay_all(app, [stored])
         report = MigrationReport(run_id, row.version, to, plans[0].records_before,
                                  len(stored.journal), inputs.decode(stored.run.input),
                                  replayed)
@@ -683,32 +673,9 @@ class Client:
         return RunInfo.from_row(row)
 
 
-def _path(app: App, row: RunRow, to: int) -> list[Migration]:
-    """The migrations that take `row` from its version to `to`."""
-    path: list[Migration] = []
-    version = row.version
-    while version != to:
-        step = app.migration_from(row.workflow, version)
-        if step is None or step in path:
-            raise errors.MigrationRefused(
-                f"app {app.name!r} registers no migration from {row.workflow}@{version}"
-                + ("" if version == row.version else f" (reached from version {row.version})")
-                + f" toward version {to}")
-        path.append(step)
-        version = step.to_version
-    if not path:
-        raise errors.MigrationRefused(f"run {row.run_id} is on version {to} already")
-    return path
-
-
 def _audit(plan: records.MigrationPlan, by: str) -> dict[str, Any]:
     return {"from_version": plan.from_version, "to_version": plan.to_version, "by": by,
             "records_before": plan.records_before, "records_after": len(plan.records)}
-
-
-async def _scratch_store() -> Store:
-    """A throwaway store for a dry replay, which writes nothing anyway."""
-    return await open_store("sqlite:///:memory:")
 
 
 def _decider(by: str, why: str) -> None:

@@ -23,10 +23,15 @@ from stead.app import App
 from stead.clock import SystemClock
 from stead.execution import Drain, Execution, ExecutionOptions, Frontier, Stop
 from stead.exports import StoredRun
-from stead.records import Fence, Record
+from stead.migrations import Migration
+from stead.records import Fence, MigrationPlan, Record
 from stead.replay import Journal
 from stead.run import Run
+from stead.store import open_store
 from stead.store.base import Store
+
+# The store a dry replay's execution is handed (it never reads or writes it).
+SCRATCH = "sqlite:///:memory:"
 
 # Event loop turns without a replayed call after which sibling branches are
 # taken as done replaying (they make no I/O in a dry replay).
@@ -98,12 +103,39 @@ def _migrated(app: App, stored: StoredRun) -> StoredRun | Finding:
             return _finding(stored, "unhosted", f"{exc}, and no migration leads from "
                             f"{stored.code} to a version it hosts")
     try:
-        for migration in path:
-            stored = takeover.planned(stored, takeover.plan_from(app, stored, migration,
-                                                                 "dry run"))
+        return migrated(app, stored, path, "dry run")[0]
     except errors.MigrationRefused as exc:
         return _finding(stored, "migration", str(exc))
-    return stored
+
+
+def path_to(app: App, workflow: str, version: int, to: int | None) -> list[Migration]:
+    """The migrations the app registers from `workflow@version` to `to`
+    (None: as far as they go). `MigrationRefused` if none leads there."""
+    path: list[Migration] = []
+    while version != to:
+        step = app.migration_from(workflow, version)
+        if step is None or step in path:
+            if to is None and path:
+                break
+            raise errors.MigrationRefused(
+                f"app {app.name!r} registers no migration from {workflow}@{version}"
+                + ("" if to is None else f" toward version {to}"))
+        path.append(step)
+        version = step.to_version
+    if not path:
+        raise errors.MigrationRefused(f"{workflow}@{version} is the version asked for already")
+    return path
+
+
+def migrated(app: App, stored: StoredRun, path: list[Migration], author: str
+             ) -> tuple[StoredRun, list[MigrationPlan]]:
+    """`stored` as `path` makes it, and the plans, written nowhere."""
+    plans = []
+    for migration in path:
+        plan = takeover.plan_from(app, stored, migration, author)
+        plans.append(plan)
+        stored = takeover.planned(stored, plan)
+    return stored, plans
 
 
 async def replay(app: App, stored: StoredRun, store: Store) -> Replayed:
@@ -163,9 +195,13 @@ def _judge(stored: StoredRun, x: Execution, journal: Journal, returned: bool
         addr=first.addr, seq=first.seq, expected=f"{first.kind} {first.name!r}", actual=actual)
 
 
-async def replay_all(app: App, runs: Iterable[StoredRun], store: Store) -> list[Replayed]:
-    """`replay` each of `runs`, one after the other."""
-    return [await replay(app, stored, store) for stored in runs]
+async def replay_all(app: App, runs: Iterable[StoredRun]) -> list[Replayed]:
+    """`replay` each of `runs`, one after the other, on a throwaway store."""
+    scratch = await open_store(SCRATCH)
+    try:
+        return [await replay(app, stored, scratch) for stored in runs]
+    finally:
+        await scratch.close()
 
 
 

@@ -317,6 +317,14 @@ def render_runs(infos: Sequence[RunInfo]) -> str:
     return "\n".join(_table(header, rows, right=set()))
 
 
+def stranded_line(info: RunInfo) -> str:
+    """`run R (refund_order@1, pending): no worker hosts refund_order@1 since …`."""
+    since = ("and none has yet" if info.hosted_at is None
+             else f"since {clock_time(info.hosted_at)}")
+    return (f"run {info.run_id} ({info.workflow}@{info.version}, {info.status}): no worker "
+            f"hosts {info.workflow}@{info.version} {since}")
+
+
 # -- JSON forms (for --json) -------------------------------------------------
 def run_json(info: RunInfo) -> dict[str, Any]:
     data = dataclasses.asdict(info)

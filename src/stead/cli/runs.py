@@ -88,21 +88,30 @@ def runs() -> None:
 @click.option("--workflow", default=None, help="Only runs of this workflow.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True,
               help="At most this many runs, newest first.")
+@click.option("--stranded", is_flag=True,
+              help="Only runnable runs whose version no worker serves (see --grace).")
+@common.grace_option
 @common.json_option
 @click.pass_context
 def runs_ls(ctx: click.Context, status: str | None, workflow: str | None, limit: int,
-            as_json: bool) -> None:
-    """List runs, newest first."""
+            stranded: bool, grace: float, as_json: bool) -> None:
+    """List runs, newest first (--stranded: oldest first)."""
     db = common.database_url(ctx)
     common.require_database(db)
+    if stranded and status is not None:
+        raise click.UsageError("--stranded lists runnable runs: leave --status out")
 
     async def go() -> Any:
         async with common.opened_client(db) as client:
-            return await client.list_runs(status=status, workflow=workflow, limit=limit)
+            return await client.list_runs(status=status, workflow=workflow, limit=limit,
+                                          stranded=stranded, grace=grace)
 
     infos = common.run_async(go())
     if as_json:
         click.echo(json.dumps([timeline.run_json(i) for i in infos], indent=2))
+    elif stranded:
+        common.echo("\n".join(timeline.stranded_line(_shown(i)) for i in infos)
+                    or "no stranded runs")
     else:
         common.echo(timeline.render_runs([_shown(i) for i in infos]))
 
