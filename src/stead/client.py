@@ -514,6 +514,12 @@ class Client:
         await self.store.get_run(run_id)
         return await self.store.list_migrations(run_id)
 
+    async def archived_journal(self, run_id: str, migration: int) -> list[Record]:
+        """The journal the run had before its migration number `migration`
+        (kept, never replayed; `rollback` puts the last one back)."""
+        await self.store.get_run(run_id)
+        return await self.store.archived_journal(run_id, migration)
+
     async def export_run(self, run_id: str) -> StoredRun:
         """The run's history (row, journal, waits, task state): `dumps()` it
         to a file for `stead replay-check --from` or `import_run`."""

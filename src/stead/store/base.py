@@ -415,6 +415,11 @@ class Store:
         return await self.database.read(lambda: tx.read_all(
             "list_migrations", {"run_id": run_id}, _rows.migration))
 
+    async def archived_journal(self, run_id: str, migration: int) -> list[Record]:
+        """The journal as it was before the run's migration number `migration`."""
+        return await self.database.read(lambda: tx.read_all(
+            "load_archive", {"run_id": run_id, "migration": migration}, _rows.record))
+
     async def import_run(self, run: RunRow, journal: Sequence[Record],
                          waits: Sequence[WaitRow]) -> RunRow:
         """Store a run exported from another database, with its journal and

@@ -540,3 +540,8 @@ VALUES (%(wait_id)s, %(run_id)s, %(addr)s, %(kind)s, %(bind)s, %(schema)s, %(tok
 INSERT INTO resumes (run_id, epoch, worker_id, at, from_seq, code_version, reused, detail)
 VALUES (%(run_id)s, %(epoch)s, %(worker_id)s, %(at)s, %(from_seq)s, %(code_version)s,
         %(reused)s, %(detail)s);
+
+-- name: load_archive
+-- A run's journal as it was before migration %(migration)s.
+SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at
+FROM journal_archive WHERE run_id = %(run_id)s AND migration = %(migration)s ORDER BY seq;

@@ -377,3 +377,8 @@ INSERT INTO waits (wait_id, run_id, addr, kind, bind, schema, token_hash, task_k
                    expires_at, state, event_id, created_at, closed_at)
 VALUES (:wait_id, :run_id, :addr, :kind, :bind, :schema, :token_hash, :task_key,
         :expires_at, :state, :event_id, :created_at, :closed_at);
+
+-- name: load_archive
+-- A run's journal as it was before migration :migration.
+SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at
+FROM journal_archive WHERE run_id = :run_id AND migration = :migration ORDER BY seq;
