@@ -239,7 +239,8 @@ class Run:
         _fresh(fresh)
         if reason is not None and not isinstance(reason, str):
             raise TypeError("run.llm's reason is a string")
-        digest = self._x.digests.llm(name, model.name, messages, params)
+        digest = digests.contracted(self._x.digests.llm(name, model.name, messages, params),
+                                    contract)
 
         async def call() -> Completion:
             with addresses.outside_branches():
