@@ -180,6 +180,9 @@ async def test_a_registered_migration_moves_the_run_keeps_its_journal_and_rolls_
     # Journaled since the migration (the run went on): no rollback now.
     refused = deploy.cli("runs", "rollback", run_id)
     assert refused.returncode != 0 and "nothing to roll back" in refused.stderr, refused
+    shown = deploy.cli("runs", "show", run_id).stdout
+    assert "1. refund@1 -> refund@2 by alice" in shown and "rolled back by alice" in shown
+    assert "2. refund@1 -> refund@2 by worker new-worker" in shown
     await deploy.stop(new, "new-worker")
 
 

@@ -130,17 +130,21 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
         async with common.opened_client(db) as client:
             info = await client.get(run_id)
             return (info, await client.journal(run_id), await client.resumes(run_id),
-                    await client.intents(run_id), client.store.clock.now())
+                    await client.intents(run_id), await client.migrations(run_id),
+                    client.store.clock.now())
 
-    info, journal, resumes, intents, now = common.run_async(go())
+    info, journal, resumes, intents, migrated, now = common.run_async(go())
     if as_json:
         shown = timeline.show_json(info, journal, resumes)
         shown["intents"] = [dataclasses.asdict(i) for i in intents]
+        shown["migrations"] = [dataclasses.asdict(m) for m in migrated]
         click.echo(json.dumps(shown, indent=2))
     else:
         common.echo(timeline.render_run(_shown(info), journal, resumes, now=now))
         if intents or any(r.details.intent for r in resumes):
             common.echo(decisions.render(intents, resumes, journal, now))
+        if migrated:
+            common.echo(timeline.render_migrations(info.workflow, migrated))
 
 
 @runs.command("cancel")
