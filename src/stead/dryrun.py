@@ -58,7 +58,7 @@ class Finding:
         where = "" if self.addr is None and self.seq is None else (
             f" at position {self.addr or '?'}"
             + ("" if self.seq is None else f" (seq {self.seq})"))
-        said = "" if self.expected is None else (
+        said = f": {self.message}" if self.expected is None else (
             f": expected {self.expected}, got {self.actual or 'nothing'}")
         return f"run {self.run_id} ({self.code}) {self.kind}{where}{said}"
 
