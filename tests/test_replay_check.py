@@ -280,7 +280,8 @@ def test_replay_check_reads_the_live_runs_of_a_database(tmp_path: Path) -> None:
                             services.ENV: str(tmp_path / "example-services")})
     db = f"sqlite:///{tmp_path}/stead.db"
     started = runner.invoke(main, ["--db", db, "start", "stead.examples.refund_agent:app",
-                                   "refund_order", '["123", 4200]', "-q"])
+                                   "refund_order", '["123", 4200]', "--task-id", "order-123",
+                                   "-q"])
     assert started.exit_code == 0, started.output
     run_id = started.output.strip()
     cwd = os.getcwd()
@@ -304,3 +305,12 @@ def test_replay_check_reads_the_live_runs_of_a_database(tmp_path: Path) -> None:
     assert again.exit_code != 0 and "already holds" in again.output
     shown = runner.invoke(main, ["--db", other, "runs", "show", run_id])
     assert shown.exit_code == 0 and "user_confirmation" in shown.output, shown.output
+    # The task state came along (the task had none in the other database).
+    async def facts() -> stead.Facts:
+        store = await stead.open_store(other)
+        try:
+            return await stead.Client(store).task_state("order-123")
+        finally:
+            await store.close()
+
+    assert asyncio.run(facts()).data["status"] == "awaiting_user_confirmation"

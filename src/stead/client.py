@@ -532,7 +532,7 @@ class Client:
         live run of its task) exists."""
         row = await self.store.import_run(stored.run.evolve(lease_owner=None,
                                                             lease_expires_at=None),
-                                          stored.journal, stored.waits)
+                                          stored.journal, stored.waits, stored.state)
         return RunInfo.from_row(row)
 
     async def migrate(self, run_id: str, *, to: int, by: str, dry_run: bool = False

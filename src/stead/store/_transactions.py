@@ -626,9 +626,10 @@ def rolled_back(run_id: str) -> Flow[tuple[RunRow, MigrationRow] | NotLanded]:
 
 
 def import_run(run: RunRow, journal: Sequence[Record], waits: Sequence[WaitRow],
-               where: str) -> Flow[RunRow]:
+               state: StateRow | None, where: str) -> Flow[RunRow]:
     """Store a run exported from another database: its row (no lease), its
-    journal and its waits. Refused if a run with its id exists."""
+    journal, its waits, and its task state if the task has none here.
+    Refused if a run with its id exists."""
     params = {name: getattr(run, name) for name in (
         "run_id", "workflow", "version", "task_id", "status", "input", "result", "error",
         "epoch", "created_at", "updated_at", "wake_at")}
@@ -643,6 +644,13 @@ def import_run(run: RunRow, journal: Sequence[Record], waits: Sequence[WaitRow],
         yield execute("import_wait", {name: getattr(w, name) for name in (
             "wait_id", "run_id", "addr", "kind", "bind", "schema", "token_hash", "task_key",
             "expires_at", "state", "event_id", "created_at", "closed_at")})
+    if state is not None:
+        yield execute("lock_state", {"task_key": state.task_key})
+        if (yield one("read_state", {"task_key": state.task_key})) is None:
+            params = {"task_key": state.task_key, "version": state.version, "data": state.data,
+                      "run_id": run.run_id, "now": state.updated_at or 0.0}
+            yield execute("upsert_state", params)
+            yield execute("insert_state_history", params)
     return _rows.run(row)
 
 

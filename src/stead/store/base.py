@@ -421,12 +421,13 @@ class Store:
             "load_archive", {"run_id": run_id, "migration": migration}, _rows.record))
 
     async def import_run(self, run: RunRow, journal: Sequence[Record],
-                         waits: Sequence[WaitRow]) -> RunRow:
-        """Store a run exported from another database, with its journal and
-        waits (`InvalidInput` if its id, or a live run of its task, exists)."""
+                         waits: Sequence[WaitRow], state: StateRow | None = None) -> RunRow:
+        """Store a run exported from another database, with its journal,
+        waits and task state (kept only if the task has none here).
+        `InvalidInput` if its id, or a live run of its task, exists."""
         where = self.database.display
         return await self.database.write(
-            lambda: tx.import_run(run, journal, waits, where),
+            lambda: tx.import_run(run, journal, waits, state, where),
             Writing(landed=lambda _: tx.imported(run)),
         )
 
