@@ -24,7 +24,7 @@ from stead.clock import SystemClock
 from stead.execution import Drain, Execution, ExecutionOptions, Frontier, Stop
 from stead.exports import StoredRun
 from stead.migrations import Migration
-from stead.records import Fence, MigrationPlan, Record
+from stead.records import Fence, FindingKind, MigrationPlan, Record
 from stead.replay import Journal
 from stead.run import Run
 from stead.store import open_store
@@ -40,14 +40,11 @@ _SETTLE_TURNS = 50
 
 @dataclasses.dataclass(frozen=True)
 class Finding:
-    """A run the code cannot interpret: `kind` is `incompatible` (the code
-    calls something else than the journal says), `unhosted` (the app neither
-    hosts its version nor migrates it), `migration` (its migration is
-    refused) or `corrupt` (the history cannot be read)."""
+    """A run the code cannot interpret, and why (`kind`)."""
 
     run_id: str
     code: str
-    kind: str
+    kind: FindingKind
     message: str
     addr: str | None = None
     seq: int | None = None
@@ -87,7 +84,7 @@ async def _no_keys() -> keys.Keyring:
     return _keyring()
 
 
-def _finding(stored: StoredRun, kind: str, message: str, **where: Any) -> Finding:
+def _finding(stored: StoredRun, kind: FindingKind, message: str, **where: Any) -> Finding:
     return Finding(stored.run.run_id, stored.code, kind, message, **where)
 
 
@@ -100,12 +97,12 @@ def _migrated(app: App, stored: StoredRun) -> StoredRun | Finding:
     except errors.UnknownWorkflow as exc:
         path = app.migrations_path(row.workflow, row.version)
         if not path:
-            return _finding(stored, "unhosted", f"{exc}, and no migration leads from "
+            return _finding(stored, FindingKind.UNHOSTED, f"{exc}, and no migration leads from "
                             f"{stored.code} to a version it hosts")
     try:
         return migrated(app, stored, path, "dry run")[0]
     except errors.MigrationRefused as exc:
-        return _finding(stored, "migration", str(exc))
+        return _finding(stored, FindingKind.MIGRATION, str(exc))
 
 
 def path_to(app: App, workflow: str, version: int, to: int | None) -> list[Migration]:
@@ -152,7 +149,7 @@ async def replay(app: App, stored: StoredRun, store: Store) -> Replayed:
         journal = Journal(row.run_id, target.journal)
         args, kwargs = takeover.decode_input(wf, row)
     except errors.CorruptRecord as exc:
-        return Replayed(run_id, code, _finding(stored, "corrupt", str(exc)), 0, None)
+        return Replayed(run_id, code, _finding(stored, FindingKind.CORRUPT, str(exc)), 0, None)
     x = Execution(
         store=store, fence=Fence(row.run_id, row.epoch, "dry-run"), journal=journal,
         clock=store.clock or SystemClock(), code_version=wf.key, takeover=False,
@@ -180,7 +177,7 @@ def _judge(stored: StoredRun, x: Execution, journal: Journal, returned: bool
            ) -> Finding | None:
     bad = x.incompatible
     if bad is not None:
-        return _finding(stored, "incompatible", str(bad), addr=bad.addr, seq=bad.seq,
+        return _finding(stored, FindingKind.INCOMPATIBLE, str(bad), addr=bad.addr, seq=bad.seq,
                         expected=bad.expected, actual=bad.actual)
     left = journal.untaken()
     if not left:
@@ -189,7 +186,7 @@ def _judge(stored: StoredRun, x: Execution, journal: Journal, returned: bool
     actual = "the workflow returned" if returned else (
         f"{x.frontier} (live)" if x.frontier else "nothing more")
     return _finding(
-        stored, "incompatible",
+        stored, FindingKind.INCOMPATIBLE,
         f"run {stored.run.run_id}: the code no longer makes {len(left)} journaled call(s), "
         f"first {first.kind} {first.name!r} at seq {first.seq}",
         addr=first.addr, seq=first.seq, expected=f"{first.kind} {first.name!r}", actual=actual)

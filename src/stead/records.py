@@ -431,6 +431,15 @@ class StateRow:
     updated_at: float | None
 
 
+class FindingKind(enum.StrEnum):
+    """Why a dry replay (`stead replay-check`) says the code cannot interpret a run."""
+
+    INCOMPATIBLE = "incompatible"  # the code calls something else than the journal says
+    UNHOSTED = "unhosted"  # the app neither hosts the run's version nor migrates it
+    MIGRATION = "migration"  # the migration that would move it is refused
+    CORRUPT = "corrupt"  # the history cannot be read
+
+
 class HostRole(enum.StrEnum):
     """How a worker serves a `workflow@version` (see `HostRow`)."""
 
