@@ -76,12 +76,13 @@ class Ready:
 
 
 def version_gate(app: App, row: RunRow) -> Workflow[Any, Any] | Stopped:
-    """The run continues only on the exact workflow version it started on."""
+    """The run continues on the exact workflow version it is on, if the app
+    hosts it. If not, `prepare` migrates it when the app can (a worker claims
+    such versions only then); otherwise the app changed between claim and
+    gate: the run is left for a worker that hosts it."""
     try:
         return app.get(row.workflow, row.version)
     except errors.UnknownWorkflow as exc:
-        # Claims only take hosted versions, so this means the app changed
-        # between claim and gate: leave the run for a worker that hosts it.
         return Stopped(RunStatus.PENDING, str(exc))
 
 
