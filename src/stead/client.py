@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import getpass
 import json
+import os
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -535,16 +537,17 @@ class Client:
                                           stored.journal, stored.waits, stored.state)
         return RunInfo.from_row(row)
 
-    async def migrate(self, run_id: str, *, to: int, by: str, dry_run: bool = False
-                      ) -> MigrationReport:
+    async def migrate(self, run_id: str, *, to: int, by: str | None = None,
+                      dry_run: bool = False) -> MigrationReport:
         """Move a run to version `to` with the migrations the client's app
         registers (one after the other, if there are several): the old journal
         is archived (see `rollback`) and the migration recorded with who,
         when and from→to, in a resume record too. The run must be live and
         held by no worker. `dry_run`: only say what it would do. Either way
         the migrated journal is first replayed dry against version `to`;
-        the migration is applied only if the report is `ok`."""
-        _decider(by, "migrate")
+        the migration is applied only if the report is `ok`. `by` (who
+        migrates, recorded) defaults to the OS user running the client."""
+        by = _who(by)
         app = self._app("migrate")
         row = await self.store.get_run(run_id)
         path = dryrun.path_to(app, row.workflow, row.version, to)
@@ -568,11 +571,12 @@ class Client:
             applied.append(made)
         return dataclasses.replace(report, applied=tuple(applied))
 
-    async def rollback(self, run_id: str, *, by: str) -> RunInfo:
+    async def rollback(self, run_id: str, *, by: str | None = None) -> RunInfo:
         """Undo the run's last migration: its archived journal, version and
         input come back, if nothing was journaled since (else
-        `MigrationRefused`). Audited in a resume record and on the migration."""
-        _decider(by, "rollback")
+        `MigrationRefused`). Audited in a resume record and on the migration,
+        with `by` (default: the OS user running the client)."""
+        by = _who(by)
         row = await self.store.get_run(run_id)
         resume = records.ResumeRecord(
             run_id=run_id, epoch=0, worker_id=f"rolled back by {by}", at=0.0, from_seq=0,
@@ -682,6 +686,18 @@ class Client:
 def _audit(plan: records.MigrationPlan, by: str) -> dict[str, Any]:
     return {"from_version": plan.from_version, "to_version": plan.to_version, "by": by,
             "records_before": plan.records_before, "records_after": len(plan.records)}
+
+
+def _who(by: str | None) -> str:
+    """Who makes a change to a run: `by`, else the OS user running this process."""
+    if by is None:
+        try:
+            by = os.environ.get("USER") or getpass.getuser()
+        except (OSError, KeyError):  # no login name in this environment
+            by = ""
+    if not isinstance(by, str) or not by.strip():
+        raise errors.InvalidInput("say who makes this change (by=...): it is recorded")
+    return by
 
 
 def _decider(by: str, why: str) -> None:

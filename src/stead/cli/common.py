@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import getpass
 import importlib
 import json
 import logging
@@ -230,15 +229,6 @@ def decision_options(f: F) -> F:
     f = click.option("--why", required=True, help="Why (recorded with the decision).")(f)
     return click.option("--by", "by", required=True,
                         help="Who decides (recorded with the decision).")(f)
-
-
-def current_user() -> str:
-    """Who runs the command (the default of `--by`)."""
-    try:
-        return os.environ.get("USER") or getpass.getuser()
-    except (OSError, KeyError) as exc:  # no login name in this environment
-        raise click.UsageError("cannot tell who you are; say who decides with --by NAME") \
-            from exc
 
 
 def grace_option(f: F) -> F:

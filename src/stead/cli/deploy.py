@@ -165,11 +165,10 @@ def runs_migrate(ctx: click.Context, run_id: str, app_spec: str, to: int, dry_ru
     app = common.load_app(app_spec)
     db = common.database_url(ctx)
     common.require_database(db)
-    who = by or common.current_user()
 
     async def go() -> MigrationReport:
         async with common.opened_client(db, app) as client:
-            return await client.migrate(run_id, to=to, by=who, dry_run=dry_run)
+            return await client.migrate(run_id, to=to, by=by, dry_run=dry_run)
 
     report = common.run_async(go())
     common.echo(_render_report(report, dry_run))
@@ -187,11 +186,10 @@ def runs_rollback(ctx: click.Context, run_id: str, by: str | None) -> None:
     back, as long as nothing was journaled after the migration."""
     db = common.database_url(ctx)
     common.require_database(db)
-    who = by or common.current_user()
 
     async def go() -> RunInfo:
         async with common.opened_client(db) as client:
-            return await client.rollback(run_id, by=who)
+            return await client.rollback(run_id, by=by)
 
     info = common.run_async(go())
     click.echo(f"run {common.safe(info.run_id)} is back on {common.safe(info.code)} "

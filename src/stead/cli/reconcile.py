@@ -3,7 +3,9 @@ whose outcome stead cannot know, and the run continues from that decision."""
 
 from __future__ import annotations
 
+import getpass
 import json
+import os
 from typing import Any
 
 import click
@@ -18,6 +20,14 @@ def _any_json(text: str, what: str) -> Any:
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint=what) from exc
     except RecursionError as exc:
         raise click.BadParameter("JSON nested too deeply; flatten it", param_hint=what) from exc
+
+
+def _current_user() -> str:
+    try:
+        return os.environ.get("USER") or getpass.getuser()
+    except (OSError, KeyError) as exc:  # no login name in this environment
+        raise click.UsageError("cannot tell who you are; say who decides with --by NAME") \
+            from exc
 
 
 @click.command(short_help="Decide what happened to an effect whose outcome is unknown.")
@@ -61,7 +71,7 @@ def reconcile(ctx: click.Context, run_id: str, effect: str, happened_json: str |
         kwargs["compensate"] = _any_json(compensate_json, "'--compensate'")
     else:
         kwargs["not_happened"] = True
-    who = by if by is not None else common.current_user()
+    who = by if by is not None else _current_user()
     db = common.database_url(ctx)
     common.require_database(db)
 
