@@ -59,6 +59,9 @@ def test_stead_testing_exports_exactly_the_harness() -> None:
         "CrashPoint", "CrashingStore", "DelegatingStore", "kill_process",
         "crash_matrix", "Event", "Services", "Waiting", "Point", "MatrixReport", "PointResult",
         "EffectCalls", "stale_worker", "StaleWorker", "Boundary",
+        # dry replays of exported histories (stead.testing.replays)
+        "assert_replays", "check_migration", "check_migration_async", "load_exports",
+        "replay_check",
     }
     for name in stead.testing.__all__:
         assert hasattr(stead.testing, name)

@@ -19,6 +19,9 @@ EXPECTED = {
     "Continue", "Pause", "Terminate", "Action",
     "Compensation", "ForkRefused", "TaskMismatch", "Lineage", "LineageKind", "Link",
     "Operator", "RunMovedOn", "UnknownAction",
+    # deploys: migrations, exported histories, workers' heartbeats
+    "Migrated", "MigrationView", "MigrationReport", "MigrationRow", "MigrationRefused",
+    "StoredRun", "HostRow",
 }
 
 

@@ -356,9 +356,11 @@ async def test_a_step_costs_one_commit(fstore: stead.Store) -> None:
     before = fstore.commits
     await worker.run_until_idle()
     # per run: 1 claim + n steps + 1 finish; plus the final empty claim where a
-    # poll is a write (on SQLite an empty poll only reads)
-    empty_run, full_run = 1 + 0 + 1, 1 + 50 + 1
-    assert fstore.commits - before in (empty_run + full_run, empty_run + full_run + 1)
+    # poll is a write (on SQLite an empty poll only reads); plus the worker's
+    # heartbeat as it starts and the one saying it stopped
+    empty_run, full_run, worker_beats = 1 + 0 + 1, 1 + 50 + 1, 2
+    total = empty_run + full_run + worker_beats
+    assert fstore.commits - before in (total, total + 1)
 
 
 async def test_an_incompatible_run_resumes_once_fitting_code_is_back(

@@ -1,7 +1,7 @@
 """stead: durable execution for AI agents. Resume, don't rerun."""
 
 from stead.app import App, Workflow
-from stead.client import Client, RunInfo
+from stead.client import Client, MigrationReport, RunInfo
 from stead.clock import Clock, FakeClock, SystemClock
 from stead.errors import (
     CorruptRecord,
@@ -14,6 +14,7 @@ from stead.errors import (
     InvalidInput,
     InvalidIntent,
     KeysUnavailable,
+    MigrationRefused,
     NonDeterminism,
     NotStopped,
     OutcomeUncertain,
@@ -38,15 +39,19 @@ from stead.errors import (
     WaitNotOpen,
     WaitRevoked,
 )
+from stead.exports import StoredRun
 from stead.intent import Budget, Grant, Intent
 from stead.keys import Keyring
 from stead.llm import Completion, Model, ScriptedModel, ToolCall, Usage
+from stead.migrations import Migrated, MigrationView
 from stead.outcomes import Compensation, Operation, Outcome
 from stead.policy import Action, Continue, Pause, Terminate
 from stead.records import (
+    HostRow,
     Lineage,
     LineageKind,
     Link,
+    MigrationRow,
     Record,
     ResumeDetails,
     ResumeRecord,
@@ -83,6 +88,7 @@ __all__ = [
     "Grant",
     "GrantRefused",
     "GrantWidening",
+    "HostRow",
     "Intent",
     "InvalidInput",
     "InvalidIntent",
@@ -91,6 +97,11 @@ __all__ = [
     "Lineage",
     "LineageKind",
     "Link",
+    "Migrated",
+    "MigrationRefused",
+    "MigrationReport",
+    "MigrationRow",
+    "MigrationView",
     "Model",
     "NonDeterminism",
     "NotStopped",
@@ -120,6 +131,7 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreUnavailable",
+    "StoredRun",
     "SystemClock",
     "TaskMismatch",
     "Terminate",

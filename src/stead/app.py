@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 
 from stead import errors
 from stead.intent import Intent, Matcher, check_tool, check_tools
+from stead.migrations import Migration, MigrationFn
 from stead.policy import Policy, PolicyFn
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ class App:
                  tools: Iterable[str] | None = None) -> None:
         self.name = name
         self._workflows: dict[tuple[str, int], Workflow[Any, Any]] = {}
+        self._migrations: dict[tuple[str, int], Migration] = {}
         self.current_policy: Policy | None = None if policy is None else Policy(
             policy, policy_version)
         self.matchers: dict[str, Matcher] = dict(matchers or {})
@@ -127,6 +129,54 @@ class App:
         raise errors.UnknownWorkflow(
             f"app {self.name!r} has no workflow {wanted} (registered: {known})"
         )
+
+    def migration(self, workflow: str, *, from_version: int, to_version: int
+                  ) -> Callable[[MigrationFn], MigrationFn]:
+        """Register `fn(view) -> stead.Migrated` moving runs of `workflow`
+        from `from_version` to `to_version` (see `stead.migrations`). A worker
+        of this app that hosts `to_version` and not `from_version` applies it
+        when it takes such a run, unless a live worker still hosts
+        `from_version`; `stead runs migrate` applies it on demand."""
+        for v in (from_version, to_version):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError("migration versions are positive integers")
+        if from_version == to_version:
+            raise ValueError("a migration goes from one version to another")
+        if (workflow, from_version) in self._migrations:
+            raise ValueError(f"a migration from {workflow}@{from_version} is registered twice")
+
+        def register(fn: MigrationFn) -> MigrationFn:
+            self._migrations[(workflow, from_version)] = Migration(
+                workflow, from_version, to_version, fn)
+            return fn
+
+        return register
+
+    def migration_from(self, workflow: str, version: int) -> Migration | None:
+        """The migration registered from `workflow@version`, if any."""
+        return self._migrations.get((workflow, version))
+
+    def migrations_path(self, workflow: str, version: int) -> list[Migration]:
+        """The migrations that take a run of `workflow@version` to a version
+        this app hosts, in order ([] if there is no such path, or the app
+        hosts `version` itself)."""
+        path: list[Migration] = []
+        seen = {version}
+        while (workflow, version) not in self._workflows:
+            step = self._migrations.get((workflow, version))
+            if step is None or step.to_version in seen:
+                return []
+            path.append(step)
+            version = step.to_version
+            seen.add(version)
+        return path
+
+    def migrated(self) -> list[str]:
+        """`name@version` of every version this app does not host but can
+        migrate to one it hosts."""
+        return sorted(m.source for (name, version), m in self._migrations.items()
+                      if (name, version) not in self._workflows
+                      and self.migrations_path(name, version))
 
     def hosted(self) -> list[str]:
         """`name@version` of every workflow this app can run."""

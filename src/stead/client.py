@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import getpass
 import json
+import os
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from stead import codec, errors, forks, inputs, records, waits
+from stead import codec, dryrun, errors, forks, inputs, records, takeover, waits
 from stead.app import App, Workflow
+from stead.exports import StoredRun
 from stead.intent import Grant, Intent
 from stead.records import (
+    MigrationRow,
     Record,
     RecordKind,
     RecordStatus,
@@ -44,6 +48,14 @@ class RunInfo:
     error: dict[str, Any] | None = None
     created: bool = False
     lease_expires_at: float | None = None
+    # Listed as stranded (`list_runs(stranded=True)`): no live worker serves
+    # its version; `hosted_at` is when one last did (None: none ever did).
+    stranded: bool = False
+    hosted_at: float | None = None
+
+    @property
+    def code(self) -> str:
+        return f"{self.workflow}@{self.version}"
 
     @property
     def done(self) -> bool:
@@ -134,6 +146,32 @@ def _status(value: str) -> RunStatus:
     except ValueError:
         raise errors.SteadError(
             f"unknown status {value!r}; one of: {', '.join(RunStatus)}") from None
+
+
+# A runnable run no worker has served for this long is stranded (seconds).
+STRANDED_AFTER = 60.0
+
+
+@dataclasses.dataclass(frozen=True)
+class MigrationReport:
+    """What `Client.migrate` did or, with `dry_run`, would do: the versions,
+    the journal's length before and after, the new input, and how the target
+    version replays the migrated journal (`replay`, a dry replay: its
+    `finding` is None when the code interprets all of it). `applied` are
+    the stored migrations (empty for a dry run)."""
+
+    run_id: str
+    from_version: int
+    to_version: int
+    records_before: int
+    records_after: int
+    new_input: Any
+    replay: dryrun.Replayed
+    applied: tuple[MigrationRow, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.replay.finding is None
 
 
 # What a client accepts of an event, by default: its payload and bound values
@@ -256,7 +294,17 @@ class Client:
                                 max(0.0, min(poll, deadline - loop.time())))
 
     async def list_runs(self, *, status: str | None = None, workflow: str | None = None,
-                   limit: int = 100) -> list[RunInfo]:
+                        limit: int = 100, stranded: bool = False,
+                        grace: float = STRANDED_AFTER) -> list[RunInfo]:
+        """Runs, newest first. `stranded=True`: only runnable runs whose
+        version no worker has served (hosted or migrated) for `grace`
+        seconds, oldest first, each with `hosted_at`; their status is
+        unchanged, and a worker serving the version takes them as any other."""
+        if stranded:
+            found = await self.store.stranded_runs(grace, limit)
+            return [dataclasses.replace(RunInfo.from_row(s.run), stranded=True,
+                                        hosted_at=s.hosted_at)
+                    for s in found if workflow is None or s.run.workflow == workflow]
         if status is not None:
             try:
                 status = RunStatus(status)
@@ -540,6 +588,92 @@ class Client:
     async def resumes(self, run_id: str) -> list[ResumeRecord]:
         return await self.store.list_resumes(run_id)
 
+    # -- deploys ---------------------------------------------------------------------
+    async def workers(self) -> list[records.HostRow]:
+        """Each worker's last heartbeat per version it serves, latest first."""
+        return await self.store.worker_hosts()
+
+    async def migrations(self, run_id: str) -> list[MigrationRow]:
+        """The migrations applied to the run (and rolled back), oldest first."""
+        await self.store.get_run(run_id)
+        return await self.store.list_migrations(run_id)
+
+    async def archived_journal(self, run_id: str, migration: int) -> list[Record]:
+        """The journal the run had before its migration number `migration`
+        (kept, never replayed; `rollback` puts the last one back)."""
+        await self.store.get_run(run_id)
+        return await self.store.archived_journal(run_id, migration)
+
+    async def export_run(self, run_id: str) -> StoredRun:
+        """The run's history (row, journal, waits, task state): `dumps()` it
+        to a file for `stead replay-check --from` or `import_run`."""
+        row = await self.store.get_run(run_id)
+        return await takeover.load_stored(self.store, row)
+
+    async def import_run(self, stored: StoredRun) -> RunInfo:
+        """Store a run exported from another database (no lease; the task
+        state only if the task has none here). `InvalidInput` if its id (or a
+        live run of its task) exists."""
+        row = await self.store.import_run(stored.run.evolve(lease_owner=None,
+                                                            lease_expires_at=None),
+                                          stored.journal, stored.waits, stored.state)
+        return RunInfo.from_row(row)
+
+    async def migrate(self, run_id: str, *, to: int, by: str | None = None,
+                      dry_run: bool = False) -> MigrationReport:
+        """Move a run to version `to` with the migrations the client's app
+        registers (one after the other, if there are several): the old journal
+        is archived (see `rollback`) and the migration recorded with who,
+        when and from→to, in a resume record too. The run must be live and
+        held by no worker. `dry_run`: only say what it would do. Either way
+        the migrated journal is first replayed dry against version `to`;
+        the migration is applied only if the report is `ok`. `by` (who
+        migrates, recorded) defaults to the OS user running the client."""
+        by = _who(by)
+        app = self._app("migrate")
+        row = await self.store.get_run(run_id)
+        path = dryrun.path_to(app, row.workflow, row.version, to)
+        stored, plans = dryrun.migrated(app, await takeover.load_stored(self.store, row), path,
+                                        by)
+        [replayed] = await dryrun.replay_all(app, [stored])
+        report = MigrationReport(run_id, row.version, to, plans[0].records_before,
+                                 len(stored.journal), inputs.decode(stored.run.input),
+                                 replayed)
+        if dry_run or not report.ok:
+            return report
+        applied = []
+        for plan in plans:
+            resume = records.ResumeRecord(
+                run_id=run_id, epoch=0, worker_id=f"migrated by {by}", at=0.0,
+                from_seq=plan.records_before, code_version=f"{row.workflow}@{plan.to_version}",
+                reused=0, detail=records.ResumeDetails(
+                    plan.records_before, {}, {}, None,
+                    {"applied": [_audit(plan, by)]}).to_json())
+            _, made = await self.store.migrate_run(plan, resume=resume)
+            applied.append(made)
+        return dataclasses.replace(report, applied=tuple(applied))
+
+    async def rollback(self, run_id: str, *, by: str | None = None) -> RunInfo:
+        """Undo the run's last migration: its archived journal, version and
+        input come back, if nothing was journaled since (else
+        `MigrationRefused`). Audited in a resume record and on the migration,
+        with `by` (default: the OS user running the client)."""
+        by = _who(by)
+        row = await self.store.get_run(run_id)
+        resume = records.ResumeRecord(
+            run_id=run_id, epoch=0, worker_id=f"rolled back by {by}", at=0.0, from_seq=0,
+            code_version=f"{row.workflow}@{row.version}", reused=0,
+            detail=records.ResumeDetails(0, {}, {}, None, {"rolled_back": {
+                "by": by, "from_version": row.version}}).to_json())
+        new, _ = await self.store.rollback_run(run_id, by, resume)
+        return RunInfo.from_row(new)
+
+    def _app(self, what: str) -> App:
+        if self.app is None:
+            raise errors.SteadError(f"to {what} a run the client needs the app that registers "
+                                    "the migration: Client(store, app)")
+        return self.app
+
     # -- the decision context -----------------------------------------------------
     async def intents(self, run_id: str) -> list[records.IntentRow]:
         """Every version of the run's intent, oldest first, with who and why."""
@@ -629,6 +763,23 @@ class Client:
         if row.status == RunStatus.PAUSED:
             return await self.terminate(run_id, by=by, why=f"grant {tool} denied: {why}")
         return RunInfo.from_row(row)
+
+
+def _audit(plan: records.MigrationPlan, by: str) -> dict[str, Any]:
+    return {"from_version": plan.from_version, "to_version": plan.to_version, "by": by,
+            "records_before": plan.records_before, "records_after": len(plan.records)}
+
+
+def _who(by: str | None) -> str:
+    """Who makes a change to a run: `by`, else the OS user running this process."""
+    if by is None:
+        try:
+            by = os.environ.get("USER") or getpass.getuser()
+        except (OSError, KeyError):  # no login name in this environment
+            by = ""
+    if not isinstance(by, str) or not by.strip():
+        raise errors.InvalidInput("say who makes this change (by=...): it is recorded")
+    return by
 
 
 def _decider(by: str, why: str) -> None:

@@ -28,6 +28,9 @@ from typing import Any
 from stead import codec
 
 SIZE = 16  # call names remembered per run
+# A contract folded into a digest follows it after this mark (see `contracted`).
+CONTRACT_MARK = "#"
+MAX_CONTRACT_CHARS = 64
 MIN_LENGTH = 8  # shorter list arguments of steps and effects are hashed from scratch
 
 # Stands for the list among a call's parts, to cut their canonical text around
@@ -184,3 +187,24 @@ class Digests:
             if len(self._entries) > self._size:
                 self._entries.popitem(last=False)
         return final.hexdigest()[: codec.DIGEST_CHARS]
+
+
+def contracted(digest: str, contract: str | None) -> str:
+    """`digest` with the call's contract folded in (`run.step(...,
+    contract="v2")`): a call whose contract changed no longer matches its
+    record, even with the same name and arguments. Kept readable, as
+    `DIGEST#CONTRACT`, so a mismatch can name both contracts."""
+    if contract is None:
+        return digest
+    if (not isinstance(contract, str) or not contract or len(contract) > MAX_CONTRACT_CHARS
+            or CONTRACT_MARK in contract or not contract.isprintable()):
+        raise ValueError(
+            f"a contract is a short printable string without {CONTRACT_MARK!r} (at most "
+            f"{MAX_CONTRACT_CHARS} characters), such as 'v2'; not {contract!r}")
+    return f"{digest}{CONTRACT_MARK}{contract}"
+
+
+def contract_of(digest: str) -> tuple[str, str | None]:
+    """The argument digest and the contract (None: the call declared none)."""
+    base, mark, contract = digest.partition(CONTRACT_MARK)
+    return base, (contract if mark else None)

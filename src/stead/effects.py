@@ -28,7 +28,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
-from stead import addresses, calls, codec, errors, guard, outcomes
+from stead import addresses, calls, codec, digests, errors, guard, outcomes
 from stead.execution import Execution, Stop
 from stead.intent import Grant
 from stead.outcomes import Compensation, Operation, Outcome
@@ -64,6 +64,8 @@ class Spec:
     dedup_window: float | None = None
     # What undoes it, once a person reconciles it as to be compensated.
     compensate: Compensation | None = None
+    # Folded into the digest (see `digests.contracted`).
+    contract: str | None = None
 
 
 def _payload(rec: Record) -> dict[str, Any]:
@@ -78,7 +80,8 @@ class Effect:
         self.x = x
         self.addr = addr
         self.spec = spec
-        self.digest = x.digests.call(RecordKind.EFFECT, spec.name, spec.args, spec.kwargs)
+        self.digest = digests.contracted(
+            x.digests.call(RecordKind.EFFECT, spec.name, spec.args, spec.kwargs), spec.contract)
         self.args_json = codec.loads(
             codec.dumps({"args": list(spec.args), "kwargs": dict(spec.kwargs)},
                         what=f"the arguments of effect {spec.name!r}")
@@ -97,6 +100,21 @@ class Effect:
     def _result(self, payload: dict[str, Any]) -> Any:
         return codec.convert(payload.get("result"), self.rtype)
 
+    def _recorded(self, payload: dict[str, Any]) -> Any:
+        """The journaled outcome, as the declared return type."""
+        try:
+            return self._result(payload)
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError
+            # The journal holds an outcome the declared type no longer accepts.
+            raise self.x.stop_as_incompatible(errors.NonDeterminism(
+                f"run {self.x.fence.run_id}: the recorded result of effect "
+                f"{self.spec.name!r} does not fit its declared return type {self.rtype!r} any "
+                f"more ({codec.describe(exc)}). Register the old version alongside the new "
+                "one, or migrate the run; or cancel it.",
+                addr=self.addr, expected=f"effect {self.spec.name!r} returning what it "
+                "journaled", actual=f"effect {self.spec.name!r} returning {self.rtype!r}",
+            )) from exc
+
     # -- the state machine ----------------------------------------------------
     async def run(self) -> Any:
         recs = self.x.take(self.addr, RecordKind.EFFECT, self.spec.name, self.digest)
@@ -108,7 +126,7 @@ class Effect:
         data = _payload(last)
         if last.status == RecordStatus.OK:
             self.x.classify(ResumeClass.REUSE)
-            return self._result(data)
+            return self._recorded(data)
         if last.status == RecordStatus.ERROR:
             self.x.classify(ResumeClass.REUSE)
             return await self._after_failure(last.attempt, data)

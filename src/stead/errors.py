@@ -62,7 +62,17 @@ class UnknownRun(SteadError):
 
 
 class NonDeterminism(SteadError):
-    """Replayed code asked for something other than what the journal recorded."""
+    """Replayed code asked for something other than what the journal recorded.
+    `addr` and `seq` say where, `expected` what the journal holds there and
+    `actual` what the code does (each None when the message alone says it)."""
+
+    def __init__(self, message: str, *, addr: str | None = None, seq: int | None = None,
+                 expected: str | None = None, actual: str | None = None) -> None:
+        super().__init__(message)
+        self.addr = addr
+        self.seq = seq
+        self.expected = expected
+        self.actual = actual
 
 
 class WaitNotOpen(SteadError):
@@ -248,6 +258,8 @@ class ForkRefused(SteadError):
 class TaskMismatch(InvalidInput):
     """An event named a task that is not the task of the run it was
     delivered to; nothing was stored."""
+
+
 class RunMovedOn(SteadError):
     """An operator's action was decided on a view of the run that is no
     longer true (its status or epoch changed since): it is refused, and the
@@ -257,3 +269,10 @@ class RunMovedOn(SteadError):
 class UnknownAction(SteadError):
     """An operator action that does not exist, or that does not apply to what
     it names (a wait, an effect, a grant) as the run is now."""
+
+
+class MigrationRefused(SteadError):
+    """A migration (or its rollback) was not applied, and nothing changed: it
+    would lose an effect's record, its input does not fit the new version,
+    the run is held by a worker or moved meanwhile, or something was
+    journaled since the migration. The message says which."""

@@ -42,6 +42,12 @@ class Drain(BaseException):
     A BaseException so a workflow's `except Exception` cannot swallow it."""
 
 
+class Frontier(BaseException):
+    """Raised in a dry replay (`ExecutionOptions.dry`) where the workflow
+    would do something live: call a function, write, wait, sleep. The replay
+    ends there, having done nothing."""
+
+
 class Stop(BaseException):
     """Unwinds the workflow to stop the run for a human (`status`, with `error`
     saying what is known). A BaseException, so workflow code cannot swallow it."""
@@ -76,6 +82,9 @@ class ExecutionOptions:
     keyring: Callable[[], Awaitable[keys.Keyring]] | None = None
     # The largest result (of a step, effect or model call) journaled, as JSON.
     max_result_bytes: int = 16 * 1024 * 1024
+    # A dry replay (`stead.dryrun`): nothing live starts and nothing is
+    # written; the first live call raises `Frontier`.
+    dry: bool = False
 
 
 class Execution:
@@ -115,6 +124,9 @@ class Execution:
         self._suspend_after = options.suspend_after
         self._recheck_every = options.recheck_every
         self._keyring = options.keyring
+        self.dry = options.dry
+        # In a dry replay: the last call the journal did not know ("kind 'name' at addr").
+        self.frontier: str | None = None
         # The run's live wait tokens: values holding one are never stored.
         self.secrets = codec.Secrets()
         self.max_result_bytes = options.max_result_bytes
@@ -135,6 +147,8 @@ class Execution:
         # Raises if a stored input (JSON text) does not fit the run's workflow
         # (set by the takeover, which knows the workflow; see `continue_as_new`).
         self.check_input: Callable[[str], None] | None = None
+        # The migrations the version gate applied (see `ResumeDetails.migration`).
+        self.migration: dict[str, Any] | None = None
 
     def start(self, body: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run the workflow's `body` as a task, in the run's root branch. When
@@ -207,13 +221,18 @@ class Execution:
             raise self._incompatible
         if self._draining:
             raise Drain()
+        if self.dry:
+            raise Frontier()
 
     def take(self, addr: str, kind: RecordKind, name: str, digest: str) -> list[Record]:
         try:
-            return self.journal.take(addr, kind, name, digest)
+            found = self.journal.take(addr, kind, name, digest)
         except errors.NonDeterminism as exc:
             self._incompatible = exc
             raise
+        if not found and self.dry:
+            self.frontier = f"{kind} {name!r} at {addr}"
+        return found
 
     # -- writes -------------------------------------------------------------
     def record(self, addr: str, attempt: int, kind: RecordKind, name: str, digest: str,
@@ -249,7 +268,8 @@ class Execution:
             at=self.clock.now(), from_seq=self.journal.length,
             code_version=self.code_version, reused=self.journal.reused,
             detail=ResumeDetails(self.journal.length, self._classes,
-                                 self.journal.reused_kinds, self.revalidation).to_json(),
+                                 self.journal.reused_kinds, self.revalidation,
+                                 self.migration).to_json(),
         )
 
     def _committed(self, batch: Sequence[Record], resume: ResumeRecord | None,
@@ -281,6 +301,8 @@ class Execution:
         raises, nothing was written and the buffer is kept. `drop`, a buffered
         record `recs` make needless (a call's started marker, once its outcome
         is written), is left out if no earlier write carried it."""
+        if self.dry:
+            raise Frontier()
         async with self._lock:
             if self._lost is not None:
                 raise self._lost
@@ -361,6 +383,8 @@ class Execution:
         delay = at - self.clock.now()
         if delay <= 0:
             return
+        if self.dry:
+            raise Frontier()
         if delay <= self._suspend_after:
             await asyncio.sleep(delay)
             return
@@ -374,6 +398,8 @@ class Execution:
         arrived). The caller re-checks its condition and blocks again if need be.
         When every branch is parked and nothing is in flight, the run suspends:
         its lease is released and it holds no worker until it is woken."""
+        if self.dry:
+            raise Frontier()
         loop = asyncio.get_running_loop()
         blocker = _Blocker(wake_at, wait_id, loop.create_future())
         self._blocked.add(blocker)

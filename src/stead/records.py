@@ -306,6 +306,9 @@ class ResumeDetails:
     # policy's, with its reason and version). None for a run without intent
     # or policy.
     intent: Mapping[str, Any] | None = None
+    # A migration or its rollback this resume record audits: who, when,
+    # from which version to which, and the journal's length before and after.
+    migration: Mapping[str, Any] | None = None
 
     @classmethod
     def from_json(cls, text: str) -> ResumeDetails:
@@ -321,6 +324,7 @@ class ResumeDetails:
             classes=_counts(data.get("classes"), ResumeClass),
             kinds=_counts(data.get("kinds"), RecordKind),
             intent=data["intent"] if isinstance(data.get("intent"), dict) else None,
+            migration=data["migration"] if isinstance(data.get("migration"), dict) else None,
         )
 
     def to_json(self) -> str:
@@ -328,6 +332,8 @@ class ResumeDetails:
                                 "classes": dict(self.classes), "kinds": dict(self.kinds)}
         if self.intent is not None:
             data["intent"] = dict(self.intent)
+        if self.migration is not None:
+            data["migration"] = dict(self.migration)
         return json.dumps(data)
 
 
@@ -506,3 +512,84 @@ class StateRow:
     data: str
     run_id: str | None
     updated_at: float | None
+
+
+class FindingKind(enum.StrEnum):
+    """Why a dry replay (`stead replay-check`) says the code cannot interpret a run."""
+
+    INCOMPATIBLE = "incompatible"  # the code calls something else than the journal says
+    UNHOSTED = "unhosted"  # the app neither hosts the run's version nor migrates it
+    MIGRATION = "migration"  # the migration that would move it is refused
+    CORRUPT = "corrupt"  # the history cannot be read
+
+
+class HostRole(enum.StrEnum):
+    """How a worker serves a `workflow@version` (see `HostRow`)."""
+
+    HOSTS = "hosts"  # it runs that version's code
+    MIGRATES = "migrates"  # it claims runs of that version to migrate them to one it hosts
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HostRow:
+    """A worker's last heartbeat for one `code` (`workflow@version`) it serves."""
+
+    worker_id: str
+    code: str
+    role: HostRole
+    started_at: float
+    seen_at: float
+    stopped_at: float | None = None  # it stopped cleanly then
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Stranded:
+    """A runnable run no live worker serves: no worker has hosted (or
+    migrated) its `workflow@version` since `hosted_at` (None: none ever did,
+    as far as this database knows). Its status is unchanged; a worker that
+    serves the version takes it as any other."""
+
+    run: RunRow
+    hosted_at: float | None
+
+    @property
+    def code(self) -> str:
+        return f"{self.run.workflow}@{self.run.version}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MigrationRow:
+    """One migration applied to a run: from which version to which, the
+    input before and after, the journal's length before and after, who and
+    when (and at which epoch); `rolled_back_at`/`_by` once undone."""
+
+    run_id: str
+    number: int
+    from_version: int
+    to_version: int
+    old_input: str
+    new_input: str
+    records_before: int
+    records_after: int
+    author: str
+    at: float
+    epoch: int
+    rolled_back_at: float | None = None
+    rolled_back_by: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MigrationPlan:
+    """What a migration writes: the run's new version and input, and the
+    journal the new code replays (numbered from 0). `old_input` and
+    `records_before` are what it was made from: if the run moved since, the
+    store refuses it."""
+
+    run_id: str
+    from_version: int
+    to_version: int
+    old_input: str
+    new_input: str
+    records_before: int
+    records: tuple[Record, ...]
+    author: str

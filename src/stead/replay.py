@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from stead import errors, records
+from stead import digests, errors, records
 from stead.records import Record, RecordKind
 
 
@@ -92,20 +92,32 @@ class Journal:
         if not found:
             return []
         first = found[0]
+        journaled = f"{first.kind} {first.name!r}"
         if first.kind != kind or first.name != name:
             raise errors.NonDeterminism(
                 f"run {self.run_id}: at position {addr} (seq {first.seq}) the journal "
                 f"holds {first.kind} {first.name!r}, but the code now calls {kind} {name!r}. "
                 "The workflow code changed under a running checkpoint: register the old "
-                "version alongside the new one, then `stead runs retry RUN`; or cancel the run."
-            )
+                "version alongside the new one, then `stead runs retry RUN`; or cancel the run.",
+                addr=addr, seq=first.seq, expected=journaled, actual=f"{kind} {name!r}")
         if first.digest != digest:
+            (was, old), (now, new) = digests.contract_of(first.digest), digests.contract_of(digest)
+            if was == now:
+                raise errors.NonDeterminism(
+                    f"run {self.run_id}: {kind} {name!r} at position {addr} (seq {first.seq}) "
+                    f"was journaled under contract {old!r}, and the code now declares "
+                    f"contract {new!r}: its body changed in a way its author said matters. "
+                    "Register the old version alongside the new one, or migrate the run "
+                    "(stead runs migrate); or cancel it.",
+                    addr=addr, seq=first.seq, expected=f"{journaled} contract {old!r}",
+                    actual=f"{kind} {name!r} contract {new!r}")
             raise errors.NonDeterminism(
                 f"run {self.run_id}: {kind} {name!r} at position {addr} (seq {first.seq}) "
                 "is called with other arguments than the journal recorded. Control code "
                 "must be deterministic: take times, ids and randomness from run.now(), "
-                "run.uuid(), run.random()."
-            )
+                "run.uuid(), run.random().",
+                addr=addr, seq=first.seq, expected=f"{journaled} as journaled",
+                actual=f"{kind} {name!r} with other arguments")
         if addr not in self._taken:
             self._taken.add(addr)
             self.reused += len(found)

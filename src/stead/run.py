@@ -14,6 +14,7 @@ from stead import (
     addresses,
     calls,
     codec,
+    digests,
     effects,
     errors,
     guard,
@@ -195,18 +196,21 @@ class Run:
     @overload
     async def step(
         self, name: str, fn: Callable[..., Awaitable[T]], *args: Any,
-        retry: Retry | None = None, fresh: str | None = None, **kwargs: Any,
+        retry: Retry | None = None, fresh: str | None = None, contract: str | None = None,
+        **kwargs: Any,
     ) -> T: ...
 
     @overload
     async def step(
         self, name: str, fn: Callable[..., T], *args: Any,
-        retry: Retry | None = None, fresh: str | None = None, **kwargs: Any,
+        retry: Retry | None = None, fresh: str | None = None, contract: str | None = None,
+        **kwargs: Any,
     ) -> T: ...
 
     async def step(
         self, name: str, fn: Callable[..., Any], *args: Any,
-        retry: Retry | None = None, fresh: str | None = None, **kwargs: Any,
+        retry: Retry | None = None, fresh: str | None = None, contract: str | None = None,
+        **kwargs: Any,
     ) -> Any:
         """Call `fn(*args, **kwargs)` once, ever: its result (or its error) is
         journaled and returned from the journal on replay. Sync functions run in
@@ -216,9 +220,15 @@ class Run:
         (a plan): after a takeover whose intent diff is not empty (`"always"`:
         after any takeover) it is made again, and the run goes on live from
         it; the records after it stay in the journal, no longer replayed. If
-        something acted outside after it, the run pauses for a person."""
+        something acted outside after it, the run pauses for a person.
+
+        `contract="v2"` names the version of what the step means: it is folded
+        into the call's digest, so a run journaled under another contract
+        stops as `incompatible_checkpoint` naming the step and both contracts,
+        rather than reuse a result the changed body would not give."""
         _fresh(fresh)
-        digest = self._x.digests.call(RecordKind.STEP, name, args, kwargs)
+        digest = digests.contracted(
+            self._x.digests.call(RecordKind.STEP, name, args, kwargs), contract)
         status, payload, attempts = await self._recorded(
             RecordKind.STEP, name, digest,
             lambda: calls.invoke(fn, args, kwargs),
@@ -238,13 +248,14 @@ class Run:
                 f"run {self.id}: the recorded result of step {name!r} does not fit its "
                 f"declared return type {rtype!r} any more ({codec.describe(exc)}). Register the "
                 "old version alongside the new one, then `stead runs retry RUN`; or cancel the "
-                "run."
+                "run.", expected=f"step {name!r} returning what it journaled",
+                actual=f"step {name!r} returning {rtype!r}",
             )) from exc
 
     async def llm(
         self, name: str, model: Model, messages: Sequence[Mapping[str, Any]], *,
         retry: Retry | None = None, fresh: str | None = None, reason: str | None = None,
-        **params: Any,
+        contract: str | None = None, **params: Any,
     ) -> Completion:
         """Ask `model` once, ever: the completion is journaled, and a resumed run
         gets the recorded answer instead of asking again; unless `fresh` says
@@ -256,7 +267,8 @@ class Run:
         _fresh(fresh)
         if reason is not None and not isinstance(reason, str):
             raise TypeError("run.llm's reason is a string")
-        digest = self._x.digests.llm(name, model.name, messages, params)
+        digest = digests.contracted(self._x.digests.llm(name, model.name, messages, params),
+                                    contract)
 
         async def call() -> Completion:
             with addresses.outside_branches():
@@ -355,6 +367,7 @@ class Run:
         reason: str | None = None,
         cost: float | None = None,
         compensate: Callable[..., Any] | Compensation | None = None,
+        contract: str | None = None,
         **kwargs: Any,
     ) -> T: ...
 
@@ -375,6 +388,7 @@ class Run:
         reason: str | None = None,
         cost: float | None = None,
         compensate: Callable[..., Any] | Compensation | None = None,
+        contract: str | None = None,
         **kwargs: Any,
     ) -> T: ...
 
@@ -394,6 +408,7 @@ class Run:
         reason: str | None = None,
         cost: float | None = None,
         compensate: Callable[..., Any] | Compensation | None = None,
+        contract: str | None = None,
         **kwargs: Any,
     ) -> Any:
         """Perform a side effect at most once, knowingly: the intent (with the
@@ -414,6 +429,7 @@ class Run:
         in the transaction that commits its intent; `fn` gets it as
         `op.grant`. `reason` is handed to the policy; `cost` counts against
         the budget's `spend`. What is refused pauses the run, nothing sent.
+        `contract` is folded into the digest, as for `step`.
 
         `compensate=fn` (or a `stead.Compensation` with its own `check` and
         `idempotent`) undoes the effect once a person reconciles it as to be
@@ -441,7 +457,7 @@ class Run:
             idempotent=bool(idempotent), dedup_window=window, retry=retry or NO_RETRY,
             timeout=timeout,
             poll_every=poll_every, uncertain=uncertain, tool=tool, reason=reason,
-            cost=None if cost is None else float(cost),
+            cost=None if cost is None else float(cost), contract=contract,
         )
         addr = addresses.reserve()
         return await effects.Effect(self._x, addr, spec).run()

@@ -1,7 +1,15 @@
 """The takeover pipeline (see docs/architecture.md), one small function per stage.
 
-    claim (worker.py) → version gate → load checkpoint → revalidate → replay
-    → resume record
+    claim (worker.py) → version gate [→ migrate] → load checkpoint → revalidate
+    → replay → resume record
+
+The version gate continues a run on the version it started on when the app
+hosts it; otherwise, if the app registers migrations that lead from it to a
+version it hosts, the run is migrated (its old journal archived, the
+migration recorded and carried by the resume record) and continues there; a
+migration that is refused stops the run as `incompatible_checkpoint`, saying
+why. `plan_from` is the same step for `Client.migrate` and the dry replays of
+`stead.dryrun`.
 
 `prepare` runs the stages between the claim and replay. Revalidation runs
 only for a run with an intent or under an app with a policy: the policy is
@@ -19,13 +27,26 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from stead import codec, errors, guard, inputs, policy
+from stead import codec, errors, guard, inputs, migrations, policy
 from stead.app import App, Workflow
 from stead.clock import Clock
 from stead.execution import Execution, ExecutionOptions, Stop
+from stead.exports import StoredRun
 from stead.intent import Intent
+from stead.migrations import Migration, MigrationView
 from stead.policy import Continue
-from stead.records import Fence, IntentRow, ResumeDetails, ResumeRecord, RunRow, RunStatus
+from stead.records import (
+    Fence,
+    IntentRow,
+    MigrationPlan,
+    MigrationRow,
+    Record,
+    ResumeDetails,
+    ResumeRecord,
+    RunRow,
+    RunStatus,
+    WaitState,
+)
 from stead.replay import Journal
 from stead.store.base import Store
 from stead.store.seam import FencedWrite
@@ -40,6 +61,7 @@ class Stopped:
     # The takeover's audit, written in the same fenced write that stops the
     # run: the decision "stopped: <status>" with the reason.
     resume: ResumeRecord | None = None
+    error_type: str = "CorruptRecord"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,13 +76,103 @@ class Ready:
 
 
 def version_gate(app: App, row: RunRow) -> Workflow[Any, Any] | Stopped:
-    """The run continues only on the exact workflow version it started on."""
+    """The run continues on the exact workflow version it is on, if the app
+    hosts it. If not, `prepare` migrates it when the app can (a worker claims
+    such versions only then); otherwise the app changed between claim and
+    gate: the run is left for a worker that hosts it."""
     try:
         return app.get(row.workflow, row.version)
     except errors.UnknownWorkflow as exc:
-        # Claims only take hosted versions, so this means the app changed
-        # between claim and gate: leave the run for a worker that hosts it.
         return Stopped(RunStatus.PENDING, str(exc))
+
+
+def task_key(row: RunRow) -> str:
+    return row.task_id if row.task_id is not None else f"run:{row.run_id}"
+
+
+async def load_stored(store: Store, row: RunRow) -> StoredRun:
+    """The run as stored now: its journal, waits and task state."""
+    journal = await store.load_journal(row.run_id)
+    waits = await store.list_waits(run_id=row.run_id, limit=10_000)
+    state = await store.read_state(task_key(row))
+    return StoredRun(row, tuple(journal), tuple(waits), state)
+
+
+def view_of(stored: StoredRun, migration: Migration) -> MigrationView:
+    """What `migration` sees of the run."""
+    row = stored.run
+    try:
+        args, kwargs = inputs.decode(row.input)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise errors.MigrationRefused(
+            f"run {row.run_id}: its stored input is corrupt ({exc}); nothing to migrate"
+        ) from exc
+    state = stored.state
+    return MigrationView(
+        run_id=row.run_id, workflow=row.workflow, from_version=migration.from_version,
+        to_version=migration.to_version, task_id=row.task_id, args=tuple(args),
+        kwargs=kwargs, records=stored.journal,
+        state=None if state is None else codec.loads(state.data),
+        state_version=0 if state is None else state.version,
+        open_waits=tuple(w for w in stored.waits if w.state == WaitState.OPEN))
+
+
+def plan_from(app: App, stored: StoredRun, migration: Migration, author: str) -> MigrationPlan:
+    """Run `migration` on the run and check what it made: the journal (no
+    effect record lost) and, if the app hosts the target version, the new
+    input against its parameters. `MigrationRefused` says what is wrong;
+    nothing is written here."""
+    row = stored.run
+    view = view_of(stored, migration)
+    made = migration(view)
+    records = migrations.new_journal(migration, view, made)
+    try:
+        new_input = inputs.encode(list(made.args), dict(made.kwargs), workflow=row.workflow)
+    except errors.SerializationError as exc:
+        raise errors.MigrationRefused(f"migration {migration.source} -> {migration.target}: "
+                                      f"{exc}") from exc
+    try:
+        target = app.get(row.workflow, migration.to_version)
+    except errors.UnknownWorkflow:
+        target = None  # a step of a longer path: the last one is checked
+    if target is not None:
+        try:
+            inputs.bind(target, *inputs.decode(new_input))
+        except (TypeError, ValueError) as exc:
+            raise errors.MigrationRefused(
+                f"migration {migration.source} -> {migration.target} made an input that does "
+                f"not fit {target.key} ({codec.describe(exc)}); nothing changed") from exc
+    return MigrationPlan(row.run_id, migration.from_version, migration.to_version, row.input,
+                         new_input, len(view.records), records, author)
+
+
+def planned(stored: StoredRun, plan: MigrationPlan) -> StoredRun:
+    """The run as it is once `plan` is applied (nothing is written)."""
+    return dataclasses.replace(
+        stored, run=stored.run.evolve(version=plan.to_version, input=plan.new_input),
+        journal=plan.records)
+
+
+def migration_audit(applied: list[MigrationRow]) -> dict[str, Any]:
+    """What a resume record says of the migrations a takeover applied."""
+    return {"applied": [{"number": m.number, "from_version": m.from_version,
+                         "to_version": m.to_version, "by": m.author, "at": m.at,
+                         "records_before": m.records_before,
+                         "records_after": m.records_after} for m in applied]}
+
+
+async def migrate(app: App, store: Store, row: RunRow, worker_id: str,
+                  path: list[Migration]) -> tuple[RunRow, tuple[Record, ...], list[MigrationRow]]:
+    """Apply `path` to the run this worker holds, one migration (and one
+    transaction) after the other."""
+    applied: list[MigrationRow] = []
+    records: tuple[Record, ...] = ()
+    for migration in path:
+        plan = plan_from(app, await load_stored(store, row), migration, f"worker {worker_id}")
+        row, made = await store.migrate_run(plan, fence=Fence(row.run_id, row.epoch, worker_id))
+        applied.append(made)
+        records = plan.records
+    return row, records, applied
 
 
 def decode_input(wf: Workflow[Any, Any], row: RunRow) -> tuple[list[Any], dict[str, Any]]:
@@ -121,14 +233,14 @@ async def revalidate(
 
 
 def stopped(row: RunRow, worker_id: str, at: float, code_version: str, from_seq: int,
-            status: RunStatus, reason: str) -> Stopped:
+            status: RunStatus, reason: str, error_type: str = "CorruptRecord") -> Stopped:
     """A stop before replay, carrying its resume record."""
     decision = {"decision": f"stopped: {status}", "reason": reason, "policy_version": None}
     detail = ResumeDetails(from_seq, {}, {}, {"decision": decision})
     resume = ResumeRecord(
         run_id=row.run_id, epoch=row.epoch, worker_id=worker_id, at=at, from_seq=from_seq,
         code_version=code_version, reused=0, detail=detail.to_json())
-    return Stopped(status, reason, resume)
+    return Stopped(status, reason, resume, error_type)
 
 
 async def prepare(
@@ -137,8 +249,19 @@ async def prepare(
 ) -> Ready | Stopped:
     """Everything between the claim and the first replayed call."""
     gated = version_gate(app, row)
+    migrated: tuple[Record, ...] | None = None
+    audit: dict[str, Any] | None = None
     if isinstance(gated, Stopped):
-        return gated
+        path = app.migrations_path(row.workflow, row.version)
+        if not path:
+            return gated
+        try:
+            row, migrated, applied = await migrate(app, store, row, worker_id, path)
+        except errors.MigrationRefused as exc:
+            return stopped(row, worker_id, clock.now(), f"{row.workflow}@{row.version}", 0,
+                           RunStatus.INCOMPATIBLE, str(exc), "MigrationRefused")
+        audit = migration_audit(applied)
+        gated = app.get(row.workflow, row.version)
     # A run without intent under an app without policy has nothing to revalidate.
     checked = app.current_policy is not None or row.intent_version > 0
     first: IntentRow | None = None
@@ -148,12 +271,14 @@ async def prepare(
     try:
         # Epoch 1 is a run's first claim ever (every claim, retry and cancel
         # bumps it): no one has journaled anything yet, so skip the round trip.
+        load = row.epoch > 1 and migrated is None
         if checked:
-            recorded, intents, last = await store.takeover_context(
-                row.run_id, journal=row.epoch > 1)
+            recorded, intents, last = await store.takeover_context(row.run_id, journal=load)
             first, intent = (intents[0], intents[-1]) if intents else (None, None)
         else:
-            recorded = await store.load_journal(row.run_id) if row.epoch > 1 else []
+            recorded = await store.load_journal(row.run_id) if load else []
+        if migrated is not None:
+            recorded = list(migrated)
         journal = Journal(row.run_id, recorded)
         args, kwargs = decode_input(gated, row)
     except errors.CorruptRecord as exc:
@@ -166,9 +291,10 @@ async def prepare(
         journal=journal,
         clock=clock,
         code_version=gated.key,
-        takeover=row.epoch > 1 or journal.length > 0,
+        takeover=row.epoch > 1 or journal.length > 0 or audit is not None,
         options=options,
     )
+    execution.migration = audit
     execution.matchers = app.matchers
     execution.check_input = lambda text: inputs.check(gated, text)
     execution.tools, execution.app_name = app.tools, app.name

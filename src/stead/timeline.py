@@ -18,6 +18,7 @@ from stead.client import RunInfo
 from stead.records import (
     Lineage,
     LineageKind,
+    MigrationRow,
     Record,
     RecordKind,
     RecordStatus,
@@ -323,6 +324,29 @@ def render_runs(infos: Sequence[RunInfo]) -> str:
         for i in infos
     ]
     return "\n".join(_table(header, rows, right=set()))
+
+
+def render_migrations(workflow: str, migrated: Sequence[MigrationRow]) -> str:
+    """Each migration of a run: versions, who, when, the journal's length
+    before and after (the old journal is kept), and its rollback."""
+    lines = ["migrations"]
+    for m in migrated:
+        lines.append(
+            f"  {m.number}. {workflow}@{m.from_version} -> {workflow}@{m.to_version} by "
+            f"{m.author} at {clock_time(m.at)} (epoch {m.epoch}); journal "
+            f"{m.records_before} -> {m.records_after} record(s), the old one kept")
+        if m.rolled_back_at is not None:
+            lines.append(f"     rolled back by {m.rolled_back_by} at "
+                         f"{clock_time(m.rolled_back_at)}")
+    return "\n".join(lines)
+
+
+def stranded_line(info: RunInfo) -> str:
+    """`run R (refund_order@1, pending): no worker hosts refund_order@1 since …`."""
+    since = ("and none has yet" if info.hosted_at is None
+             else f"since {clock_time(info.hosted_at)}")
+    return (f"run {info.run_id} ({info.workflow}@{info.version}, {info.status}): no worker "
+            f"hosts {info.workflow}@{info.version} {since}")
 
 
 # -- JSON forms (for --json) -------------------------------------------------

@@ -28,7 +28,16 @@ from stead.app import App
 from stead.clock import Clock, SystemClock
 from stead.execution import Continued, Drain, Execution, ExecutionOptions, Stop
 from stead.leases import LeaseKeeper
-from stead.records import STOPPED, TERMINAL, Backlog, Fence, RunRow, RunStatus, WaitState
+from stead.records import (
+    STOPPED,
+    TERMINAL,
+    Backlog,
+    Fence,
+    HostRole,
+    RunRow,
+    RunStatus,
+    WaitState,
+)
 from stead.run import Run
 from stead.store.base import Store
 
@@ -55,12 +64,15 @@ class WorkerOptions:
     # The largest result (of a step, effect or model call) journaled, as JSON:
     # a larger one raises `ResultTooLarge` in the workflow, naming the call.
     max_result_bytes: int = 16 * 1024 * 1024
+    # How often the worker tells the store which versions it serves (see
+    # `Store.heartbeat`); one not heard from for 3 heartbeats is taken as gone.
+    heartbeat: float = 10.0
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ValueError("concurrency must be at least 1")
-        if self.lease_seconds <= 0 or self.poll_interval <= 0:
-            raise ValueError("lease_seconds and poll_interval must be positive")
+        if self.lease_seconds <= 0 or self.poll_interval <= 0 or self.heartbeat <= 0:
+            raise ValueError("lease_seconds, poll_interval and heartbeat must be positive")
 
 
 def _error_json(exc: BaseException) -> str:
@@ -100,6 +112,10 @@ class Worker:
         # -> (until when, by loop time; the pause the next error starts).
         self._backoff: dict[str, tuple[float, float]] = {}
         self._claim_pause = 0.0
+        # What this worker claims: the versions it hosts, and those it can
+        # migrate to one of them that no other live worker hosts (refreshed
+        # at each heartbeat).
+        self._claimable: list[str] = app.hosted()
 
     # -- public -------------------------------------------------------------
     async def run(self) -> None:
@@ -136,7 +152,7 @@ class Worker:
     async def unhosted(self) -> list[Backlog]:
         """Runs a worker could take now that this worker does not host, by
         `workflow@version`."""
-        hosted = set(self.app.hosted())
+        hosted = set(self._claimable)
         return [b for b in await self.store.backlog() if b.runnable and b.code not in hosted]
 
     def stop(self) -> None:
@@ -155,6 +171,8 @@ class Worker:
         ends rather than polling the store."""
         addresses.install(asyncio.get_running_loop())
         await self._leases.start()
+        await self._beat()
+        beating = asyncio.create_task(self._heartbeats(), name=f"stead heartbeat {self.id}")
         try:
             while not self._stopping.is_set():
                 free = self.options.concurrency - len(self._active)
@@ -163,7 +181,7 @@ class Worker:
                 if free > 0:
                     try:
                         claimed = await self.store.claim(
-                            self.id, self.app.hosted(), self.options.lease_seconds, free,
+                            self.id, self._claimable, self.options.lease_seconds, free,
                             exclude=[*self._active, *backing_off],
                         )
                         self._claim_pause = 0.0
@@ -185,10 +203,41 @@ class Worker:
                     continue
                 await self._idle(wait_for_runs)
         finally:
+            beating.cancel()
+            await asyncio.gather(beating, return_exceptions=True)
             try:
                 await self._drain()
             finally:
-                await self._leases.stop()
+                try:
+                    with contextlib.suppress(errors.StoreError):
+                        await self.store.host_stopped(self.id)
+                finally:
+                    await self._leases.stop()
+
+    # -- heartbeats -------------------------------------------------------------
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.heartbeat)
+            await self._beat()
+
+    async def _beat(self) -> None:
+        """Tell the store which versions this worker serves, after deciding
+        which it migrates: those no other live worker hosts (a run goes on
+        on its own version while one does)."""
+        migrated = self.app.migrated()
+        try:
+            if migrated:
+                live = self.clock.now() - 3 * self.options.heartbeat
+                others = {h.code for h in await self.store.worker_hosts()
+                          if h.role == HostRole.HOSTS and h.seen_at > live
+                          and h.stopped_at is None and h.worker_id != self.id}
+                migrated = [code for code in migrated if code not in others]
+            self._claimable = [*self.app.hosted(), *migrated]
+            await self.store.heartbeat(
+                self.id, [*((c, HostRole.HOSTS) for c in self.app.hosted()),
+                          *((c, HostRole.MIGRATES) for c in migrated)])
+        except errors.StoreError as exc:
+            log.warning("worker %s could not send its heartbeat: %s", self.id, exc)
 
     async def _ask(self, finished: Callable[[], Awaitable[bool]]) -> bool:
         try:
@@ -356,7 +405,7 @@ class Worker:
             log.error("run %s stopped as %s: %s", fence.run_id, stopped.status, stopped.reason)
             await self.store.finish(
                 fence, stopped.status,
-                error=json.dumps({"type": "CorruptRecord", "message": stopped.reason}),
+                error=json.dumps({"type": stopped.error_type, "message": stopped.reason}),
                 resume=stopped.resume,
             )
 

@@ -20,6 +20,7 @@ from stead.cli import (
     common,
     db,
     demo,
+    deploy,
     events,
     grants,
     keys,
@@ -57,3 +58,8 @@ main.add_command(keys.keys_group)
 main.add_command(demo.demo)
 main.add_command(chaos.chaos)
 main.add_command(ui.ui)
+main.add_command(deploy.replay_check)
+main.add_command(deploy.doctor)
+for command in (deploy.runs_migrate, deploy.runs_rollback, deploy.runs_export,
+                deploy.runs_import):
+    runs.runs.add_command(command)

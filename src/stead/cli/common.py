@@ -24,7 +24,7 @@ import click
 
 from stead import errors
 from stead.app import App
-from stead.client import Client
+from stead.client import STRANDED_AFTER, Client
 from stead.intent import Intent
 from stead.store import DEFAULT_URL, display_url, open_store
 
@@ -229,6 +229,14 @@ def decision_options(f: F) -> F:
     f = click.option("--why", required=True, help="Why (recorded with the decision).")(f)
     return click.option("--by", "by", required=True,
                         help="Who decides (recorded with the decision).")(f)
+
+
+def grace_option(f: F) -> F:
+    """`--grace SECONDS`: how long no worker may serve a runnable run's
+    version before the run counts as stranded."""
+    return click.option(
+        "--grace", type=click.FloatRange(min=0), default=STRANDED_AFTER, show_default=True,
+        metavar="SECONDS", help="A runnable run no worker has served this long is stranded.")(f)
 
 
 def app_argument(f: F) -> F:

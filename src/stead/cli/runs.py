@@ -88,21 +88,30 @@ def runs() -> None:
 @click.option("--workflow", default=None, help="Only runs of this workflow.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True,
               help="At most this many runs, newest first.")
+@click.option("--stranded", is_flag=True,
+              help="Only runnable runs whose version no worker serves (see --grace).")
+@common.grace_option
 @common.json_option
 @click.pass_context
 def runs_ls(ctx: click.Context, status: str | None, workflow: str | None, limit: int,
-            as_json: bool) -> None:
-    """List runs, newest first."""
+            stranded: bool, grace: float, as_json: bool) -> None:
+    """List runs, newest first (--stranded: oldest first)."""
     db = common.database_url(ctx)
     common.require_database(db)
+    if stranded and status is not None:
+        raise click.UsageError("--stranded lists runnable runs: leave --status out")
 
     async def go() -> Any:
         async with common.opened_client(db) as client:
-            return await client.list_runs(status=status, workflow=workflow, limit=limit)
+            return await client.list_runs(status=status, workflow=workflow, limit=limit,
+                                          stranded=stranded, grace=grace)
 
     infos = common.run_async(go())
     if as_json:
         click.echo(json.dumps([timeline.run_json(i) for i in infos], indent=2))
+    elif stranded:
+        common.echo("\n".join(timeline.stranded_line(_shown(i)) for i in infos)
+                    or "no stranded runs")
     else:
         common.echo(timeline.render_runs([_shown(i) for i in infos]))
 
@@ -122,13 +131,14 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
             info = await client.get(run_id)
             return (info, await client.journal(run_id), await client.resumes(run_id),
                     await client.intents(run_id), await client.lineage(run_id),
-                    client.store.clock.now())
+                    await client.migrations(run_id), client.store.clock.now())
 
-    info, journal, resumes, intents, lineage, now = common.run_async(go())
+    info, journal, resumes, intents, lineage, migrated, now = common.run_async(go())
     if as_json:
         shown = timeline.show_json(info, journal, resumes)
         shown["intents"] = [dataclasses.asdict(i) for i in intents]
         shown["lineage"] = timeline.lineage_json(lineage)
+        shown["migrations"] = [dataclasses.asdict(m) for m in migrated]
         click.echo(json.dumps(shown, indent=2))
     else:
         common.echo(timeline.render_run(_shown(info), journal, resumes, now=now))
@@ -136,6 +146,8 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
             common.echo("\n".join(timeline.lineage_lines(lineage)))
         if intents or any(r.details.intent for r in resumes):
             common.echo(decisions.render(intents, resumes, journal, now))
+        if migrated:
+            common.echo(timeline.render_migrations(info.workflow, migrated))
 
 
 @runs.command("cancel")

@@ -47,6 +47,10 @@ log = logging.getLogger("stead.cli")
 @click.option("--max-result-bytes", type=click.IntRange(min=1), default=16 * 1024 * 1024,
               show_default=True, metavar="N",
               help="The largest result (of a step, effect or model call) journaled, as JSON.")
+@click.option("--heartbeat", type=click.FloatRange(min=0, min_open=True), default=10.0,
+              show_default=True, metavar="SECONDS",
+              help="How often the worker tells the store which versions it serves "
+                   "(a runnable run no worker serves is listed as stranded).")
 @click.option("--worker-id", default=None, help="Name this worker (default host:pid:random).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True, help="Log level of stead's messages.")
@@ -58,7 +62,8 @@ log = logging.getLogger("stead.cli")
 @click.pass_context
 def worker(ctx: click.Context, app_spec: str, concurrency: int, lease: float, poll: float,
            grace: float, until_idle: bool, until_done: bool, timeout: float | None,
-           max_result_bytes: int, worker_id: str | None, log_level: str, log_format: str,
+           max_result_bytes: int, heartbeat: float, worker_id: str | None, log_level: str,
+           log_format: str,
            run_ids: tuple[str, ...]) -> None:
     """Run a worker for the workflows of MODULE:APP.
 
@@ -77,7 +82,7 @@ def worker(ctx: click.Context, app_spec: str, concurrency: int, lease: float, po
     app = common.load_app(app_spec)
     options = WorkerOptions(concurrency=concurrency, lease_seconds=lease, poll_interval=poll,
                             shutdown_grace=grace, worker_id=worker_id,
-                            max_result_bytes=max_result_bytes)
+                            max_result_bytes=max_result_bytes, heartbeat=heartbeat)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logs.formatter(log_format))
     stead_log = logging.getLogger("stead")
@@ -144,6 +149,9 @@ async def _work(db: str, app: App, options: WorkerOptions, until: Until) -> Repo
                 installed.append(sig)
         log.info("worker %s started: hosting %s on %s", w.id, ", ".join(app.hosted()) or
                  "nothing", display_url(db))
+        if app.migrated():
+            log.info("worker %s migrates runs of %s when no live worker hosts them", w.id,
+                     ", ".join(app.migrated()))
         try:
             await client.store.keyring()
         except errors.KeysUnavailable as exc:

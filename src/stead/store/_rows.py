@@ -10,8 +10,10 @@ from stead.records import (
     ActionRow,
     Backlog,
     EventRow,
+    HostRow,
     IntentRow,
     Link,
+    MigrationRow,
     Record,
     ResumeRecord,
     RunRow,
@@ -50,6 +52,19 @@ def link(row: Row) -> Link:
 def link_params(r: Link) -> dict[str, Any]:
     return {"run_id": r.run_id, "parent_id": r.parent_id, "kind": r.kind, "at_seq": r.at_seq,
             "created_at": r.created_at}
+
+
+def host(row: Row) -> HostRow:
+    return HostRow(row["worker_id"], row["code"], row["role"], row["started_at"],
+                   row["seen_at"], row["stopped_at"])
+
+
+def migration(row: Row) -> MigrationRow:
+    return MigrationRow(**{name: row[name] for name in _MIGRATION_FIELDS})
+
+
+def migration_params(m: MigrationRow) -> dict[str, Any]:
+    return {name: getattr(m, name) for name in _MIGRATION_FIELDS}
 
 
 def backlog(row: Row) -> Backlog:
@@ -122,3 +137,4 @@ _WAIT_FIELDS = WaitRow.__dataclass_fields__.keys()
 _WAIT_INSERT = tuple(n for n in _WAIT_FIELDS
                      if n not in ("state", "event_id", "closed_at", "bad_tokens", "locked_at"))
 _EVENT_FIELDS = EventRow.__dataclass_fields__.keys()
+_MIGRATION_FIELDS = MigrationRow.__dataclass_fields__.keys()

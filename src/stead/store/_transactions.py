@@ -24,10 +24,13 @@ from stead.records import (
     DeliveryContext,
     EventRow,
     Fence,
+    HostRow,
     IntentRow,
     Judgement,
     LineageKind,
     Link,
+    MigrationPlan,
+    MigrationRow,
     NewFork,
     NewRun,
     Record,
@@ -36,6 +39,7 @@ from stead.records import (
     RunRow,
     RunStatus,
     StateRow,
+    Stranded,
     Verdict,
     WaitRow,
     WaitState,
@@ -557,3 +561,175 @@ def takeover_context(
     intents = [_rows.intent(r) for r in (yield rows("list_intents", {"run_id": run_id}))]
     resumes = [_rows.resume(r) for r in (yield rows("list_resumes", {"run_id": run_id}))]
     return records, intents, resumes[-1] if resumes else None
+
+
+# -- deploys: heartbeats, stranded runs, migrations, imports ------------------------
+def heartbeat(worker_id: str, served: Sequence[tuple[str, str]], now: float,
+              forget_before: float) -> Flow[None]:
+    """Say `worker_id` is alive and serves each `(code, role)`; forget
+    heartbeats older than `forget_before`."""
+    for code, role in served:
+        yield execute("heartbeat", {"worker_id": worker_id, "code": code, "role": role,
+                                    "now": now})
+    yield execute("forget_hosts", {"before": forget_before})
+
+
+def host_stopped(worker_id: str, now: float) -> Flow[None]:
+    yield execute("host_stopped", {"worker_id": worker_id, "now": now})
+
+
+def stranded(now: float, since: float, limit: int) -> Flow[list[Stranded]]:
+    found = yield rows("stranded_runs", {"now": now, "since": since, "limit": limit})
+    return [Stranded(_rows.run(r), r["hosted_at"]) for r in found]
+
+
+def hosts(limit: int) -> Flow[list[HostRow]]:
+    return [_rows.host(r) for r in (yield rows("worker_hosts", {"limit": limit}))]
+
+
+def _movable(run: RunRow, now: float, what: str) -> None:
+    """A person may migrate or roll back only a live run no worker holds."""
+    if not run.live:
+        raise errors.MigrationRefused(
+            f"run {run.run_id} is {run.status}: there is nothing to {what}")
+    if run.lease_owner is not None and (run.lease_expires_at or 0.0) > now:
+        raise errors.MigrationRefused(
+            f"run {run.run_id} is held by worker {run.lease_owner} (lease until "
+            f"{run.lease_expires_at:.0f}); stop that worker or wait for the run to suspend, "
+            f"then {what} it")
+
+
+def migrate_run(plan: MigrationPlan, fence: Fence | None, resume: ResumeRecord | None,
+                now: float, where: str) -> Flow[tuple[RunRow, MigrationRow]]:
+    """Apply `plan`: archive the journal, write the migrated one, move the
+    run to the new version and input, and record the migration (and, for a
+    person's migration, its resume record), in one transaction. By the
+    run's holder (`fence`: it keeps its lease) or by a person (the run must
+    be live and held by no one; its epoch moves on)."""
+    run_id = plan.run_id
+    yield execute("lock_run", {"run_id": run_id})
+    row = yield one("get_run", {"run_id": run_id})
+    if row is None:
+        raise unknown_run(run_id, where)
+    run = _rows.run(row)
+    if fence is not None:
+        if (yield one("fence", fence_params(fence))) is None:
+            raise stale(fence)
+    else:
+        _movable(run, now, "migrate")
+    length = int((yield one("next_seq", {"run_id": run_id}))["seq"])
+    if (run.version, run.input, length) != (plan.from_version, plan.old_input,
+                                            plan.records_before):
+        raise errors.MigrationRefused(
+            f"run {run_id} moved while its migration was made (now version {run.version}, "
+            f"{length} journal record(s); the migration was made from version "
+            f"{plan.from_version} and {plan.records_before}); nothing changed, try again")
+    number = len((yield rows("list_migrations", {"run_id": run_id}))) + 1
+    yield execute("archive_journal", {"run_id": run_id, "migration": number})
+    yield execute("delete_journal", {"run_id": run_id})
+    for r in plan.records:
+        yield execute("insert_record", _rows.record_params(run_id, r))
+    code = {"run_id": run_id, "version": plan.to_version, "input": plan.new_input, "now": now}
+    if fence is not None:
+        moved = yield one("set_code_fenced", {**code, **fence_params(fence)})
+    else:
+        moved = yield one("set_code", code)
+    new = _rows.run(moved)
+    made = MigrationRow(run_id, number, plan.from_version, plan.to_version, plan.old_input,
+                        plan.new_input, plan.records_before, len(plan.records), plan.author,
+                        now, new.epoch)
+    yield execute("insert_migration", _rows.migration_params(made))
+    if resume is not None:
+        yield execute("insert_resume", _rows.resume_params(
+            dataclasses.replace(resume, epoch=new.epoch, at=now)))
+    if fence is None:
+        yield execute("notify_work")
+    return new, made
+
+
+def migrated(run_id: str, plan: MigrationPlan
+             ) -> Flow[tuple[RunRow, MigrationRow] | NotLanded]:
+    found = [_rows.migration(r) for r in (yield rows("list_migrations", {"run_id": run_id}))]
+    row = yield one("get_run", {"run_id": run_id})
+    if not found or row is None:
+        return NOT_LANDED
+    last = found[-1]
+    if (last.from_version, last.to_version, last.records_before, last.new_input) != (
+            plan.from_version, plan.to_version, plan.records_before, plan.new_input):
+        return NOT_LANDED
+    return _rows.run(row), last
+
+
+def rollback_run(run_id: str, author: str, resume: ResumeRecord, now: float, where: str
+                 ) -> Flow[tuple[RunRow, MigrationRow]]:
+    """Undo the run's last migration: put its archived journal, version and
+    input back, if nothing was journaled since."""
+    yield execute("lock_run", {"run_id": run_id})
+    row = yield one("get_run", {"run_id": run_id})
+    if row is None:
+        raise unknown_run(run_id, where)
+    run = _rows.run(row)
+    found = [_rows.migration(r) for r in (yield rows("list_migrations", {"run_id": run_id}))]
+    if not found or found[-1].rolled_back_at is not None:
+        raise errors.MigrationRefused(f"run {run_id} has no migration to roll back")
+    last = found[-1]
+    _movable(run, now, "roll back")
+    length = int((yield one("next_seq", {"run_id": run_id}))["seq"])
+    if length != last.records_after or run.version != last.to_version:
+        raise errors.MigrationRefused(
+            f"run {run_id} went on after its migration to version {last.to_version} "
+            f"({length - last.records_after} record(s) journaled since): rolling back would "
+            "lose them; nothing changed")
+    yield execute("delete_journal", {"run_id": run_id})
+    yield execute("restore_journal", {"run_id": run_id, "migration": last.number})
+    moved = yield one("set_code", {"run_id": run_id, "version": last.from_version,
+                                   "input": last.old_input, "now": now})
+    new = _rows.run(moved)
+    yield execute("mark_rolled_back", {"run_id": run_id, "number": last.number, "now": now,
+                                       "author": author})
+    yield execute("insert_resume", _rows.resume_params(
+        dataclasses.replace(resume, epoch=new.epoch, at=now, from_seq=last.records_before)))
+    yield execute("notify_work")
+    return new, dataclasses.replace(last, rolled_back_at=now, rolled_back_by=author)
+
+
+def rolled_back(run_id: str) -> Flow[tuple[RunRow, MigrationRow] | NotLanded]:
+    found = [_rows.migration(r) for r in (yield rows("list_migrations", {"run_id": run_id}))]
+    row = yield one("get_run", {"run_id": run_id})
+    if not found or found[-1].rolled_back_at is None or row is None:
+        return NOT_LANDED
+    return _rows.run(row), found[-1]
+
+
+def import_run(run: RunRow, journal: Sequence[Record], waits: Sequence[WaitRow],
+               state: StateRow | None, where: str) -> Flow[RunRow]:
+    """Store a run exported from another database: its row (no lease), its
+    journal, its waits, and its task state if the task has none here.
+    Refused if a run with its id exists."""
+    params = {name: getattr(run, name) for name in (
+        "run_id", "workflow", "version", "task_id", "status", "input", "result", "error",
+        "epoch", "created_at", "updated_at", "wake_at")}
+    row = yield one("import_run", params)
+    if row is None:
+        raise errors.InvalidInput(
+            f"{where} already holds a run {run.run_id} (or a live run of task "
+            f"{run.task_id!r}); nothing was imported")
+    for r in journal:
+        yield execute("insert_record", _rows.record_params(run.run_id, r))
+    for w in waits:
+        yield execute("import_wait", {name: getattr(w, name) for name in (
+            "wait_id", "run_id", "addr", "kind", "bind", "schema", "token_hash", "task_key",
+            "expires_at", "state", "event_id", "created_at", "closed_at")})
+    if state is not None:
+        yield execute("lock_state", {"task_key": state.task_key})
+        if (yield one("read_state", {"task_key": state.task_key})) is None:
+            params = {"task_key": state.task_key, "version": state.version, "data": state.data,
+                      "run_id": run.run_id, "now": state.updated_at or 0.0}
+            yield execute("upsert_state", params)
+            yield execute("insert_state_history", params)
+    return _rows.run(row)
+
+
+def imported(run: RunRow) -> Flow[RunRow | NotLanded]:
+    row = yield one("get_run", {"run_id": run.run_id})
+    return NOT_LANDED if row is None else _rows.run(row)

@@ -17,9 +17,12 @@ from stead.records import (
     Backlog,
     EventRow,
     Fence,
+    HostRow,
     IntentRow,
     Judgement,
     Link,
+    MigrationPlan,
+    MigrationRow,
     NewFork,
     NewRun,
     Record,
@@ -27,6 +30,7 @@ from stead.records import (
     RunRow,
     RunStatus,
     StateRow,
+    Stranded,
     WaitRow,
     WaitState,
 )
@@ -437,6 +441,71 @@ class Store:
             lambda: tx.end_stopped(run_id, expect_status, status, error, self.clock.now(),
                                    where),
             Writing(one_statement=True),
+        )
+
+    # -- deploys: heartbeats, stranded runs, migrations, imports ----------------
+    async def heartbeat(self, worker_id: str, served: Sequence[tuple[str, str]], *,
+                        forget_after: float = 7 * 24 * 3600.0) -> None:
+        """Say `worker_id` is alive and serves each `(workflow@version, role)`
+        (a `HostRole`); heartbeats older than `forget_after` seconds are dropped."""
+        now = self.clock.now()
+        await self.database.write(
+            lambda: tx.heartbeat(worker_id, served, now, now - forget_after), Writing())
+
+    async def host_stopped(self, worker_id: str) -> None:
+        """`worker_id` stopped cleanly: it serves nothing any more."""
+        now = self.clock.now()
+        await self.database.write(lambda: tx.host_stopped(worker_id, now), Writing())
+
+    async def worker_hosts(self, limit: int = 1000) -> list[HostRow]:
+        """Every worker's last heartbeat per version it serves, latest first."""
+        return await self.database.read(lambda: tx.hosts(limit))
+
+    async def stranded_runs(self, grace: float, limit: int = 100) -> list[Stranded]:
+        """Runnable runs that no worker has served for `grace` seconds (and
+        that have waited at least that long), oldest first."""
+        now = self.clock.now()
+        return await self.database.read(lambda: tx.stranded(now, now - grace, limit))
+
+    async def migrate_run(self, plan: MigrationPlan, *, fence: Fence | None = None,
+                          resume: ResumeRecord | None = None) -> tuple[RunRow, MigrationRow]:
+        """Apply `plan` in one transaction (see `_transactions.migrate_run`):
+        the old journal is archived, never deleted. Raises `MigrationRefused`
+        (nothing written) if the run moved since the plan was made."""
+        where, now = self.database.display, self.clock.now()
+        return await self.database.write(
+            lambda: tx.migrate_run(plan, fence, resume, now, where),
+            Writing(landed=lambda _: tx.migrated(plan.run_id, plan)),
+        )
+
+    async def rollback_run(self, run_id: str, author: str, resume: ResumeRecord
+                           ) -> tuple[RunRow, MigrationRow]:
+        """Undo the run's last migration if nothing was journaled since
+        (`MigrationRefused` if something was, or there is none)."""
+        where, now = self.database.display, self.clock.now()
+        return await self.database.write(
+            lambda: tx.rollback_run(run_id, author, resume, now, where),
+            Writing(landed=lambda _: tx.rolled_back(run_id)),
+        )
+
+    async def list_migrations(self, run_id: str) -> list[MigrationRow]:
+        return await self.database.read(lambda: tx.read_all(
+            "list_migrations", {"run_id": run_id}, _rows.migration))
+
+    async def archived_journal(self, run_id: str, migration: int) -> list[Record]:
+        """The journal as it was before the run's migration number `migration`."""
+        return await self.database.read(lambda: tx.read_all(
+            "load_archive", {"run_id": run_id, "migration": migration}, _rows.record))
+
+    async def import_run(self, run: RunRow, journal: Sequence[Record],
+                         waits: Sequence[WaitRow], state: StateRow | None = None) -> RunRow:
+        """Store a run exported from another database, with its journal,
+        waits and task state (kept only if the task has none here).
+        `InvalidInput` if its id, or a live run of its task, exists."""
+        where = self.database.display
+        return await self.database.write(
+            lambda: tx.import_run(run, journal, waits, state, where),
+            Writing(landed=lambda _: tx.imported(run)),
         )
 
     # -- settings -----------------------------------------------------------

@@ -489,3 +489,111 @@ ON CONFLICT (action_id) DO NOTHING;
 -- name: list_operator_actions
 SELECT * FROM operator_actions WHERE run_id = %(run_id)s
 ORDER BY at, action_id LIMIT %(limit)s;
+
+-- name: heartbeat
+-- A worker says it is alive and serves `code` (as `role`).
+INSERT INTO worker_hosts (worker_id, code, role, started_at, seen_at)
+VALUES (%(worker_id)s, %(code)s, %(role)s, %(now)s, %(now)s)
+ON CONFLICT (worker_id, code, role) DO UPDATE SET seen_at = excluded.seen_at, stopped_at = NULL;
+
+-- name: host_stopped
+-- A worker stopped cleanly: it serves nothing from now on.
+UPDATE worker_hosts SET seen_at = %(now)s, stopped_at = %(now)s WHERE worker_id = %(worker_id)s;
+
+-- name: worker_hosts
+-- Every worker's last heartbeat per version it serves, the latest first.
+SELECT * FROM worker_hosts ORDER BY seen_at DESC, worker_id, code LIMIT %(limit)s;
+
+-- name: forget_hosts
+-- Heartbeats older than %(before)s are history, not news: dropped.
+DELETE FROM worker_hosts WHERE seen_at < %(before)s;
+
+-- name: stranded_runs
+-- Runnable runs no worker has served (hosted or migrated) since %(since)s, and
+-- that have waited for one at least as long; `hosted_at` is the last time one did.
+SELECT runs.*, h.seen_at AS hosted_at FROM runs
+LEFT JOIN (SELECT code, MAX(seen_at) AS seen_at FROM worker_hosts GROUP BY code) AS h
+  ON h.code = runs.workflow || '@' || runs.version::text
+WHERE (runs.status = 'pending'
+       OR (runs.status = 'running' AND (runs.lease_expires_at IS NULL
+                                        OR runs.lease_expires_at <= %(now)s))
+       OR (runs.status = 'waiting' AND runs.wake_at <= %(now)s))
+  AND (h.seen_at IS NULL OR h.seen_at <= %(since)s)
+  AND runs.updated_at <= %(since)s
+ORDER BY runs.created_at
+LIMIT %(limit)s;
+
+-- name: list_migrations
+SELECT * FROM migrations WHERE run_id = %(run_id)s ORDER BY number;
+
+-- name: insert_migration
+INSERT INTO migrations (run_id, number, from_version, to_version, old_input, new_input,
+                        records_before, records_after, author, at, epoch)
+VALUES (%(run_id)s, %(number)s, %(from_version)s, %(to_version)s, %(old_input)s, %(new_input)s,
+        %(records_before)s, %(records_after)s, %(author)s, %(at)s, %(epoch)s);
+
+-- name: archive_journal
+INSERT INTO journal_archive (run_id, migration, seq, addr, attempt, kind, name, digest,
+                             status, payload, epoch, at)
+SELECT run_id, %(migration)s, seq, addr, attempt, kind, name, digest, status, payload, epoch, at
+FROM journal WHERE run_id = %(run_id)s;
+
+-- name: delete_journal
+-- Only ever after archive_journal (a migration) or of a migrated journal (a
+-- rollback, which puts the archived one back).
+DELETE FROM journal WHERE run_id = %(run_id)s;
+
+-- name: restore_journal
+INSERT INTO journal (run_id, seq, addr, attempt, kind, name, digest, status, payload,
+                     epoch, at)
+SELECT run_id, seq, addr, attempt, kind, name, digest, status, payload, epoch, at
+FROM journal_archive WHERE run_id = %(run_id)s AND migration = %(migration)s;
+
+-- name: set_code
+-- The run goes on under another version and input (a migration or its rollback):
+-- a new epoch fences out any former holder; a run stopped as incompatible
+-- becomes claimable.
+UPDATE runs
+SET version = %(version)s, input = %(input)s, epoch = epoch + 1, lease_owner = NULL,
+    lease_expires_at = NULL, error = CASE WHEN status = 'incompatible_checkpoint'
+                                          THEN NULL ELSE error END,
+    status = CASE WHEN status = 'incompatible_checkpoint' THEN 'running' ELSE status END,
+    updated_at = %(now)s
+WHERE run_id = %(run_id)s
+RETURNING *;
+
+-- name: set_code_fenced
+-- The holder migrates the run it claimed: it keeps its lease and epoch.
+UPDATE runs SET version = %(version)s, input = %(input)s, updated_at = %(now)s
+WHERE run_id = %(run_id)s AND epoch = %(epoch)s AND lease_owner = %(worker_id)s
+  AND status = 'running'
+RETURNING *;
+
+-- name: mark_rolled_back
+UPDATE migrations SET rolled_back_at = %(now)s, rolled_back_by = %(author)s
+WHERE run_id = %(run_id)s AND number = %(number)s;
+
+-- name: import_run
+INSERT INTO runs (run_id, workflow, version, task_id, status, input, result, error, epoch,
+                  created_at, updated_at, wake_at)
+VALUES (%(run_id)s, %(workflow)s, %(version)s, %(task_id)s, %(status)s, %(input)s, %(result)s, %(error)s, %(epoch)s,
+        %(created_at)s, %(updated_at)s, %(wake_at)s)
+ON CONFLICT DO NOTHING
+RETURNING *;
+
+-- name: import_wait
+INSERT INTO waits (wait_id, run_id, addr, kind, bind, schema, token_hash, task_key,
+                   expires_at, state, event_id, created_at, closed_at)
+VALUES (%(wait_id)s, %(run_id)s, %(addr)s, %(kind)s, %(bind)s, %(schema)s, %(token_hash)s, %(task_key)s,
+        %(expires_at)s, %(state)s, %(event_id)s, %(created_at)s, %(closed_at)s);
+
+-- name: insert_resume
+-- One resume record on its own (a person's migration or rollback).
+INSERT INTO resumes (run_id, epoch, worker_id, at, from_seq, code_version, reused, detail)
+VALUES (%(run_id)s, %(epoch)s, %(worker_id)s, %(at)s, %(from_seq)s, %(code_version)s,
+        %(reused)s, %(detail)s);
+
+-- name: load_archive
+-- A run's journal as it was before migration %(migration)s.
+SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at
+FROM journal_archive WHERE run_id = %(run_id)s AND migration = %(migration)s ORDER BY seq;

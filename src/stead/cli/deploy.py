@@ -1,0 +1,237 @@
+"""Deploying new code under running workflows: `stead replay-check`, `stead
+doctor`, and `stead runs migrate|rollback|export|import` (added to the `runs`
+group by `stead.cli`).
+
+    stead replay-check MODULE:APP [--from DIR] [--runs N]   # exit 1: runs it cannot interpret
+    stead runs export RUN > run.json ; stead runs import run.json
+    stead runs migrate RUN --app MODULE:APP --to 2 [--dry-run] ; stead runs rollback RUN
+    stead doctor                                            # stranded runs, workers, stops
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from stead import dryrun, errors, records, timeline
+from stead.app import App
+from stead.cli import common
+from stead.client import MigrationReport, RunInfo
+from stead.exports import StoredRun
+
+
+# -- replay-check ------------------------------------------------------------------------
+def _read_exports(folder: str) -> list[StoredRun]:
+    root = Path(folder)
+    if not root.is_dir():
+        raise click.BadParameter(f"{folder!r} is not a folder", param_hint="'--from'")
+    files = sorted(root.glob("*.json"))
+    if not files:
+        raise click.BadParameter(f"no *.json run exports in {folder!r} (stead runs export "
+                                 "RUN > DIR/RUN.json)", param_hint="'--from'")
+    found = []
+    for path in files:
+        try:
+            found.append(StoredRun.loads(path.read_text(encoding="utf-8"), source=str(path)))
+        except OSError as exc:
+            raise click.ClickException(f"cannot read {path}: {exc.strerror}") from exc
+        except errors.InvalidInput as exc:
+            raise click.ClickException(str(exc)) from exc
+    return found
+
+
+async def _live_histories(db: str, app: App, limit: int) -> list[StoredRun]:
+    async with common.opened_client(db, app) as client:
+        live = [r for r in await client.list_runs(limit=100_000) if not r.done]
+        return [await client.export_run(r.run_id) for r in live[:limit]]
+
+
+@click.command("replay-check", short_help="Replay stored histories against new code.")
+@common.app_argument
+@click.option("--from", "source", metavar="DIR", default=None,
+              help="Replay the run exports (*.json) in DIR instead of the database's live runs.")
+@click.option("--runs", "limit", type=click.IntRange(min=1), default=1000, show_default=True,
+              metavar="N", help="At most this many runs.")
+@common.json_option
+@click.pass_context
+def replay_check(ctx: click.Context, app_spec: str, source: str | None, limit: int,
+                 as_json: bool) -> None:
+    """Replay stored histories against the code of MODULE:APP, writing nothing
+    and calling nothing: the live runs of the database (--db), or the exports
+    in --from DIR. Prints each run the code cannot interpret, with the
+    position and the call expected and made, and exits 1 if there is any:
+    run it in CI before a deploy."""
+    app = common.load_app(app_spec)
+    if source is not None:
+        runs = _read_exports(source)[:limit]
+    else:
+        db = common.database_url(ctx)
+        common.require_database(db)
+        runs = common.run_async(_live_histories(db, app, limit))
+    results = common.run_async(dryrun.replay_all(app, runs))
+    if as_json:
+        click.echo(json.dumps([{"run_id": r.run_id, "code": r.code, "reused": r.reused,
+                                "frontier": r.frontier,
+                                "finding": None if r.finding is None else vars(r.finding)}
+                               for r in results], indent=2))
+    else:
+        common.echo(dryrun.summary(results))
+    if any(r.finding is not None for r in results):
+        ctx.exit(1)
+
+
+# -- doctor ------------------------------------------------------------------------------
+@click.command()
+@common.grace_option
+@click.pass_context
+def doctor(ctx: click.Context, grace: float) -> None:
+    """Say what needs a person: stranded runs (no worker serves their
+    version), runs stopped for a decision, and the workers heard from.
+    Exits 1 if a run is stranded."""
+    db = common.database_url(ctx)
+    common.require_database(db)
+
+    async def go() -> Any:
+        async with common.opened_client(db) as client:
+            stopped = {s: await client.list_runs(status=s, limit=1000)
+                       for s in sorted(records.STOPPED)}
+            return (await client.list_runs(stranded=True, grace=grace, limit=1000),
+                    stopped, await client.workers(), client.store.clock.now())
+
+    stranded, stopped, hosts, now = common.run_async(go())
+    lines = []
+    live = {h.worker_id for h in hosts if h.stopped_at is None and now - h.seen_at <= grace}
+    served: dict[str, set[str]] = {}
+    for h in hosts:
+        if h.worker_id in live:
+            served.setdefault(h.worker_id, set()).add(
+                h.code if h.role == records.HostRole.HOSTS else f"{h.code} (migrates)")
+    lines.append(f"workers heard from in the last {grace:g}s: {len(live)}")
+    lines += [f"  {w}: {', '.join(sorted(codes))}" for w, codes in sorted(served.items())]
+    lines.append(f"stranded runs: {len(stranded)}")
+    lines += [f"  {timeline.stranded_line(i)}" for i in stranded]
+    if stranded:
+        lines.append("  start a worker hosting that version, register a migration to a "
+                     "version you host (stead runs migrate), or cancel the run")
+    for status, infos in stopped.items():
+        if infos:
+            lines.append(f"runs stopped as {status}: {len(infos)} (stead runs ls --status "
+                         f"{status})")
+    common.echo("\n".join(lines))
+    if stranded:
+        ctx.exit(1)
+
+
+# -- runs migrate | rollback | export | import -----------------------------------------------
+def _render_report(report: MigrationReport, dry_run: bool) -> str:
+    done = "would move" if dry_run else "moved"
+    lines = [f"run {report.run_id}: {done} from version {report.from_version} to "
+             f"{report.to_version}; journal {report.records_before} -> "
+             f"{report.records_after} record(s); input {json.dumps(report.new_input)}"]
+    replayed = report.replay
+    if replayed.finding is None:
+        lines.append(f"version {report.to_version} replays the migrated journal "
+                     f"({replayed.reused} record(s) reused)"
+                     + (f"; it goes on live at {replayed.frontier}" if replayed.frontier
+                        else ""))
+    else:
+        lines.append(f"version {report.to_version} cannot replay it: "
+                     f"{replayed.finding.line()}; nothing was applied")
+    for m in report.applied:
+        lines.append(f"migration {m.number} recorded (by {m.author}, epoch {m.epoch}); "
+                     f"undo it with: stead runs rollback {report.run_id}")
+    return "\n".join(lines)
+
+
+@click.command("migrate")
+@common.run_argument
+@click.option("--app", "app_spec", metavar="MODULE:APP", required=True, envvar="STEAD_APP",
+              help="The app that registers the migration (@app.migration).")
+@click.option("--to", "to", type=click.IntRange(min=1), required=True,
+              help="The workflow version to move the run to.")
+@click.option("--dry-run", is_flag=True, help="Say what it would do; change nothing.")
+@click.option("--by", metavar="NAME", default=None,
+              help="Who migrates, kept with the migration (default: the current OS user).")
+@click.pass_context
+def runs_migrate(ctx: click.Context, run_id: str, app_spec: str, to: int, dry_run: bool,
+                 by: str | None) -> None:
+    """Move RUN to version --to with the app's registered migration. The
+    migrated journal is replayed dry against the new version first; the old
+    journal is kept (stead runs rollback RUN restores it). The run must not
+    be held by a worker."""
+    app = common.load_app(app_spec)
+    db = common.database_url(ctx)
+    common.require_database(db)
+
+    async def go() -> MigrationReport:
+        async with common.opened_client(db, app) as client:
+            return await client.migrate(run_id, to=to, by=by, dry_run=dry_run)
+
+    report = common.run_async(go())
+    common.echo(_render_report(report, dry_run))
+    if not report.ok:
+        ctx.exit(1)
+
+
+@click.command("rollback")
+@common.run_argument
+@click.option("--by", metavar="NAME", default=None,
+              help="Who rolls back, kept with it (default: the current OS user).")
+@click.pass_context
+def runs_rollback(ctx: click.Context, run_id: str, by: str | None) -> None:
+    """Undo RUN's last migration: its old journal, version and input come
+    back, as long as nothing was journaled after the migration."""
+    db = common.database_url(ctx)
+    common.require_database(db)
+
+    async def go() -> RunInfo:
+        async with common.opened_client(db) as client:
+            return await client.rollback(run_id, by=by)
+
+    info = common.run_async(go())
+    click.echo(f"run {common.safe(info.run_id)} is back on {common.safe(info.code)} "
+               f"(epoch {info.epoch}, {info.status})")
+
+
+@click.command("export")
+@common.run_argument
+@click.pass_context
+def runs_export(ctx: click.Context, run_id: str) -> None:
+    """Print RUN's history as JSON (its row, journal, waits and task state;
+    token hashes only): `stead runs export RUN > run.json`."""
+    db = common.database_url(ctx)
+    common.require_database(db)
+
+    async def go() -> StoredRun:
+        async with common.opened_client(db) as client:
+            return await client.export_run(run_id)
+
+    click.echo(common.run_async(go()).dumps())
+
+
+@click.command("import")
+@click.argument("files", metavar="FILE...", nargs=-1, required=True,
+                type=click.Path(exists=True, dir_okay=False))
+@click.pass_context
+def runs_import(ctx: click.Context, files: tuple[str, ...]) -> None:
+    """Store runs exported with `stead runs export` in this database (to
+    replay, inspect or debug them here). A run whose id exists is refused."""
+    db = common.database_url(ctx)
+    exported = []
+    for path in files:
+        try:
+            exported.append(StoredRun.loads(Path(path).read_text(encoding="utf-8"),
+                                            source=path))
+        except errors.InvalidInput as exc:
+            raise click.ClickException(str(exc)) from exc
+
+    async def go() -> list[RunInfo]:
+        async with common.opened_client(db) as client:
+            return [await client.import_run(s) for s in exported]
+
+    for info in common.run_async(go()):
+        click.echo(f"imported run {common.safe(info.run_id)} ({common.safe(info.code)}, "
+                   f"{info.status})")
