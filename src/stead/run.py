@@ -228,7 +228,11 @@ class Run:
         _fresh(fresh)
         if reason is not None and not isinstance(reason, str):
             raise TypeError("run.llm's reason is a string")
-        digest = self._x.digests.llm(name, model.name, messages, params)
+        # A provider adapter says what its requests are (model, defaults, no
+        # sentinels): that enters the digest in place of the bare parameters.
+        shape = getattr(model, "digest_params", None)
+        digest = self._x.digests.llm(name, model.name, messages,
+                                     params if shape is None else shape(params))
 
         async def call() -> Completion:
             with addresses.outside_branches():
