@@ -73,6 +73,11 @@ class Recorded:
             return httpx2.Response(self.status, json={"error": {
                 "type": "rate_limit_error", "message": "slow down"}},
                 headers={"retry-after": "0"})
+        if body.get("stream"):
+            header = "request-id" if self.provider.startswith("anthropic") else "x-request-id"
+            return httpx2.Response(200, text=(FIXTURES / f"{self.provider}_stream.sse").read_text(),
+                                   headers={"content-type": "text/event-stream",
+                                            header: f"req_{self.provider}_stream"})
         turn = self.turns[_turn(self.provider, body)]
         return httpx2.Response(200, json=turn["body"], headers=turn["headers"])
 

@@ -247,3 +247,49 @@ def test_a_completion_of_another_provider_has_no_typed_response() -> None:
         so.chat_completion(c)
     assert isinstance(so.chat_completion(so._chat(sdk_agents.turns("openai_chat")[1]["body"],
                                                   None)), ChatCompletion)
+
+
+# -- streaming ----------------------------------------------------------------------------
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_streamed_text_reaches_the_callback_live_and_a_replay_has_no_deltas(
+        provider: str, fstore: stead.Store, clock: stead.FakeClock) -> None:
+    rec = Recorded(provider)
+    deltas: list[tuple[int, str]] = []
+    attempt = [1]
+
+    async def on_text(delta: str) -> None:
+        deltas.append((attempt[0], delta))
+
+    llm = sdk_agents.model(provider, rec.client(), stream=True, on_text=on_text)
+    app = stead.App("streams")
+    crashed: list[bool] = []
+
+    def crash_once() -> None:
+        if not crashed:
+            crashed.append(True)
+            raise Crash()
+
+    @app.workflow(version=1)
+    async def ask(run: stead.Run) -> dict[str, Any]:
+        answer = await run.llm("ask", llm, [{"role": "user", "content": "weather?"}])
+        await run.step("after", crash_once)
+        return {"text": answer.text, "raw": answer.raw, "id": answer.request_id,
+                "usage": answer.usage.to_json()}
+
+    client = stead.Client(fstore, app)
+    info = await client.start(ask)
+    first = stead.Worker(app, fstore, stead.WorkerOptions(lease_seconds=30))
+    await first.run_until_idle()
+    assert deltas == [(1, "It is "), (1, "18 C "), (1, "in Paris.")]
+    attempt[0] = 2
+    clock.advance(31)
+    await stead.Worker(app, fstore, stead.WorkerOptions(lease_seconds=30)).run_until_idle()
+    result = await client.result(info.run_id)
+    assert len(rec.requests) == 1 and rec.requests[0]["stream"] is True
+    assert [d for a, d in deltas if a == 2] == []  # the replay returned the final message at once
+    assert result["text"] == "It is 18 C in Paris."
+    assert result["id"] == f"req_{provider}_stream"
+    assert result["usage"] == {"input_tokens": 20, "output_tokens": 7}
+    typed = sdk_agents.typed(provider, stead.Completion.from_json(
+        {"text": "", "raw": result["raw"], "provider": provider.split("_")[0]}))
+    assert typed.to_dict(mode="json") == result["raw"]
