@@ -215,6 +215,13 @@ class Execution:
     def buffer(self, rec: Record) -> None:
         self._buffer.append(rec)
 
+    def journal_trace(self, context: dict[str, str] | None) -> None:
+        """Journal this attempt's span context with its first write, for the
+        next attempt's span to link to (see `stead.tracing`)."""
+        if context is not None:
+            self.buffer(self.record(f"trace@{self.fence.epoch}", 1, RecordKind.TRACE, "attempt",
+                                    "", RecordStatus.OK, codec.dumps(context, what="a trace")))
+
     def _numbered(self, recs: Sequence[Record]) -> list[Record]:
         batch = [*self._buffer, *recs]
         return [r.numbered(self._next_seq + i) for i, r in enumerate(batch)]

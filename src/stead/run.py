@@ -19,6 +19,7 @@ from stead import (
     keys,
     records,
     schema_check,
+    tracing,
     waits,
 )
 from stead.execution import Execution, Stop
@@ -193,7 +194,7 @@ class Run:
         digest = self._x.digests.call(RecordKind.STEP, name, args, kwargs)
         status, payload, attempts = await self._recorded(
             RecordKind.STEP, name, digest,
-            lambda: calls.invoke(fn, args, kwargs),
+            lambda: _traced_step(name, fn, args, kwargs),
             lambda v: codec.dumps(v, what=f"the result of step {name!r}",
                                   limit=self._x.max_result_bytes),
             retry or NO_RETRY, fresh=fresh,
@@ -235,8 +236,11 @@ class Run:
                                      params if shape is None else shape(params))
 
         async def call() -> Completion:
-            with addresses.outside_branches():
-                return await model.complete(messages, **params)
+            with tracing.model_call(name, model, messages, params) as span, \
+                    addresses.outside_branches():
+                answer = await model.complete(messages, **params)
+                span.answered(answer)
+                return answer
 
         status, payload, attempts = await self._recorded(
             RecordKind.LLM, name, digest, call,
@@ -516,6 +520,12 @@ class Run:
             RecordKind.RANDOM, lambda: codec.dumps(_random.random(), what="random")
         )
         return float(codec.loads(payload))
+
+
+async def _traced_step(name: str, fn: Callable[..., Any], args: Sequence[Any],
+                       kwargs: Mapping[str, Any]) -> Any:
+    with tracing.call("step", name):
+        return await calls.invoke(fn, args, kwargs)
 
 
 def _with_reason(data: dict[str, Any], reason: str | None) -> dict[str, Any]:
