@@ -175,3 +175,32 @@ async def originals(provider: str) -> list[Any]:
                 "role": "user", "content": [{"type": "tool_result", "tool_use_id": "x",
                                              "content": "{}"}]}]))
     return found
+
+
+def crash_once() -> Callable[[], None]:
+    """A step function that raises `Crash` (the worker dies) the first time only."""
+    from tests.helpers import Crash
+
+    crashed: list[bool] = []
+
+    def step() -> None:
+        if not crashed:
+            crashed.append(True)
+            raise Crash()
+
+    return step
+
+
+async def ask_once(store: stead.Store, llm: stead.Model, content: str = "hi"
+                   ) -> tuple[stead.Client, str, str]:
+    """Run a workflow asking `llm` once to its end: (client, run id, answer text)."""
+    app = stead.App("ask-once")
+
+    @app.workflow(version=1)
+    async def ask(run: stead.Run) -> str:
+        return (await run.llm("ask", llm, [{"role": "user", "content": content}])).text
+
+    client = stead.Client(store, app)
+    info = await client.start(ask)
+    await stead.Worker(app, store).run_until_idle()
+    return client, info.run_id, await client.result(info.run_id)

@@ -132,12 +132,7 @@ async def test_a_changed_model_under_a_recorded_call_stops_the_run(
     rec = Recorded("openai_chat")
     app = stead.App("swap")
     models = {"m": stead.llm.OpenAIChat(rec.client(), model="gpt-4o-mini")}
-    crashed: list[bool] = []
-
-    def crash_once() -> None:
-        if not crashed:
-            crashed.append(True)
-            raise Crash()
+    crash_once = sdk_agents.crash_once()
 
     @app.workflow(version=1)
     async def ask(run: stead.Run) -> str:
@@ -262,12 +257,7 @@ async def test_streamed_text_reaches_the_callback_live_and_a_replay_has_no_delta
 
     llm = sdk_agents.model(provider, rec.client(), stream=True, on_text=on_text)
     app = stead.App("streams")
-    crashed: list[bool] = []
-
-    def crash_once() -> None:
-        if not crashed:
-            crashed.append(True)
-            raise Crash()
+    crash_once = sdk_agents.crash_once()
 
     @app.workflow(version=1)
     async def ask(run: stead.Run) -> dict[str, Any]:

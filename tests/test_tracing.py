@@ -157,19 +157,8 @@ async def test_content_is_traced_only_when_asked(store: stead.Store) -> None:
     tracing.instrument(tracer_provider=o.provider, meter_provider=o.meters,
                        capture_content=True)
     try:
-        rec = Recorded("anthropic_messages")
-        llm = sdk_agents.model("anthropic_messages", rec.client())
-        app = stead.App("content")
-
-        @app.workflow(version=1)
-        async def ask(run: stead.Run) -> str:
-            answer = await run.llm("ask", llm, [{"role": "user", "content": "weather?"}])
-            return answer.text
-
-        client = stead.Client(store, app)
-        info = await client.start(ask)
-        await stead.Worker(app, store).run_until_idle()
-        await client.result(info.run_id)
+        llm = sdk_agents.model("anthropic_messages", Recorded("anthropic_messages").client())
+        await sdk_agents.ask_once(store, llm, "weather?")
     finally:
         tracing.uninstrument()
     [span] = o.spans("chat ")
@@ -185,17 +174,7 @@ async def test_the_sdks_own_client_span_nests_under_steads(otel: Otel,
     rec = Recorded("anthropic_messages")
     sdk = anthropic.AsyncAnthropic(api_key="k", http_client=rec.http(),
                                    open_telemetry={"tracer_provider": otel.provider})
-    llm = sdk_agents.model("anthropic_messages", sdk)
-    app = stead.App("nested")
-
-    @app.workflow(version=1)
-    async def ask(run: stead.Run) -> str:
-        return (await run.llm("ask", llm, [{"role": "user", "content": "hi"}])).text
-
-    client = stead.Client(store, app)
-    info = await client.start(ask)
-    await stead.Worker(app, store).run_until_idle()
-    await client.result(info.run_id)
+    await sdk_agents.ask_once(store, sdk_agents.model("anthropic_messages", sdk))
     [ours] = otel.spans("chat ")
     theirs = [s for s in otel.spans() if s.instrumentation_scope is not None
               and s.instrumentation_scope.name != "stead"]
@@ -206,19 +185,9 @@ async def test_the_sdks_own_client_span_nests_under_steads(otel: Otel,
 
 async def test_without_instrumenting_nothing_is_traced_or_journaled(store: stead.Store) -> None:
     o = Otel()
-    app = stead.App("quiet")
-    llm = stead.ScriptedModel(["ok"])
-
-    @app.workflow(version=1)
-    async def ask(run: stead.Run) -> str:
-        return (await run.llm("ask", llm, [{"role": "user", "content": "hi"}])).text
-
-    client = stead.Client(store, app)
-    info = await client.start(ask)
-    await stead.Worker(app, store).run_until_idle()
-    assert await client.result(info.run_id) == "ok"
-    assert not o.spans()
-    assert [r.kind for r in await client.journal(info.run_id)] == [RecordKind.LLM]
+    client, run_id, answer = await sdk_agents.ask_once(store, stead.ScriptedModel(["ok"]))
+    assert answer == "ok" and not o.spans()
+    assert [r.kind for r in await client.journal(run_id)] == [RecordKind.LLM]
 
 
 async def test_stead_runs_without_opentelemetry_installed(

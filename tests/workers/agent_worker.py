@@ -36,16 +36,6 @@ async def agent(run: stead.Run, provider: str) -> str:
     return await sdk_agents.agent(run, provider, sdk_agents.model(provider, rec.client()))
 
 
-async def _until_done(store: stead.Store, worker: stead.Worker) -> None:
-    while True:
-        busy = [r for status in ("pending", "running")
-                for r in await store.list_runs(status=status, limit=1)]
-        if not busy:
-            worker.stop()
-            return
-        await asyncio.sleep(0.05)
-
-
 async def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--db", required=True)
@@ -61,11 +51,9 @@ async def main() -> None:
         store = CrashingStore(inner, CrashPoint(after_commit=1,
                                                 name=f"tool:{args.crash_after_tool}"))
     worker = stead.Worker(app, store, stead.WorkerOptions(lease_seconds=1.0, poll_interval=0.05))
-    watcher = asyncio.create_task(_until_done(inner, worker))
     try:
-        await worker.run()
+        await worker.run_until_idle()  # a crashed worker's lease is waited out
     finally:
-        watcher.cancel()
         await inner.close()
 
 

@@ -42,7 +42,19 @@ def _stream_request_id(stream: Any) -> str | None:
     return found if isinstance(found, str) else None
 
 
-class OpenAIChat(_provider.Adapter):
+class _OpenAI(_provider.Adapter):
+    """What both OpenAI APIs share: the client, the sentinels of the openai SDK."""
+
+    provider = PROVIDER
+
+    def __init__(self, client: Any, *, model: str, max_retries: int = 0, stream: bool = False,
+                 on_text: OnText | None = None, **defaults: Any) -> None:
+        super().__init__(client, model=model, max_retries=max_retries, stream=stream,
+                         on_text=on_text, sentinels=(openai.NotGiven, openai.Omit),
+                         defaults=defaults)
+
+
+class OpenAIChat(_OpenAI):
     """`client.chat.completions.create(model=model, messages=..., **defaults,
     **params)` for an `openai.AsyncOpenAI` client. `stream=True` streams it
     (`on_text` gets each text delta as it arrives) and journals the SDK's
@@ -50,14 +62,7 @@ class OpenAIChat(_provider.Adapter):
     The SDK's own retries are off (`max_retries=0`): use `run.llm(...,
     retry=stead.Retry(on=stead.llm.openai.TRANSIENT))`."""
 
-    provider = PROVIDER
     api = "chat.completions"
-
-    def __init__(self, client: Any, *, model: str, max_retries: int = 0, stream: bool = False,
-                 on_text: OnText | None = None, **defaults: Any) -> None:
-        super().__init__(client, model=model, max_retries=max_retries, stream=stream,
-                         on_text=on_text, sentinels=(openai.NotGiven, openai.Omit),
-                         defaults=defaults)
 
     async def _created(self, messages: list[Mapping[str, Any]], request: dict[str, Any]
                        ) -> Completion:
@@ -79,19 +84,12 @@ class OpenAIChat(_provider.Adapter):
         return _chat(raw, _stream_request_id(stream))
 
 
-class OpenAIResponses(_provider.Adapter):
+class OpenAIResponses(_OpenAI):
     """`client.responses.create(model=model, input=..., **defaults, **params)`:
     the messages are the response's `input` items. `stream=True` and
     `on_text` as for `OpenAIChat`."""
 
-    provider = PROVIDER
     api = "responses"
-
-    def __init__(self, client: Any, *, model: str, max_retries: int = 0, stream: bool = False,
-                 on_text: OnText | None = None, **defaults: Any) -> None:
-        super().__init__(client, model=model, max_retries=max_retries, stream=stream,
-                         on_text=on_text, sentinels=(openai.NotGiven, openai.Omit),
-                         defaults=defaults)
 
     async def _created(self, messages: list[Mapping[str, Any]], request: dict[str, Any]
                        ) -> Completion:
