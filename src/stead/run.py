@@ -194,7 +194,9 @@ class Run:
         digest = self._x.digests.call(RecordKind.STEP, name, args, kwargs)
         status, payload, attempts = await self._recorded(
             RecordKind.STEP, name, digest,
-            lambda: _traced_step(name, fn, args, kwargs),
+            # Traced only when tracing is on: the plain path adds no frame.
+            (lambda: _traced_step(name, fn, args, kwargs)) if tracing.enabled()
+            else (lambda: calls.invoke(fn, args, kwargs)),
             lambda v: codec.dumps(v, what=f"the result of step {name!r}",
                                   limit=self._x.max_result_bytes),
             retry or NO_RETRY, fresh=fresh,

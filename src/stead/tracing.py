@@ -135,13 +135,17 @@ def _span_context(data: Mapping[str, Any] | None) -> Any:
 
 
 # -- steps and effects -------------------------------------------------------------
-@contextlib.contextmanager
-def call(kind: str, name: str, **attributes: Any) -> Iterator[None]:
+_OFF = contextlib.nullcontext()
+
+
+def call(kind: str, name: str, **attributes: Any) -> contextlib.AbstractContextManager[None]:
     """The span of a step or effect run live (attributes: `key`, `class`...)."""
     state = _STATE
-    if state is None:
-        yield
-        return
+    return _OFF if state is None else _call(state, kind, name, attributes)
+
+
+@contextlib.contextmanager
+def _call(state: _State, kind: str, name: str, attributes: Mapping[str, Any]) -> Iterator[None]:
     attrs = {"stead.call.kind": kind, "stead.call.name": name,
              **{f"stead.{kind}.{k}": v for k, v in attributes.items() if v is not None}}
     with state.tracer.start_as_current_span(f"stead.{kind} {name}", attributes=attrs):
