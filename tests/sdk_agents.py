@@ -30,7 +30,8 @@ def turns(provider: str) -> list[dict[str, Any]]:
     return data
 
 
-def _append(path: Path | None, line: str) -> None:
+def append_line(path: Path | None, line: str) -> None:
+    """One write(2) on an O_APPEND descriptor: lines from processes never interleave."""
     if path is None:
         return
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -67,7 +68,7 @@ class Recorded:
     def __call__(self, request: httpx2.Request) -> httpx2.Response:
         body = json.loads(request.content)
         self.requests.append(body)
-        _append(self.log, f"{self.provider} {request.url.path}")
+        append_line(self.log, f"{self.provider} {request.url.path}")
         if self.fail > 0:
             self.fail -= 1
             return httpx2.Response(self.status, json={"error": {
@@ -104,12 +105,12 @@ class ToolLog:
 
 
 def get_weather(city: str) -> dict[str, Any]:
-    _append(ToolLog.path, f"get_weather {city}")
+    append_line(ToolLog.path, f"get_weather {city}")
     return {"city": city, "celsius": 18}
 
 
 def get_time(city: str) -> dict[str, Any]:
-    _append(ToolLog.path, f"get_time {city}")
+    append_line(ToolLog.path, f"get_time {city}")
     return {"city": city, "time": "14:05"}
 
 

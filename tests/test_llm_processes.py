@@ -64,3 +64,32 @@ async def test_a_killed_agent_resumes_without_asking_or_acting_again(
         assert resume.epoch == 2 and resume.reused == 2
     finally:
         await store.close()
+
+
+@pytest.mark.slow
+async def test_a_takeover_span_links_to_the_attempt_a_sigkill_cut_short(
+        sqlite_url: str, tmp_path: Path) -> None:
+    store = await stead.open_store(sqlite_url)
+    try:
+        client = stead.Client(store, app)
+        info = await client.start("agent", "openai_chat")
+        spans = tmp_path / "spans.jsonl"
+        assert _worker(sqlite_url, tmp_path, "--crash-after-tool", "get_weather",
+                       "--spans", str(spans)) == KILLED
+        assert _worker(sqlite_url, tmp_path, "--spans", str(spans)) == 0
+        journal = await client.journal(info.run_id)
+    finally:
+        await store.close()
+    first, second = (json.loads(r.payload)["span_id"] for r in journal
+                     if r.kind == RecordKind.TRACE)
+    found = [json.loads(line) for line in _lines(spans)]
+    # The killed attempt's own span never ended, but what it exported names it as
+    # parent: the span context its trace record kept is that attempt's.
+    done_before_kill = [s for s in found if s["parent"] == first]
+    assert {s["name"] for s in done_before_kill} == {"chat gpt-4o-mini",
+                                                      "stead.step tool:get_weather"}
+    [attempt] = [s for s in found if s["name"].startswith("stead.run")]
+    assert attempt["span_id"] == second and attempt["links"] == [first]
+    assert attempt["attributes"]["stead.run.epoch"] == 2
+    # The takeover asked only for the second turn: one model span, after the link.
+    assert [s["name"] for s in found if s["parent"] == second].count("chat gpt-4o-mini") == 1
