@@ -57,13 +57,14 @@ class Recorded:
     with `status` for the first `fail` requests), logging every request."""
 
     def __init__(self, provider: str, log: Path | None = None, *, fail: int = 0,
-                 status: int = 429) -> None:
+                 status: int = 429, retry_after: str = "0") -> None:
         self.provider = provider
         self.turns = turns(provider)
         self.log = log
         self.requests: list[dict[str, Any]] = []
         self.fail = fail
         self.status = status
+        self.retry_after = retry_after
 
     def __call__(self, request: httpx2.Request) -> httpx2.Response:
         body = json.loads(request.content)
@@ -73,7 +74,7 @@ class Recorded:
             self.fail -= 1
             return httpx2.Response(self.status, json={"error": {
                 "type": "rate_limit_error", "message": "slow down"}},
-                headers={"retry-after": "0"})
+                headers={"retry-after": self.retry_after})
         if body.get("stream"):
             header = "request-id" if self.provider.startswith("anthropic") else "x-request-id"
             return httpx2.Response(200, text=(FIXTURES / f"{self.provider}_stream.sse").read_text(),

@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx2
 import openai
 import pydantic
 import pytest
 from openai.types.chat import ChatCompletion
 
 import stead
+import stead.retry
 from stead.llm import anthropic as sa
 from stead.llm import openai as so
 from stead.records import RecordKind, RecordStatus, RunStatus
@@ -224,6 +226,44 @@ async def test_the_backoff_after_a_429_survives_a_restart(
     await stead.Worker(app, fstore).run_until_idle()
     assert (await client.get(info.run_id)).status == RunStatus.COMPLETED
     assert len(rec.requests) == 2
+
+
+async def test_a_429_waits_at_least_what_its_retry_after_asks(
+        fstore: stead.Store, clock: stead.FakeClock) -> None:
+    rec = Recorded("anthropic_messages", fail=1, retry_after="120")
+    llm = sdk_agents.model("anthropic_messages", rec.client())
+    app = stead.App("limits")
+
+    @app.workflow(version=1)
+    async def ask(run: stead.Run) -> str:
+        answer = await run.llm("ask", llm, [{"role": "user", "content": "hi"}],
+                               retry=stead.Retry(attempts=3, backoff=1, on=sa.TRANSIENT))
+        return answer.text
+
+    client = stead.Client(fstore, app)
+    info = await client.start(ask)
+    await stead.Worker(app, fstore).run_until_idle()
+    [failed] = await client.journal(info.run_id)
+    assert json.loads(failed.payload)["retry_at"] == failed.at + 120  # not the 1 s backoff
+    clock.advance(121)
+    await stead.Worker(app, fstore).run_until_idle()
+    assert (await client.get(info.run_id)).status == RunStatus.COMPLETED
+
+
+def test_retry_after_is_read_in_seconds_or_as_a_date() -> None:
+    class Failed(Exception):
+        def __init__(self, value: str | None) -> None:
+            self.response = httpx2.Response(429, headers={} if value is None else {
+                "retry-after": value})
+
+    now = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC
+    assert stead.retry.retry_after(Failed("7"), now) == 7.0
+    assert stead.retry.retry_after(Failed("Thu, 01 Jan 2026 00:00:30 GMT"), now) == 30.0
+    assert stead.retry.retry_after(Failed("soon"), now) is None
+    assert stead.retry.retry_after(Failed(None), now) is None
+    assert stead.retry.retry_after(ValueError("no response"), now) is None
+    capped = stead.Retry(backoff=1, max_backoff=60).retry_at(1, Failed("3600"), now)
+    assert capped == now + 60
 
 
 def test_the_sdk_retries_are_off_unless_asked_for() -> None:
