@@ -5,6 +5,7 @@ response as the SDK's typed object without validating it."""
 
 from __future__ import annotations
 
+import abc
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -20,10 +21,11 @@ M = TypeVar("M")
 TRANSPORT = frozenset({"timeout", "extra_headers"})
 
 
-class Adapter:
+class Adapter(abc.ABC):
     """One provider API behind `run.llm`: `complete` sends the request
     (streaming it if asked) and normalises the answer into a `Completion`
-    that keeps the provider's JSON."""
+    that keeps the provider's JSON. Each API says how it sends a request
+    (`_created`) and how it streams one (`_streamed`)."""
 
     provider = ""
     api = ""
@@ -75,13 +77,13 @@ class Adapter:
             return await self._streamed(list(messages), request)
         return await self._created(list(messages), request)
 
+    @abc.abstractmethod
     async def _created(self, messages: list[Mapping[str, Any]], request: dict[str, Any]
-                       ) -> Completion:
-        raise TypeError(f"{type(self).__name__} does not call its API")  # each API overrides
+                       ) -> Completion: ...
 
+    @abc.abstractmethod
     async def _streamed(self, messages: list[Mapping[str, Any]], request: dict[str, Any]
-                        ) -> Completion:
-        raise TypeError(f"{type(self).__name__} does not stream")  # each API overrides
+                        ) -> Completion: ...
 
 
 def rebuild(cls: type[M], completion: Completion, provider: str) -> M:
