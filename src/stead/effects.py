@@ -22,13 +22,14 @@ Not knowing whether it happened is never treated as "it did not happen".
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
-from stead import addresses, calls, codec, digests, errors, guard, outcomes
+from stead import addresses, calls, codec, digests, errors, guard, outcomes, tracing
 from stead.execution import Execution, Stop
 from stead.intent import Grant
 from stead.outcomes import Compensation, Operation, Outcome
@@ -121,7 +122,8 @@ class Effect:
         self.first_sent = next((r.at for r in recs if r.status == RecordStatus.INTENT), None)
         if not recs:
             self.x.classify(ResumeClass.NOT_STARTED)
-            return await self._send(1)
+            with self._traced(ResumeClass.NOT_STARTED):
+                return await self._send(1)
         last = recs[-1]
         data = _payload(last)
         if last.status == RecordStatus.OK:
@@ -135,9 +137,15 @@ class Effect:
             return await self._after_reconcile(last.attempt, data)
         if last.status == RecordStatus.ACCEPTED:
             self.x.classify(ResumeClass.PENDING_EXTERNAL)
-            return await self._resolve(last.attempt, str(data["external_id"]))
+            with self._traced(ResumeClass.PENDING_EXTERNAL):
+                return await self._resolve(last.attempt, str(data["external_id"]))
         self.x.classify(ResumeClass.OUTCOME_UNKNOWN)  # intent or unknown last
-        return await self._resolve(last.attempt, None)
+        with self._traced(ResumeClass.OUTCOME_UNKNOWN):
+            return await self._resolve(last.attempt, None)
+
+    def _traced(self, cls: ResumeClass) -> contextlib.AbstractContextManager[None]:
+        """The effect's span, when it acts or asks live (a reused outcome has none)."""
+        return tracing.call("effect", self.spec.name, key=self.key, **{"class": str(cls)})
 
     async def _send(self, attempt: int, *, resend: bool = False) -> Any:
         self.x.check_live()

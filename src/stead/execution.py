@@ -255,6 +255,12 @@ class Execution:
     def unbuffer(self, rec: Record) -> None:
         """Take `rec` out of the buffer if it has not been written yet."""
         self._buffer[:] = [r for r in self._buffer if r is not rec]
+    def journal_trace(self, context: dict[str, str] | None) -> None:
+        """Journal this attempt's span context with its first write, for the
+        next attempt's span to link to (see `stead.tracing`)."""
+        if context is not None:
+            self.buffer(self.record(f"trace@{self.fence.epoch}", 1, RecordKind.TRACE, "attempt",
+                                    "", RecordStatus.OK, codec.dumps(context, what="a trace")))
 
     def _numbered(self, recs: Sequence[Record]) -> list[Record]:
         batch = [*self._buffer, *recs]

@@ -64,6 +64,9 @@ class RecordKind(enum.StrEnum):
     # The journal from `from_seq` on is no longer replayed (kept, never
     # deleted): a `fresh` call is asked again after a revalidation.
     CUT = "cut"
+    # The span context of an execution attempt, journaled with its first
+    # write when tracing is on (see `stead.tracing`); never replayed.
+    TRACE = "trace"
 
 
 KINDS = frozenset(RecordKind)

@@ -48,7 +48,13 @@ class Journal:
         # after the cut ones (the journal keeps both): stored attempt =
         # attempt + offset. Empty unless the run was ever cut.
         self.offsets: dict[str, int] = {}
+        # The span context the last traced attempt journaled (see `stead.tracing`).
+        self.trace: dict[str, object] | None = None
         for r in recs:
+            if r.kind == RecordKind.TRACE:
+                found = json.loads(r.payload)
+                self.trace = found if isinstance(found, dict) else None
+                continue
             if r.kind == RecordKind.CUT:
                 self._drop(int(json.loads(r.payload)["from_seq"]), r.seq)
                 continue

@@ -7,6 +7,7 @@ backoff survives a restart: a new worker waits only what is left of it.
 from __future__ import annotations
 
 import dataclasses
+import email.utils
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -28,10 +29,31 @@ class Retry:
         return float(min(self.backoff * self.factor ** (attempt - 1), self.max_backoff))
 
     def retry_at(self, attempt: int, error: BaseException, now: float) -> float | None:
-        """When to try again after `attempt` failed with `error`, or None to give up."""
+        """When to try again after `attempt` failed with `error`, or None to give up.
+        An HTTP error whose response says `Retry-After` (a 429, a 503) waits at
+        least that long, up to `max_backoff`."""
         if attempt >= self.attempts or not isinstance(error, self.on):
             return None
-        return now + self.delay(attempt)
+        asked = min(retry_after(error, now) or 0.0, self.max_backoff)
+        return now + max(self.delay(attempt), asked)
+
+
+def retry_after(error: BaseException, now: float) -> float | None:
+    """The seconds an HTTP error's response asks to wait from `now`
+    (`Retry-After`, in seconds or as a date), if it carries one that says so."""
+    get = getattr(getattr(getattr(error, "response", None), "headers", None), "get", None)
+    value = get("retry-after") if callable(get) else None
+    if not isinstance(value, str):
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - now)
 
 
 NO_RETRY = Retry(attempts=1)

@@ -21,6 +21,7 @@ from stead import (
     keys,
     records,
     schema_check,
+    tracing,
     waits,
 )
 from stead.execution import Continued, Execution, Stop
@@ -231,7 +232,9 @@ class Run:
             self._x.digests.call(RecordKind.STEP, name, args, kwargs), contract)
         status, payload, attempts = await self._recorded(
             RecordKind.STEP, name, digest,
-            lambda: calls.invoke(fn, args, kwargs),
+            # Traced only when tracing is on: the plain path adds no frame.
+            (lambda: _traced_step(name, fn, args, kwargs)) if tracing.enabled()
+            else (lambda: calls.invoke(fn, args, kwargs)),
             lambda v: codec.dumps(v, what=f"the result of step {name!r}",
                                   limit=self._x.max_result_bytes),
             retry or NO_RETRY, fresh=fresh,
@@ -267,12 +270,20 @@ class Run:
         _fresh(fresh)
         if reason is not None and not isinstance(reason, str):
             raise TypeError("run.llm's reason is a string")
-        digest = digests.contracted(self._x.digests.llm(name, model.name, messages, params),
-                                    contract)
+        # A provider adapter says what its requests are (model, defaults, no
+        # sentinels): that enters the digest in place of the bare parameters.
+        shape = getattr(model, "digest_params", None)
+        digest = digests.contracted(
+            self._x.digests.llm(name, model.name, messages,
+                                params if shape is None else shape(params)),
+            contract)
 
         async def call() -> Completion:
-            with addresses.outside_branches():
-                return await model.complete(messages, **params)
+            with tracing.model_call(name, model, messages, params) as span, \
+                    addresses.outside_branches():
+                answer = await model.complete(messages, **params)
+                span.answered(answer)
+                return answer
 
         status, payload, attempts = await self._recorded(
             RecordKind.LLM, name, digest, call,
@@ -630,6 +641,12 @@ class Run:
             RecordKind.RANDOM, lambda: codec.dumps(_random.random(), what="random")
         )
         return float(codec.loads(payload))
+
+
+async def _traced_step(name: str, fn: Callable[..., Any], args: Sequence[Any],
+                       kwargs: Mapping[str, Any]) -> Any:
+    with tracing.call("step", name):
+        return await calls.invoke(fn, args, kwargs)
 
 
 def _with_reason(data: dict[str, Any], reason: str | None) -> dict[str, Any]:

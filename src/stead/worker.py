@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
-from stead import addresses, codec, errors, leases, logs, takeover
+from stead import addresses, codec, errors, leases, logs, takeover, tracing
 from stead.app import App
 from stead.clock import Clock, SystemClock
 from stead.execution import Continued, Drain, Execution, ExecutionOptions, Stop
@@ -410,6 +410,17 @@ class Worker:
             )
 
     async def _advance(self, row: RunRow, ready: takeover.Ready) -> None:
+        x = ready.execution
+        with tracing.attempt(run_id=row.run_id, epoch=row.epoch, worker_id=self.id,
+                             task_id=row.task_id, workflow=row.workflow, version=row.version,
+                             previous=x.journal.trace) as span:
+            x.journal_trace(span.context())
+            try:
+                await self._attempt(row, ready)
+            finally:
+                span.replayed(x.journal.reused)
+
+    async def _attempt(self, row: RunRow, ready: takeover.Ready) -> None:
         x = ready.execution
         if ready.stop is not None:  # revalidation stopped it: its resume record says why
             log.warning("run %s stopped as %s on revalidation: %s", row.run_id,

@@ -1,9 +1,34 @@
 """The models a run asks through `run.llm`: the `Model` protocol, the
-normalised `Completion`, and a scripted model. stead does not decide what to
-say: it records what the model said, so a resumed run never asks again."""
+normalised `Completion`, a scripted model, and adapters for the OpenAI and
+Anthropic SDKs (`OpenAIChat`, `OpenAIResponses`, `AnthropicMessages`, loaded
+when first named: each needs its SDK, `pip install 'stead[openai]'` or
+`'stead[anthropic]'`). stead does not decide what to say: it records what the
+model said, so a resumed run never asks again."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from stead.errors import ScriptExhausted
 from stead.llm.model import Completion, Model, ToolCall, Usage
 from stead.llm.scripted import ScriptedModel
 
-__all__ = ["Completion", "Model", "ScriptExhausted", "ScriptedModel", "ToolCall", "Usage"]
+if TYPE_CHECKING:
+    from stead.llm.anthropic import AnthropicMessages
+    from stead.llm.openai import OpenAIChat, OpenAIResponses
+
+_ADAPTERS = {"OpenAIChat": "openai", "OpenAIResponses": "openai",
+             "AnthropicMessages": "anthropic"}
+
+
+def __getattr__(name: str) -> Any:
+    # The SDKs are optional: an adapter's module is imported when it is named.
+    if name in _ADAPTERS:
+        module = importlib.import_module(f"stead.llm.{_ADAPTERS[name]}")
+        return getattr(module, name)
+    raise AttributeError(f"module 'stead.llm' has no attribute {name!r}")
+
+
+__all__ = ["AnthropicMessages", "Completion", "Model", "OpenAIChat", "OpenAIResponses",
+           "ScriptExhausted", "ScriptedModel", "ToolCall", "Usage"]
