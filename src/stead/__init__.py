@@ -33,7 +33,14 @@ from stead.errors import (
     WaitExpired,
     WaitNotOpen,
     WaitRevoked,
+    WorkspaceChanged,
+    WorkspaceError,
+    WorkspaceEscape,
+    WorkspaceMismatch,
+    WorkspaceOutsideRoot,
+    WorkspaceTooLarge,
 )
+from stead.fingerprints import Fingerprint
 from stead.intent import Budget, Grant, Intent
 from stead.keys import Keyring
 from stead.llm import Completion, Model, ScriptedModel, ToolCall, Usage
@@ -46,6 +53,7 @@ from stead.state import Facts
 from stead.store import Store, open_store
 from stead.waits import Accepted, Delivery, Duplicate, Rejected, Token, Wait
 from stead.worker import Worker, WorkerOptions
+from stead.workspaces import Snapshot, Workspace
 
 __version__ = "0.1.0"
 
@@ -66,6 +74,7 @@ __all__ = [
     "EffectFailed",
     "Facts",
     "FakeClock",
+    "Fingerprint",
     "Grant",
     "GrantRefused",
     "GrantWidening",
@@ -93,6 +102,7 @@ __all__ = [
     "ScriptedModel",
     "SecretInJournal",
     "SerializationError",
+    "Snapshot",
     "StaleLease",
     "StateConflict",
     "StatusNotReached",
@@ -117,6 +127,13 @@ __all__ = [
     "Worker",
     "WorkerOptions",
     "Workflow",
+    "Workspace",
+    "WorkspaceChanged",
+    "WorkspaceError",
+    "WorkspaceEscape",
+    "WorkspaceMismatch",
+    "WorkspaceOutsideRoot",
+    "WorkspaceTooLarge",
     "__version__",
     "open_store",
 ]

@@ -227,3 +227,35 @@ class GrantWidening(SteadError):
 class GrantRefused(SteadError):
     """No unexpired grant covers an effect's call at the moment its intent
     would commit; nothing was sent and the run pauses for a decision."""
+
+
+class WorkspaceError(SteadError):
+    """A workspace (a directory attached to a run) cannot be saved or restored
+    as asked; nothing was stored or left half-written."""
+
+
+class WorkspaceOutsideRoot(WorkspaceError):
+    """The directory to attach is not inside the allowed root (`root=`,
+    `$STEAD_WORKSPACE_ROOT`, else the worker's current directory)."""
+
+
+class WorkspaceEscape(WorkspaceError):
+    """A symbolic link in the workspace points outside it: a restore on
+    another machine could not bring its target back."""
+
+
+class WorkspaceTooLarge(WorkspaceError):
+    """The workspace holds more bytes than its limit (`max_bytes=`)."""
+
+
+class WorkspaceChanged(WorkspaceError):
+    """A file changed while the workspace was being saved; save again."""
+
+
+class WorkspaceMismatch(WorkspaceError):
+    """A restored workspace does not hash to its recorded snapshot; the run
+    stops before replay. `differences` says what differs."""
+
+    def __init__(self, message: str, differences: list[str]) -> None:
+        super().__init__(message)
+        self.differences = differences

@@ -122,6 +122,9 @@ class Execution:
         self.app_name = ""
         # The revalidation the resume record carries (see `ResumeDetails.intent`).
         self.revalidation: dict[str, Any] | None = None
+        # The workspaces the takeover restored before replay, by name (see
+        # `stead.workspaces`): the resume record lists them.
+        self.restored: dict[str, dict[str, Any]] = {}
 
     def start(self, body: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run the workflow's `body` as a task, in the run's root branch. When
@@ -227,7 +230,8 @@ class Execution:
             at=self.clock.now(), from_seq=self.journal.length,
             code_version=self.code_version, reused=self.journal.reused,
             detail=ResumeDetails(self.journal.length, self._classes,
-                                 self.journal.reused_kinds, self.revalidation).to_json(),
+                                 self.journal.reused_kinds, self.revalidation,
+                                 self.restored or None).to_json(),
         )
 
     def _committed(self, batch: Sequence[Record], resume: ResumeRecord | None,

@@ -64,6 +64,10 @@ class RecordKind(enum.StrEnum):
     # The journal from `from_seq` on is no longer replayed (kept, never
     # deleted): a `fresh` call is asked again after a revalidation.
     CUT = "cut"
+    # A directory attached to the run (`run.workspace`) and its snapshots (`ws.save()`).
+    WORKSPACE = "workspace"
+    # The environment a `fresh=stead.Fingerprint(...)` step's result was made in.
+    FINGERPRINT = "fingerprint"
 
 
 KINDS = frozenset(RecordKind)
@@ -252,6 +256,9 @@ class ResumeDetails:
     # policy's, with its reason and version). None for a run without intent
     # or policy.
     intent: Mapping[str, Any] | None = None
+    # The workspaces restored before replay, by name: the snapshot (its
+    # journal seq, tree hash, epoch) and the fresh directory it went into.
+    workspaces: Mapping[str, Any] | None = None
 
     @classmethod
     def from_json(cls, text: str) -> ResumeDetails:
@@ -267,6 +274,7 @@ class ResumeDetails:
             classes=_counts(data.get("classes"), ResumeClass),
             kinds=_counts(data.get("kinds"), RecordKind),
             intent=data["intent"] if isinstance(data.get("intent"), dict) else None,
+            workspaces=data["workspaces"] if isinstance(data.get("workspaces"), dict) else None,
         )
 
     def to_json(self) -> str:
@@ -274,6 +282,8 @@ class ResumeDetails:
                                 "classes": dict(self.classes), "kinds": dict(self.kinds)}
         if self.intent is not None:
             data["intent"] = dict(self.intent)
+        if self.workspaces is not None:
+            data["workspaces"] = dict(self.workspaces)
         return json.dumps(data)
 
 
@@ -423,3 +433,32 @@ class StateRow:
     data: str
     run_id: str | None
     updated_at: float | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SnapshotRow:
+    """One durable snapshot of a run's workspace `name`, saved by the journal
+    record at `seq`. `manifest` is the JSON list of its entries (see
+    `stead.trees`), `tree` their sha256; `git` (JSON, or None) the commit,
+    the uncommitted patch's blob and the untracked files of a git tree.
+    `blobs` is where the file contents are: None for this database's
+    `workspace_blobs` table, else an fsspec URL. `stored_bytes` counts the
+    blob bytes this save added (the rest were stored already)."""
+
+    run_id: str
+    name: str
+    seq: int
+    epoch: int
+    worker_id: str
+    tree: str
+    manifest: str
+    git: str | None
+    files: int
+    bytes: int
+    stored_bytes: int
+    blobs: str | None
+    source: str
+    at: float
+
+    def evolve(self, **changes: Any) -> Self:
+        return dataclasses.replace(self, **changes)

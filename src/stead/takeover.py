@@ -19,13 +19,21 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from stead import codec, errors, guard, inputs, policy
+from stead import codec, errors, guard, inputs, policy, workspaces
 from stead.app import App, Workflow
 from stead.clock import Clock
 from stead.execution import Execution, ExecutionOptions, Stop
 from stead.intent import Intent
 from stead.policy import Continue
-from stead.records import Fence, IntentRow, ResumeDetails, ResumeRecord, RunRow, RunStatus
+from stead.records import (
+    Fence,
+    IntentRow,
+    RecordKind,
+    ResumeDetails,
+    ResumeRecord,
+    RunRow,
+    RunStatus,
+)
 from stead.replay import Journal
 from stead.store.base import Store
 from stead.store.seam import FencedWrite
@@ -160,6 +168,14 @@ async def prepare(
         seq = 0 if journal is None else journal.length
         return stopped(row, worker_id, clock.now(), gated.key, seq, RunStatus.INCOMPATIBLE,
                        str(exc))
+    restored: dict[str, dict[str, Any]] = {}
+    if any(r.kind == RecordKind.WORKSPACE for r in recorded):
+        try:
+            # Before replay: the workflow's calls see the files as they were saved.
+            restored = await workspaces.restore_all(store, row.run_id, row.epoch, journal)
+        except errors.WorkspaceError as exc:
+            return stopped(row, worker_id, clock.now(), gated.key, journal.length,
+                           RunStatus.INCOMPATIBLE, f"run {row.run_id}: {exc}")
     execution = Execution(
         store=store,
         fence=Fence(row.run_id, row.epoch, worker_id),
@@ -170,6 +186,7 @@ async def prepare(
         options=options,
     )
     execution.matchers = app.matchers
+    execution.restored = restored
     execution.tools, execution.app_name = app.tools, app.name
     if not checked:
         return Ready(gated, execution, args, kwargs)

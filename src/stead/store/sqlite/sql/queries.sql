@@ -280,3 +280,26 @@ SET status = :status, error = :error, epoch = epoch + 1, lease_owner = NULL,
     lease_expires_at = NULL, updated_at = :now
 WHERE run_id = :run_id AND status = :expect
 RETURNING *;
+
+-- name: blobs_present
+SELECT sha256 FROM workspace_blobs WHERE sha256 IN (SELECT value FROM json_each(:hashes));
+
+-- name: insert_blob
+INSERT INTO workspace_blobs (sha256, size, data) VALUES (:sha256, :size, :data)
+ON CONFLICT (sha256) DO NOTHING;
+
+-- name: get_blobs
+SELECT sha256, data FROM workspace_blobs
+WHERE sha256 IN (SELECT value FROM json_each(:hashes));
+
+-- name: insert_snapshot
+INSERT INTO workspace_snapshots (run_id, name, seq, epoch, worker_id, tree, manifest, git,
+                                 files, bytes, stored_bytes, blobs, source, at)
+VALUES (:run_id, :name, :seq, :epoch, :worker_id, :tree, :manifest, :git, :files, :bytes,
+        :stored_bytes, :blobs, :source, :at);
+
+-- name: list_snapshots
+SELECT * FROM workspace_snapshots WHERE run_id = :run_id ORDER BY seq;
+
+-- name: get_snapshot
+SELECT * FROM workspace_snapshots WHERE run_id = :run_id AND seq = :seq;
