@@ -17,7 +17,8 @@ EXPECTED = {
     "DatabaseMissing", "StatusNotReached", "ResumeDetails", "UnknownOutcome",
     "Intent", "Grant", "Budget", "InvalidIntent", "GrantWidening", "GrantRefused",
     "Continue", "Pause", "Terminate", "Action",
-    "Workspace", "Snapshot", "Fingerprint", "WorkspaceError", "WorkspaceOutsideRoot",
+    "Workspace", "WorkspacePath", "Snapshot", "Fingerprint", "WorkspaceError",
+    "WorkspaceOutsideRoot",
     "WorkspaceEscape", "WorkspaceTooLarge", "WorkspaceChanged", "WorkspaceMismatch",
 }
 

@@ -53,7 +53,7 @@ from stead.state import Facts
 from stead.store import Store, open_store
 from stead.waits import Accepted, Delivery, Duplicate, Rejected, Token, Wait
 from stead.worker import Worker, WorkerOptions
-from stead.workspaces import Snapshot, Workspace
+from stead.workspaces import Snapshot, Workspace, WorkspacePath
 
 __version__ = "0.1.0"
 
@@ -133,6 +133,7 @@ __all__ = [
     "WorkspaceEscape",
     "WorkspaceMismatch",
     "WorkspaceOutsideRoot",
+    "WorkspacePath",
     "WorkspaceTooLarge",
     "__version__",
     "open_store",
