@@ -5,6 +5,7 @@ stores."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 from pathlib import Path
@@ -320,3 +321,43 @@ def test_any_tree_restores_to_the_same_hash(tmp_path_factory: pytest.TempPathFac
     dest = trees.write(tree, base / "dest", lambda h: (src / located[h]).read_bytes())
     assert trees.scan(dest).sha256 == tree.sha256
     assert not [p for p in base.iterdir() if p.name.endswith(".partial")]
+
+
+# -- for a person: stead runs show, stead workspace restore -------------------------
+async def test_the_cli_lists_workspaces_and_restores_one_by_hand(
+    fstore: stead.Store, clock: stead.FakeClock, dirs: dict[str, Path], db_url: str,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from click.testing import CliRunner
+
+    from stead.cli import main
+
+    calls = Calls()
+    app, fix = coder_app(dirs["root"], calls)
+    client = stead.Client(fstore, app)
+    info = await client.start(fix, str(make_repo(dirs["root"] / "repo")))
+    await stead.Worker(app, fstore, stead.WorkerOptions(lease_seconds=30)).run_until_idle()
+    monkeypatch.setenv("STEAD_WORKSPACE_DIR", str(dirs["b"]))
+    await take_over(app, fstore, clock)
+    [snap] = await client.snapshots(info.run_id)
+
+    async def stead_cli(*args: str) -> Any:
+        # In a thread: the command runs its own event loop, as from a shell.
+        return await asyncio.to_thread(CliRunner().invoke, main, ["--db", db_url, *args])
+
+    shown = await stead_cli("runs", "show", info.run_id)
+    assert shown.exit_code == 0, shown.output
+    assert f"repo  attached {dirs['root'] / 'repo'}" in shown.output
+    assert f"snapshot seq {snap.seq}  epoch 1" in shown.output and snap.tree[:12] in shown.output
+    assert "epoch 2 by" in shown.output and f"repo from seq {snap.seq} into {dirs['b']}" in (
+        shown.output)
+    as_json = await stead_cli("runs", "show", info.run_id, "--json")
+    assert stead.codec.loads(as_json.output)["snapshots"][0]["tree"] == snap.tree
+    dest = tmp_path / "by-hand"
+    done = await stead_cli("workspace", "restore", info.run_id, "repo", str(dest))
+    assert done.exit_code == 0, done.output
+    assert trees.scan(dest).sha256 == snap.tree
+    again = await stead_cli("workspace", "restore", info.run_id, "repo", str(dest))
+    assert again.exit_code == 1 and "exists already" in again.output
+    unknown = await stead_cli("workspace", "restore", info.run_id, "nope", str(tmp_path / "x"))
+    assert unknown.exit_code == 1 and "no snapshot of workspace 'nope'" in unknown.output

@@ -14,7 +14,19 @@ from __future__ import annotations
 
 import click
 
-from stead.cli import chaos, common, db, demo, events, grants, keys, reconcile, runs, worker
+from stead.cli import (
+    chaos,
+    common,
+    db,
+    demo,
+    events,
+    grants,
+    keys,
+    reconcile,
+    runs,
+    worker,
+    workspace,
+)
 
 __all__ = ["main"]
 
@@ -43,3 +55,4 @@ main.add_command(db.db_group)
 main.add_command(keys.keys_group)
 main.add_command(demo.demo)
 main.add_command(chaos.chaos)
+main.add_command(workspace.workspace_group)
