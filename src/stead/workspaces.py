@@ -41,7 +41,7 @@ DIR_ENV = "STEAD_WORKSPACE_DIR"
 # The most bytes of files one workspace may hold, unless `max_bytes=` says otherwise.
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 _SAVE = "save"  # the digest of a save record: what the tree holds is not an argument
-_BATCH = 256  # blobs read from the database per round trip when restoring
+_BATCH = 32  # blobs read from the database per round trip when restoring
 
 
 def allowed_root(root: str | os.PathLike[str] | None) -> Path:
