@@ -361,3 +361,38 @@ async def test_the_cli_lists_workspaces_and_restores_one_by_hand(
     assert again.exit_code == 1 and "exists already" in again.output
     unknown = await stead_cli("workspace", "restore", info.run_id, "nope", str(tmp_path / "x"))
     assert unknown.exit_code == 1 and "no snapshot of workspace 'nope'" in unknown.output
+
+
+async def test_a_workflow_that_lost_its_run_gets_stale_lease_from_save(
+    fstore: stead.Store, clock: stead.FakeClock, dirs: dict[str, Path],
+) -> None:
+    app = stead.App("saver")
+    seen: list[BaseException] = []
+    repo = make_repo(dirs["root"] / "repo")
+
+    async def taken_over() -> None:
+        clock.advance(31)  # the lease ran out: another worker claims the run
+        assert await fstore.claim("thief", ["save@1"], 30.0, 1)
+
+    @app.workflow()
+    async def save(run: stead.Run, path: str) -> str:
+        ws = await run.workspace("repo", path, root=dirs["root"])
+        await taken_over()  # not a step: nothing is written between the claim and the save
+        try:
+            return (await ws.save()).tree
+        except stead.StaleLease as exc:
+            seen.append(exc)
+            raise
+
+    info = await stead.Client(fstore, app).start(save, str(repo))
+    worker = stead.Worker(app, fstore, stead.WorkerOptions(lease_seconds=30))
+    task = asyncio.create_task(worker.run())
+    for _ in range(500):  # the thief holds the run now: no worker would finish it
+        if seen:
+            break
+        await asyncio.sleep(0.01)
+    worker.stop()
+    await task
+    assert [type(e) for e in seen] == [stead.StaleLease]
+    assert await fstore.list_snapshots(info.run_id) == []
+    assert await fstore.read_blobs([trees.file_sha256(repo / "calc.py")]) == {}
