@@ -396,3 +396,16 @@ async def test_a_workflow_that_lost_its_run_gets_stale_lease_from_save(
     assert [type(e) for e in seen] == [stead.StaleLease]
     assert await fstore.list_snapshots(info.run_id) == []
     assert await fstore.read_blobs([trees.file_sha256(repo / "calc.py")]) == {}
+
+
+@pytest.mark.parametrize("row", [
+    ["../evil", "file", 420, 1, "0" * 64],
+    ["/etc/passwd", "file", 420, 1, "0" * 64],
+    ["a/../../b", "dir", 493, 0, ""],
+    ["link", "link", 0, 0, "../outside"],
+    ["link", "link", 0, 0, "/etc/passwd"],
+    ["x", "socket", 0, 0, ""],
+])
+def test_a_stored_manifest_cannot_write_outside_its_tree(row: list[Any]) -> None:
+    with pytest.raises(ValueError):
+        trees.Entry.from_json(row)

@@ -20,7 +20,7 @@ import shutil
 import stat
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from stead import errors
 
@@ -45,11 +45,20 @@ class Entry:
 
     @classmethod
     def from_json(cls, row: Sequence[object]) -> Entry:
+        """An entry read back from a stored manifest, refused (ValueError) if
+        it would write or point outside the tree it is restored into."""
         path, kind, mode, size, ref = row
         if kind not in (FILE, DIR, LINK):
             raise ValueError(f"unknown entry kind {kind!r}")
-        return cls(str(path), str(kind), int(str(mode)), int(str(size)),
-                   str(ref) if kind == FILE else "", str(ref) if kind == LINK else "")
+        entry = cls(str(path), str(kind), int(str(mode)), int(str(size)),
+                    str(ref) if kind == FILE else "", str(ref) if kind == LINK else "")
+        where = PurePosixPath(entry.path)
+        if where.is_absolute() or ".." in where.parts or not where.parts:
+            raise ValueError(f"entry path {entry.path!r} leads out of the tree")
+        if kind == LINK and (PurePosixPath(entry.target).is_absolute() or os.path.normpath(
+                where.parent / entry.target).startswith("..")):
+            raise ValueError(f"link {entry.path!r} points out of the tree")
+        return entry
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
