@@ -4,6 +4,7 @@ replay the journal answers and nothing is called again."""
 from __future__ import annotations
 
 import datetime as dt
+import os
 import random as _random
 import uuid as _uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -426,7 +427,8 @@ class Run:
 
     # -- workspaces ----------------------------------------------------------
     async def workspace(
-        self, name: str, path: str | Any, *, root: str | Any | None = None,
+        self, name: str, path: str | os.PathLike[str], *,
+        root: str | os.PathLike[str] | None = None,
         max_bytes: int | None = workspaces.DEFAULT_MAX_BYTES, blobs: str | None = None,
     ) -> workspaces.Workspace:
         """Attach the directory `path` (inside `root`: by default
