@@ -69,15 +69,20 @@ async def tell(stage: Stage) -> tuple[bool, str | None]:
         await store.close()
 
 
+async def _begin(stage: Stage, client: Client, label: str, task_id: str
+                 ) -> tuple[Path, Path, str, Tail]:
+    """Machine `label` with the sample repository, and a run started on it."""
+    home = machine(stage, label, LOCK_1)
+    repo = ci_agent.make_sample_repo(home / "repo")
+    info = await client.start(ci_agent.fix_and_test, str(repo), "add() subtracts",
+                              task_id=task_id)
+    return home, repo, info.run_id, Tail(client, info.run_id, stage.echo)
+
+
 async def _story(stage: Stage, client: Client, checks: Checks) -> str:
     echo = stage.echo
     ci = services.CI(stage.services)
-    home_a = machine(stage, "A", LOCK_1)
-    repo = ci_agent.make_sample_repo(home_a / "repo")
-    info = await client.start(ci_agent.fix_and_test, str(repo), "add() subtracts",
-                              task_id="fix-add")
-    run_id = info.run_id
-    tail = Tail(client, run_id, echo)
+    home_a, repo, run_id, tail = await _begin(stage, client, "A", "fix-add")
     echo(f"[1] machine-A/{repo.name}/: calc.py's add() returns a - b")
     a = await stage.worker("A", APP, cwd=home_a)
     tail.labels[1] = "A"
@@ -216,12 +221,7 @@ async def _lockfile(stage: Stage, client: Client, checks: Checks) -> None:
     provider, ci = services.ModelCalls(stage.services), services.CI(stage.services)
     ci.configure(runs_for=0.3)
     provider.stall("write_message")  # the provider is slow: the run waits after its tests
-    home_c = machine(stage, "C", LOCK_1)
-    repo = ci_agent.make_sample_repo(home_c / "repo")
-    info = await client.start(ci_agent.fix_and_test, str(repo), "add() subtracts",
-                              task_id="fix-add-2")
-    run_id = info.run_id
-    tail = Tail(client, run_id, echo)
+    home_c, _repo, run_id, tail = await _begin(stage, client, "C", "fix-add-2")
     echo(f"\n[6] a changed lockfile: run {run_id} on machine C ({ci_agent.LOCKFILE}: {LOCK_1})")
     c = await stage.worker("C", APP, cwd=home_c)
     tail.labels[1] = "C"
