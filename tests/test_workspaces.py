@@ -45,11 +45,12 @@ def edit(path: Any) -> bool:
     return True
 
 
-def coder_app(root: Path, calls: Calls, **opts: Any) -> tuple[stead.App, Any]:
+def coder_app(root: Path, calls: Calls, crashes: int = 1, **opts: Any
+              ) -> tuple[stead.App, Any]:
     app = stead.App("coder")
 
     def crash_once() -> None:
-        if not calls["crash"]:
+        if calls["crash"] < crashes:
             calls.hit("crash")
             raise Crash()
 
@@ -409,3 +410,21 @@ async def test_a_workflow_that_lost_its_run_gets_stale_lease_from_save(
 def test_a_stored_manifest_cannot_write_outside_its_tree(row: list[Any]) -> None:
     with pytest.raises(ValueError):
         trees.Entry.from_json(row)
+
+
+async def test_a_later_takeover_on_the_same_machine_removes_the_earlier_copy(
+    fstore: stead.Store, clock: stead.FakeClock, dirs: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = Calls()
+    app, fix = coder_app(dirs["root"], calls, crashes=2)
+    client = stead.Client(fstore, app)
+    info = await client.start(fix, str(make_repo(dirs["root"] / "repo")))
+    await stead.Worker(app, fstore, stead.WorkerOptions(lease_seconds=30)).run_until_idle()
+    monkeypatch.setenv("STEAD_WORKSPACE_DIR", str(dirs["b"]))
+    await take_over(app, fstore, clock)  # restores at epoch 2, crashes again
+    await take_over(app, fstore, clock)  # restores at epoch 3
+    result = await client.result(info.run_id, timeout=10)
+    copies = sorted(p.name.split(".")[1] for p in (dirs["b"] / info.run_id).iterdir())
+    assert copies == ["3"] and Path(result["path"]).name.startswith("repo.3.")
+    assert calls["edit"] == 1

@@ -209,12 +209,13 @@ def write(tree: Tree, dest: Path, blob: Callable[[str], bytes]) -> Path:
                 diff(tree, found))
         scratch.rename(dest)
     except BaseException:
-        _remove(scratch)
+        remove(scratch)
         raise
     return dest
 
 
-def _remove(path: Path) -> None:
+def remove(path: Path) -> None:
+    """Delete a folder this module wrote, read-only subfolders included."""
     for folder, _dirs, _files in os.walk(path):  # a read-only folder cannot be emptied
         with contextlib.suppress(OSError):
             os.chmod(folder, 0o700)

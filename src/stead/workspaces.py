@@ -240,6 +240,8 @@ async def restore_all(store: Store, run_id: str, epoch: int, journal: Journal
         if _still_replayed(journal, snap.seq):
             latest[snap.name] = snap
     done: dict[str, dict[str, Any]] = {}
+    if latest:
+        _forget_earlier(restore_base() / run_id, epoch)
     for name, snap in sorted(latest.items()):
         dest = restore_base() / run_id / f"{name}.{epoch}.{uuid.uuid4().hex[:8]}"
         await restore(store, snap, dest)
@@ -247,6 +249,17 @@ async def restore_all(store: Store, run_id: str, epoch: int, journal: Journal
                       "files": snap.files, "bytes": snap.bytes, "saved_epoch": snap.epoch,
                       "saved_by": snap.worker_id, "source": snap.source}
     return done
+
+
+def _forget_earlier(folder: Path, epoch: int) -> None:
+    """Remove what earlier claims of the run restored on this machine: the
+    run is this claim's now, and those copies are no one's."""
+    if not folder.is_dir():
+        return
+    for old in folder.iterdir():
+        parts = old.name.split(".")
+        if len(parts) >= 3 and parts[-2].isdigit() and int(parts[-2]) < epoch:
+            trees.remove(old)
 
 
 async def restore(store: Store, snap: SnapshotRow, dest: Path) -> Path:
