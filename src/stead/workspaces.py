@@ -22,6 +22,7 @@ takeover attaches the path the workflow names, on the new worker.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import json
 import os
@@ -41,7 +42,8 @@ DIR_ENV = "STEAD_WORKSPACE_DIR"
 # The most bytes of files one workspace may hold, unless `max_bytes=` says otherwise.
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 _SAVE = "save"  # the digest of a save record: what the tree holds is not an argument
-_BATCH = 32  # blobs read from the database per round trip when restoring
+# About how many bytes of blobs a restore reads from the database per round trip.
+_BATCH_BYTES = 16 * 1024 * 1024
 
 
 def allowed_root(root: str | os.PathLike[str] | None) -> Path:
@@ -296,18 +298,35 @@ async def restore(store: Store, snap: SnapshotRow, dest: Path) -> Path:
 
 async def _blob_source(store: Store, snap: SnapshotRow, tree: trees.Tree
                        ) -> Callable[[str], bytes]:
+    """What `trees.write` reads blobs with (from its thread). From the
+    database they are fetched in file order, a batch of about `_BATCH_BYTES`
+    at a time, and dropped once every file holding them is written: a restore
+    holds a batch in memory, not the tree."""
     if snap.blobs is not None:
         return blobs.BlobDir(snap.blobs).get
-    wanted = list(tree.blobs())
-    found: dict[str, bytes] = {}
-    for start in range(0, len(wanted), _BATCH):
-        found.update(await store.read_blobs(wanted[start:start + _BATCH]))
+    files = [e for e in tree.entries if e.kind == trees.FILE]
+    uses = collections.Counter(e.sha256 for e in files)
+    sizes = {e.sha256: e.size for e in files}
+    pending = list(uses)  # each blob once, in the order the files are written
+    cache: dict[str, bytes] = {}
+    loop = asyncio.get_running_loop()
+
+    def fetch() -> None:
+        batch: list[str] = []
+        size = 0
+        while pending and (not batch or size + sizes[pending[0]] <= _BATCH_BYTES):
+            batch.append(pending.pop(0))
+            size += sizes[batch[-1]]
+        cache.update(asyncio.run_coroutine_threadsafe(store.read_blobs(batch), loop).result())
 
     def get(sha256: str) -> bytes:
-        if sha256 not in found:
+        while sha256 not in cache and sha256 in pending:
+            fetch()
+        if sha256 not in cache:
             raise errors.WorkspaceMismatch(f"blob {sha256} is missing from the store",
                                            [f"blob {sha256}: missing"])
-        return found[sha256]
+        uses[sha256] -= 1
+        return cache[sha256] if uses[sha256] > 0 else cache.pop(sha256)
 
     return get
 
