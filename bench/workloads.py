@@ -1,4 +1,4 @@
-"""The five workloads, each run for every system on every database, in the
+"""The workloads, each run for every system on every database, in the
 same run. Each measurement gets a fresh database and fresh processes; the
 systems take turns within each repetition so drift hits them alike."""
 
@@ -405,3 +405,37 @@ WORKLOADS: dict[str, Callable[[Context], None]] = {
     "sequential": sequential, "many": many, "recovery": recovery, "growth": growth,
     "waits": waits,
 }
+
+
+# -- 6. workspace snapshots (stead alone) ---------------------------------------------------
+def workspace(ctx: Context) -> None:
+    mb, files, reps = (50, 50, 1) if ctx.quick else (200, 200, 3)
+    ctx.reps_used["workspace"] = f"{reps} (median of {reps})"
+    system = runner.System("stead", "stead", "bench.w_workspace", runner.project_python())
+    w = f"6. workspace snapshot ({mb} MB tree, {files} files)"
+    for db in ctx.dbs:
+        found: dict[str, list[float]] = {}
+        for rep in range(reps):
+            with fresh_database(db, ctx.scratch) as url:
+                out = runner.run(system, system.job(url=url, mb=mb, files=files,
+                                                    scratch=str(ctx.scratch)))
+            if not out["restored_equal"]:
+                raise runner.BenchError("the restored tree does not hash as saved")
+            for key in ("first_seconds", "second_seconds", "restore_seconds"):
+                found.setdefault(key, []).append(out[key])
+            for key in ("first_stored", "second_stored", "db_growth"):
+                found.setdefault(key, []).append(out[key] / 2**20)
+            ctx.log(f"  workspace/{db} rep {rep + 1}/{reps}: save {out['first_seconds']:.2f} s, "
+                    f"restore {out['restore_seconds']:.2f} s")
+        for key, name, digits in (
+            ("first_seconds", "first save: scan, hash, store (s)", 2),
+            ("first_stored", "blob bytes stored by the first save (MB)", 1),
+            ("db_growth", "database growth, both saves (MB)", 1),
+            ("second_seconds", "second save, one file changed (s)", 2),
+            ("second_stored", "blob bytes stored by the second save (MB)", 2),
+            ("restore_seconds", "restore into a fresh directory, hash-checked (s)", 2),
+        ):
+            ctx.add(Metric(w, db, name, "lower", {"stead": found[key]}, digits))
+
+
+WORKLOADS["workspace"] = workspace

@@ -22,6 +22,9 @@ EXPECTED = {
     # deploys: migrations, exported histories, workers' heartbeats
     "Migrated", "MigrationView", "MigrationReport", "MigrationRow", "MigrationRefused",
     "StoredRun", "HostRow",
+    "Workspace", "WorkspacePath", "Snapshot", "Fingerprint", "WorkspaceError",
+    "WorkspaceOutsideRoot",
+    "WorkspaceEscape", "WorkspaceTooLarge", "WorkspaceChanged", "WorkspaceMismatch",
 }
 
 

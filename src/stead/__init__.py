@@ -38,8 +38,15 @@ from stead.errors import (
     WaitExpired,
     WaitNotOpen,
     WaitRevoked,
+    WorkspaceChanged,
+    WorkspaceError,
+    WorkspaceEscape,
+    WorkspaceMismatch,
+    WorkspaceOutsideRoot,
+    WorkspaceTooLarge,
 )
 from stead.exports import StoredRun
+from stead.fingerprints import Fingerprint
 from stead.intent import Budget, Grant, Intent
 from stead.keys import Keyring
 from stead.llm import Completion, Model, ScriptedModel, ToolCall, Usage
@@ -63,6 +70,7 @@ from stead.state import Facts
 from stead.store import Store, open_store
 from stead.waits import Accepted, Delivery, Duplicate, Operator, Rejected, Token, Wait
 from stead.worker import Worker, WorkerOptions
+from stead.workspaces import Snapshot, Workspace, WorkspacePath
 
 __version__ = "0.1.0"
 
@@ -84,6 +92,7 @@ __all__ = [
     "EffectFailed",
     "Facts",
     "FakeClock",
+    "Fingerprint",
     "ForkRefused",
     "Grant",
     "GrantRefused",
@@ -123,6 +132,7 @@ __all__ = [
     "ScriptedModel",
     "SecretInJournal",
     "SerializationError",
+    "Snapshot",
     "StaleLease",
     "StateConflict",
     "StatusNotReached",
@@ -150,6 +160,14 @@ __all__ = [
     "Worker",
     "WorkerOptions",
     "Workflow",
+    "Workspace",
+    "WorkspaceChanged",
+    "WorkspaceError",
+    "WorkspaceEscape",
+    "WorkspaceMismatch",
+    "WorkspaceOutsideRoot",
+    "WorkspacePath",
+    "WorkspaceTooLarge",
     "__version__",
     "open_store",
 ]

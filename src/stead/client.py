@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from stead import codec, dryrun, errors, forks, inputs, records, takeover, waits
+from stead import codec, dryrun, errors, forks, inputs, records, takeover, waits, workspaces
 from stead.app import App, Workflow
 from stead.exports import StoredRun
 from stead.intent import Grant, Intent
@@ -673,6 +673,20 @@ class Client:
             raise errors.SteadError(f"to {what} a run the client needs the app that registers "
                                     "the migration: Client(store, app)")
         return self.app
+
+    # -- workspaces -----------------------------------------------------------------
+    async def snapshots(self, run_id: str) -> list[records.SnapshotRow]:
+        """Every snapshot of the run's workspaces, in journal order."""
+        await self.store.get_run(run_id)
+        return await self.store.list_snapshots(run_id)
+
+    async def restore_workspace(self, run_id: str, name: str, dest: str | os.PathLike[str],
+                                *, seq: int | None = None) -> records.SnapshotRow:
+        """Restore the latest snapshot of the run's workspace `name` (or the
+        one saved at journal `seq`) into `dest`, a directory that must not
+        exist yet; checked against its hash (`WorkspaceMismatch` if it does
+        not match, leaving nothing behind). Returns the snapshot restored."""
+        return await workspaces.restore_to(self.store, run_id, name, dest, seq)
 
     # -- the decision context -----------------------------------------------------
     async def intents(self, run_id: str) -> list[records.IntentRow]:

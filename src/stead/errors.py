@@ -276,3 +276,35 @@ class MigrationRefused(SteadError):
     would lose an effect's record, its input does not fit the new version,
     the run is held by a worker or moved meanwhile, or something was
     journaled since the migration. The message says which."""
+
+
+class WorkspaceError(SteadError):
+    """A workspace (a directory attached to a run) cannot be saved or restored
+    as asked; nothing was stored or left half-written."""
+
+
+class WorkspaceOutsideRoot(WorkspaceError):
+    """The directory to attach is not inside the allowed root (`root=`,
+    `$STEAD_WORKSPACE_ROOT`, else the worker's current directory)."""
+
+
+class WorkspaceEscape(WorkspaceError):
+    """A symbolic link in the workspace points outside it: a restore on
+    another machine could not bring its target back."""
+
+
+class WorkspaceTooLarge(WorkspaceError):
+    """The workspace holds more bytes than its limit (`max_bytes=`)."""
+
+
+class WorkspaceChanged(WorkspaceError):
+    """A file changed while the workspace was being saved; save again."""
+
+
+class WorkspaceMismatch(WorkspaceError):
+    """A restored workspace does not hash to its recorded snapshot; the run
+    stops before replay. `differences` says what differs."""
+
+    def __init__(self, message: str, differences: list[str]) -> None:
+        super().__init__(message)
+        self.differences = differences

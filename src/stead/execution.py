@@ -149,6 +149,9 @@ class Execution:
         self.check_input: Callable[[str], None] | None = None
         # The migrations the version gate applied (see `ResumeDetails.migration`).
         self.migration: dict[str, Any] | None = None
+        # The workspaces the takeover restored before replay, by name (see
+        # `stead.workspaces`): the resume record lists them.
+        self.restored: dict[str, dict[str, Any]] = {}
 
     def start(self, body: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run the workflow's `body` as a task, in the run's root branch. When
@@ -275,7 +278,7 @@ class Execution:
             code_version=self.code_version, reused=self.journal.reused,
             detail=ResumeDetails(self.journal.length, self._classes,
                                  self.journal.reused_kinds, self.revalidation,
-                                 self.migration).to_json(),
+                                 self.migration, self.restored or None).to_json(),
         )
 
     def _committed(self, batch: Sequence[Record], resume: ResumeRecord | None,

@@ -67,6 +67,10 @@ class RecordKind(enum.StrEnum):
     # The span context of an execution attempt, journaled with its first
     # write when tracing is on (see `stead.tracing`); never replayed.
     TRACE = "trace"
+    # A directory attached to the run (`run.workspace`) and its snapshots (`ws.save()`).
+    WORKSPACE = "workspace"
+    # The environment a `fresh=stead.Fingerprint(...)` step's result was made in.
+    FINGERPRINT = "fingerprint"
 
 
 KINDS = frozenset(RecordKind)
@@ -312,6 +316,9 @@ class ResumeDetails:
     # A migration or its rollback this resume record audits: who, when,
     # from which version to which, and the journal's length before and after.
     migration: Mapping[str, Any] | None = None
+    # The workspaces restored before replay, by name: the snapshot (its
+    # journal seq, tree hash, epoch) and the fresh directory it went into.
+    workspaces: Mapping[str, Any] | None = None
 
     @classmethod
     def from_json(cls, text: str) -> ResumeDetails:
@@ -328,6 +335,7 @@ class ResumeDetails:
             kinds=_counts(data.get("kinds"), RecordKind),
             intent=data["intent"] if isinstance(data.get("intent"), dict) else None,
             migration=data["migration"] if isinstance(data.get("migration"), dict) else None,
+            workspaces=data["workspaces"] if isinstance(data.get("workspaces"), dict) else None,
         )
 
     def to_json(self) -> str:
@@ -337,6 +345,8 @@ class ResumeDetails:
             data["intent"] = dict(self.intent)
         if self.migration is not None:
             data["migration"] = dict(self.migration)
+        if self.workspaces is not None:
+            data["workspaces"] = dict(self.workspaces)
         return json.dumps(data)
 
 
@@ -596,3 +606,32 @@ class MigrationPlan:
     records_before: int
     records: tuple[Record, ...]
     author: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SnapshotRow:
+    """One durable snapshot of a run's workspace `name`, saved by the journal
+    record at `seq`. `manifest` is the JSON list of its entries (see
+    `stead.trees`), `tree` their sha256; `git` (JSON, or None) the commit,
+    the uncommitted patch's blob and the untracked files of a git tree.
+    `blobs` is where the file contents are: None for this database's
+    `workspace_blobs` table, else an fsspec URL. `stored_bytes` counts the
+    blob bytes this save added (the rest were stored already)."""
+
+    run_id: str
+    name: str
+    seq: int
+    epoch: int
+    worker_id: str
+    tree: str
+    manifest: str
+    git: str | None
+    files: int
+    bytes: int
+    stored_bytes: int
+    blobs: str | None
+    source: str
+    at: float
+
+    def evolve(self, **changes: Any) -> Self:
+        return dataclasses.replace(self, **changes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import os
 import random as _random
 import uuid as _uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -23,8 +24,10 @@ from stead import (
     schema_check,
     tracing,
     waits,
+    workspaces,
 )
 from stead.execution import Continued, Execution, Stop
+from stead.fingerprints import Fingerprint, changes
 from stead.intent import Budget, Intent, check_tools
 from stead.llm.model import Completion, Model
 from stead.outcomes import Compensation, Operation, Outcome
@@ -53,7 +56,9 @@ def _schema_text(schema: Any) -> str:
     return text
 
 
-def _fresh(fresh: str | None) -> None:
+def _fresh(fresh: str | Fingerprint | None) -> None:
+    if isinstance(fresh, Fingerprint):
+        return
     if fresh not in (None, "on_resume", "always"):
         raise ValueError(f"fresh is None, 'on_resume' or 'always', not {fresh!r}")
 
@@ -159,7 +164,8 @@ class Run:
             return False
         return fresh == "always" or (fresh == "on_resume" and self._x.intent_changed)
 
-    def _recut(self, addr: str, kind: RecordKind, name: str, start: int) -> None:
+    def _recut(self, addr: str, kind: RecordKind, name: str, start: int,
+               because: str = "the run's intent changed") -> None:
         """Cut the journal from `start` (the fresh call's first record) on, so
         that the run goes on live from the call; or, if something that acted
         outside (an effect, a wait, a state change, a timer, an intent) or a
@@ -174,7 +180,7 @@ class Run:
             first = acted[0]
             raise Stop(records.RunStatus.PAUSED, {
                 "type": "Paused", "cause": "revalidate",
-                "message": f"{kind} {name!r} is marked fresh and the run's intent changed, "
+                "message": f"{kind} {name!r} is marked fresh and {because}, "
                            f"but {first.kind} {first.name!r} (seq {first.seq}) already happened "
                            "after it: its proposal cannot simply be made again. Decide: stead "
                            "runs resume RUN --by WHO --why WHY [--intent FILE], or stead runs "
@@ -194,24 +200,43 @@ class Run:
             attempts=attempts,
         )
 
+    async def _fingerprint(self, name: str, fingerprint: Fingerprint) -> None:
+        """Journal the environment a step's result is made in, just before it
+        (the record rides along with the step's); on replay, compare it with
+        the environment now: if it changed, the recorded result no longer
+        holds and the journal is cut from it (see `_recut`)."""
+        addr = addresses.reserve()
+        with self._x.busy():
+            now = await fingerprint.take()
+        prior = self._x.take(addr, RecordKind.FINGERPRINT, name, "")
+        if prior:
+            before = codec.loads(prior[-1].payload)
+            if before == now:
+                return
+            self._recut(addr, RecordKind.FINGERPRINT, name, prior[0].seq,
+                        because=f"its fingerprint changed ({'; '.join(changes(before, now))})")
+        self._x.check_live()
+        self._x.buffer(self._x.record(addr, 1, RecordKind.FINGERPRINT, name, "",
+                                      RecordStatus.OK, codec.dumps(now, what="a fingerprint")))
+
     @overload
     async def step(
         self, name: str, fn: Callable[..., Awaitable[T]], *args: Any,
-        retry: Retry | None = None, fresh: str | None = None, contract: str | None = None,
-        **kwargs: Any,
+        retry: Retry | None = None, fresh: str | Fingerprint | None = None,
+        contract: str | None = None, **kwargs: Any,
     ) -> T: ...
 
     @overload
     async def step(
         self, name: str, fn: Callable[..., T], *args: Any,
-        retry: Retry | None = None, fresh: str | None = None, contract: str | None = None,
-        **kwargs: Any,
+        retry: Retry | None = None, fresh: str | Fingerprint | None = None,
+        contract: str | None = None, **kwargs: Any,
     ) -> T: ...
 
     async def step(
         self, name: str, fn: Callable[..., Any], *args: Any,
-        retry: Retry | None = None, fresh: str | None = None, contract: str | None = None,
-        **kwargs: Any,
+        retry: Retry | None = None, fresh: str | Fingerprint | None = None,
+        contract: str | None = None, **kwargs: Any,
     ) -> Any:
         """Call `fn(*args, **kwargs)` once, ever: its result (or its error) is
         journaled and returned from the journal on replay. Sync functions run in
@@ -226,8 +251,16 @@ class Run:
         `contract="v2"` names the version of what the step means: it is folded
         into the call's digest, so a run journaled under another contract
         stops as `incompatible_checkpoint` naming the step and both contracts,
-        rather than reuse a result the changed body would not give."""
+        rather than reuse a result the changed body would not give.
+
+        `fresh=stead.Fingerprint(...)` binds the result to the environment it
+        was made in (a workspace's snapshot, files such as a lockfile, an
+        image): it is reused while that still holds, and made again (or the
+        run pauses, as above) once it does not."""
         _fresh(fresh)
+        if isinstance(fresh, Fingerprint):
+            await self._fingerprint(name, fresh)
+            fresh = None
         digest = digests.contracted(
             self._x.digests.call(RecordKind.STEP, name, args, kwargs), contract)
         status, payload, attempts = await self._recorded(
@@ -472,6 +505,21 @@ class Run:
         )
         addr = addresses.reserve()
         return await effects.Effect(self._x, addr, spec).run()
+
+    # -- workspaces ----------------------------------------------------------
+    async def workspace(
+        self, name: str, path: str | os.PathLike[str], *,
+        root: str | os.PathLike[str] | None = None,
+        max_bytes: int | None = workspaces.DEFAULT_MAX_BYTES, blobs: str | None = None,
+    ) -> workspaces.Workspace:
+        """Attach the directory `path` (inside `root`: by default
+        `$STEAD_WORKSPACE_ROOT`, else the current directory) to the run as
+        workspace `name`; `await ws.save()` snapshots it durably (its blobs in
+        the run's database, or under the fsspec URL `blobs`), at most
+        `max_bytes` of files. After a takeover, `ws.path` is the fresh
+        directory its last snapshot was restored into, on this worker."""
+        return await workspaces.attach(self._x, name, path, root=root, max_bytes=max_bytes,
+                                       blob_url=blobs)
 
     # -- waits, timers, task state -------------------------------------------
     async def wait(

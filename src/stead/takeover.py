@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from stead import codec, errors, guard, inputs, migrations, policy
+from stead import codec, errors, guard, inputs, migrations, policy, workspaces
 from stead.app import App, Workflow
 from stead.clock import Clock
 from stead.execution import Execution, ExecutionOptions, Stop
@@ -41,6 +41,7 @@ from stead.records import (
     MigrationPlan,
     MigrationRow,
     Record,
+    RecordKind,
     ResumeDetails,
     ResumeRecord,
     RunRow,
@@ -285,6 +286,14 @@ async def prepare(
         seq = 0 if journal is None else journal.length
         return stopped(row, worker_id, clock.now(), gated.key, seq, RunStatus.INCOMPATIBLE,
                        str(exc))
+    restored: dict[str, dict[str, Any]] = {}
+    if any(r.kind == RecordKind.WORKSPACE for r in recorded):
+        try:
+            # Before replay: the workflow's calls see the files as they were saved.
+            restored = await workspaces.restore_all(store, row.run_id, row.epoch, journal)
+        except errors.WorkspaceError as exc:
+            return stopped(row, worker_id, clock.now(), gated.key, journal.length,
+                           RunStatus.INCOMPATIBLE, f"run {row.run_id}: {exc}")
     execution = Execution(
         store=store,
         fence=Fence(row.run_id, row.epoch, worker_id),
@@ -297,6 +306,7 @@ async def prepare(
     execution.migration = audit
     execution.matchers = app.matchers
     execution.check_input = lambda text: inputs.check(gated, text)
+    execution.restored = restored
     execution.tools, execution.app_name = app.tools, app.name
     if not checked:
         return Ready(gated, execution, args, kwargs)

@@ -28,6 +28,7 @@ from stead.cli import (
     runs,
     ui,
     worker,
+    workspace,
 )
 
 __all__ = ["main"]
@@ -63,3 +64,4 @@ main.add_command(deploy.doctor)
 for command in (deploy.runs_migrate, deploy.runs_rollback, deploy.runs_export,
                 deploy.runs_import):
     runs.runs.add_command(command)
+main.add_command(workspace.workspace_group)

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from stead import decisions, records, timeline
+from stead import decisions, records, timeline, workspace_view
 from stead.cli import common
 from stead.client import RunInfo
 
@@ -131,14 +131,16 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
             info = await client.get(run_id)
             return (info, await client.journal(run_id), await client.resumes(run_id),
                     await client.intents(run_id), await client.lineage(run_id),
-                    await client.migrations(run_id), client.store.clock.now())
+                    await client.migrations(run_id), client.store.clock.now(),
+                    await client.snapshots(run_id))
 
-    info, journal, resumes, intents, lineage, migrated, now = common.run_async(go())
+    info, journal, resumes, intents, lineage, migrated, now, snapshots = common.run_async(go())
     if as_json:
         shown = timeline.show_json(info, journal, resumes)
         shown["intents"] = [dataclasses.asdict(i) for i in intents]
         shown["lineage"] = timeline.lineage_json(lineage)
         shown["migrations"] = [dataclasses.asdict(m) for m in migrated]
+        shown["snapshots"] = [workspace_view.snapshot_json(s) for s in snapshots]
         click.echo(json.dumps(shown, indent=2))
     else:
         common.echo(timeline.render_run(_shown(info), journal, resumes, now=now))
@@ -148,6 +150,9 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
             common.echo(decisions.render(intents, resumes, journal, now))
         if migrated:
             common.echo(timeline.render_migrations(info.workflow, migrated))
+        workspaces = workspace_view.render(journal, snapshots, resumes)
+        if workspaces:
+            common.echo(workspaces)
 
 
 @runs.command("cancel")

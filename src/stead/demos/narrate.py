@@ -47,6 +47,19 @@ def describe(rec: Record) -> str:
             return f"opened, bound to {compact(data.get('bind'))}"
         if rec.status == RecordStatus.OK:
             return f"event {data.get('event_id')} arrived: {compact(data.get('payload'))}"
+    if rec.kind == RecordKind.WORKSPACE:
+        if "attached" in data:
+            return f"attached {data['attached']}"
+        if "tree" in data:
+            return (f"saved: tree {str(data['tree'])[:12]}…, {data.get('files')} file(s), "
+                    f"{data.get('bytes')} bytes")
+    if rec.kind == RecordKind.FINGERPRINT:
+        files = data.get("files") or {}
+        tree = (data.get("workspace") or {}).get("tree")
+        parts = [f"{name} {str(h)[:8]}…" if h else f"{name} (none)" for name, h in files.items()]
+        if tree:
+            parts.insert(0, f"tree {str(tree)[:8]}…")
+        return "made in: " + ", ".join(parts)
     if rec.kind == RecordKind.STATE and "version" in data:
         return f"version {data['version']}: {timeline.shorten(compact(data.get('data')))}"
     return timeline.summary(rec)

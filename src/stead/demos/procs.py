@@ -12,7 +12,7 @@ import re
 import sys
 import time
 import urllib.parse
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 import stead
@@ -46,8 +46,12 @@ class Stage:
     def services(self) -> Path:
         return self.root / "services"
 
-    async def worker(self, label: str, app: str, *, relay: bool = False) -> WorkerProcess:
-        w = await WorkerProcess.spawn(self, label, app, relay=relay)
+    async def worker(self, label: str, app: str, *, relay: bool = False,
+                     cwd: Path | None = None, env: Mapping[str, str] | None = None,
+                     ) -> WorkerProcess:
+        """A worker process in the stage's folder (or `cwd`: its machine), with
+        `env` added to its environment."""
+        w = await WorkerProcess.spawn(self, label, app, relay=relay, cwd=cwd, env=env)
         self.workers.append(w)
         return w
 
@@ -79,9 +83,11 @@ class WorkerProcess:
         return f"worker-{self.label}"
 
     @classmethod
-    async def spawn(cls, stage: Stage, label: str, app: str, *, relay: bool) -> WorkerProcess:
+    async def spawn(cls, stage: Stage, label: str, app: str, *, relay: bool,
+                    cwd: Path | None = None, env: Mapping[str, str] | None = None,
+                    ) -> WorkerProcess:
         package_parent = str(Path(stead.__file__).resolve().parent.parent)
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         env[services.ENV] = str(stage.services)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (package_parent, env.get("PYTHONPATH", "")) if p)
@@ -89,7 +95,7 @@ class WorkerProcess:
             sys.executable, "-m", "stead", "--db", stage.db, "worker", app,
             "--lease", str(LEASE), "--poll", "0.1", "--worker-id", f"worker-{label}",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            stdin=asyncio.subprocess.DEVNULL, cwd=stage.root, env=env,
+            stdin=asyncio.subprocess.DEVNULL, cwd=cwd or stage.root, env=env,
         )
         assert proc.stdout is not None
         log = stage.root / f"worker-{label}.log"

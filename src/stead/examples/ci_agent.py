@@ -1,11 +1,20 @@
-"""A coding agent: it reads a repository, lets a model plan a fix, edits the
-files, and submits a CI job, as an effect that journals the job id the moment
-CI accepts it (`await op.accepted(job_id)`).
+"""A coding agent: it attaches the repository to the run as a workspace,
+lets a model plan a fix, edits the files, saves the workspace (a durable
+snapshot), runs the tests, has the model write the CI job's message and
+submits a CI job, as an effect that journals the job id the moment CI accepts
+it (`await op.accepted(job_id)`).
 
-If the worker dies while CI runs, the worker that takes the run over finds
-"run_ci: accepted as job 471, no result" in the journal: it asks CI about job
-471 (the effect's `check`) until it has a result, and never submits a second
-job. Edits are steps: each is journaled once and not redone on replay.
+If the worker dies while CI runs, the worker that takes the run over, on
+another machine, first restores the saved tree into a fresh directory there
+(checked against its hash), so the edits are not redone: they are in the
+tree. Then it finds "run_ci: accepted as job 471, no result" in the journal:
+it asks CI about job 471 (the effect's `check`) until it has a result, and
+never submits a second job.
+
+The test result is bound to what produced it: the workspace's snapshot and
+the worker's `uv.lock` (`stead.Fingerprint`). A worker whose lockfile is
+another one does not reuse it: the tests run again (or, if the CI job was
+already submitted after them, the run pauses for a person).
 
 The CI service is fake and file-backed (`stead.examples.services`, under
 `$STEAD_EXAMPLE_SERVICES`, default ./example-services). Try it by hand:
@@ -14,6 +23,8 @@ The CI service is fake and file-backed (`stead.examples.services`, under
     stead start stead.examples.ci_agent:app fix_and_test '["repo", "add() subtracts"]'
     stead worker stead.examples.ci_agent:app --until-idle   # a CI job takes 3 s here
     cat example-services/ci.json
+    stead runs show RUN                                      # its workspace and snapshot
+    stead workspace restore RUN repo fixed-copy             # the saved tree, for a person
 
 `stead demo ci` tells this story with real processes and a SIGKILL.
 """
@@ -21,7 +32,8 @@ The CI service is fake and file-backed (`stead.examples.services`, under
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -47,15 +59,28 @@ def make_sample_repo(path: str | Path) -> Path:
     return repo
 
 
+# The environment the tests run in: the lockfile in the worker's directory.
+LOCKFILE = "uv.lock"
+
+
 class ScriptedCoder:
-    """Stands in for a real model: it reads the code it is shown and plans the
-    one-line fix (a tool call). The provider logs every request."""
+    """Stands in for a real model: it plans the one-line fix (a tool call) for
+    the code it is shown, or writes a CI message for a test report. The
+    provider logs every request; it can be made slow (`ModelCalls.stall`)."""
 
     name = "scripted-coder"
 
     async def complete(self, messages: Sequence[Mapping[str, Any]],
                        **params: Any) -> stead.Completion:
-        services.ModelCalls().note(self.name, "plan_fix")
+        purpose = "write_message" if "test report" in str(messages[0]["content"]) \
+            else "plan_fix"
+        provider = services.ModelCalls()
+        provider.note(self.name, purpose)
+        while provider.stalled(purpose):
+            await asyncio.sleep(0.05)
+        if purpose == "write_message":
+            return stead.Completion(text="Fix add(): it subtracted. Tests pass.",
+                                    model=self.name, stop_reason="end_turn")
         edit = {"path": "calc.py", "old": "return a - b", "new": "return a + b"}
         return stead.Completion(text="add() subtracts; it should add.", model=self.name,
                                 tool_calls=(stead.ToolCall("call_1", "edit_file", edit),),
@@ -66,11 +91,12 @@ MODEL = ScriptedCoder()
 
 
 # -- tools -----------------------------------------------------------------------------
-def read_repo(repo: str) -> dict[str, str]:
+def read_repo(repo: str | Path | stead.WorkspacePath) -> dict[str, str]:
     return {p.name: p.read_text() for p in sorted(Path(repo).glob("*.py"))}
 
 
-def edit_file(repo: str, path: str, old: str, new: str) -> dict[str, Any]:
+def edit_file(repo: str | Path | stead.WorkspacePath, path: str, old: str,
+              new: str) -> dict[str, Any]:
     """Replace `old` by `new` in one file. Written so that running it again
     (the worker died before the step was journaled) changes nothing more."""
     file = Path(repo, path)
@@ -83,15 +109,26 @@ def edit_file(repo: str, path: str, old: str, new: str) -> dict[str, Any]:
     return {"path": path, "changed": True}
 
 
-def commit(repo: str) -> str:
-    """A content hash of the tree stands in for `git commit`."""
-    digest = hashlib.sha256()
-    for name, text in read_repo(repo).items():
-        digest.update(f"{name}\0{text}\0".encode())
-    return digest.hexdigest()[:12]
+def run_tests(repo: str | Path | stead.WorkspacePath) -> dict[str, Any]:
+    """Run the repository's tests here (test_*.py: each test_ function),
+    under this worker's Python. The services' ledger of test runs notes each
+    one, with the lockfile it ran under."""
+    lock = Path(LOCKFILE)
+    services.TestRuns().note(lock.read_text().strip() if lock.is_file() else None)
+    code = ("import importlib, pathlib, sys\nsys.path.insert(0, '.')\nfailed = []\n"
+            "for f in sorted(pathlib.Path('.').glob('test_*.py')):\n"
+            "    m = importlib.import_module(f.stem)\n"
+            "    for name in [n for n in dir(m) if n.startswith('test_')]:\n"
+            "        try:\n            getattr(m, name)()\n"
+            "        except AssertionError:\n            failed.append(f'{f.stem}.{name}')\n"
+            "print(','.join(failed))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=str(repo), capture_output=True,
+                          text=True, timeout=60, check=False)
+    failed = [t for t in done.stdout.strip().split(",") if t]
+    return {"passed": done.returncode == 0 and not failed, "failed": failed}
 
 
-async def run_ci(op: stead.Operation, sha: str) -> dict[str, Any]:
+async def run_ci(op: stead.Operation, sha: str, message: str) -> dict[str, Any]:
     """An effect: submit the job, journal its id at once, wait for the result."""
     ci = services.CI()
     job = ci.submit(sha, key=op.key)
@@ -119,7 +156,10 @@ def ci_check(op: stead.Operation) -> stead.Outcome:
 # -- the workflow ------------------------------------------------------------------------
 @app.workflow(version=1)
 async def fix_and_test(run: stead.Run, repo: str, issue: str) -> dict[str, Any]:
-    files = await run.step("read_repo", read_repo, repo)
+    # From here on the repository is ws.path: after a takeover, the directory
+    # its last snapshot was restored into on the new worker.
+    ws = await run.workspace("repo", repo)
+    files = await run.step("read_repo", read_repo, ws.path)
     shown = "\n\n".join(f"# {name}\n{text}" for name, text in files.items())
     plan = await run.llm("plan_fix", MODEL, [
         {"role": "system", "content": "Fix the issue with the edit_file tool."},
@@ -128,9 +168,15 @@ async def fix_and_test(run: stead.Run, repo: str, issue: str) -> dict[str, Any]:
     edited = []
     for call in plan.tool_calls:
         if call.name == "edit_file":
-            change = await run.step("edit_file", edit_file, repo, **call.arguments)
+            change = await run.step("edit_file", edit_file, ws.path, **call.arguments)
             edited.append(change["path"])
-    sha = await run.step("commit", commit, repo)
-    ci: dict[str, Any] = await run.effect("run_ci", run_ci, sha, check=ci_check,
+    snap = await ws.save()  # the edited tree, durably: a takeover restores it
+    sha = snap.commit or snap.tree[:12]
+    tests = await run.step("run_tests", run_tests, ws.path, fresh=stead.Fingerprint(
+        workspace=ws, files=[LOCKFILE]))
+    note = await run.llm("write_message", MODEL, [
+        {"role": "user", "content": f"Write the CI message for this test report: {tests}"}])
+    ci: dict[str, Any] = await run.effect("run_ci", run_ci, sha, note.text, check=ci_check,
                                           poll_every=0.25)
-    return {"commit": sha, "edited": edited, "ci_job": ci["job"], "ci": ci["status"]}
+    return {"commit": sha, "edited": edited, "tests": tests["passed"], "ci_job": ci["job"],
+            "ci": ci["status"]}

@@ -1,6 +1,6 @@
 """Fake outside services for the examples and `stead demo`: a payment service
-with idempotency keys, a CI service with job ids, the customer's mailbox and
-the model provider's log of calls.
+with idempotency keys, a CI service with job ids, the customer's mailbox, the
+model provider's log of calls and the coding agent's log of test runs.
 
 Each keeps its state, and its own ledger of every call it received (with the
 pid of the caller), in a JSON file under one folder: `$STEAD_EXAMPLE_SERVICES`,
@@ -207,6 +207,32 @@ class ModelCalls:
     def note(self, model: str, purpose: str) -> None:
         with self._ledger.locked() as state:
             state["calls"].append(_call("complete", model=model, purpose=purpose))
+
+    def calls(self) -> list[dict[str, Any]]:
+        return list(self._ledger.read()["calls"])
+
+    def stall(self, purpose: str | None) -> None:
+        """Make the provider slow for requests made for `purpose` (they wait
+        until it is not), or for none."""
+        with self._ledger.locked() as state:
+            state["stalled"] = purpose
+
+    def stalled(self, purpose: str) -> bool:
+        return bool(self._ledger.read().get("stalled") == purpose)
+
+
+class TestRuns:
+    """Where the coding agent's tests ran: one entry per run of the tests,
+    with the lockfile (the environment) they ran under."""
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+    def __init__(self, where: Path | None = None) -> None:
+        self._ledger = _Ledger("test_runs", {"calls": []}, where)
+
+    def note(self, lockfile: str | None) -> None:
+        with self._ledger.locked() as state:
+            state["calls"].append(_call("test", lockfile=lockfile))
 
     def calls(self) -> list[dict[str, Any]]:
         return list(self._ledger.read()["calls"])

@@ -17,6 +17,7 @@ from stead.records import (
     Record,
     ResumeRecord,
     RunRow,
+    SnapshotRow,
     StateRow,
     WaitRow,
 )
@@ -138,3 +139,14 @@ _WAIT_INSERT = tuple(n for n in _WAIT_FIELDS
                      if n not in ("state", "event_id", "closed_at", "bad_tokens", "locked_at"))
 _EVENT_FIELDS = EventRow.__dataclass_fields__.keys()
 _MIGRATION_FIELDS = MigrationRow.__dataclass_fields__.keys()
+
+
+def snapshot(row: Row) -> SnapshotRow:
+    return SnapshotRow(*(row[name] for name in _SNAPSHOT_FIELDS))
+
+
+def snapshot_params(s: SnapshotRow) -> dict[str, Any]:
+    return {name: getattr(s, name) for name in _SNAPSHOT_FIELDS}
+
+
+_SNAPSHOT_FIELDS = tuple(SnapshotRow.__dataclass_fields__)

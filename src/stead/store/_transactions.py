@@ -38,6 +38,7 @@ from stead.records import (
     ResumeRecord,
     RunRow,
     RunStatus,
+    SnapshotRow,
     StateRow,
     Stranded,
     Verdict,
@@ -733,3 +734,39 @@ def import_run(run: RunRow, journal: Sequence[Record], waits: Sequence[WaitRow],
 def imported(run: RunRow) -> Flow[RunRow | NotLanded]:
     row = yield one("get_run", {"run_id": run.run_id})
     return NOT_LANDED if row is None else _rows.run(row)
+# -- workspaces -----------------------------------------------------------------------
+# The content of a blob, by its sha256 (read when the save needs it: only the
+# blobs the store does not hold yet are read and sent).
+BlobReader = Callable[[str], bytes]
+
+
+def save_snapshot(
+    write: FencedWrite, snapshot: SnapshotRow, hashes: Sequence[str], read: BlobReader,
+) -> Flow[int]:
+    """Store `snapshot` with the blobs of `hashes` it lacks, and journal
+    `write`, under the fence: a stale worker stores nothing. Returns the bytes
+    of blobs it added."""
+    if (yield one("fence", fence_params(write.fence))) is None:
+        raise stale(write.fence)
+    wanted = list(dict.fromkeys(hashes))
+    present = {r["sha256"] for r in (yield rows("blobs_present", {"hashes": wanted}))} \
+        if wanted else set()
+    stored = 0
+    for sha256 in wanted:
+        if sha256 not in present:
+            data = read(sha256)
+            yield execute("insert_blob", {"sha256": sha256, "size": len(data), "data": data})
+            stored += len(data)
+    yield execute("insert_snapshot", _rows.snapshot_params(snapshot.evolve(stored_bytes=stored)))
+    yield Journal(write, checked=True)
+    return stored
+
+
+def snapshot_saved(write: FencedWrite, seq: int, attempted: int | None) -> Flow[int | NotLanded]:
+    found = yield one("get_snapshot", {"run_id": write.fence.run_id, "seq": seq})
+    return NOT_LANDED if found is None else int(found["stored_bytes"])
+
+
+def read_blobs(hashes: Sequence[str]) -> Flow[dict[str, bytes]]:
+    found = yield rows("get_blobs", {"hashes": list(hashes)})
+    return {str(r["sha256"]): bytes(r["data"]) for r in found}

@@ -29,6 +29,7 @@ from stead.records import (
     ResumeRecord,
     RunRow,
     RunStatus,
+    SnapshotRow,
     StateRow,
     Stranded,
     WaitRow,
@@ -535,6 +536,32 @@ class Store:
         """Transactions committed by this store's database object (for tests
         and benches)."""
         return self.database.commits
+
+    # -- workspaces -----------------------------------------------------------
+    async def save_snapshot(
+        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
+        snapshot: SnapshotRow, hashes: Sequence[str], read: tx.BlobReader,
+    ) -> int:
+        """Store a workspace snapshot, the blobs of `hashes` not stored yet
+        (`read` gives a blob's content by its sha256) and `records`, in one
+        fenced transaction. Returns the bytes of blobs added."""
+        write = FencedWrite(fence, records, resume)
+        seq = records[-1].seq
+        return await self.database.write(
+            lambda: tx.save_snapshot(write, snapshot, hashes, read),
+            Writing(landed=lambda attempted: tx.snapshot_saved(write, seq, attempted)),
+        )
+
+    async def list_snapshots(self, run_id: str) -> list[SnapshotRow]:
+        """Every snapshot of the run's workspaces, in journal order."""
+        return await self.database.read(lambda: tx.read_all(
+            "list_snapshots", {"run_id": run_id}, _rows.snapshot))
+
+    async def read_blobs(self, hashes: Sequence[str]) -> dict[str, bytes]:
+        """The stored blobs of `hashes` (those the database holds)."""
+        if not hashes:
+            return {}
+        return await self.database.read(lambda: tx.read_blobs(hashes))
 
 
 run_outside_branches(Store)

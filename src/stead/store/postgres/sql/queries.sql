@@ -597,3 +597,25 @@ VALUES (%(run_id)s, %(epoch)s, %(worker_id)s, %(at)s, %(from_seq)s, %(code_versi
 -- A run's journal as it was before migration %(migration)s.
 SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at
 FROM journal_archive WHERE run_id = %(run_id)s AND migration = %(migration)s ORDER BY seq;
+
+-- name: blobs_present
+SELECT sha256 FROM workspace_blobs WHERE sha256 = ANY(%(hashes)s);
+
+-- name: insert_blob
+INSERT INTO workspace_blobs (sha256, size, data) VALUES (%(sha256)s, %(size)s, %(data)s)
+ON CONFLICT (sha256) DO NOTHING;
+
+-- name: get_blobs
+SELECT sha256, data FROM workspace_blobs WHERE sha256 = ANY(%(hashes)s);
+
+-- name: insert_snapshot
+INSERT INTO workspace_snapshots (run_id, name, seq, epoch, worker_id, tree, manifest, git,
+                                 files, bytes, stored_bytes, blobs, source, at)
+VALUES (%(run_id)s, %(name)s, %(seq)s, %(epoch)s, %(worker_id)s, %(tree)s, %(manifest)s,
+        %(git)s, %(files)s, %(bytes)s, %(stored_bytes)s, %(blobs)s, %(source)s, %(at)s);
+
+-- name: list_snapshots
+SELECT * FROM workspace_snapshots WHERE run_id = %(run_id)s ORDER BY seq;
+
+-- name: get_snapshot
+SELECT * FROM workspace_snapshots WHERE run_id = %(run_id)s AND seq = %(seq)s;

@@ -430,3 +430,26 @@ VALUES (:wait_id, :run_id, :addr, :kind, :bind, :schema, :token_hash, :task_key,
 -- A run's journal as it was before migration :migration.
 SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at
 FROM journal_archive WHERE run_id = :run_id AND migration = :migration ORDER BY seq;
+
+-- name: blobs_present
+SELECT sha256 FROM workspace_blobs WHERE sha256 IN (SELECT value FROM json_each(:hashes));
+
+-- name: insert_blob
+INSERT INTO workspace_blobs (sha256, size, data) VALUES (:sha256, :size, :data)
+ON CONFLICT (sha256) DO NOTHING;
+
+-- name: get_blobs
+SELECT sha256, data FROM workspace_blobs
+WHERE sha256 IN (SELECT value FROM json_each(:hashes));
+
+-- name: insert_snapshot
+INSERT INTO workspace_snapshots (run_id, name, seq, epoch, worker_id, tree, manifest, git,
+                                 files, bytes, stored_bytes, blobs, source, at)
+VALUES (:run_id, :name, :seq, :epoch, :worker_id, :tree, :manifest, :git, :files, :bytes,
+        :stored_bytes, :blobs, :source, :at);
+
+-- name: list_snapshots
+SELECT * FROM workspace_snapshots WHERE run_id = :run_id ORDER BY seq;
+
+-- name: get_snapshot
+SELECT * FROM workspace_snapshots WHERE run_id = :run_id AND seq = :seq;

@@ -1,0 +1,346 @@
+"""Workspaces: a directory that travels with its run.
+
+`ws = await run.workspace("repo", path)` attaches a directory (inside the
+allowed root) to the run; `await ws.save()` snapshots it durably: its tree
+(`stead.trees`: every file by its sha256, links and modes; a git repository's
+`.git` with it, so no remote is needed to restore it), and for a git tree the
+commit, the uncommitted patch and the untracked files (`stead.gittrees`).
+The blobs nobody stored yet go to the run's database, or to an fsspec URL
+(`blobs=`, `stead.blobs`), and the snapshot is written with its journal
+record in one fenced transaction: a stale worker's save raises `StaleLease`
+and stores nothing.
+
+A takeover restores each workspace's latest snapshot before replay
+(`restore_all`, called by `stead.takeover`), into a fresh directory on the
+new worker (`$STEAD_WORKSPACE_DIR`, else `.stead-workspaces` in its current
+directory), never the old machine's path, and checks it against the
+snapshot's hash; the workflow's `run.workspace(...)` then answers with that
+directory. Until a workspace's first save there is nothing to restore: a
+takeover attaches the path the workflow names, on the new worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import json
+import os
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from stead import addresses, blobs, codec, errors, gittrees, trees
+from stead.execution import Execution
+from stead.records import Record, RecordKind, RecordStatus, ResumeRecord, SnapshotRow
+from stead.replay import Journal
+from stead.store.base import Store
+
+ROOT_ENV = "STEAD_WORKSPACE_ROOT"
+DIR_ENV = "STEAD_WORKSPACE_DIR"
+# The most bytes of files one workspace may hold, unless `max_bytes=` says otherwise.
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+_SAVE = "save"  # the digest of a save record: what the tree holds is not an argument
+# About how many bytes of blobs a restore reads from the database per round trip.
+_BATCH_BYTES = 16 * 1024 * 1024
+
+
+def allowed_root(root: str | os.PathLike[str] | None) -> Path:
+    """Where attached directories must lie: `root`, `$STEAD_WORKSPACE_ROOT`,
+    else the current directory."""
+    return Path(root if root is not None else os.environ.get(ROOT_ENV) or os.getcwd())
+
+
+def restore_base() -> Path:
+    """Where a takeover restores workspaces on this worker."""
+    return Path(os.environ.get(DIR_ENV) or Path(os.getcwd(), ".stead-workspaces"))
+
+
+class WorkspacePath(os.PathLike[str]):
+    """Where a workspace (or a path in it) is on this worker: a path-like
+    object (`open`, `Path(...)`, `os.fspath` and `str` give the real path),
+    which a step's arguments digest as the workspace's name and the relative
+    path. So a step given `ws.path` (or `ws.path / "calc.py"`) replays on a
+    worker that restored the workspace elsewhere; a string made of it would
+    not."""
+
+    __slots__ = ("_top", "name", "rel")
+
+    def __init__(self, name: str, top: Path, rel: str = "") -> None:
+        self.name, self._top, self.rel = name, top, rel
+
+    def __fspath__(self) -> str:
+        return str(self._top / self.rel) if self.rel else str(self._top)
+
+    def __str__(self) -> str:
+        return self.__fspath__()
+
+    def __repr__(self) -> str:
+        return f"WorkspacePath({self.name!r}, {self.__fspath__()!r})"
+
+    def __truediv__(self, other: str) -> WorkspacePath:
+        rel = Path(self.rel, other).as_posix() if self.rel else Path(other).as_posix()
+        return WorkspacePath(self.name, self._top, rel)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, os.PathLike) and os.fspath(other) == self.__fspath__()
+
+    def __hash__(self) -> int:
+        return hash(self.__fspath__())
+
+    def __stead_redacted__(self) -> dict[str, str]:
+        # How codec stores and digests it: the same on every worker.
+        return {"workspace": self.name, "path": self.rel}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A saved state of a workspace: the journal `seq` of its save, the tree's
+    sha256, its files and bytes, and for a git tree the commit, whether it
+    had uncommitted changes, and its untracked files."""
+
+    name: str
+    seq: int
+    tree: str
+    files: int
+    bytes: int
+    commit: str | None = None
+    dirty: bool = False
+    untracked: tuple[str, ...] = ()
+
+    @classmethod
+    def from_record(cls, name: str, rec: Record) -> Snapshot:
+        data = codec.loads(rec.payload)
+        git = data.get("git") or {}
+        return cls(name, rec.seq, str(data["tree"]), int(data["files"]), int(data["bytes"]),
+                   git.get("commit"), bool(git.get("dirty", False)),
+                   tuple(git.get("untracked", ())))
+
+
+class Workspace:
+    """A directory attached to a run (see the module). `path` is where it is
+    on this worker (a `WorkspacePath`): the directory attached, or the one a
+    takeover restored it into. Hand `ws.path` to steps, not a string made of
+    it: see `WorkspacePath`."""
+
+    def __init__(self, x: Execution, name: str, path: Path, *, max_bytes: int | None,
+                 blob_url: str | None) -> None:
+        self._x = x
+        self.name = name
+        self.dir = path
+        self.path = WorkspacePath(name, path)
+        self.max_bytes = max_bytes
+        self.blob_url = blob_url
+        self._snapshot: Snapshot | None = None
+
+    @property
+    def snapshot(self) -> Snapshot | None:
+        """The last snapshot saved at this point of the workflow (None before
+        the first save): the same live and on replay."""
+        return self._snapshot
+
+    def __repr__(self) -> str:
+        return f"Workspace({self.name!r}, {str(self.dir)!r})"
+
+    async def save(self) -> Snapshot:
+        """Snapshot the directory durably (journaled: a replay returns the
+        recorded snapshot and reads nothing). Raises `WorkspaceTooLarge`,
+        `WorkspaceEscape` or `WorkspaceChanged` having stored nothing, and
+        `StaleLease` if this worker no longer holds the run."""
+        x = self._x
+        addr = addresses.reserve()
+        prior = x.take(addr, RecordKind.WORKSPACE, self.name, _SAVE)
+        if prior:
+            self._snapshot = Snapshot.from_record(self.name, prior[-1])
+            return self._snapshot
+        x.check_live()
+        with x.busy():
+            tree, git = await asyncio.to_thread(self._scan)
+            extra = {git.patch_sha256: git.patch} if git is not None and git.patch else {}
+            hashes = [*tree.blobs(), *extra]
+            if self.blob_url is not None:
+                await asyncio.to_thread(self._upload, tree, extra)
+        payload = {"tree": tree.sha256, "files": tree.files, "bytes": tree.bytes,
+                   "git": None if git is None else git.to_json()}
+        rec = x.record(addr, 1, RecordKind.WORKSPACE, self.name, _SAVE, RecordStatus.OK,
+                       codec.dumps(payload, what=f"the snapshot of workspace {self.name!r}"))
+        located = tree.blobs()
+
+        def read(sha256: str) -> bytes:
+            if sha256 in extra:
+                return extra[sha256]
+            return trees.read_blob(self.dir, located[sha256], sha256)
+
+        seqs: list[int] = []
+
+        def send(batch: list[Record], resume: ResumeRecord | None) -> Any:
+            last = batch[-1]
+            seqs[:] = [last.seq]
+            row = SnapshotRow(
+                run_id=x.fence.run_id, name=self.name, seq=last.seq, epoch=x.fence.epoch,
+                worker_id=x.fence.worker_id, tree=tree.sha256, manifest=tree.manifest,
+                git=None if git is None else json.dumps({**git.to_json()}),
+                files=tree.files, bytes=tree.bytes, stored_bytes=0, blobs=self.blob_url,
+                source=str(self.dir), at=last.at)
+            return x.store.save_snapshot(x.fence, batch, resume, row,
+                                         [] if self.blob_url is not None else hashes, read)
+
+        await x.write([rec], send)
+        self._snapshot = Snapshot.from_record(self.name, rec.numbered(seqs[0]))
+        return self._snapshot
+
+    def _scan(self) -> tuple[trees.Tree, gittrees.GitState | None]:
+        # git first: asking it may refresh its index, which is part of the tree.
+        git = gittrees.state(self.dir)
+        return trees.scan(self.dir, self.max_bytes), git
+
+    def _upload(self, tree: trees.Tree, extra: dict[str, bytes]) -> None:
+        assert self.blob_url is not None
+        where = blobs.BlobDir(self.blob_url)
+        located = tree.blobs()
+        for sha256 in where.missing([*located, *extra]):
+            data = extra.get(sha256) or trees.read_blob(self.dir, located[sha256], sha256)
+            where.put(sha256, data)
+
+
+async def attach(x: Execution, name: str, path: str | os.PathLike[str], *,
+                 root: str | os.PathLike[str] | None, max_bytes: int | None,
+                 blob_url: str | None) -> Workspace:
+    """`run.workspace`: see the module."""
+    if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
+        raise ValueError("a workspace's name is a non-empty string without '/' "
+                         "that does not start with '.'")
+    if max_bytes is not None and (isinstance(max_bytes, bool) or max_bytes < 0):
+        raise ValueError("max_bytes is a number of bytes >= 0, or None for no limit")
+    addr = addresses.reserve()
+    digest = codec.digest(name, max_bytes, blob_url)
+    prior = x.take(addr, RecordKind.WORKSPACE, name, digest)
+    restored = x.restored.get(name)
+    top = Path(restored["path"]) if restored else trees.checked_dir(path, allowed_root(root))
+    if not prior:
+        x.check_live()
+        x.buffer(x.record(addr, 1, RecordKind.WORKSPACE, name, digest, RecordStatus.OK,
+                          codec.dumps({"attached": str(top)}, what="a workspace")))
+    return Workspace(x, name, top, max_bytes=max_bytes, blob_url=blob_url)
+
+
+# -- restoring ---------------------------------------------------------------------------
+def _still_replayed(journal: Journal, seq: int) -> bool:
+    found = journal.tail(seq)
+    return bool(found) and found[0].seq == seq
+
+
+async def restore_all(store: Store, run_id: str, epoch: int, journal: Journal
+                      ) -> dict[str, dict[str, Any]]:
+    """Restore the latest snapshot of each of the run's workspaces (still in
+    the replayed journal) into fresh directories; what the resume record
+    lists, by name. Raises `WorkspaceError` (a `WorkspaceMismatch` saying
+    what differs) if one cannot be restored as saved."""
+    latest: dict[str, SnapshotRow] = {}
+    for snap in await store.list_snapshots(run_id):
+        if _still_replayed(journal, snap.seq):
+            latest[snap.name] = snap
+    done: dict[str, dict[str, Any]] = {}
+    if latest:
+        _forget_earlier(restore_base() / run_id, epoch)
+    for name, snap in sorted(latest.items()):
+        dest = restore_base() / run_id / f"{name}.{epoch}.{uuid.uuid4().hex[:8]}"
+        await restore(store, snap, dest)
+        done[name] = {"path": str(dest), "seq": snap.seq, "tree": snap.tree,
+                      "files": snap.files, "bytes": snap.bytes, "saved_epoch": snap.epoch,
+                      "saved_by": snap.worker_id, "source": snap.source}
+    return done
+
+
+def _forget_earlier(folder: Path, epoch: int) -> None:
+    """Remove what earlier claims of the run restored on this machine: the
+    run is this claim's now, and those copies are no one's."""
+    if not folder.is_dir():
+        return
+    for old in folder.iterdir():
+        parts = old.name.split(".")
+        if len(parts) >= 3 and parts[-2].isdigit() and int(parts[-2]) < epoch:
+            trees.remove(old)
+
+
+async def restore(store: Store, snap: SnapshotRow, dest: Path) -> Path:
+    """Write `snap` into `dest` (which must not exist), checked against its
+    hash and, for a git tree, its commit."""
+    what = f"workspace {snap.name!r} (snapshot at seq {snap.seq} of run {snap.run_id})"
+    try:
+        tree = trees.Tree.loads(snap.manifest)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise errors.WorkspaceMismatch(f"{what}: its manifest is corrupt ({exc})",
+                                       ["manifest: corrupt"]) from exc
+    if tree.sha256 != snap.tree:
+        raise errors.WorkspaceMismatch(
+            f"{what}: its manifest hashes to {tree.sha256}, not the recorded {snap.tree}",
+            ["manifest: differs from the recorded hash"])
+    get = await _blob_source(store, snap, tree)
+    try:
+        await asyncio.to_thread(trees.write, tree, dest, get)
+    except errors.WorkspaceMismatch as exc:
+        raise errors.WorkspaceMismatch(
+            f"{what} does not restore as saved: {exc}; differs: "
+            + "; ".join(exc.differences), exc.differences) from exc
+    except OSError as exc:
+        raise errors.WorkspaceError(f"{what} could not be restored into {dest}: {exc}") from exc
+    commit = None if snap.git is None else json.loads(snap.git).get("commit")
+    if commit is not None:
+        head = await asyncio.to_thread(gittrees.head, dest)
+        if head is not None and head != commit:
+            raise errors.WorkspaceMismatch(
+                f"{what} restored on commit {head}, not the recorded {commit}",
+                [f"HEAD: {head} (recorded {commit})"])
+    return dest
+
+
+async def _blob_source(store: Store, snap: SnapshotRow, tree: trees.Tree
+                       ) -> Callable[[str], bytes]:
+    """What `trees.write` reads blobs with (from its thread). From the
+    database they are fetched in file order, a batch of about `_BATCH_BYTES`
+    at a time, and dropped once every file holding them is written: a restore
+    holds a batch in memory, not the tree."""
+    if snap.blobs is not None:
+        return blobs.BlobDir(snap.blobs).get
+    files = [e for e in tree.entries if e.kind == trees.FILE]
+    uses = collections.Counter(e.sha256 for e in files)
+    sizes = {e.sha256: e.size for e in files}
+    pending = list(uses)  # each blob once, in the order the files are written
+    cache: dict[str, bytes] = {}
+    loop = asyncio.get_running_loop()
+
+    def fetch() -> None:
+        batch: list[str] = []
+        size = 0
+        while pending and (not batch or size + sizes[pending[0]] <= _BATCH_BYTES):
+            batch.append(pending.pop(0))
+            size += sizes[batch[-1]]
+        cache.update(asyncio.run_coroutine_threadsafe(store.read_blobs(batch), loop).result())
+
+    def get(sha256: str) -> bytes:
+        while sha256 not in cache and sha256 in pending:
+            fetch()
+        if sha256 not in cache:
+            raise errors.WorkspaceMismatch(f"blob {sha256} is missing from the store",
+                                           [f"blob {sha256}: missing"])
+        uses[sha256] -= 1
+        return cache[sha256] if uses[sha256] > 0 else cache.pop(sha256)
+
+    return get
+
+
+async def restore_to(store: Store, run_id: str, name: str, dest: str | os.PathLike[str],
+                     seq: int | None = None) -> SnapshotRow:
+    """Restore the latest snapshot of workspace `name` (or the one saved at
+    `seq`) into `dest`, a directory that must not exist yet: for a person."""
+    await store.get_run(run_id)
+    snaps = [s for s in await store.list_snapshots(run_id)
+             if s.name == name and (seq is None or s.seq == seq)]
+    if not snaps:
+        raise errors.WorkspaceError(
+            f"run {run_id} has no snapshot of workspace {name!r}"
+            + ("" if seq is None else f" at seq {seq}"))
+    await restore(store, snaps[-1], Path(dest).absolute())
+    return snaps[-1]

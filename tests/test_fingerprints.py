@@ -1,0 +1,126 @@
+"""`fresh=stead.Fingerprint(...)`: a step's result is bound to the environment
+it was made in (a workspace's snapshot, a lockfile, an image); it is reused
+while that holds, made again once it does not, and if an effect followed it
+the run pauses for a person instead. On both stores."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import stead
+from stead import fingerprints
+from stead.records import RecordKind, ResumeClass, RunStatus
+from tests.helpers import Calls, Crash
+
+
+def make_tester(root: Path, lock: Path, calls: Calls, sent: list[str], *,
+               effect_after: bool) -> tuple[stead.App, Any]:
+    app = stead.App("tester")
+
+    def crash_once() -> None:
+        if not calls["crash"]:
+            calls.hit("crash")
+            raise Crash()
+
+    def run_tests(path: Any) -> dict[str, Any]:
+        calls.hit("tests")
+        return {"passed": True, "lock": lock.read_text(), "run": calls["tests"]}
+
+    @app.workflow()
+    async def check(run: stead.Run, repo: str) -> dict[str, Any]:
+        ws = await run.workspace("repo", repo, root=root)
+        await ws.save()
+        report = await run.step("tests", run_tests, ws.path, fresh=stead.Fingerprint(
+            workspace=ws, files=[str(lock)], image="python:3.12", extra={"os": "linux"}))
+        if effect_after:
+            await run.effect("publish", lambda op, r: sent.append(r["lock"]), report)
+        await run.step("crash", crash_once)
+        return dict(report)
+
+    return app, check
+
+
+async def _started(store: stead.Store, tmp_path: Path, *, effect_after: bool
+                   ) -> tuple[stead.App, stead.Client, str, Path, Calls, list[str]]:
+    root = tmp_path / "root"
+    (root / "repo").mkdir(parents=True)
+    (root / "repo" / "calc.py").write_text("x = 1\n")
+    lock = tmp_path / "uv.lock"
+    lock.write_text("L1")
+    calls, sent = Calls(), []
+    app, check = make_tester(root, lock, calls, sent, effect_after=effect_after)
+    client = stead.Client(store, app)
+    info = await client.start(check, str(root / "repo"))
+    await stead.Worker(app, store, stead.WorkerOptions(lease_seconds=30)).run_until_idle()
+    return app, client, info.run_id, lock, calls, sent
+
+
+async def _take_over(app: stead.App, store: stead.Store, clock: stead.FakeClock) -> None:
+    clock.advance(31)
+    await stead.Worker(app, store, stead.WorkerOptions(lease_seconds=30)).run_until_idle()
+
+
+@pytest.fixture(autouse=True)
+def _restore_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STEAD_WORKSPACE_DIR", str(tmp_path / "restored"))
+
+
+async def test_a_result_is_reused_while_its_fingerprint_holds(
+    fstore: stead.Store, clock: stead.FakeClock, tmp_path: Path,
+) -> None:
+    app, client, run_id, _lock, calls, _ = await _started(fstore, tmp_path, effect_after=False)
+    await _take_over(app, fstore, clock)
+    assert (await client.result(run_id, timeout=10))["run"] == 1
+    assert calls["tests"] == 1
+    [fp] = [r for r in await client.journal(run_id) if r.kind == RecordKind.FINGERPRINT]
+    recorded = stead.codec.loads(fp.payload)
+    assert recorded["image"] == "python:3.12" and recorded["extra"] == {"os": "linux"}
+    assert recorded["workspace"]["tree"] is not None
+
+
+async def test_a_changed_lockfile_makes_the_result_stale_and_it_runs_again(
+    fstore: stead.Store, clock: stead.FakeClock, tmp_path: Path,
+) -> None:
+    app, client, run_id, lock, calls, _ = await _started(fstore, tmp_path, effect_after=False)
+    lock.write_text("L2")  # the new worker's environment is another one
+    await _take_over(app, fstore, clock)
+    result = await client.result(run_id, timeout=10)
+    assert (result["lock"], calls["tests"]) == ("L2", 2)
+    journal = await client.journal(run_id)
+    assert [r.kind for r in journal].count(RecordKind.CUT) == 1
+    assert [r.name for r in journal if r.kind == RecordKind.STEP].count("tests") == 2
+    [resume] = await client.resumes(run_id)
+    assert resume.details.classes.get(ResumeClass.REVALIDATE) == 1
+    await _take_over(app, fstore, clock)  # nothing left to do
+    assert calls["tests"] == 2
+
+
+async def test_a_stale_result_an_effect_followed_pauses_the_run(
+    fstore: stead.Store, clock: stead.FakeClock, tmp_path: Path,
+) -> None:
+    app, client, run_id, lock, calls, sent = await _started(fstore, tmp_path, effect_after=True)
+    assert sent == ["L1"]
+    lock.write_text("L2")
+    await _take_over(app, fstore, clock)
+    info = await client.get(run_id)
+    assert info.status == RunStatus.PAUSED
+    message = str((info.error or {}).get("message"))
+    assert "fingerprint changed" in message and "files." in message and "publish" in message
+    assert (calls["tests"], sent) == (1, ["L1"])  # neither made again nor sent twice
+
+
+def test_what_differs_between_two_fingerprints_is_named() -> None:
+    before = {"files": {"uv.lock": "a" * 64}, "image": "python:3.11"}
+    after = {"files": {"uv.lock": "b" * 64}, "image": "python:3.12", "extra": 1}
+    assert [line.split(":")[0] for line in fingerprints.changes(before, after)] == [
+        "extra", "files.uv.lock", "image"]
+
+
+def test_a_fingerprint_refuses_what_it_cannot_record() -> None:
+    with pytest.raises(TypeError):
+        stead.Fingerprint(files="uv.lock")
+    with pytest.raises(stead.SerializationError):
+        stead.Fingerprint(extra={"x": object()})
