@@ -131,3 +131,43 @@ async def test_fork_is_an_operator_action_audited_like_the_others(store: stead.S
     assert lineage.parent is not None and lineage.parent.parent_id == waiting.run_id
     audit = await store.list_actions(waiting.run_id)
     assert [(a.action, a.outcome) for a in audit] == [("fork", "refused"), ("fork", "done")]
+
+
+old_shop = stead.App("deployshop")
+new_shop = stead.App("deployshop")
+
+
+@old_shop.workflow(version=1)
+async def doc(run: stead.Run, text: str) -> str:
+    return await run.step("upper", str.upper, text)
+
+
+@new_shop.workflow(name="doc", version=2)
+async def doc_v2(run: stead.Run, text: str, suffix: str) -> str:
+    return await run.step("upper", str.upper, text) + suffix
+
+
+@new_shop.migration("doc", from_version=1, to_version=2)
+def doc_to_v2(old: stead.MigrationView) -> stead.Migrated:
+    return stead.Migrated(args=[*old.args, "!"])
+
+
+async def test_a_stranded_run_needs_a_human_who_migrates_it_and_can_roll_back(
+    store: stead.Store, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(operator, "STRANDED_AFTER", 0.0)
+    started = await stead.Client(store, old_shop).start("doc", "hi")
+    client = stead.Client(store, new_shop)  # the new deploy: only version 2 is hosted
+    [found] = await operator.needs_a_human(client)
+    assert found.kind == AttentionKind.STRANDED and "doc@1" in found.summary
+    assert [(a.name, t) for a, t in found.actions] == [("migrate", "2"), ("cancel", "")]
+    done = await operator.act(client, "migrate", _d(started.run_id, "2", dry_run="yes"))
+    assert done.message.startswith("dry run") and (await client.get(started.run_id)).version == 1
+    done = await operator.act(client, "migrate", _d(started.run_id, "2", dry_run="no"))
+    assert "to 2" in done.message and (await client.get(started.run_id)).version == 2
+    assert [a.name for a, _ in operator.offered(await operator.situation(client, started.run_id))
+            ].count("rollback") == 1
+    await operator.act(client, "rollback", _d(started.run_id))
+    assert (await client.get(started.run_id)).version == 1
+    audit = await store.list_actions(started.run_id)
+    assert [a.action for a in audit] == ["migrate", "migrate", "rollback"]

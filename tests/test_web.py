@@ -253,3 +253,17 @@ def test_stead_ui_binds_to_loopback_and_refuses_a_short_token(
     monkeypatch.setenv("STEAD_UI_TOKEN", "short")
     short = cli(sqlite_url, "ui", "tests.web_app:app")
     assert short.exit_code != 0 and "too short" in short.output
+
+
+async def test_a_run_page_shows_its_forks_with_links_both_ways(
+    web: httpx.AsyncClient, store: stead.Store,
+) -> None:
+    client = stead.Client(store, web_app.app)
+    parent = await client.start("echo", "hi")
+    await settle(store)
+    fork = await client.fork(parent.run_id, at=1)
+    shown = (await web.get(f"/runs/{parent.run_id}")).text
+    assert "Lineage" in shown and f'href="/runs/{fork.run_id}"' in shown
+    shown = (await web.get(f"/runs/{fork.run_id}")).text
+    assert "forked from" in shown and f'href="/runs/{parent.run_id}"' in shown
+    assert "Fork a new run from its journal" in shown

@@ -17,6 +17,7 @@ and keeps every attempt, done or refused, with who and why
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import enum
 import hashlib
 import json
@@ -25,7 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from stead import errors, timeline, waits
-from stead.client import MISSING, RETRYABLE, Client, RunInfo
+from stead.client import MISSING, RETRYABLE, STRANDED_AFTER, Client, RunInfo
 from stead.intent import Grant, Intent
 from stead.records import (
     TERMINAL,
@@ -69,6 +70,11 @@ class Situation:
     grants: tuple[Grant, ...]
     unknown_effects: tuple[str, ...]  # keys of effects whose outcome is not known
     now: float
+    # The version the client's app can migrate the run to (None: no migration leads
+    # from its version to one the app hosts), and whether its last migration can be
+    # rolled back (it has one, not rolled back yet).
+    migrate_to: int | None = None
+    rollback: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,6 +173,14 @@ def _retryable(s: Situation) -> Sequence[str]:
 
 def _live(s: Situation) -> Sequence[str]:
     return [] if s.run.done else [""]
+
+
+def _migratable(s: Situation) -> Sequence[str]:
+    return [] if s.run.done or s.migrate_to is None else [str(s.migrate_to)]
+
+
+def _rollbackable(s: Situation) -> Sequence[str]:
+    return [""] if s.rollback and not s.run.done else []
 
 
 # -- what each does -------------------------------------------------------------------------
@@ -271,6 +285,26 @@ async def _fork(client: Client, d: Decision) -> str:
     return f"forked after {at} records: new run {info.run_id}"
 
 
+async def _migrate(client: Client, d: Decision) -> str:
+    report = await client.migrate(d.run_id, to=int(d.target), by=d.by,
+                                  dry_run=d.values.get("dry_run") == "yes")
+    finding = report.replay.finding
+    if finding is not None:
+        raise errors.MigrationRefused(
+            f"version {report.to_version} cannot replay the migrated journal, nothing "
+            f"changed: {finding.message}")
+    if not report.applied:
+        return (f"dry run: version {report.to_version} replays the migrated journal "
+                f"({report.records_before} → {report.records_after} records); nothing changed")
+    return (f"migrated from version {report.from_version} to {report.to_version} "
+            f"({report.records_before} → {report.records_after} records; the old journal is kept)")
+
+
+async def _rollback(client: Client, d: Decision) -> str:
+    info = await client.rollback(d.run_id, by=d.by)
+    return f"rolled back: the run is on version {info.version} again, with its old journal"
+
+
 async def _unlock(client: Client, d: Decision) -> str:
     await client.unlock_wait(d.target)
     return f"wait {d.target} accepts its token again"
@@ -309,6 +343,10 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
     Action("retry", "Retry", _retryable, _retry),
     Action("unlock_wait", "Unlock the wait", _locked_waits, _unlock),
     Action("revoke_wait", "Revoke the wait", _open_waits, _revoke, danger=True),
+    Action("migrate", "Migrate to the new version", _migratable, _migrate, (
+        Field("dry_run", "Only check", FieldKind.CHOICE, required=True, choices=("yes", "no")),
+    )),
+    Action("rollback", "Roll back the last migration", _rollbackable, _rollback, danger=True),
     Action("cancel", "Cancel the run", _live, _cancel, danger=True),
     Action("fork", "Fork a new run from its journal", lambda s: [""], _fork, (
         Field("at", "Keep the first N journal records", required=True,
@@ -334,7 +372,14 @@ async def situation(client: Client, run_id: str) -> Situation:
     grants = Intent.loads(intents[-1].intent).grants if intents else ()
     unknown = (unknown_effects(await client.journal(run_id))
                if info.status == RunStatus.OUTCOME_UNKNOWN else ())
-    return Situation(info, open_waits, tuple(grants), unknown, client.store.clock.now())
+    migrate_to = None
+    if client.app is not None and not info.done:
+        path = client.app.migrations_path(info.workflow, info.version)
+        migrate_to = path[-1].to_version if path else None
+    migrations = await client.migrations(run_id)
+    rollback = bool(migrations) and migrations[-1].rolled_back_at is None
+    return Situation(info, open_waits, tuple(grants), unknown, client.store.clock.now(),
+                     migrate_to, rollback)
 
 
 def offered(s: Situation) -> list[tuple[Action, str]]:
@@ -393,6 +438,7 @@ class AttentionKind(enum.StrEnum):
     INCOMPATIBLE = "incompatible_checkpoint"
     WAIT_EXPIRING = "wait_expiring"
     WAIT_LOCKED = "wait_locked"
+    STRANDED = "stranded"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -422,7 +468,8 @@ async def _stopped(client: Client, now: float) -> list[Attention]:
         (RunStatus.OUTCOME_UNKNOWN, AttentionKind.OUTCOME_UNKNOWN, ("reconcile", "retry")),
         (RunStatus.PAUSED, AttentionKind.PAUSED,
          ("resume", "terminate", "renew_grant", "deny_grant")),
-        (RunStatus.INCOMPATIBLE, AttentionKind.INCOMPATIBLE, ("retry", "cancel")),
+        (RunStatus.INCOMPATIBLE, AttentionKind.INCOMPATIBLE,
+         ("migrate", "rollback", "retry", "cancel")),
     ):
         for info in await client.search_runs(status=status, limit=200):
             s = await situation(client, info.run_id)
@@ -456,7 +503,20 @@ async def _waits(client: Client, now: float) -> list[Attention]:
     return found
 
 
-FINDERS: list[Finder] = [_stopped, _waits]
+async def _stranded(client: Client, now: float) -> list[Attention]:
+    found = []
+    for info in await client.list_runs(stranded=True, grace=STRANDED_AFTER, limit=200):
+        s = await situation(client, info.run_id)
+        since = ("no worker has hosted it" if info.hosted_at is None else
+                 f"since {dt.datetime.fromtimestamp(info.hosted_at, dt.UTC):%Y-%m-%d %H:%M:%S}Z")
+        found.append(Attention(
+            AttentionKind.STRANDED, info,
+            f"no worker hosts {info.workflow}@{info.version} ({since}): deploy a worker "
+            "that does, or migrate it", _resolving(s, "migrate", "cancel")))
+    return found
+
+
+FINDERS: list[Finder] = [_stopped, _waits, _stranded]
 
 
 async def needs_a_human(client: Client) -> list[Attention]:

@@ -15,13 +15,15 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from stead import decisions, operator, timeline
+from stead import decisions, operator, timeline, workspace_view
 from stead.client import Client, RunInfo
 from stead.intent import Intent
 from stead.records import (
     ActionRow,
     EventRow,
     IntentRow,
+    Lineage,
+    MigrationRow,
     Record,
     RecordKind,
     ResumeRecord,
@@ -153,6 +155,9 @@ class RunPage:
     actions: tuple[ActionRow, ...]
     offered: tuple[tuple[operator.Action, str], ...]
     error: str
+    lineage: Lineage
+    migrations: tuple[MigrationRow, ...]
+    workspaces: str  # the workspaces, their snapshots and restores, as `stead runs show` prints
 
 
 async def run_page(client: Client, run_id: str) -> RunPage:
@@ -179,4 +184,7 @@ async def run_page(client: Client, run_id: str) -> RunPage:
         actions=tuple(await client.store.list_actions(run_id)),
         offered=tuple(operator.offered(s)),
         error=error,
+        lineage=await client.lineage(run_id),
+        migrations=tuple(await client.migrations(run_id)),
+        workspaces=workspace_view.render(journal, await client.snapshots(run_id), resumes).strip(),
     )
