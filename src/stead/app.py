@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 from stead import errors
 from stead.intent import Intent, Matcher, check_tool, check_tools
 from stead.policy import Policy, PolicyFn
+from stead.records import Missed
+from stead.schedules import Schedule, missed_policy
 
 if TYPE_CHECKING:
     from stead.run import Run
@@ -58,6 +60,7 @@ class App:
             policy, policy_version)
         self.matchers: dict[str, Matcher] = dict(matchers or {})
         self.tools: frozenset[str] | None = None if tools is None else _tool_names(tools)
+        self._schedules: dict[str, Schedule] = {}
 
     def check_intent(self, intent: Intent) -> None:
         """Raise `InvalidIntent` if `intent` grants a tool this app does not
@@ -113,6 +116,34 @@ class App:
             return wf
 
         return register
+
+    def schedule(
+        self, cron: str, *, name: str | None = None, missed: Missed | str = Missed.ONCE,
+        grace: float = 10.0,
+    ) -> Callable[[Any], Workflow[Any, Any]]:
+        """Start a run of the decorated workflow at every tick of `cron` (UTC;
+        five fields, or six with seconds last), exactly once per tick across
+        every worker of the database. The run gets the tick (ISO 8601) as its
+        one argument and `schedule:<name>@<tick>` as its task id. Ticks missed
+        while no worker ran: `missed="skip"` (fired only up to `grace`
+        seconds late), `"once"` (one run, for the latest) or `"all"`. Put it
+        above `@app.workflow(...)`, or on a plain `async def` (registered as
+        version 1)."""
+        def register(target: Any) -> Workflow[Any, Any]:
+            wf: Workflow[Any, Any] = target if isinstance(target, Workflow) \
+                else self.workflow()(target)
+            sched = Schedule(name or wf.name, cron, wf.name, wf.version,
+                             missed_policy(missed), grace)
+            if sched.name in self._schedules:
+                raise ValueError(f"schedule {sched.name!r} is registered twice")
+            self._schedules[sched.name] = sched
+            return wf
+
+        return register
+
+    @property
+    def schedules(self) -> list[Schedule]:
+        return list(self._schedules.values())
 
     def get(self, name: str, version: int | None = None) -> Workflow[Any, Any]:
         """The workflow `name` at `version` (default: the newest registered)."""

@@ -26,8 +26,9 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from types import FrameType
+from typing import Any, TypeVar
 
 from stead import errors
 from stead.records import Fence
@@ -35,6 +36,7 @@ from stead.store import open_store
 from stead.store.base import Store
 
 log = logging.getLogger("stead.worker")
+T = TypeVar("T")
 
 # How often the thread looks at the loop (and whether a renewal is due).
 _TICK = 0.1
@@ -53,10 +55,13 @@ class LeaseKeeper:
     def __init__(
         self, store: Store, lease_seconds: float, *,
         on_lost: Callable[[list[Fence]], None], blocked_after: float = 1.0,
+        on_cancel: Callable[[list[str]], None] | None = None,
     ) -> None:
         self._store = store
         self._lease = lease_seconds
         self._on_lost = on_lost
+        # Told, on the worker's loop, which held runs someone asked to cancel.
+        self._on_cancel = on_cancel
         self._blocked_after = blocked_after
         self._fences: set[Fence] = set()
         self._lock = threading.Lock()
@@ -143,19 +148,28 @@ class LeaseKeeper:
             return twin
         if twin is None:
             twin = await self._open_twin()
+        store = twin if twin is not None else self._store
         try:
-            if twin is not None:
-                lost = await twin.renew(fences, self._lease)
-            else:  # a private database: only the worker's own store can reach it
-                assert self._loop is not None
-                lost = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(
-                    self._store.renew(fences, self._lease), self._loop))
+            lost = await self._on(store, store.renew(fences, self._lease))
+            held = [f.run_id for f in fences if f not in lost]
+            cancelled = await self._on(store, store.cancel_requests(held)) \
+                if held and self._on_cancel is not None else []
         except errors.StoreError as exc:
             log.warning("could not renew %d lease(s): %s", len(fences), exc)
             return twin
         if lost:
             self._post(self._on_lost, lost)
+        if cancelled and self._on_cancel is not None:
+            self._post(self._on_cancel, cancelled)
         return twin
+
+    async def _on(self, store: Store, call: Coroutine[Any, Any, T]) -> T:
+        """Await `call` here, or, on a private database (no twin), on the
+        worker's loop: only the worker's own store can reach it."""
+        if store is not self._store:
+            return await call
+        assert self._loop is not None
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call, self._loop))
 
     async def _open_twin(self) -> Store | None:
         if ":memory:" in self._store.url:

@@ -3,6 +3,7 @@ replay the journal answers and nothing is called again."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import random as _random
 import uuid as _uuid
@@ -12,6 +13,7 @@ from typing import Any, TypeVar, overload
 from stead import (
     addresses,
     calls,
+    children,
     codec,
     effects,
     errors,
@@ -167,18 +169,21 @@ class Run:
     @overload
     async def step(
         self, name: str, fn: Callable[..., Awaitable[T]], *args: Any,
-        retry: Retry | None = None, fresh: str | None = None, **kwargs: Any,
+        retry: Retry | None = None, fresh: str | None = None, timeout: float | None = None,
+        **kwargs: Any,
     ) -> T: ...
 
     @overload
     async def step(
         self, name: str, fn: Callable[..., T], *args: Any,
-        retry: Retry | None = None, fresh: str | None = None, **kwargs: Any,
+        retry: Retry | None = None, fresh: str | None = None, timeout: float | None = None,
+        **kwargs: Any,
     ) -> T: ...
 
     async def step(
         self, name: str, fn: Callable[..., Any], *args: Any,
-        retry: Retry | None = None, fresh: str | None = None, **kwargs: Any,
+        retry: Retry | None = None, fresh: str | None = None, timeout: float | None = None,
+        **kwargs: Any,
     ) -> Any:
         """Call `fn(*args, **kwargs)` once, ever: its result (or its error) is
         journaled and returned from the journal on replay. Sync functions run in
@@ -188,12 +193,25 @@ class Run:
         (a plan): after a takeover whose intent diff is not empty (`"always"`:
         after any takeover) it is made again, and the run goes on live from
         it; the records after it stay in the journal, no longer replayed. If
-        something acted outside after it, the run pauses for a person."""
+        something acted outside after it, the run pauses for a person.
+
+        `timeout` (seconds) bounds each attempt: one that takes longer fails
+        with `TimeoutError` (journaled, retried under `retry`, then
+        `StepError`). A sync function's thread cannot be stopped: it finishes
+        unheard."""
         _fresh(fresh)
+        if timeout is not None and (isinstance(timeout, bool) or timeout <= 0):
+            raise ValueError("a step's timeout is a positive number of seconds")
         digest = self._x.digests.call(RecordKind.STEP, name, args, kwargs)
+
+        async def call() -> Any:
+            if timeout is None:
+                return await calls.invoke(fn, args, kwargs)
+            async with asyncio.timeout(timeout):  # no task of its own: not a branch
+                return await calls.invoke(fn, args, kwargs)
+
         status, payload, attempts = await self._recorded(
-            RecordKind.STEP, name, digest,
-            lambda: calls.invoke(fn, args, kwargs),
+            RecordKind.STEP, name, digest, call,
             lambda v: codec.dumps(v, what=f"the result of step {name!r}",
                                   limit=self._x.max_result_bytes),
             retry or NO_RETRY, fresh=fresh,
@@ -391,6 +409,25 @@ class Run:
         )
         addr = addresses.reserve()
         return await effects.Effect(self._x, addr, spec).run()
+
+    # -- child runs ---------------------------------------------------------------
+    async def child(
+        self, workflow: children.Target, *args: Any, task_id: str | None = None,
+        name: str | None = None, deadline: dt.timedelta | float | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Start a child run of `workflow` with these arguments and return its
+        result once it ends (a failed, cancelled or terminated child raises
+        `ChildFailed`). The child's id is journaled in this run in the
+        transaction that creates it, so a takeover never starts it twice; its
+        outcome is journaled here too. While the child runs, this run holds
+        no lease when it has nothing else to do. Fan out with
+        `asyncio.gather(run.child(...), run.child(...))`. `task_id` is the
+        child's task; `name` names the call in the journal (default: the
+        workflow's name); `deadline` is the child's, from when it starts."""
+        seconds = deadline.total_seconds() if isinstance(deadline, dt.timedelta) else deadline
+        return await children.Child(self._x, workflow, args, kwargs, task_id=task_id,
+                                    name=name, deadline=seconds).run()
 
     # -- waits, timers, task state -------------------------------------------
     async def wait(

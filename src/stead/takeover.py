@@ -170,6 +170,9 @@ async def prepare(
         options=options,
     )
     execution.matchers = app.matchers
+    execution.deadline = row.deadline
+    if row.cancel_requested is not None:
+        execution.request_cancel()
     execution.tools, execution.app_name = app.tools, app.name
     if not checked:
         return Ready(gated, execution, args, kwargs)
