@@ -4,6 +4,7 @@ from stead.app import App, Workflow
 from stead.client import Client, RunInfo
 from stead.clock import Clock, FakeClock, SystemClock
 from stead.errors import (
+    ChildFailed,
     CorruptRecord,
     DatabaseMissing,
     EffectCompensated,
@@ -12,6 +13,7 @@ from stead.errors import (
     GrantWidening,
     InvalidInput,
     InvalidIntent,
+    InvalidSchedule,
     KeysUnavailable,
     NonDeterminism,
     NotStopped,
@@ -39,7 +41,8 @@ from stead.keys import Keyring
 from stead.llm import Completion, Model, ScriptedModel, ToolCall, Usage
 from stead.outcomes import Operation, Outcome
 from stead.policy import Action, Continue, Pause, Terminate
-from stead.records import Record, ResumeDetails, ResumeRecord, UnknownOutcome
+from stead.records import Missed, Record, ResumeDetails, ResumeRecord, UnknownOutcome
+from stead.retention import PruneReport, prune
 from stead.retry import Retry
 from stead.run import Run
 from stead.state import Facts
@@ -54,6 +57,7 @@ __all__ = [
     "Action",
     "App",
     "Budget",
+    "ChildFailed",
     "Client",
     "Clock",
     "Completion",
@@ -72,8 +76,10 @@ __all__ = [
     "Intent",
     "InvalidInput",
     "InvalidIntent",
+    "InvalidSchedule",
     "Keyring",
     "KeysUnavailable",
+    "Missed",
     "Model",
     "NonDeterminism",
     "NotStopped",
@@ -81,6 +87,7 @@ __all__ = [
     "Outcome",
     "OutcomeUncertain",
     "Pause",
+    "PruneReport",
     "Record",
     "Rejected",
     "ResumeDetails",
@@ -119,4 +126,5 @@ __all__ = [
     "Workflow",
     "__version__",
     "open_store",
+    "prune",
 ]

@@ -397,6 +397,8 @@ class Execution:
         until = self.clock.now() + self._recheck_every
         if wake_at is not None:
             until = min(until, wake_at)
+        if self.deadline is not None:
+            until = min(until, self.deadline)
         timer = loop.call_later(max(0.0, until - self.clock.now()), blocker.wake)
         self._schedule_settle()
         try:

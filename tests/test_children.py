@@ -1,0 +1,180 @@
+"""Child runs: started once, awaited durably (the parent holds no lease),
+their outcome journaled in the parent; fan-out with gather; a failed child
+raises `ChildFailed`; cancelling a parent cancels its children. On both
+stores. The SIGKILL between journaling and starting is in
+test_crash_processes.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+import stead
+from tests.helpers import Calls
+
+
+def _family(calls: Calls) -> tuple[stead.App, Any, Any]:
+    app = stead.App("t")
+
+    @app.workflow()
+    async def leaf(run: stead.Run, i: int) -> int:
+        def square(v: int) -> int:
+            calls.hit(f"leaf{v}")
+            return v * v
+
+        return await run.step("square", square, i)
+
+    @app.workflow()
+    async def parent(run: stead.Run, n: int) -> list[int]:
+        results = await asyncio.gather(*(run.child(leaf, i, task_id=f"leaf-{i}")
+                                         for i in range(n)))
+        return list(results)
+
+    return app, leaf, parent
+
+
+async def test_a_parent_fans_out_and_reads_each_child_result_once(store: stead.Store) -> None:
+    calls = Calls()
+    app, _leaf, parent = _family(calls)
+    client = stead.Client(store, app)
+    info = await client.start(parent, 3)
+    await stead.Worker(app, store).run_until_idle()
+
+    assert await client.result(info.run_id, timeout=5) == [0, 1, 4]
+    assert calls == {"leaf0": 1, "leaf1": 1, "leaf2": 1}
+    kids = [r for r in await client.list_runs(workflow="leaf") if r.parent_id == info.run_id]
+    assert sorted(k.task_id or "" for k in kids) == ["leaf-0", "leaf-1", "leaf-2"]
+    journal = await client.journal(info.run_id)
+    opened = [r for r in journal if r.kind == "child" and r.status == "open"]
+    done = [r for r in journal if r.kind == "child" and r.status == "ok"]
+    assert len(opened) == len(done) == 3
+    assert {json.loads(r.payload)["run_id"] for r in opened} == {k.run_id for k in kids}
+    # The parent suspended while its children ran: it was woken, then replayed.
+    assert len(await client.resumes(info.run_id)) >= 1
+
+
+async def test_a_replayed_parent_starts_no_second_child(store: stead.Store) -> None:
+    calls = Calls()
+    app, _leaf, parent = _family(calls)
+    client = stead.Client(store, app)
+    info = await client.start(parent, 2)
+    for _ in range(3):  # takeovers of the parent (each claim replays it)
+        await stead.Worker(app, store).run_until_idle()
+    assert await client.result(info.run_id, timeout=5) == [0, 1]
+    assert len(await client.list_runs(workflow="leaf")) == 2
+    assert sum(calls.values()) == 2
+
+
+async def test_a_failed_child_raises_a_typed_error_in_the_parent(store: stead.Store) -> None:
+    app = stead.App("t")
+
+    @app.workflow()
+    async def broken(run: stead.Run) -> int:
+        raise ValueError("no such order")
+
+    @app.workflow()
+    async def parent(run: stead.Run) -> dict[str, str]:
+        try:
+            await run.child(broken)
+        except stead.ChildFailed as exc:
+            return {"status": exc.status, "type": exc.error_type, "message": exc.message}
+        return {}
+
+    client = stead.Client(store, app)
+    info = await client.start(parent)
+    await stead.Worker(app, store).run_until_idle()
+    assert await client.result(info.run_id, timeout=5) == {
+        "status": "failed", "type": "ValueError", "message": "no such order"}
+
+
+async def test_a_child_of_a_task_held_by_another_run_fails_in_the_parent(
+    store: stead.Store,
+) -> None:
+    app = stead.App("t")
+
+    @app.workflow()
+    async def waits(run: stead.Run) -> Any:
+        return await (await run.wait("go", token=False))
+
+    @app.workflow()
+    async def parent(run: stead.Run) -> str:
+        try:
+            await run.child(waits, task_id="shared")
+        except stead.ChildFailed as exc:
+            return exc.error_type
+        return "adopted"
+
+    client = stead.Client(store, app)
+    await client.start(waits, task_id="shared")
+    info = await client.start(parent)
+    await stead.Worker(app, store).run_until_idle()
+    assert await client.result(info.run_id, timeout=5) == "TaskTaken"
+
+
+async def test_cancelling_a_parent_cancels_its_children(store: stead.Store) -> None:
+    app = stead.App("t")
+
+    @app.workflow()
+    async def waits(run: stead.Run) -> Any:
+        return await (await run.wait("go", token=False))
+
+    @app.workflow()
+    async def middle(run: stead.Run) -> Any:
+        return await run.child(waits)
+
+    @app.workflow()
+    async def parent(run: stead.Run) -> Any:
+        return await asyncio.gather(run.child(middle), run.child(waits))
+
+    client = stead.Client(store, app)
+    info = await client.start(parent)
+    await stead.Worker(app, store).run_until_idle()
+    everyone = await client.list_runs()
+    assert len(everyone) == 4 and {r.status for r in everyone} == {"waiting"}
+    await client.cancel(info.run_id)
+    assert {r.status for r in await client.list_runs()} == {"cancelled"}
+    assert await client.waits() == []  # their waits closed with them
+
+
+async def test_a_child_is_awaited_across_a_worker_that_holds_nothing(
+    store: stead.Store,
+) -> None:
+    """While its child waits for an event, the parent is suspended too: no
+    lease, no worker. The child's end wakes it."""
+    app = stead.App("t")
+
+    @app.workflow()
+    async def waits(run: stead.Run) -> Any:
+        return await (await run.wait("go", token=False))
+
+    @app.workflow()
+    async def parent(run: stead.Run) -> Any:
+        return {"child said": await run.child(waits)}
+
+    client = stead.Client(store, app)
+    info = await client.start(parent)
+    await stead.Worker(app, store).run_until_idle()
+    row = await client.get(info.run_id)
+    assert (row.status, row.lease_owner) == ("waiting", None)
+    [kid] = [r for r in await client.list_runs(workflow="waits")]
+    assert isinstance(await client.deliver(kid.run_id, kind="go", event_id="e1", payload=7),
+                      stead.Accepted)
+    await stead.Worker(app, store).run_until_idle()
+    assert await client.result(info.run_id, timeout=5) == {"child said": 7}
+
+
+async def test_run_child_refuses_what_is_not_a_workflow(store: stead.Store) -> None:
+    app = stead.App("t")
+
+    @app.workflow()
+    async def parent(run: stead.Run) -> Any:
+        return await run.child("leaf")  # type: ignore[arg-type]
+
+    client = stead.Client(store, app)
+    info = await client.start(parent)
+    await stead.Worker(app, store).run_until_idle()
+    with pytest.raises(stead.RunFailed, match="registered workflow"):
+        await client.result(info.run_id, timeout=5)
