@@ -13,7 +13,8 @@ from stead import errors
 from stead.intent import Intent, Matcher, check_tool, check_tools
 from stead.policy import Policy, PolicyFn
 from stead.records import Missed
-from stead.schedules import Schedule, missed_policy
+from stead.schedules import Schedule
+from stead.schedules import check as check_schedule
 
 if TYPE_CHECKING:
     from stead.run import Run
@@ -129,11 +130,12 @@ class App:
         seconds late), `"once"` (one run, for the latest) or `"all"`. Put it
         above `@app.workflow(...)`, or on a plain `async def` (registered as
         version 1)."""
+        policy = check_schedule(cron, missed, grace)
+
         def register(target: Any) -> Workflow[Any, Any]:
             wf: Workflow[Any, Any] = target if isinstance(target, Workflow) \
                 else self.workflow()(target)
-            sched = Schedule(name or wf.name, cron, wf.name, wf.version,
-                             missed_policy(missed), grace)
+            sched = Schedule(name or wf.name, cron, wf.name, wf.version, policy, grace)
             if sched.name in self._schedules:
                 raise ValueError(f"schedule {sched.name!r} is registered twice")
             self._schedules[sched.name] = sched

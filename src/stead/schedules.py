@@ -38,6 +38,18 @@ def _after(cron: str, t: float) -> float:
     return following.timestamp()
 
 
+def check(cron: str, missed: Missed | str, grace: float) -> Missed:
+    """Raise `InvalidSchedule` unless `cron` is a cron expression, `missed`
+    a policy and `grace` seconds >= 0; the policy as a `Missed` member."""
+    if not isinstance(cron, str) or not croniter.is_valid(cron):
+        raise errors.InvalidSchedule(
+            f"{cron!r} is not a cron expression (e.g. \"*/5 * * * *\": every five "
+            "minutes; six fields: seconds last)")
+    if isinstance(grace, bool) or not isinstance(grace, int | float) or grace < 0:
+        raise errors.InvalidSchedule(f"a schedule's grace is seconds >= 0, not {grace!r}")
+    return missed_policy(missed)
+
+
 def missed_policy(value: Missed | str) -> Missed:
     """`value` as a `Missed` member; `InvalidSchedule` if it is none."""
     try:
@@ -66,13 +78,7 @@ class Schedule:
     grace: float = 10.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.cron, str) or not croniter.is_valid(self.cron):
-            raise errors.InvalidSchedule(
-                f"schedule {self.name!r}: {self.cron!r} is not a cron expression "
-                "(e.g. \"*/5 * * * *\": every five minutes)")
-        object.__setattr__(self, "missed", missed_policy(self.missed))
-        if isinstance(self.grace, bool) or self.grace < 0:
-            raise errors.InvalidSchedule(f"schedule {self.name!r}: grace is seconds >= 0")
+        object.__setattr__(self, "missed", check(self.cron, self.missed, self.grace))
 
     def due(self, current: ScheduleRow | None, now: float) -> tuple[list[float], float]:
         """The ticks to fire at `now` and the next tick not yet fired, given
