@@ -154,6 +154,18 @@ async def chain(run: stead.Run, k: int) -> int:
     return await run.step("d", add, run.id, "d", b, c)
 
 
+# -- family: a child started once across a crash -----------------------------
+@app.workflow(version=1)
+async def leaf(run: stead.Run, parent_id: str, i: int) -> int:
+    return await run.step("leaf", add, parent_id, f"leaf{i}", i, 100)
+
+
+@app.workflow(version=1)
+async def family(run: stead.Run, n: int) -> list[int]:
+    kids = (run.child(leaf, run.id, i, name=f"leaf{i}") for i in range(n))
+    return list(await asyncio.gather(*kids))
+
+
 # -- main ---------------------------------------------------------------------
 class ClaimLog(DelegatingStore):
     """Notes every claim in the events file: "claim <worker> <run_id> <epoch>"."""
