@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -41,10 +42,9 @@ class FileClock:
     def now(self) -> float:
         real = time.time()
         if real - self._read_at > 0.02:
-            try:
+            # Being rewritten: keep the last offset.
+            with contextlib.suppress(OSError, ValueError):
                 self._offset = float(self.path.read_text() or 0)
-            except (OSError, ValueError):
-                pass  # being rewritten: keep the last offset
             self._read_at = real
         return real + self._offset
 
