@@ -178,3 +178,21 @@ async def test_run_child_refuses_what_is_not_a_workflow(store: stead.Store) -> N
     await stead.Worker(app, store).run_until_idle()
     with pytest.raises(stead.RunFailed, match="registered workflow"):
         await client.result(info.run_id, timeout=5)
+
+
+async def test_arguments_that_do_not_fit_the_child_fail_in_the_parent(
+    store: stead.Store,
+) -> None:
+    calls = Calls()
+    app, leaf, _parent = _family(calls)
+
+    @app.workflow()
+    async def careless(run: stead.Run) -> Any:
+        return await run.child(leaf, 1, 2, 3)
+
+    client = stead.Client(store, app)
+    info = await client.start(careless)
+    await stead.Worker(app, store).run_until_idle()
+    with pytest.raises(stead.RunFailed, match="do not fit child workflow leaf@1"):
+        await client.result(info.run_id, timeout=5)
+    assert await client.list_runs(workflow="leaf") == []

@@ -21,6 +21,7 @@ Cancelling a parent cancels its live children (`Store.request_cancel`).
 
 from __future__ import annotations
 
+import inspect
 import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -92,6 +93,12 @@ class Child:
                                       f"{task_id!r}")
         if deadline is not None and deadline <= 0:
             raise ValueError("a child's deadline is a positive number of seconds")
+        try:  # arguments that could never start the child fail here, not in it
+            inspect.signature(workflow.fn).bind(None, *args, **kwargs)
+        except TypeError as exc:
+            raise errors.InvalidInput(
+                f"these arguments do not fit child workflow {workflow.name}@"
+                f"{workflow.version}: {exc}") from None
         self.x = x
         self.workflow = workflow
         self.name = name or workflow.name

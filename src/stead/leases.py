@@ -8,7 +8,9 @@ computing. So leases are renewed from a thread with its own event loop and its
 own connection to the store (a second `Store` on the same database and clock).
 Renewal stays fenced: it extends a lease only where the run, the epoch and the
 owner still match, so it never brings back a lease that was lost. The leases
-found lost are handed back to the worker on its loop.
+found lost are handed back to the worker on its loop, and so are the held
+runs someone asked to cancel (asked at every renewal and at least every
+second), which stop at their next call boundary.
 
 The same thread watches the loop: a probe it posts every tick must run within
 `blocked_after` seconds, or it logs which run holds the loop and in which
@@ -40,6 +42,9 @@ T = TypeVar("T")
 
 # How often the thread looks at the loop (and whether a renewal is due).
 _TICK = 0.1
+# How often, at most, it asks whether someone asked to cancel a held run
+# (a cancel reaches a running run this soon, at its next call boundary).
+_CANCEL_CHECK = 1.0
 # Frames of these files are machinery, not the call that blocks.
 _MACHINERY = (os.path.dirname(asyncio.__file__), os.path.dirname(__file__))
 # Prefix of the names of the tasks that execute a run (see `task_name`).
@@ -127,6 +132,7 @@ class LeaseKeeper:
         twin: Store | None = None
         interval = self._lease / 3
         due = time.monotonic() + interval
+        asked = time.monotonic() + _CANCEL_CHECK
         try:
             while not halt.is_set():
                 with contextlib.suppress(TimeoutError):
@@ -135,27 +141,34 @@ class LeaseKeeper:
                     break  # the worker's loop is closed: no one to keep leases for
                 if time.monotonic() >= due and not halt.is_set():
                     due = time.monotonic() + interval
+                    asked = time.monotonic() + _CANCEL_CHECK
                     twin = await self._renew(twin)
+                elif time.monotonic() >= asked and not halt.is_set():
+                    asked = time.monotonic() + _CANCEL_CHECK
+                    twin = await self._renew(twin, extend=False)
         finally:
             if twin is not None:
                 with contextlib.suppress(errors.SteadError):
                     await twin.close()
 
-    async def _renew(self, twin: Store | None) -> Store | None:
+    async def _renew(self, twin: Store | None, *, extend: bool = True) -> Store | None:
+        """Renew the leases held (unless not `extend`), and hand the worker
+        those lost and those of runs someone asked to cancel."""
         with self._lock:
             fences = list(self._fences)
-        if not fences:
+        if not fences or (not extend and self._on_cancel is None):
             return twin
         if twin is None:
             twin = await self._open_twin()
         store = twin if twin is not None else self._store
         try:
-            lost = await self._on(store, store.renew(fences, self._lease))
+            lost = await self._on(store, store.renew(fences, self._lease)) if extend else []
             held = [f.run_id for f in fences if f not in lost]
             cancelled = await self._on(store, store.cancel_requests(held)) \
                 if held and self._on_cancel is not None else []
         except errors.StoreError as exc:
-            log.warning("could not renew %d lease(s): %s", len(fences), exc)
+            log.warning("could not renew %d lease(s) or read cancel requests: %s",
+                        len(fences), exc)
             return twin
         if lost:
             self._post(self._on_lost, lost)
