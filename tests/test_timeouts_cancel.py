@@ -146,8 +146,9 @@ async def test_cancel_waits_for_the_effect_in_flight_then_stops(store: stead.Sto
     assert charge_records == ["intent", "ok"]
 
 
+@pytest.mark.parametrize("lease_ended", [False, True])
 async def test_a_takeover_of_a_cancelled_run_follows_the_effect_first(
-    store: stead.Store,
+    store: stead.Store, lease_ended: bool,
 ) -> None:
     """The worker died with the effect's intent journaled and no outcome; the
     run is cancelled meanwhile. The worker that takes it over asks the
@@ -176,8 +177,10 @@ async def test_a_takeover_of_a_cancelled_run_follows_the_effect_first(
     first = stead.Worker(app, dying, stead.WorkerOptions(lease_seconds=0.5))
     await first.run_until_idle()  # its execution dies once the intent is durable
     assert sent == []
+    if lease_ended:
+        await asyncio.sleep(0.6)
     asked = await client.cancel(info.run_id)
-    assert asked.cancel_requested  # its dead holder's lease has not ended yet
+    assert (asked.status, asked.cancel_requested) == ("running", True)
     await asyncio.sleep(0.6)
     await stead.Worker(app, store, stead.WorkerOptions(lease_seconds=0.5)).run_until_idle()
     assert checked and sent == []

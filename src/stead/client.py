@@ -293,10 +293,11 @@ class Client:
         return [RunInfo.from_row(r) for r in rows]
 
     async def cancel(self, run_id: str) -> RunInfo:
-        """Cancel a live run and its live child runs. A run a worker holds
-        stops at its next call boundary (`RunInfo.cancel_requested` until
-        then), after an effect in flight has its outcome journaled; any
-        other live run is cancelled at once."""
+        """Cancel a live run and its live child runs. A running run stops at
+        its next call boundary (`RunInfo.cancel_requested` until then), in
+        the worker that holds it or the one that takes it over, after an
+        effect in flight has its outcome journaled; any other live run
+        (pending, waiting, stopped for a person) is cancelled at once."""
         return RunInfo.from_row(await self.store.request_cancel(run_id))
 
     async def reconcile(

@@ -138,9 +138,9 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
 @common.run_argument
 @click.pass_context
 def runs_cancel(ctx: click.Context, run_id: str) -> None:
-    """Cancel a live run and its live child runs. A run a worker holds is
-    asked to: it stops at its next call boundary, once an effect in flight
-    has its outcome journaled. The journal is kept."""
+    """Cancel a live run and its live child runs. A running run is asked
+    to: it stops at its next call boundary, once an effect in flight has its
+    outcome journaled. The journal is kept."""
     db = common.database_url(ctx)
     common.require_database(db)
 

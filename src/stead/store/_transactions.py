@@ -555,10 +555,12 @@ def child_started(
 
 # -- cancellation -------------------------------------------------------------------
 def request_cancel(run_id: str, now: float, where: str) -> Flow[RunRow]:
-    """Cancel a live run and its live children, recursively. A run a worker
-    holds (running, its lease not ended) is asked to: its worker ends it as
-    cancelled at its next call boundary, after an effect in flight has its
-    outcome journaled. Any other live run is cancelled at once."""
+    """Cancel a live run and its live children, recursively. A running run
+    is asked to: the worker that holds it, or the one that takes it over
+    from a dead worker (whose effect may be in flight), ends it as
+    cancelled at its next call boundary, after any effect's outcome is
+    journaled. Any other live run (pending, waiting, stopped for a person)
+    is cancelled at once."""
     yield execute("lock_run", {"run_id": run_id})
     row = yield one("get_run", {"run_id": run_id})
     if row is None:
@@ -566,9 +568,7 @@ def request_cancel(run_id: str, now: float, where: str) -> Flow[RunRow]:
     run = _rows.run(row)
     if not run.live:
         return run
-    held = (run.status == RunStatus.RUNNING and run.lease_owner is not None
-            and run.lease_expires_at is not None and run.lease_expires_at > now)
-    if held:
+    if run.status == RunStatus.RUNNING:
         yield execute("request_cancel", {"run_id": run_id, "now": now})
         run = run.evolve(cancel_requested=run.cancel_requested or now)
     else:

@@ -383,8 +383,8 @@ class Store:
         )
 
     async def request_cancel(self, run_id: str) -> RunRow:
-        """Cancel a live run and its live children: one a worker holds is asked
-        to stop at its next call boundary (`cancel_requested`), any other is
+        """Cancel a live run and its live children: a running one is asked to
+        stop at its next call boundary (`cancel_requested`), any other is
         cancelled at once. Twice is once."""
         where = self.database.display
         return await self.database.write(
