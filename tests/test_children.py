@@ -196,3 +196,17 @@ async def test_arguments_that_do_not_fit_the_child_fail_in_the_parent(
     with pytest.raises(stead.RunFailed, match="do not fit child workflow leaf@1"):
         await client.result(info.run_id, timeout=5)
     assert await client.list_runs(workflow="leaf") == []
+
+
+async def test_runs_show_names_a_childs_parent(store: stead.Store) -> None:
+    from stead import timeline
+
+    calls = Calls()
+    app, _leaf, parent = _family(calls)
+    client = stead.Client(store, app)
+    info = await client.start(parent, 1)
+    await stead.Worker(app, store).run_until_idle()
+    [kid] = await client.list_runs(workflow="leaf")
+    shown = timeline.render_run(kid, await client.journal(kid.run_id), [])
+    assert f"parent    {info.run_id} (this run is its child)" in shown
+    assert timeline.run_json(kid)["parent_id"] == info.run_id
