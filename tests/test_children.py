@@ -13,6 +13,9 @@ from typing import Any
 import pytest
 
 import stead
+from stead.children import child_id
+from stead.records import Fence, NewRun, Record
+from tests import pg
 from tests.helpers import Calls
 
 
@@ -210,3 +213,37 @@ async def test_runs_show_names_a_childs_parent(store: stead.Store) -> None:
     shown = timeline.render_run(kid, await client.journal(kid.run_id), [])
     assert f"parent    {info.run_id} (this run is its child)" in shown
     assert timeline.run_json(kid)["parent_id"] == info.run_id
+
+
+@pytest.mark.parametrize("fault", ["lose_ack", "drop_commit"])
+async def test_a_child_start_whose_commit_is_in_doubt_is_made_once(
+    pg_url: str, proxy: pg.Proxy, fault: str,
+) -> None:
+    """PostgreSQL: the commit that creates the child and journals it is lost
+    on its way back (it landed: the read-back says so) or on its way there
+    (it did not: the write is made again). Either way, one child, one record."""
+    store = await stead.open_store(proxy.url(pg_url))
+    reader = await stead.open_store(pg_url)
+    try:
+        await store.create_run(NewRun("p1", "parent", 1, None, '{"args":[],"kwargs":{}}'))
+        [row] = await store.claim("w1", ["parent@1"], 30, 1)
+        fence = Fence("p1", row.epoch, "w1")
+        opening = Record(seq=0, addr="0", attempt=1, kind="child", name="leaf", digest="d",
+                         status="open", payload="{}", epoch=row.epoch, at=0.0)
+        new = NewRun(child_id("p1", "0"), "leaf", 1, None, '{"args":[1],"kwargs":{}}',
+                     parent_id="p1")
+        if fault == "lose_ack":
+            proxy.acks_to_lose = 1
+        else:
+            proxy.commits_to_drop = 1
+        kid, written = await store.start_child(fence, [opening], None, new)
+        assert (proxy.lost_acks, proxy.dropped_commits) == (
+            (1, 0) if fault == "lose_ack" else (0, 1))
+        assert (kid.run_id, kid.parent_id) == (new.run_id, "p1")
+        assert json.loads(written.payload) == {"run_id": new.run_id}
+        assert [r.run_id for r in await reader.list_runs(workflow="leaf")] == [new.run_id]
+        assert [(r.kind, r.status) for r in await reader.load_journal("p1")] == [
+            ("child", "open")]
+    finally:
+        await store.close()
+        await reader.close()
