@@ -247,3 +247,31 @@ async def test_a_child_start_whose_commit_is_in_doubt_is_made_once(
     finally:
         await store.close()
         await reader.close()
+
+
+async def test_no_wake_is_lost_between_a_suspending_parent_and_its_ending_children(
+    db_url: str,
+) -> None:
+    """Many parents, each suspending as its quick children end, on three
+    workers with stores of their own: every parent is woken and completes
+    (a lost wake would leave one waiting for ever)."""
+    calls = Calls()
+    app, leaf, _parent = _family(calls)
+
+    @app.workflow()
+    async def fan(run: stead.Run, n: int) -> list[int]:
+        return list(await asyncio.gather(*(run.child(leaf, i) for i in range(n))))
+
+    stores = [await stead.open_store(db_url) for _ in range(3)]
+    try:
+        client = stead.Client(stores[0], app)
+        runs = [(await client.start(fan, 3)).run_id for _ in range(15)]
+        options = stead.WorkerOptions(concurrency=8, poll_interval=0.05)
+        done = await asyncio.gather(*(stead.Worker(app, s, options).run_until_done(
+            runs, timeout=60) for s in stores))
+        assert all(done)
+        assert [await client.result(r, timeout=5) for r in runs] == [[0, 1, 4]] * 15
+        assert sum(calls.values()) == 45
+    finally:
+        for s in stores:
+            await s.close()

@@ -10,8 +10,8 @@ its parent and awaited durably:
 2. **Await.** The parent reads the child's row; while the child is live the
    parent's branch parks, and once every branch is parked the parent
    suspends (no lease, no worker). The child's end wakes it (a trigger on
-   the child's status); the suspension checks its children under the
-   parent's lock, so an end in between is never missed.
+   the child's status); the suspension checks its children, locking their
+   rows, so an end in between is never missed.
 3. **Result.** The child's outcome is journaled in the parent: its result,
    or its status and error, which the parent sees as `ChildFailed`, live and
    on replay alike.

@@ -250,8 +250,8 @@ def suspend(
         state = yield from wait_state(wait_id)
         if state != WaitState.OPEN:  # an event arrived: do not sleep (the records roll back)
             raise errors.WaitNotOpen(wait_id, state)
-    # Checked under the run's lock: a child that ends after this wakes the
-    # run (its trigger waits for the lock), one that ended before is read.
+    # A child that ended is read here; one that ends after this waits for
+    # the commit (`child_status` locks it) and its trigger then wakes the run.
     yield from _check_children(children)
     me = yield one("get_run", {"run_id": write.fence.run_id})
     if me is not None and me["cancel_requested"] is not None:
@@ -503,7 +503,7 @@ def takeover_context(
 def _check_children(children: Sequence[str]) -> Flow[None]:
     """Raise `ChildEnded` if one of `children` is no longer live."""
     for child_id in children:
-        row = yield one("get_run", {"run_id": child_id})
+        row = yield one("child_status", {"run_id": child_id})
         if row is None or row["status"] in TERMINAL:
             raise errors.ChildEnded(f"child run {child_id}",
                                     "missing" if row is None else str(row["status"]))

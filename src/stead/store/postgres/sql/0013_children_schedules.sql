@@ -7,8 +7,8 @@ CREATE INDEX runs_parent ON runs (parent_id) WHERE parent_id IS NOT NULL;
 
 -- A child that ends wakes its parent if the parent suspended waiting for it,
 -- and tells idle workers (NOTIFY, delivered at commit). A parent suspending
--- holds its row lock while it checks its children, so the two cannot miss
--- each other.
+-- share-locks the rows of the children it waits for (query child_status), so
+-- the two cannot miss each other.
 CREATE FUNCTION stead_wake_parent() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE runs SET status = 'running', wake_at = NULL, updated_at = NEW.updated_at

@@ -518,3 +518,11 @@ DELETE FROM intents WHERE run_id = ANY(%(run_ids)s::text[]);
 
 -- name: delete_runs
 DELETE FROM runs WHERE run_id = ANY(%(run_ids)s::text[]);
+
+-- name: child_status
+-- A child's status as a parent suspends, share-locked until the commit: a
+-- child ending meanwhile either committed first (read here: the parent does
+-- not suspend) or waits for the suspension and then its trigger finds the
+-- parent waiting and wakes it. Without the lock its trigger could run
+-- before the suspension, find the parent running, and the wake be lost.
+SELECT status FROM runs WHERE run_id = %(run_id)s FOR SHARE;

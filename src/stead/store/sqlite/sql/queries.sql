@@ -358,3 +358,8 @@ DELETE FROM intents WHERE run_id IN (SELECT value FROM json_each(:run_ids));
 
 -- name: delete_runs
 DELETE FROM runs WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: child_status
+-- A child's status as a parent suspends (the file's one writer orders it
+-- against the child's end).
+SELECT status FROM runs WHERE run_id = :run_id;
