@@ -39,6 +39,17 @@ def _family(calls: Calls) -> tuple[stead.App, Any, Any]:
     return app, leaf, parent
 
 
+def _waiting() -> tuple[stead.App, Any]:
+    """An app with a workflow that waits for one event of kind "go"."""
+    app = stead.App("t")
+
+    @app.workflow()
+    async def waits(run: stead.Run) -> Any:
+        return await (await run.wait("go", token=False))
+
+    return app, waits
+
+
 async def test_a_parent_fans_out_and_reads_each_child_result_once(store: stead.Store) -> None:
     calls = Calls()
     app, _leaf, parent = _family(calls)
@@ -96,11 +107,7 @@ async def test_a_failed_child_raises_a_typed_error_in_the_parent(store: stead.St
 async def test_a_child_of_a_task_held_by_another_run_fails_in_the_parent(
     store: stead.Store,
 ) -> None:
-    app = stead.App("t")
-
-    @app.workflow()
-    async def waits(run: stead.Run) -> Any:
-        return await (await run.wait("go", token=False))
+    app, waits = _waiting()
 
     @app.workflow()
     async def parent(run: stead.Run) -> str:
@@ -118,11 +125,7 @@ async def test_a_child_of_a_task_held_by_another_run_fails_in_the_parent(
 
 
 async def test_cancelling_a_parent_cancels_its_children(store: stead.Store) -> None:
-    app = stead.App("t")
-
-    @app.workflow()
-    async def waits(run: stead.Run) -> Any:
-        return await (await run.wait("go", token=False))
+    app, waits = _waiting()
 
     @app.workflow()
     async def middle(run: stead.Run) -> Any:
@@ -147,11 +150,7 @@ async def test_a_child_is_awaited_across_a_worker_that_holds_nothing(
 ) -> None:
     """While its child waits for an event, the parent is suspended too: no
     lease, no worker. The child's end wakes it."""
-    app = stead.App("t")
-
-    @app.workflow()
-    async def waits(run: stead.Run) -> Any:
-        return await (await run.wait("go", token=False))
+    app, waits = _waiting()
 
     @app.workflow()
     async def parent(run: stead.Run) -> Any:
