@@ -25,6 +25,7 @@ EXPECTED = {
     "Workspace", "WorkspacePath", "Snapshot", "Fingerprint", "WorkspaceError",
     "WorkspaceOutsideRoot",
     "WorkspaceEscape", "WorkspaceTooLarge", "WorkspaceChanged", "WorkspaceMismatch",
+    "ChildFailed", "InvalidSchedule", "Missed", "PruneReport", "prune",
 }
 
 

@@ -4,6 +4,7 @@ from stead.app import App, Workflow
 from stead.client import Client, MigrationReport, RunInfo
 from stead.clock import Clock, FakeClock, SystemClock
 from stead.errors import (
+    ChildFailed,
     CorruptRecord,
     DatabaseMissing,
     EffectCompensated,
@@ -13,6 +14,7 @@ from stead.errors import (
     GrantWidening,
     InvalidInput,
     InvalidIntent,
+    InvalidSchedule,
     KeysUnavailable,
     MigrationRefused,
     NonDeterminism,
@@ -59,11 +61,13 @@ from stead.records import (
     LineageKind,
     Link,
     MigrationRow,
+    Missed,
     Record,
     ResumeDetails,
     ResumeRecord,
     UnknownOutcome,
 )
+from stead.retention import PruneReport, prune
 from stead.retry import Retry
 from stead.run import Run
 from stead.state import Facts
@@ -79,6 +83,7 @@ __all__ = [
     "Action",
     "App",
     "Budget",
+    "ChildFailed",
     "Client",
     "Clock",
     "Compensation",
@@ -101,6 +106,7 @@ __all__ = [
     "Intent",
     "InvalidInput",
     "InvalidIntent",
+    "InvalidSchedule",
     "Keyring",
     "KeysUnavailable",
     "Lineage",
@@ -111,6 +117,7 @@ __all__ = [
     "MigrationReport",
     "MigrationRow",
     "MigrationView",
+    "Missed",
     "Model",
     "NonDeterminism",
     "NotStopped",
@@ -119,6 +126,7 @@ __all__ = [
     "Outcome",
     "OutcomeUncertain",
     "Pause",
+    "PruneReport",
     "Record",
     "Rejected",
     "ResumeDetails",
@@ -170,4 +178,5 @@ __all__ = [
     "WorkspaceTooLarge",
     "__version__",
     "open_store",
+    "prune",
 ]

@@ -13,6 +13,9 @@ from stead import errors
 from stead.intent import Intent, Matcher, check_tool, check_tools
 from stead.migrations import Migration, MigrationFn
 from stead.policy import Policy, PolicyFn
+from stead.records import Missed
+from stead.schedules import Schedule
+from stead.schedules import check as check_schedule
 
 if TYPE_CHECKING:
     from stead.run import Run
@@ -60,6 +63,7 @@ class App:
             policy, policy_version)
         self.matchers: dict[str, Matcher] = dict(matchers or {})
         self.tools: frozenset[str] | None = None if tools is None else _tool_names(tools)
+        self._schedules: dict[str, Schedule] = {}
 
     def check_intent(self, intent: Intent) -> None:
         """Raise `InvalidIntent` if `intent` grants a tool this app does not
@@ -115,6 +119,35 @@ class App:
             return wf
 
         return register
+
+    def schedule(
+        self, cron: str, *, name: str | None = None, missed: Missed | str = Missed.ONCE,
+        grace: float = 10.0,
+    ) -> Callable[[Any], Workflow[Any, Any]]:
+        """Start a run of the decorated workflow at every tick of `cron` (UTC;
+        five fields, or six with seconds last), exactly once per tick across
+        every worker of the database. The run gets the tick (ISO 8601) as its
+        one argument and `schedule:<name>@<tick>` as its task id. Ticks missed
+        while no worker ran: `missed="skip"` (fired only up to `grace`
+        seconds late), `"once"` (one run, for the latest) or `"all"`. Put it
+        above `@app.workflow(...)`, or on a plain `async def` (registered as
+        version 1)."""
+        policy = check_schedule(cron, missed, grace)
+
+        def register(target: Any) -> Workflow[Any, Any]:
+            wf: Workflow[Any, Any] = target if isinstance(target, Workflow) \
+                else self.workflow()(target)
+            sched = Schedule(name or wf.name, cron, wf.name, wf.version, policy, grace)
+            if sched.name in self._schedules:
+                raise ValueError(f"schedule {sched.name!r} is registered twice")
+            self._schedules[sched.name] = sched
+            return wf
+
+        return register
+
+    @property
+    def schedules(self) -> list[Schedule]:
+        return list(self._schedules.values())
 
     def get(self, name: str, version: int | None = None) -> Workflow[Any, Any]:
         """The workflow `name` at `version` (default: the newest registered)."""

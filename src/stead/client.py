@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime as dt
 import getpass
 import json
 import os
@@ -52,6 +53,9 @@ class RunInfo:
     # its version; `hosted_at` is when one last did (None: none ever did).
     stranded: bool = False
     hosted_at: float | None = None
+    parent_id: str | None = None  # the run that started this one (`run.child`)
+    deadline: float | None = None
+    cancel_requested: bool = False  # asked to stop at its next call boundary
 
     @property
     def code(self) -> str:
@@ -79,6 +83,8 @@ class RunInfo:
             result=None if row.result is None else _loads(row.result, row.run_id),
             error=None if row.error is None else _loads(row.error, row.run_id),
             created=created, lease_expires_at=row.lease_expires_at,
+            parent_id=row.parent_id, deadline=row.deadline,
+            cancel_requested=row.cancel_requested is not None,
         )
 
 
@@ -201,12 +207,18 @@ class Client:
         task_id: str | None = None,
         version: int | None = None,
         intent: Intent | None = None,
+        deadline: dt.timedelta | float | None = None,
         **kwargs: Any,
     ) -> RunInfo:
         """Start a run of `workflow` with these arguments. With a `task_id`, a
         live run of that task is returned instead of starting a second one.
         `intent` is stored with the run as its intent's version 1 (grants with
-        `expires_in` count from now)."""
+        `expires_in` count from now). A run not ended `deadline` (seconds, or
+        a timedelta) from now fails (`DeadlineExceeded`) at its next call
+        boundary, a waiting one as the deadline passes."""
+        seconds = deadline.total_seconds() if isinstance(deadline, dt.timedelta) else deadline
+        if seconds is not None and (isinstance(seconds, bool) or seconds <= 0):
+            raise errors.InvalidInput("a run's deadline is a positive number of seconds")
         if intent is not None and not isinstance(intent, Intent):
             raise errors.InvalidIntent("intent= takes a stead.Intent (see Intent.from_json)")
         if intent is not None and self.app is not None:
@@ -239,6 +251,7 @@ class Client:
             intent=None if intent is None else intent.anchored(self.store.clock.now()).dumps(),
             intent_why=(intent.reason if intent is not None and intent.reason
                         else "given at start"),
+            deadline=None if seconds is None else self.store.clock.now() + seconds,
         )
         row, created = await self.store.create_run(new)
         if not created and row.workflow != name:
@@ -316,8 +329,12 @@ class Client:
         return [RunInfo.from_row(r) for r in rows]
 
     async def cancel(self, run_id: str) -> RunInfo:
-        """Cancel a live run; its worker's next write is rejected and it stops."""
-        return RunInfo.from_row(await self.store.cancel_run(run_id))
+        """Cancel a live run and its live child runs. A running run stops at
+        its next call boundary (`RunInfo.cancel_requested` until then), in
+        the worker that holds it or the one that takes it over, after an
+        effect in flight has its outcome journaled; any other live run
+        (pending, waiting, stopped for a person) is cancelled at once."""
+        return RunInfo.from_row(await self.store.request_cancel(run_id))
 
     async def reconcile(
         self,

@@ -148,7 +148,8 @@ class Effect:
         return tracing.call("effect", self.spec.name, key=self.key, **{"class": str(cls)})
 
     async def _send(self, attempt: int, *, resend: bool = False) -> Any:
-        self.x.check_live()
+        # A resend follows an outcome not known yet: no cancel stops it there.
+        self.x.check_live(boundary=not resend)
         intent: dict[str, Any] = {
             "key": self.key, "arguments": self.args_json, "idempotent": self.spec.idempotent,
             "resend": resend,
@@ -165,6 +166,10 @@ class Effect:
             grant = None
         else:
             grant = await self._authorised(attempt, intent)
+        with self.x.effect_open():  # a run that stops waits for its outcome
+            return await self._call(attempt, grant)
+
+    async def _call(self, attempt: int, grant: Grant | None) -> Any:
         op = self._operation(attempt, None, live=True, grant=grant)
         in_thread = not calls.is_async(self.spec.fn)
         try:
@@ -253,7 +258,7 @@ class Effect:
                                 f"{late or 'no check to ask'}")
         delay = self.spec.poll_every
         while True:
-            self.x.check_live()
+            self.x.check_live(boundary=False)
             outcome = await self._ask(attempt, external_id)
             if outcome.kind == Outcome.DONE:
                 return await self._done(attempt, outcome.result)

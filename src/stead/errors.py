@@ -308,3 +308,33 @@ class WorkspaceMismatch(WorkspaceError):
     def __init__(self, message: str, differences: list[str]) -> None:
         super().__init__(message)
         self.differences = differences
+
+
+class ChildFailed(SteadError):
+    """A child run (`run.child`) ended without a result: it failed, was
+    cancelled or terminated. Live and on replay the parent sees this same
+    error, built from its journal."""
+
+    def __init__(self, name: str, run_id: str, status: str, error_type: str,
+                 message: str) -> None:
+        super().__init__(
+            f"child {name!r} (run {run_id}) ended {status}: {error_type}: {message}")
+        self.name = name
+        self.run_id = run_id
+        self.status = status
+        self.error_type = error_type
+        self.message = message
+
+
+class ChildEnded(WaitNotOpen):
+    """A child the run would suspend for has ended meanwhile: the run does not
+    suspend, it reads the child's outcome."""
+
+
+class CancelRequested(SteadError):
+    """Someone asked to cancel the run while it was being suspended: it does
+    not suspend, it ends as cancelled at its call boundary."""
+
+
+class InvalidSchedule(SteadError):
+    """A schedule's cron expression or missed-tick policy is not valid."""

@@ -152,6 +152,14 @@ class Execution:
         # The workspaces the takeover restored before replay, by name (see
         # `stead.workspaces`): the resume record lists them.
         self.restored: dict[str, dict[str, Any]] = {}
+        # When the run fails if it has not ended (None: never), and whether
+        # someone asked to cancel it: both take effect at a call boundary.
+        self.deadline: float | None = None
+        self._cancel_requested = False
+        # Effects between their intent and their outcome: a stopping run
+        # waits for them, so no outcome is left unjournaled.
+        self._effects_open = 0
+        self._effects_settled: asyncio.Event | None = None
 
     def start(self, body: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run the workflow's `body` as a task, in the run's root branch. When
@@ -214,8 +222,10 @@ class Execution:
         return self._sending_in_thread > 0
 
     # -- guards -------------------------------------------------------------
-    def check_live(self) -> None:
-        """Before starting anything live: refuse if the run is no longer ours."""
+    def check_live(self, *, boundary: bool = True) -> None:
+        """Before starting anything live: refuse if the run is no longer ours.
+        At a call `boundary` (not while an effect's outcome is being found
+        out), a requested cancel or a passed deadline stops the run too."""
         if self._lost is not None:
             raise self._lost
         if self._store_failed is not None:
@@ -226,6 +236,45 @@ class Execution:
             raise Drain()
         if self.dry:
             raise Frontier()
+        if not boundary:
+            return
+        if self._cancel_requested:
+            raise Stop(RunStatus.CANCELLED, {
+                "type": "Cancelled", "message": f"run {self.fence.run_id} was cancelled"})
+        if self.deadline is not None and self.clock.now() >= self.deadline:
+            raise Stop(RunStatus.FAILED, {
+                "type": "DeadlineExceeded",
+                "message": f"run {self.fence.run_id} passed its deadline "
+                           f"({self.deadline:.3f}) before it ended"})
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self._cancel_requested
+
+    def request_cancel(self) -> None:
+        """Someone asked to cancel the run: it stops at its next call boundary
+        (parked branches wake to meet it); an effect in flight first has its
+        outcome journaled."""
+        self._cancel_requested = True
+        for blocker in list(self._blocked):
+            blocker.wake()
+
+    @contextlib.contextmanager
+    def effect_open(self) -> Iterator[None]:
+        """Mark an effect between its intent and its outcome."""
+        self._effects_open += 1
+        try:
+            yield
+        finally:
+            self._effects_open -= 1
+            if self._effects_open == 0 and self._effects_settled is not None:
+                self._effects_settled.set()
+
+    async def effects_settled(self) -> None:
+        """Return once no effect of the run is between intent and outcome."""
+        while self._effects_open:
+            self._effects_settled = asyncio.Event()
+            await self._effects_settled.wait()
 
     def take(self, addr: str, kind: RecordKind, name: str, digest: str) -> list[Record]:
         try:
@@ -401,7 +450,8 @@ class Execution:
             self.check_live()
             await self.block(wake_at=at, wait_id=None)
 
-    async def block(self, *, wake_at: float | None, wait_id: str | None) -> None:
+    async def block(self, *, wake_at: float | None, wait_id: str | None,
+                    child_id: str | None = None) -> None:
         """Park this branch until something may have changed: its wake time, a
         periodic re-check, a drain, or a failed attempt to suspend (an event
         arrived). The caller re-checks its condition and blocks again if need be.
@@ -410,11 +460,13 @@ class Execution:
         if self.dry:
             raise Frontier()
         loop = asyncio.get_running_loop()
-        blocker = _Blocker(wake_at, wait_id, loop.create_future())
+        blocker = _Blocker(wake_at, wait_id, loop.create_future(), child_id)
         self._blocked.add(blocker)
         until = self.clock.now() + self._recheck_every
         if wake_at is not None:
             until = min(until, wake_at)
+        if self.deadline is not None:
+            until = min(until, self.deadline)
         timer = loop.call_later(max(0.0, until - self.clock.now()), blocker.wake)
         self._schedule_settle()
         try:
@@ -444,17 +496,22 @@ class Execution:
         if self._lost is not None or self._incompatible is not None:
             return
         times = [b.wake_at for b in self._blocked if b.wake_at is not None]
+        if self.deadline is not None:
+            times.append(self.deadline)  # a waiting run wakes to fail at its deadline
         wake_at = min(times) if times else None
         if wake_at is not None and wake_at - self.clock.now() <= self._suspend_after:
             return  # a short wait: cheaper to sleep here than to park and replay
         wait_ids = [b.wait_id for b in self._blocked if b.wait_id is not None]
+        children = [b.child_id for b in self._blocked if b.child_id is not None]
         try:
             await self.write((), lambda batch, resume: self.store.suspend(
-                self.fence, batch, resume, wake_at, wait_ids,
+                self.fence, batch, resume, wake_at, wait_ids, children,
             ))
-        except errors.WaitNotOpen:
+        except (errors.WaitNotOpen, errors.CancelRequested) as exc:
+            if isinstance(exc, errors.CancelRequested):
+                self._cancel_requested = True
             for blocker in list(self._blocked):
-                blocker.wake()  # an event arrived meanwhile: go and read it
+                blocker.wake()  # an event arrived or a child ended meanwhile: go and read it
             return
         except errors.SteadError as exc:
             log.warning("run %s could not suspend: %s", self.fence.run_id, exc)
@@ -467,13 +524,14 @@ class Execution:
 
 
 class _Blocker:
-    __slots__ = ("future", "wait_id", "wake_at")
+    __slots__ = ("child_id", "future", "wait_id", "wake_at")
 
     def __init__(self, wake_at: float | None, wait_id: str | None,
-                 future: asyncio.Future[None]) -> None:
+                 future: asyncio.Future[None], child_id: str | None = None) -> None:
         self.wake_at = wake_at
         self.wait_id = wait_id
         self.future = future
+        self.child_id = child_id
 
     def wake(self) -> None:
         if not self.future.done():

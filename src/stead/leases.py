@@ -8,7 +8,9 @@ computing. So leases are renewed from a thread with its own event loop and its
 own connection to the store (a second `Store` on the same database and clock).
 Renewal stays fenced: it extends a lease only where the run, the epoch and the
 owner still match, so it never brings back a lease that was lost. The leases
-found lost are handed back to the worker on its loop.
+found lost are handed back to the worker on its loop, and so are the held
+runs someone asked to cancel (asked at every renewal and at least every
+second), which stop at their next call boundary.
 
 The same thread watches the loop: a probe it posts every tick must run within
 `blocked_after` seconds, or it logs which run holds the loop and in which
@@ -26,8 +28,9 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from types import FrameType
+from typing import Any, TypeVar
 
 from stead import errors
 from stead.records import Fence
@@ -35,9 +38,13 @@ from stead.store import open_store
 from stead.store.base import Store
 
 log = logging.getLogger("stead.worker")
+T = TypeVar("T")
 
 # How often the thread looks at the loop (and whether a renewal is due).
 _TICK = 0.1
+# How often, at most, it asks whether someone asked to cancel a held run
+# (a cancel reaches a running run this soon, at its next call boundary).
+_CANCEL_CHECK = 1.0
 # Frames of these files are machinery, not the call that blocks.
 _MACHINERY = (os.path.dirname(asyncio.__file__), os.path.dirname(__file__))
 # Prefix of the names of the tasks that execute a run (see `task_name`).
@@ -53,10 +60,13 @@ class LeaseKeeper:
     def __init__(
         self, store: Store, lease_seconds: float, *,
         on_lost: Callable[[list[Fence]], None], blocked_after: float = 1.0,
+        on_cancel: Callable[[list[str]], None] | None = None,
     ) -> None:
         self._store = store
         self._lease = lease_seconds
         self._on_lost = on_lost
+        # Told, on the worker's loop, which held runs someone asked to cancel.
+        self._on_cancel = on_cancel
         self._blocked_after = blocked_after
         self._fences: set[Fence] = set()
         self._lock = threading.Lock()
@@ -122,6 +132,7 @@ class LeaseKeeper:
         twin: Store | None = None
         interval = self._lease / 3
         due = time.monotonic() + interval
+        asked = time.monotonic() + _CANCEL_CHECK
         try:
             while not halt.is_set():
                 with contextlib.suppress(TimeoutError):
@@ -130,32 +141,48 @@ class LeaseKeeper:
                     break  # the worker's loop is closed: no one to keep leases for
                 if time.monotonic() >= due and not halt.is_set():
                     due = time.monotonic() + interval
+                    asked = time.monotonic() + _CANCEL_CHECK
                     twin = await self._renew(twin)
+                elif time.monotonic() >= asked and not halt.is_set():
+                    asked = time.monotonic() + _CANCEL_CHECK
+                    twin = await self._renew(twin, extend=False)
         finally:
             if twin is not None:
                 with contextlib.suppress(errors.SteadError):
                     await twin.close()
 
-    async def _renew(self, twin: Store | None) -> Store | None:
+    async def _renew(self, twin: Store | None, *, extend: bool = True) -> Store | None:
+        """Renew the leases held (unless not `extend`), and hand the worker
+        those lost and those of runs someone asked to cancel."""
         with self._lock:
             fences = list(self._fences)
-        if not fences:
+        if not fences or (not extend and self._on_cancel is None):
             return twin
         if twin is None:
             twin = await self._open_twin()
+        store = twin if twin is not None else self._store
         try:
-            if twin is not None:
-                lost = await twin.renew(fences, self._lease)
-            else:  # a private database: only the worker's own store can reach it
-                assert self._loop is not None
-                lost = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(
-                    self._store.renew(fences, self._lease), self._loop))
+            lost = await self._on(store, store.renew(fences, self._lease)) if extend else []
+            held = [f.run_id for f in fences if f not in lost]
+            cancelled = await self._on(store, store.cancel_requests(held)) \
+                if held and self._on_cancel is not None else []
         except errors.StoreError as exc:
-            log.warning("could not renew %d lease(s): %s", len(fences), exc)
+            log.warning("could not renew %d lease(s) or read cancel requests: %s",
+                        len(fences), exc)
             return twin
         if lost:
             self._post(self._on_lost, lost)
+        if cancelled and self._on_cancel is not None:
+            self._post(self._on_cancel, cancelled)
         return twin
+
+    async def _on(self, store: Store, call: Coroutine[Any, Any, T]) -> T:
+        """Await `call` here, or, on a private database (no twin), on the
+        worker's loop: only the worker's own store can reach it."""
+        if store is not self._store:
+            return await call
+        assert self._loop is not None
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call, self._loop))
 
     async def _open_twin(self) -> Store | None:
         if ":memory:" in self._store.url:

@@ -71,6 +71,9 @@ class RecordKind(enum.StrEnum):
     WORKSPACE = "workspace"
     # The environment a `fresh=stead.Fingerprint(...)` step's result was made in.
     FINGERPRINT = "fingerprint"
+    # `run.child(...)`: the child's id when it started (open), then its
+    # outcome once it ended (ok, or error with its status and error).
+    CHILD = "child"
 
 
 KINDS = frozenset(RecordKind)
@@ -213,6 +216,9 @@ class RunRow:
     updated_at: float
     wake_at: float | None = None
     intent_version: int = 0  # the intent version in force; 0: the run has none
+    parent_id: str | None = None  # the run that started this one with `run.child`
+    deadline: float | None = None  # when the run fails if it has not ended
+    cancel_requested: float | None = None  # when a cancel was asked of its holder
 
     @property
     def live(self) -> bool:
@@ -245,6 +251,8 @@ class NewRun:
     # The run's intent (JSON text), stored as its version 1 with the run.
     intent: str | None = None
     intent_why: str = "given at start"
+    parent_id: str | None = None
+    deadline: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -635,3 +643,43 @@ class SnapshotRow:
 
     def evolve(self, **changes: Any) -> Self:
         return dataclasses.replace(self, **changes)
+
+
+class Missed(enum.StrEnum):
+    """What a schedule does with the ticks that passed while no worker ran."""
+
+    SKIP = "skip"  # none: the next run is at the next tick to come
+    ONCE = "once"  # one run, for the latest tick missed
+    ALL = "all"  # a run for every tick missed
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ScheduleRow:
+    """A schedule as stored: the next tick not yet fired, of `cron`."""
+
+    name: str
+    cron: str
+    next_tick: float
+    updated_at: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunExport:
+    """Everything stored of one run, as retention exports it before deleting."""
+
+    run: RunRow
+    journal: tuple[Record, ...]
+    resumes: tuple[ResumeRecord, ...]
+    waits: tuple[WaitRow, ...]
+    events: tuple[EventRow, ...]
+    intents: tuple[IntentRow, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run": dataclasses.asdict(self.run),
+            "journal": [dataclasses.asdict(r) for r in self.journal],
+            "resumes": [dataclasses.asdict(r) for r in self.resumes],
+            "waits": [dataclasses.asdict(w) for w in self.waits],
+            "events": [dataclasses.asdict(e) for e in self.events],
+            "intents": [dataclasses.asdict(i) for i in self.intents],
+        }

@@ -3,6 +3,7 @@ replay the journal answers and nothing is called again."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime as dt
 import os
@@ -14,6 +15,7 @@ from typing import Any, NoReturn, TypeVar, overload
 from stead import (
     addresses,
     calls,
+    children,
     codec,
     digests,
     effects,
@@ -223,20 +225,20 @@ class Run:
     async def step(
         self, name: str, fn: Callable[..., Awaitable[T]], *args: Any,
         retry: Retry | None = None, fresh: str | Fingerprint | None = None,
-        contract: str | None = None, **kwargs: Any,
+        contract: str | None = None, timeout: float | None = None, **kwargs: Any,
     ) -> T: ...
 
     @overload
     async def step(
         self, name: str, fn: Callable[..., T], *args: Any,
         retry: Retry | None = None, fresh: str | Fingerprint | None = None,
-        contract: str | None = None, **kwargs: Any,
+        contract: str | None = None, timeout: float | None = None, **kwargs: Any,
     ) -> T: ...
 
     async def step(
         self, name: str, fn: Callable[..., Any], *args: Any,
         retry: Retry | None = None, fresh: str | Fingerprint | None = None,
-        contract: str | None = None, **kwargs: Any,
+        contract: str | None = None, timeout: float | None = None, **kwargs: Any,
     ) -> Any:
         """Call `fn(*args, **kwargs)` once, ever: its result (or its error) is
         journaled and returned from the journal on replay. Sync functions run in
@@ -256,18 +258,31 @@ class Run:
         `fresh=stead.Fingerprint(...)` binds the result to the environment it
         was made in (a workspace's snapshot, files such as a lockfile, an
         image): it is reused while that still holds, and made again (or the
-        run pauses, as above) once it does not."""
+        run pauses, as above) once it does not.
+
+        `timeout` (seconds) bounds each attempt: one that takes longer fails
+        with `TimeoutError` (journaled, retried under `retry`, then
+        `StepError`). A sync function's thread cannot be stopped: it finishes
+        unheard."""
         _fresh(fresh)
+        if timeout is not None and (isinstance(timeout, bool) or timeout <= 0):
+            raise ValueError("a step's timeout is a positive number of seconds")
         if isinstance(fresh, Fingerprint):
             await self._fingerprint(name, fresh)
             fresh = None
         digest = digests.contracted(
             self._x.digests.call(RecordKind.STEP, name, args, kwargs), contract)
+
+        async def call() -> Any:
+            if timeout is None:
+                return await calls.invoke(fn, args, kwargs)
+            async with asyncio.timeout(timeout):  # no task of its own: not a branch
+                return await calls.invoke(fn, args, kwargs)
+
         status, payload, attempts = await self._recorded(
             RecordKind.STEP, name, digest,
             # Traced only when tracing is on: the plain path adds no frame.
-            (lambda: _traced_step(name, fn, args, kwargs)) if tracing.enabled()
-            else (lambda: calls.invoke(fn, args, kwargs)),
+            (lambda: _traced_step(name, call)) if tracing.enabled() else call,
             lambda v: codec.dumps(v, what=f"the result of step {name!r}",
                                   limit=self._x.max_result_bytes),
             retry or NO_RETRY, fresh=fresh,
@@ -521,6 +536,25 @@ class Run:
         return await workspaces.attach(self._x, name, path, root=root, max_bytes=max_bytes,
                                        blob_url=blobs)
 
+    # -- child runs ---------------------------------------------------------------
+    async def child(
+        self, workflow: children.Target, *args: Any, task_id: str | None = None,
+        name: str | None = None, deadline: dt.timedelta | float | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Start a child run of `workflow` with these arguments and return its
+        result once it ends (a failed, cancelled or terminated child raises
+        `ChildFailed`). The child's id is journaled in this run in the
+        transaction that creates it, so a takeover never starts it twice; its
+        outcome is journaled here too. While the child runs, this run holds
+        no lease when it has nothing else to do. Fan out with
+        `asyncio.gather(run.child(...), run.child(...))`. `task_id` is the
+        child's task; `name` names the call in the journal (default: the
+        workflow's name); `deadline` is the child's, from when it starts."""
+        seconds = deadline.total_seconds() if isinstance(deadline, dt.timedelta) else deadline
+        return await children.Child(self._x, workflow, args, kwargs, task_id=task_id,
+                                    name=name, deadline=seconds).run()
+
     # -- waits, timers, task state -------------------------------------------
     async def wait(
         self,
@@ -691,10 +725,9 @@ class Run:
         return float(codec.loads(payload))
 
 
-async def _traced_step(name: str, fn: Callable[..., Any], args: Sequence[Any],
-                       kwargs: Mapping[str, Any]) -> Any:
+async def _traced_step(name: str, call: Callable[[], Awaitable[Any]]) -> Any:
     with tracing.call("step", name):
-        return await calls.invoke(fn, args, kwargs)
+        return await call()
 
 
 def _with_reason(data: dict[str, Any], reason: str | None) -> dict[str, Any]:

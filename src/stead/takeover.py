@@ -307,6 +307,9 @@ async def prepare(
     execution.matchers = app.matchers
     execution.check_input = lambda text: inputs.check(gated, text)
     execution.restored = restored
+    execution.deadline = row.deadline
+    if row.cancel_requested is not None:
+        execution.request_cancel()
     execution.tools, execution.app_name = app.tools, app.name
     if not checked:
         return Ready(gated, execution, args, kwargs)

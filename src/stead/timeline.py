@@ -293,6 +293,10 @@ def render_run(
         *([f"lease     {lease}"] if lease else []),
         f"created   {clock_time(info.created_at)}",
         f"updated   {clock_time(updated)}  ({offset(updated - info.created_at)})",
+        *([f"parent    {info.parent_id} (this run is its child)"] if info.parent_id else []),
+        *([f"deadline  {clock_time(info.deadline)}"] if info.deadline is not None else []),
+        *(["cancel    requested: it ends at its next call boundary"]
+          if info.cancel_requested and not info.done else []),
     ]
     if info.result is not None or info.status == RunStatus.COMPLETED:
         lines.append(f"result    {_compact(info.result)}")

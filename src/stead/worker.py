@@ -107,7 +107,8 @@ class Worker:
             max_result_bytes=self.options.max_result_bytes,
         )
         self._leases = LeaseKeeper(store, self.options.lease_seconds, on_lost=self._lost,
-                                   blocked_after=self.options.blocked_after)
+                                   blocked_after=self.options.blocked_after,
+                                   on_cancel=self._cancel_requested)
         # Runs this worker leaves alone for a while after a store error: run id
         # -> (until when, by loop time; the pause the next error starts).
         self._backoff: dict[str, tuple[float, float]] = {}
@@ -116,6 +117,8 @@ class Worker:
         # migrate to one of them that no other live worker hosts (refreshed
         # at each heartbeat).
         self._claimable: list[str] = app.hosted()
+        # Each schedule's next tick as last read: firing is tried once it is due.
+        self._next_ticks: dict[str, float] = {}
 
     # -- public -------------------------------------------------------------
     async def run(self) -> None:
@@ -175,6 +178,7 @@ class Worker:
         beating = asyncio.create_task(self._heartbeats(), name=f"stead heartbeat {self.id}")
         try:
             while not self._stopping.is_set():
+                await self._fire_schedules()
                 free = self.options.concurrency - len(self._active)
                 claimed: list[RunRow] = []
                 backing_off = self._backing_off()
@@ -348,6 +352,36 @@ class Worker:
             entry[1].lose(errors.StaleLease(f"lease on run {fence.run_id} was lost"))
             entry[0].cancel()
 
+    def _cancel_requested(self, run_ids: list[str]) -> None:
+        """Someone asked to cancel these runs (found at a lease renewal): each
+        stops at its next call boundary."""
+        for run_id in run_ids:
+            entry = self._active.get(run_id)
+            if entry is not None and entry[1] is not None and not entry[1].cancel_requested:
+                log.info("run %s: cancel requested; it stops at its next call boundary",
+                         run_id, extra={"run_id": run_id})
+                entry[1].request_cancel()
+
+    async def _fire_schedules(self) -> None:
+        """Start the runs of the app's schedules whose tick is due (each tick
+        once across every worker: see `Store.fire_schedule`)."""
+        now = self.clock.now()
+        for sched in self.app.schedules:
+            known = self._next_ticks.get(sched.name)
+            if known is not None and now < known:
+                continue
+            try:
+                started, next_tick = await self.store.fire_schedule(
+                    sched.name, sched.cron, sched.due, sched.new_run)
+            except errors.StoreUnavailable as exc:
+                log.warning("worker %s could not fire schedule %s: %s", self.id, sched.name,
+                            exc)
+                continue
+            self._next_ticks[sched.name] = next_tick
+            for tick, row in started:
+                log.info("schedule %s: tick %s started run %s", sched.name, tick, row.run_id,
+                         extra={"run_id": row.run_id})
+
     # -- after a store error ----------------------------------------------------
     def _backing_off(self) -> list[str]:
         """The runs this worker leaves alone for now, after a store error."""
@@ -446,6 +480,8 @@ class Worker:
         except Stop as stop:
             log.warning("run %s stopped as %s: %s", row.run_id, stop.status,
                         stop.error.get("message"))
+            # A sibling branch's effect in flight has its outcome journaled first.
+            await x.effects_settled()
             await x.finish(stop.status, error=json.dumps(stop.error))
             return
         except errors.StaleLease:

@@ -164,6 +164,16 @@ async def looping(run: stead.Run, turn: int, total: int, every: int) -> dict[str
         if turn % every == 0 and turn < total:
             await run.continue_as_new(turn, total, every)
     return {"turns": turn}
+# -- family: a child started once across a crash -----------------------------
+@app.workflow(version=1)
+async def leaf(run: stead.Run, parent_id: str, i: int) -> int:
+    return await run.step("leaf", add, parent_id, f"leaf{i}", i, 100)
+
+
+@app.workflow(version=1)
+async def family(run: stead.Run, n: int) -> list[int]:
+    kids = (run.child(leaf, run.id, i, name=f"leaf{i}") for i in range(n))
+    return list(await asyncio.gather(*kids))
 
 
 # -- main ---------------------------------------------------------------------

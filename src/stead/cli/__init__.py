@@ -8,7 +8,8 @@ This module builds the root group and adds the command groups, one module each;
 what they share (the database URL, loading `module:app`, opening a client,
 error handling) is in `stead.cli.common`. Nothing imports this module back.
 Commands reach the store only through `stead.Client`, except `worker`, which
-runs a `stead.Worker`, and `db migrate`, which opens the store to migrate it.
+runs a `stead.Worker`, and `db migrate` and `db prune`, which open the store to
+migrate it and to delete old runs (`stead.retention`).
 """
 
 from __future__ import annotations

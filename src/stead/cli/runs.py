@@ -159,8 +159,9 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
 @common.run_argument
 @click.pass_context
 def runs_cancel(ctx: click.Context, run_id: str) -> None:
-    """Cancel a live run. Its worker's next write is rejected and it stops;
-    the journal is kept."""
+    """Cancel a live run and its live child runs. A running run is asked
+    to: it stops at its next call boundary, once an effect in flight has its
+    outcome journaled. The journal is kept."""
     db = common.database_url(ctx)
     common.require_database(db)
 
@@ -172,6 +173,9 @@ def runs_cancel(ctx: click.Context, run_id: str) -> None:
     before, after = common.run_async(go())
     if before.status == records.RunStatus.CANCELLED:
         click.echo(f"run {common.safe(run_id)} was already cancelled")
+    elif after.cancel_requested and after.status == records.RunStatus.RUNNING:
+        click.echo(f"asked run {common.safe(run_id)} to cancel: its worker ends it at its next "
+                   "call boundary")
     elif after.status != records.RunStatus.CANCELLED:
         raise click.ClickException(
             f"run {common.safe(run_id)} already ended as {after.status}; there is nothing to "

@@ -17,6 +17,7 @@ from stead.records import (
     Record,
     ResumeRecord,
     RunRow,
+    ScheduleRow,
     SnapshotRow,
     StateRow,
     WaitRow,
@@ -33,7 +34,22 @@ def run(row: Row) -> RunRow:
         # A store still on an older schema (before 7) has no intent column
         # (and `in` on an sqlite3.Row looks at its values, not its names).
         row["intent_version"] if "intent_version" in row.keys() else 0,  # noqa: SIM118
+        *_since_13(row),
     )
+
+
+_SCHEMA_13 = ("parent_id", "deadline", "cancel_requested")
+
+
+def _since_13(row: Row) -> tuple[Any, ...]:
+    """A run's columns of schema 13 (child runs, deadlines, cancel requests);
+    None on an older schema."""
+    names = row.keys()
+    return tuple(row[n] if n in names else None for n in _SCHEMA_13)
+
+
+def schedule(row: Row) -> ScheduleRow:
+    return ScheduleRow(row["name"], row["cron"], row["next_tick"], row["updated_at"])
 
 
 def intent(row: Row) -> IntentRow:

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from stead import errors
 from stead.records import (
+    TERMINAL,
     UNAUTHENTICATED,
     ActionRow,
     DeliveryContext,
@@ -34,10 +35,13 @@ from stead.records import (
     NewFork,
     NewRun,
     Record,
+    RecordStatus,
     RejectReason,
     ResumeRecord,
+    RunExport,
     RunRow,
     RunStatus,
+    ScheduleRow,
     SnapshotRow,
     StateRow,
     Stranded,
@@ -93,6 +97,11 @@ def create_run(new: NewRun, now: float) -> Flow[tuple[RunRow, bool] | None]:
                 return _rows.run(row), False
         row = yield one("insert_run", params)
         if row is not None:
+            if new.parent_id is not None or new.deadline is not None:
+                links = {"run_id": new.run_id, "parent_id": new.parent_id,
+                         "deadline": new.deadline}
+                yield execute("set_run_links", links)
+                row = {**row, "parent_id": new.parent_id, "deadline": new.deadline}
             if new.intent is None:
                 return _rows.run(row), True
             first = IntentRow(new.run_id, 1, new.intent, "client", new.intent_why, now)
@@ -309,12 +318,19 @@ def wait_closed(write: FencedWrite, wait_id: str, state: str) -> Flow[NotLanded 
 
 def suspend(
     write: FencedWrite, wake_at: float | None, wait_ids: Sequence[str], now: float,
+    children: Sequence[str] = (),
 ) -> Flow[None]:
     yield Journal(write)
     for wait_id in wait_ids:
         state = yield from wait_state(wait_id)
         if state != WaitState.OPEN:  # an event arrived: do not sleep (the records roll back)
             raise errors.WaitNotOpen(wait_id, state)
+    # A child that ended is read here; one that ends after this waits for
+    # the commit (`child_status` locks it) and its trigger then wakes the run.
+    yield from _check_children(children)
+    me = yield one("get_run", {"run_id": write.fence.run_id})
+    if me is not None and me["cancel_requested"] is not None:
+        raise errors.CancelRequested(f"run {write.fence.run_id}: a cancel was requested")
     yield execute("suspend", {**fence_params(write.fence), "wake_at": wake_at, "now": now})
     if wake_at is not None and wake_at <= now:
         yield execute("notify_work")  # due already: claimable at once
@@ -770,3 +786,168 @@ def snapshot_saved(write: FencedWrite, seq: int, attempted: int | None) -> Flow[
 def read_blobs(hashes: Sequence[str]) -> Flow[dict[str, bytes]]:
     found = yield rows("get_blobs", {"hashes": list(hashes)})
     return {str(r["sha256"]): bytes(r["data"]) for r in found}
+# -- child runs -------------------------------------------------------------------
+def _check_children(children: Sequence[str]) -> Flow[None]:
+    """Raise `ChildEnded` if one of `children` is no longer live."""
+    for child_id in children:
+        row = yield one("child_status", {"run_id": child_id})
+        if row is None or row["status"] in TERMINAL:
+            raise errors.ChildEnded(f"child run {child_id}",
+                                    "missing" if row is None else str(row["status"]))
+
+
+def start_child(write: FencedWrite, new: NewRun, now: float) -> Flow[tuple[RunRow, Record]]:
+    """Start the child run `new` of the fence's run and journal its id there
+    (the last of `write.records`), in one transaction: a takeover finds both
+    or neither. The child's id is derived from the parent and the call, so a
+    start found done already is read back, not made twice. A live run of the
+    child's task that this parent did not start is journaled as an error."""
+    fence, records = write.fence, write.records
+    yield execute("lock_run", {"run_id": fence.run_id})
+    if (yield one("fence", fence_params(fence))) is None:
+        raise stale(fence)
+    found = yield one("get_run", {"run_id": new.run_id})
+    if found is not None:
+        child = _rows.run(found)
+    else:
+        made = yield from create_run(new, now)
+        if made is None:
+            raise errors.StoreError(
+                f"could not start child run {new.run_id} (task {new.task_id!r}): it "
+                "conflicts with another run that is not live; try again")
+        child = made[0]
+    last = records[-1]
+    if child.parent_id != fence.run_id:
+        last = last.evolve(status=RecordStatus.ERROR, payload=json.dumps({
+            "run_id": child.run_id, "status": "conflict", "type": "TaskTaken",
+            "message": f"task {new.task_id!r} already has a live run {child.run_id} that "
+                       "this run did not start"}))
+    else:
+        last = last.evolve(payload=json.dumps({"run_id": child.run_id}))
+    yield Journal(dataclasses.replace(write, records=[*records[:-1], last]), checked=True)
+    return child, last
+
+
+def child_started(
+    write: FencedWrite, attempted: tuple[RunRow, Record] | None,
+) -> Flow[tuple[RunRow, Record] | NotLanded]:
+    if attempted is None:
+        return NOT_LANDED
+    written = [*write.records[:-1], attempted[1]]
+    if not (yield from records_landed(write.fence.run_id, written)):
+        return NOT_LANDED
+    row = yield one("get_run", {"run_id": attempted[0].run_id})
+    return NOT_LANDED if row is None else (_rows.run(row), attempted[1])
+
+
+# -- cancellation -------------------------------------------------------------------
+def request_cancel(run_id: str, now: float, where: str) -> Flow[RunRow]:
+    """Cancel a live run and its live children, recursively. A running run
+    is asked to: the worker that holds it, or the one that takes it over
+    from a dead worker (whose effect may be in flight), ends it as
+    cancelled at its next call boundary, after any effect's outcome is
+    journaled. Any other live run (pending, waiting, stopped for a person)
+    is cancelled at once."""
+    yield execute("lock_run", {"run_id": run_id})
+    row = yield one("get_run", {"run_id": run_id})
+    if row is None:
+        raise unknown_run(run_id, where)
+    run = _rows.run(row)
+    if not run.live:
+        return run
+    if run.status == RunStatus.RUNNING:
+        yield execute("request_cancel", {"run_id": run_id, "now": now})
+        run = run.evolve(cancel_requested=run.cancel_requested or now)
+    else:
+        row = yield one("cancel_run", {"run_id": run_id, "now": now})
+        run = _rows.run(row)
+    for child in (yield rows("live_children", {"run_id": run_id})):
+        yield from request_cancel(str(child["run_id"]), now, where)
+    return run
+
+
+def cancel_requests(run_ids: Sequence[str]) -> Flow[list[str]]:
+    found = yield rows("cancel_requests", {"run_ids": list(run_ids)})
+    return [str(r["run_id"]) for r in found]
+
+
+# -- schedules ------------------------------------------------------------------------
+# Given the stored schedule (None: never seen) and the time, returns the
+# ticks to fire now and the next tick not yet fired (pure: no I/O).
+Due = Callable[[ScheduleRow | None, float], tuple[list[float], float]]
+
+
+def fire_schedule(
+    name: str, cron: str, due: Due, make: Callable[[float], NewRun], now: float,
+) -> Flow[tuple[list[tuple[float, RunRow]], float]]:
+    """Start the runs of the schedule's ticks that are due, and move its next
+    tick on, in one transaction; the tick's run (`make(tick)`) names the tick
+    in its task id. The move is a compare-and-set on the next tick read, so
+    of workers firing at once, one starts the tick's runs and the others
+    change nothing. Returns the (tick, run)s started and the next tick."""
+    row = yield one("get_schedule", {"name": name})
+    current = None if row is None else _rows.schedule(row)
+    ticks, next_tick = due(current, now)
+    if current is None:
+        yield execute("insert_schedule", {"name": name, "cron": cron,
+                                          "next_tick": next_tick, "now": now})
+        return [], next_tick
+    if next_tick == current.next_tick and cron == current.cron:
+        return [], next_tick
+    moved = yield count("advance_schedule", {"name": name, "cron": cron,
+                                             "next_tick": next_tick, "now": now,
+                                             "expect": current.next_tick})
+    if not moved:  # another worker fired these ticks
+        again = yield one("get_schedule", {"name": name})
+        return [], next_tick if again is None else float(again["next_tick"])
+    started = []
+    for tick in ticks:
+        made = yield from create_run(make(tick), now)
+        if made is not None:
+            started.append((tick, made[0]))
+    if started:
+        yield execute("notify_work")
+    return started, next_tick
+
+
+# -- retention ---------------------------------------------------------------------------
+def prunable(cutoff: float, limit: int, run_ids: Sequence[str] | None = None
+             ) -> Flow[list[str]]:
+    found = yield rows("prunable_runs", {
+        "cutoff": cutoff, "limit": limit,
+        "run_ids": None if run_ids is None else list(run_ids)})
+    return [str(r["run_id"]) for r in found]
+
+
+def export_runs(run_ids: Sequence[str]) -> Flow[list[RunExport]]:
+    """Everything stored of each run."""
+    out = []
+    for run_id in run_ids:
+        key = {"run_id": run_id}
+        row = yield one("get_run", key)
+        if row is None:
+            continue
+        out.append(RunExport(
+            run=_rows.run(row),
+            journal=tuple(_rows.record(r) for r in (yield rows("load_journal", key))),
+            resumes=tuple(_rows.resume(r) for r in (yield rows("list_resumes", key))),
+            waits=tuple(_rows.wait(r) for r in (yield rows("run_waits", key))),
+            events=tuple(_rows.event(r) for r in (yield rows(
+                "list_events", {**key, "limit": 1_000_000}))),
+            intents=tuple(_rows.intent(r) for r in (yield rows("list_intents", key))),
+        ))
+    return out
+
+
+def delete_runs(cutoff: float, run_ids: Sequence[str]) -> Flow[list[str]]:
+    """Delete those of `run_ids` that may still be pruned (checked again
+    here, in the deleting transaction), with everything stored of them."""
+    keep = yield from prunable(cutoff, len(run_ids) or 1, run_ids)
+    if keep:
+        ids = {"run_ids": keep}
+        for query in ("delete_journals", "delete_resumes", "delete_waits", "delete_events",
+                      "delete_intents", "delete_migrations", "delete_journal_archive",
+                      "delete_lineage", "delete_snapshots", "delete_operator_actions",
+                      "delete_runs"):
+            yield execute(query, ids)
+    return keep

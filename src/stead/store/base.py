@@ -27,8 +27,10 @@ from stead.records import (
     NewRun,
     Record,
     ResumeRecord,
+    RunExport,
     RunRow,
     RunStatus,
+    ScheduleRow,
     SnapshotRow,
     StateRow,
     Stranded,
@@ -99,7 +101,8 @@ class Store:
         run and False."""
         made: tuple[RunRow, bool] | None = await self.database.write(
             lambda: tx.create_run(new, self.clock.now()),
-            Writing(landed=lambda _: tx.created(new), one_statement=new.intent is None),
+            Writing(landed=lambda _: tx.created(new), one_statement=new.intent is None
+                    and new.parent_id is None and new.deadline is None),
         )
         if made is None:
             raise errors.StoreError(
@@ -308,14 +311,16 @@ class Store:
 
     async def suspend(
         self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
-        wake_at: float | None, wait_ids: Sequence[str],
+        wake_at: float | None, wait_ids: Sequence[str], children: Sequence[str] = (),
     ) -> None:
         """Journal `records`, release the lease and park the run as waiting until
-        an event or `wake_at`. Raises `WaitNotOpen` (writing nothing) if one of
-        `wait_ids` is no longer open: an event arrived, do not sleep."""
+        an event, one of its `children` ends, or `wake_at`. Raises `WaitNotOpen`
+        (writing nothing) if one of `wait_ids` is no longer open: an event
+        arrived, do not sleep; `ChildEnded` if one of `children` ended;
+        `CancelRequested` if someone asked to cancel the run."""
         write = FencedWrite(fence, records, resume)
         await self.database.write(
-            lambda: tx.suspend(write, wake_at, wait_ids, self.clock.now()),
+            lambda: tx.suspend(write, wake_at, wait_ids, self.clock.now(), children),
             Writing(landed=lambda _: tx.suspended(write), releases=fence.run_id),
         )
 
@@ -508,6 +513,65 @@ class Store:
             lambda: tx.import_run(run, journal, waits, state, where),
             Writing(landed=lambda _: tx.imported(run)),
         )
+    # -- child runs, cancellation ------------------------------------------------
+    async def start_child(
+        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
+        child: NewRun,
+    ) -> tuple[RunRow, Record]:
+        """Create the child run `child` (unless it exists: its id is derived
+        from the parent's call) and journal its id in the parent (the last of
+        `records`, whose payload is set here), in one fenced transaction.
+        Returns the child and that record as written."""
+        write = FencedWrite(fence, records, resume)
+        return await self.database.write(
+            lambda: tx.start_child(write, child, self.clock.now()),
+            Writing(landed=lambda attempted: tx.child_started(write, attempted)),
+        )
+
+    async def request_cancel(self, run_id: str) -> RunRow:
+        """Cancel a live run and its live children: a running one is asked to
+        stop at its next call boundary (`cancel_requested`), any other is
+        cancelled at once. Twice is once."""
+        where = self.database.display
+        return await self.database.write(
+            lambda: tx.request_cancel(run_id, self.clock.now(), where), Writing())
+
+    async def cancel_requests(self, run_ids: Sequence[str]) -> list[str]:
+        """Of `run_ids`, the running runs someone asked to cancel."""
+        return await self.database.read(lambda: tx.cancel_requests(run_ids))
+
+    # -- schedules --------------------------------------------------------------
+    async def fire_schedule(
+        self, name: str, cron: str, due: tx.Due, make: Callable[[float], NewRun],
+    ) -> tuple[list[tuple[float, RunRow]], float]:
+        """Start the runs of the ticks of schedule `name` that `due` says are
+        due, and move its next tick on, in one transaction; each tick once,
+        however many workers fire at once. Returns the (tick, run)s started
+        and the next tick not yet fired."""
+        now = self.clock.now()
+        return await self.database.write(
+            lambda: tx.fire_schedule(name, cron, due, make, now), Writing())
+
+    async def list_schedules(self) -> list[ScheduleRow]:
+        return await self.database.read(
+            lambda: tx.read_all("list_schedules", {}, _rows.schedule))
+
+    # -- retention -----------------------------------------------------------------
+    async def prunable(self, cutoff: float, limit: int) -> list[str]:
+        """Up to `limit` finished runs last changed before `cutoff` that may be
+        deleted, oldest first (see `prune`)."""
+        return await self.database.read(lambda: tx.prunable(cutoff, limit))
+
+    async def export_runs(self, run_ids: Sequence[str]) -> list[RunExport]:
+        """Everything stored of each of `run_ids`."""
+        return await self.database.read(lambda: tx.export_runs(run_ids))
+
+    async def prune(self, cutoff: float, run_ids: Sequence[str]) -> list[str]:
+        """Delete those of `run_ids` that still may be (finished before
+        `cutoff`, not live, no live parent, no effect with an unknown
+        outcome: checked again in this transaction), and everything stored
+        of them. Returns the runs deleted."""
+        return await self.database.write(lambda: tx.delete_runs(cutoff, run_ids), Writing())
 
     # -- settings -----------------------------------------------------------
     async def keyring(self) -> keys.Keyring:

@@ -24,7 +24,12 @@ def queries(dialect: str) -> dict[str, str]:
     has nothing to do in this dialect)."""
     parts = _NAME.split((_folder(dialect) / "queries.sql").read_text())
     # parts = [preamble, name1, body1, name2, body2, ...]
-    return {name: _strip(body) for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+    names = parts[1::2]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        # A later block would silently replace an earlier one of the same name.
+        raise ValueError(f"{dialect} queries.sql names these blocks twice: {', '.join(twice)}")
+    return {name: _strip(body) for name, body in zip(names, parts[2::2], strict=True)}
 
 
 def _strip(body: str) -> str:

@@ -619,3 +619,110 @@ SELECT * FROM workspace_snapshots WHERE run_id = %(run_id)s ORDER BY seq;
 
 -- name: get_snapshot
 SELECT * FROM workspace_snapshots WHERE run_id = %(run_id)s AND seq = %(seq)s;
+
+-- name: set_run_links
+-- A child run's parent and a run's deadline (schema 13), set as it is created.
+UPDATE runs SET parent_id = %(parent_id)s, deadline = %(deadline)s WHERE run_id = %(run_id)s;
+
+-- name: live_children
+SELECT * FROM runs
+WHERE parent_id = %(run_id)s
+  AND status NOT IN ('completed', 'failed', 'cancelled', 'revalidation_failed')
+ORDER BY created_at, run_id;
+
+-- name: request_cancel
+-- The holder ends the run as cancelled at its next call boundary.
+UPDATE runs SET cancel_requested = %(now)s
+WHERE run_id = %(run_id)s AND status = 'running' AND cancel_requested IS NULL;
+
+-- name: cancel_requests
+-- Of these runs, those someone asked to cancel.
+SELECT run_id FROM runs
+WHERE run_id = ANY(%(run_ids)s::text[])
+  AND status = 'running' AND cancel_requested IS NOT NULL;
+
+-- name: get_schedule
+SELECT * FROM schedules WHERE name = %(name)s;
+
+-- name: insert_schedule
+INSERT INTO schedules (name, cron, next_tick, updated_at)
+VALUES (%(name)s, %(cron)s, %(next_tick)s, %(now)s)
+ON CONFLICT DO NOTHING;
+
+-- name: advance_schedule
+-- Compare-and-set: a concurrent firing waits for the row lock, then finds
+-- next_tick moved and changes nothing.
+UPDATE schedules SET cron = %(cron)s, next_tick = %(next_tick)s, updated_at = %(now)s
+WHERE name = %(name)s AND next_tick = %(expect)s;
+
+-- name: list_schedules
+SELECT * FROM schedules ORDER BY name;
+
+-- name: prunable_runs
+-- Finished runs last changed before :cutoff (of :run_ids, if given), oldest
+-- first: never a live run, never one whose parent is live (it has still to
+-- read the result), never one with an effect whose outcome is unknown (its
+-- last phase intent, accepted or unknown, with no outcome after it). Locked,
+-- so a retry cannot revive one while it is deleted.
+SELECT run_id FROM runs
+WHERE status IN ('completed', 'failed', 'cancelled', 'revalidation_failed')
+  AND updated_at < %(cutoff)s
+  AND (%(run_ids)s::text[] IS NULL OR run_id = ANY(%(run_ids)s::text[]))
+  AND (parent_id IS NULL OR NOT EXISTS (
+        SELECT 1 FROM runs AS p WHERE p.run_id = runs.parent_id
+          AND p.status NOT IN ('completed', 'failed', 'cancelled', 'revalidation_failed')))
+  AND NOT EXISTS (
+        SELECT 1 FROM journal AS j
+        WHERE j.run_id = runs.run_id AND j.kind = 'effect'
+          AND j.status IN ('intent', 'accepted', 'unknown')
+          AND NOT EXISTS (
+                SELECT 1 FROM journal AS k
+                WHERE k.run_id = j.run_id AND k.addr = j.addr AND k.kind = 'effect'
+                  AND k.seq > j.seq AND k.status IN ('ok', 'error', 'reconciled')))
+ORDER BY updated_at, run_id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: delete_journals
+DELETE FROM journal WHERE run_id = ANY(%(run_ids)s::text[]);
+
+-- name: delete_resumes
+DELETE FROM resumes WHERE run_id = ANY(%(run_ids)s::text[]);
+
+-- name: delete_waits
+DELETE FROM waits WHERE run_id = ANY(%(run_ids)s::text[]);
+
+-- name: delete_events
+DELETE FROM events WHERE run_id = ANY(%(run_ids)s::text[]);
+
+-- name: delete_intents
+DELETE FROM intents WHERE run_id = ANY(%(run_ids)s::text[]);
+
+-- name: delete_runs
+DELETE FROM runs WHERE run_id = ANY(%(run_ids)s::text[]);
+
+-- name: child_status
+-- A child's status as a parent suspends, share-locked until the commit: a
+-- child ending meanwhile either committed first (read here: the parent does
+-- not suspend) or waits for the suspension and then its trigger finds the
+-- parent waiting and wakes it. Without the lock its trigger could run
+-- before the suspension, find the parent running, and the wake be lost.
+SELECT status FROM runs WHERE run_id = %(run_id)s FOR SHARE;
+
+-- name: delete_migrations
+DELETE FROM migrations WHERE run_id = ANY(%(run_ids)s::text[]);
+
+-- name: delete_journal_archive
+DELETE FROM journal_archive WHERE run_id = ANY(%(run_ids)s::text[]);
+
+-- name: delete_lineage
+-- A pruned run's links go with it, also those to a fork of it that lives on.
+DELETE FROM lineage
+WHERE run_id = ANY(%(run_ids)s::text[]) OR parent_id = ANY(%(run_ids)s::text[]);
+
+-- name: delete_snapshots
+-- The snapshots' blobs stay: other snapshots may share them.
+DELETE FROM workspace_snapshots WHERE run_id = ANY(%(run_ids)s::text[]);
+
+-- name: delete_operator_actions
+DELETE FROM operator_actions WHERE run_id = ANY(%(run_ids)s::text[]);

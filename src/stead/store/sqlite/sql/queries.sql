@@ -453,3 +453,104 @@ SELECT * FROM workspace_snapshots WHERE run_id = :run_id ORDER BY seq;
 
 -- name: get_snapshot
 SELECT * FROM workspace_snapshots WHERE run_id = :run_id AND seq = :seq;
+
+-- name: set_run_links
+-- A child run's parent and a run's deadline (schema 13), set as it is created.
+UPDATE runs SET parent_id = :parent_id, deadline = :deadline WHERE run_id = :run_id;
+
+-- name: live_children
+SELECT * FROM runs
+WHERE parent_id = :run_id
+  AND status NOT IN ('completed', 'failed', 'cancelled', 'revalidation_failed')
+ORDER BY created_at, run_id;
+
+-- name: request_cancel
+-- The holder ends the run as cancelled at its next call boundary.
+UPDATE runs SET cancel_requested = :now
+WHERE run_id = :run_id AND status = 'running' AND cancel_requested IS NULL;
+
+-- name: cancel_requests
+-- Of these runs, those someone asked to cancel.
+SELECT run_id FROM runs
+WHERE run_id IN (SELECT value FROM json_each(:run_ids))
+  AND status = 'running' AND cancel_requested IS NOT NULL;
+
+-- name: get_schedule
+SELECT * FROM schedules WHERE name = :name;
+
+-- name: insert_schedule
+INSERT INTO schedules (name, cron, next_tick, updated_at)
+VALUES (:name, :cron, :next_tick, :now)
+ON CONFLICT DO NOTHING;
+
+-- name: advance_schedule
+-- Compare-and-set: only the transaction that read :expect moves it.
+UPDATE schedules SET cron = :cron, next_tick = :next_tick, updated_at = :now
+WHERE name = :name AND next_tick = :expect;
+
+-- name: list_schedules
+SELECT * FROM schedules ORDER BY name;
+
+-- name: prunable_runs
+-- Finished runs last changed before :cutoff (of :run_ids, if given), oldest
+-- first: never a live run, never one whose parent is live (it has still to
+-- read the result), never one with an effect whose outcome is unknown (its
+-- last phase intent, accepted or unknown, with no outcome after it).
+SELECT run_id FROM runs
+WHERE status IN ('completed', 'failed', 'cancelled', 'revalidation_failed')
+  AND updated_at < :cutoff
+  AND (:run_ids IS NULL OR run_id IN (SELECT value FROM json_each(:run_ids)))
+  AND (parent_id IS NULL OR NOT EXISTS (
+        SELECT 1 FROM runs AS p WHERE p.run_id = runs.parent_id
+          AND p.status NOT IN ('completed', 'failed', 'cancelled', 'revalidation_failed')))
+  AND NOT EXISTS (
+        SELECT 1 FROM journal AS j
+        WHERE j.run_id = runs.run_id AND j.kind = 'effect'
+          AND j.status IN ('intent', 'accepted', 'unknown')
+          AND NOT EXISTS (
+                SELECT 1 FROM journal AS k
+                WHERE k.run_id = j.run_id AND k.addr = j.addr AND k.kind = 'effect'
+                  AND k.seq > j.seq AND k.status IN ('ok', 'error', 'reconciled')))
+ORDER BY updated_at, run_id
+LIMIT :limit;
+
+-- name: delete_journals
+DELETE FROM journal WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: delete_resumes
+DELETE FROM resumes WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: delete_waits
+DELETE FROM waits WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: delete_events
+DELETE FROM events WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: delete_intents
+DELETE FROM intents WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: delete_runs
+DELETE FROM runs WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: child_status
+-- A child's status as a parent suspends (the file's one writer orders it
+-- against the child's end).
+SELECT status FROM runs WHERE run_id = :run_id;
+
+-- name: delete_migrations
+DELETE FROM migrations WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: delete_journal_archive
+DELETE FROM journal_archive WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: delete_lineage
+-- A pruned run's links go with it, also those to a fork of it that lives on.
+DELETE FROM lineage
+WHERE run_id IN (SELECT value FROM json_each(:run_ids)) OR parent_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: delete_snapshots
+-- The snapshots' blobs stay: other snapshots may share them.
+DELETE FROM workspace_snapshots WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: delete_operator_actions
+DELETE FROM operator_actions WHERE run_id IN (SELECT value FROM json_each(:run_ids));

@@ -1,0 +1,95 @@
+"""Retention: delete finished runs older than a cutoff, in bounded batches,
+optionally exporting each run (as one JSON line) before it is deleted.
+
+What may be deleted is decided in the store's query (`prunable_runs`), and
+decided again inside the transaction that deletes: a finished run (completed,
+failed, cancelled, revalidation_failed) last changed before the cutoff, whose
+parent, if any, has ended too, and with no effect whose outcome is unknown.
+A live run, or one stopped for a person, is never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import re
+from collections.abc import Callable
+from typing import IO
+
+from stead import errors
+from stead.records import RunExport
+from stead.store.base import Store
+
+# Runs deleted per transaction.
+BATCH = 500
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+
+
+def parse_age(text: str) -> float:
+    """`30d`, `12h`, `90m`, `45s`, `2w` as seconds; `InvalidInput` otherwise."""
+    found = _DURATION.match(text)
+    if found is None or float(found.group(1)) <= 0:
+        raise errors.InvalidInput(
+            f"{text!r} is not an age: give a number and a unit, e.g. 30d, 12h, 90m, 45s, 2w")
+    return float(found.group(1)) * _UNITS[found.group(2)]
+
+
+@dataclasses.dataclass(frozen=True)
+class PruneReport:
+    """What a prune did: `matched` runs could be deleted (with `dry_run`, all
+    of them, counted without deleting), `deleted` were, in `batches`
+    transactions; `exported` were written out first."""
+
+    cutoff: float
+    matched: int
+    deleted: int
+    batches: int
+    exported: int
+    dry_run: bool
+
+
+def json_lines(out: IO[str]) -> Callable[[list[RunExport]], None]:
+    """An exporter writing each run as one JSON line to `out`, flushed and
+    (for a file) synced before its batch is deleted."""
+    def write(batch: list[RunExport]) -> None:
+        for run in batch:
+            out.write(json.dumps(run.to_json(), separators=(",", ":")) + "\n")
+        out.flush()
+        # Not a file (a pipe, a buffer): flushed is all there is.
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.fsync(out.fileno())
+
+    return write
+
+
+async def prune(
+    store: Store, older_than: float, *, batch: int = BATCH, dry_run: bool = False,
+    export: Callable[[list[RunExport]], None] | None = None,
+) -> PruneReport:
+    """Delete the finished runs last changed more than `older_than` seconds
+    ago, `batch` per transaction, handing each batch to `export` first."""
+    if older_than <= 0 or batch < 1:
+        raise errors.InvalidInput("older_than is seconds > 0, batch a count >= 1")
+    cutoff = store.clock.now() - older_than
+    if dry_run:
+        found = await store.prunable(cutoff, 2**62)
+        return PruneReport(cutoff, len(found), 0, 0, 0, True)
+    matched = deleted = batches = exported = 0
+    while True:
+        ids = await store.prunable(cutoff, batch)
+        if not ids:
+            break
+        matched += len(ids)
+        if export is not None:
+            runs = await store.export_runs(ids)
+            export(runs)
+            exported += len(runs)
+        gone = await store.prune(cutoff, ids)
+        deleted += len(gone)
+        batches += 1
+        if len(ids) < batch or not gone:
+            break
+    return PruneReport(cutoff, matched, deleted, batches, exported, False)
