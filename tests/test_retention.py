@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import stead
 from stead.cli import main
-from stead.records import TERMINAL, Fence, NewRun, Record
+from stead.records import TERMINAL, ActionOutcome, ActionRow, Fence, NewRun, Record
 from stead.retention import json_lines, parse_age
 
 DAY = 86400.0
@@ -193,3 +193,45 @@ def test_stead_db_prune(db_url: str, tmp_path: object) -> None:
         assert len(f.read().splitlines()) == 1
     bad = runner.invoke(main, ["--db", db_url, "db", "prune", "--older-than", "soon"])
     assert bad.exit_code != 0 and "not an age" in bad.output
+
+
+old_app = stead.App("prunes")
+new_app = stead.App("prunes")
+
+
+@old_app.workflow(version=1)
+async def note(run: stead.Run, text: str) -> str:
+    return await run.step("upper", str.upper, text)
+
+
+@new_app.workflow(name="note", version=2)
+async def note_v2(run: stead.Run, text: str) -> str:
+    return await run.step("upper", str.upper, text) + "!"
+
+
+@new_app.migration("note", from_version=1, to_version=2)
+def note_to_v2(old: stead.MigrationView) -> stead.Migrated:
+    return stead.Migrated(args=list(old.args))
+
+
+async def test_prune_takes_a_run_s_migrations_lineage_and_audit_with_it(
+    rstore: tuple[stead.Store, stead.FakeClock],
+) -> None:
+    store, clock = rstore
+    migrated = await stead.Client(store, old_app).start("note", "a")
+    client = stead.Client(store, new_app)
+    assert (await client.migrate(migrated.run_id, to=2, by="ops")).applied
+    parent = await client.start("note", "b")
+    await stead.Worker(new_app, store, stead.WorkerOptions(poll_interval=0.01)).run_until_idle()
+    fork = await client.fork(parent.run_id, at=1)
+    await stead.Worker(new_app, store, stead.WorkerOptions(poll_interval=0.01)).run_until_idle()
+    await store.record_action(ActionRow(
+        action_id="a1", run_id=parent.run_id, action="retry", target="", author="ops",
+        why="test", outcome=ActionOutcome.REFUSED, detail="", at=clock.now()))
+    clock.advance(40 * DAY)
+    report = await stead.prune(store, 30 * DAY)
+    assert report.deleted == 3
+    for run_id in (migrated.run_id, parent.run_id, fork.run_id):
+        with pytest.raises(stead.UnknownRun):
+            await store.get_run(run_id)
+    assert await store.list_actions(parent.run_id) == []
