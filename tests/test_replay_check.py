@@ -22,7 +22,16 @@ from click.testing import CliRunner
 import stead
 from stead import codec
 from stead.cli import main
-from stead.examples import broken, ci_agent, policy_agent, refund_agent, services, triage
+from stead.examples import (
+    anthropic_agent,
+    broken,
+    ci_agent,
+    openai_agent,
+    policy_agent,
+    refund_agent,
+    services,
+    triage,
+)
 from stead.records import RecordKind, RecordStatus
 from stead.testing import assert_replays, load_exports, replay_check
 from stead.testing.examples import TICKET
@@ -77,6 +86,13 @@ async def _record(folder: Path) -> dict[str, stead.StoredRun]:
                              bind={"order_id": "123"}, payload={"approved": True})
         await _finish(client, policy_agent.app, run.run_id)
         exported["policy_agent"] = await client.export_run(run.run_id)
+
+        for name, module in (("openai_agent", openai_agent), ("anthropic_agent",
+                                                              anthropic_agent)):
+            client = stead.Client(store, module.app)
+            run = await client.start("ask", "Weather in Paris?")
+            await _finish(client, module.app, run.run_id)
+            exported[name] = await client.export_run(run.run_id)
     finally:
         await store.close()
     return exported
@@ -89,6 +105,9 @@ def histories(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(services.ENV, str(folder / "example-services"))
         mp.setenv("STEAD_SECRET", "replay-check-tests")
+        # The coding agent attaches its repository as a workspace: allow this folder.
+        mp.setenv("STEAD_WORKSPACE_ROOT", str(folder))
+        mp.setenv("STEAD_WORKSPACE_DIR", str(folder / "workspaces"))
         exported = asyncio.run(_record(folder))
     out = folder / "exports"
     out.mkdir()
@@ -99,7 +118,8 @@ def histories(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 APPS = {"refund_agent": refund_agent.app, "ci_agent": ci_agent.app, "triage": triage.app,
-        "broken": broken.app, "policy_agent": policy_agent.app}
+        "broken": broken.app, "policy_agent": policy_agent.app,
+        "openai_agent": openai_agent.app, "anthropic_agent": anthropic_agent.app}
 
 
 def _app_of(name: str) -> stead.App:
@@ -201,7 +221,7 @@ def mutated(app: stead.App, stored: stead.StoredRun, mutation: str) -> stead.App
 def test_every_example_left_a_history(histories: Path) -> None:
     names = {p.stem.split("-")[0] for p in histories.glob("*.json")}
     examples = {p.stem for p in Path(ci_agent.__file__).parent.glob("*.py")
-                if p.stem not in ("__init__", "services")}
+                if p.stem not in ("__init__", "services", "scripted_api")}
     assert names == examples
 
 

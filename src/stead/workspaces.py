@@ -217,7 +217,14 @@ async def attach(x: Execution, name: str, path: str | os.PathLike[str], *,
     digest = codec.digest(name, max_bytes, blob_url)
     prior = x.take(addr, RecordKind.WORKSPACE, name, digest)
     restored = x.restored.get(name)
-    top = Path(restored["path"]) if restored else trees.checked_dir(path, allowed_root(root))
+    if restored:
+        top = Path(restored["path"])
+    elif prior and x.dry:
+        # A dry replay (replay-check) reads no files: the machine it runs on
+        # need not have the directory the run attached.
+        top = Path(str(codec.loads(prior[-1].payload)["attached"]))
+    else:
+        top = trees.checked_dir(path, allowed_root(root))
     if not prior:
         x.check_live()
         x.buffer(x.record(addr, 1, RecordKind.WORKSPACE, name, digest, RecordStatus.OK,
