@@ -1,0 +1,132 @@
+"""The SDK integrations (stead.contrib) against real worker processes: an agent
+with two tool calls is SIGKILLed after the first tool result, and a fresh
+worker finishes it without asking the model again for a recorded turn or
+running a recorded tool again; an approval given with `stead approve` while no
+worker is alive runs the approved tool exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import stead
+from tests.workers import agents_app
+from tests.workers.procs import KILLED, wait_until
+
+pytestmark = pytest.mark.slow
+SCRIPT = Path(__file__).parent / "workers" / "sdk_worker.py"
+DEADLINE = 60.0
+
+
+class Procs:
+    """Worker processes sharing the test's database and $SDK_DIR."""
+
+    def __init__(self, tmp: Path, db_url: str) -> None:
+        self.tmp, self.db_url = tmp, db_url
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, app: str, *args: str) -> subprocess.Popen[bytes]:
+        log = open(self.tmp / f"worker-{len(self.procs)}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, str(SCRIPT), "--db", self.db_url, "--app", app, *args],
+            stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, "SDK_DIR": str(self.tmp), "PYTHONUNBUFFERED": "1",
+                 "OPENAI_AGENTS_DISABLE_TRACING": "1"})
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def output(self) -> str:
+        return "\n".join(p.read_text(errors="replace")[-3000:]
+                         for p in sorted(self.tmp.glob("worker-*.log")))
+
+    async def exit_code(self, proc: subprocess.Popen[bytes]) -> int:
+        await wait_until("the worker to exit", lambda: proc.poll() is not None, DEADLINE)
+        return proc.returncode
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def procs(tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Procs]:
+    monkeypatch.setenv("SDK_DIR", str(tmp_path))
+    p = Procs(tmp_path, db_url)
+    yield p
+    p.stop_all()
+
+
+def _stead(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    script = Path(sys.executable).with_name("stead")
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "stead"]
+    return subprocess.run([*cmd, "--db", db_url, *args], capture_output=True, text=True,
+                          timeout=DEADLINE)
+
+
+async def _finish(procs: Procs, store: stead.Store, app: str, run_id: str) -> None:
+    fresh = procs.start(app)
+    assert await procs.exit_code(fresh) == 0, procs.output()
+    assert (await store.get_run(run_id)).status == "completed", procs.output()
+
+
+# -- the OpenAI Agents SDK ------------------------------------------------------
+AGENTS = "tests.workers.agents_app:app"
+
+
+async def test_agents_sdk_killed_after_the_first_tool_result_resumes_without_rerunning(
+    procs: Procs, store: stead.Store,
+) -> None:
+    info = await stead.Client(store).start("weather", "Paris", version=1)
+    first = procs.start(AGENTS, "--crash", "after:1:forecast")
+    assert await procs.exit_code(first) == KILLED, procs.output()
+    journal = [r.name for r in await store.load_journal(info.run_id)]
+    assert journal == ["model ScriptedModel", "forecast"]
+    assert agents_app.lines("model.log") == ["asked"]
+
+    await _finish(procs, store, AGENTS, info.run_id)
+    client = stead.Client(store)
+    assert await client.result(info.run_id) == "Paris: 12C / Paris: rain"
+    assert agents_app.lines("model.log") == ["asked", "asked"]  # the first turn not re-asked
+    ran = agents_app.lines("tools.log")
+    assert ran.count("forecast") == 1  # recorded: not run again
+    assert ran.count("temperature") == 1  # in flight at the kill: finished once, after it
+    [resume] = await client.resumes(info.run_id)
+    assert resume.epoch == 2 and resume.reused == 2
+
+
+async def test_agents_sdk_approval_through_the_cli_while_no_worker_lives(
+    procs: Procs, store: stead.Store, tmp_path: Path, db_url: str,
+) -> None:
+    info = await stead.Client(store).start("refund_order", "123", version=1)
+    first = procs.start(AGENTS, "--stay")
+    asked_file = tmp_path / "approval.json"
+
+    async def waiting() -> bool:
+        return asked_file.exists() and (await store.get_run(info.run_id)).status == "waiting"
+
+    await wait_until("the run to wait for its approval", waiting, DEADLINE)
+    first.kill()  # a crash while the run waits
+    assert await procs.exit_code(first) == KILLED
+    asked = json.loads(asked_file.read_text())
+    token = tmp_path / "token"
+    token.write_text(asked["token"])
+    approve = ("approve", info.run_id, "--wait", asked["wait_id"], "--token-file", str(token))
+    ok = _stead(db_url, *approve)
+    assert ok.returncode == 0 and ok.stdout.startswith("accepted"), ok.stdout + ok.stderr
+
+    await _finish(procs, store, AGENTS, info.run_id)
+    again = _stead(db_url, *approve)
+    assert again.returncode == 0 and again.stdout.startswith("duplicate"), again.stdout
+    assert await stead.Client(store).result(info.run_id) == "done: refunded 4200 on order 123"
+    [sent] = agents_app.lines("ledger.log")  # the approved tool ran exactly once
+    assert sent.startswith("123 4200 ")
+    assert agents_app.lines("model.log") == ["asked", "asked"]

@@ -1,0 +1,143 @@
+"""A stead app whose workflows run OpenAI Agents SDK agents, offline: the model
+is the SDK's `ScriptedModel`, answering from what it is sent. Everything the
+outside world sees is a file in $SDK_DIR: each model request (model.log), each
+tool run (tools.log), the refund service's ledger (ledger.log), the approval
+request handed to a person (approval.json)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from agents import Agent, ModelResponse, Usage, function_tool
+from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+
+import stead
+from stead.contrib import openai_agents
+
+app = stead.App("agents-tests")
+
+
+def folder() -> Path:
+    return Path(os.environ.get("SDK_DIR", "."))
+
+
+def log(name: str, line: str) -> None:
+    """One write(2) on an O_APPEND descriptor: lines from threads never interleave."""
+    fd = os.open(folder() / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def lines(name: str) -> list[str]:
+    path = folder() / name
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _outputs(call: ModelCall) -> list[str]:
+    items = call.input if isinstance(call.input, list) else []
+    return [str(i["output"]) for i in items
+            if isinstance(i, dict) and i.get("type") == "function_call_output"]
+
+
+def _usage() -> Usage:
+    return Usage(requests=1, input_tokens=20, output_tokens=5, total_tokens=25)
+
+
+def answer(call: ModelCall) -> ModelResponse:
+    """First turn: ask for both tools at once; then answer from their outputs."""
+    log("model.log", "asked")
+    outputs = _outputs(call)
+    if not outputs:
+        city = str(call.input if isinstance(call.input, str) else "Paris")
+        return ModelResponse(output=[
+            function_call("temperature", {"city": city}, call_id="call_temp"),
+            function_call("forecast", {"city": city}, call_id="call_sky"),
+        ], usage=_usage(), response_id="resp_1")
+    return ModelResponse(output=[assistant_message(" / ".join(outputs))], usage=_usage(),
+                         response_id=f"resp_{len(outputs) + 1}")
+
+
+def model(script: Any = answer) -> ScriptedModel:
+    return ScriptedModel([ModelStep.respond(script) for _ in range(20)])
+
+
+@function_tool
+async def temperature(city: str) -> str:
+    """The temperature in a city: slow, so it finishes after `forecast`."""
+    log("tools.log", "temperature started")
+    await asyncio.sleep(0.5)
+    log("tools.log", "temperature")
+    return f"{city}: 12C"
+
+
+@function_tool
+def forecast(city: str) -> str:
+    """Tomorrow's sky in a city."""
+    log("tools.log", "forecast")
+    return f"{city}: rain"
+
+
+def weather_agent() -> Agent[Any]:
+    return Agent(name="weather", instructions="Answer with the weather.", model=model(),
+                 tools=[temperature, forecast])
+
+
+@app.workflow(version=1)
+async def weather(run: stead.Run, city: str) -> str:
+    result = await openai_agents.run(run, weather_agent(), city)
+    return str(result.final_output)
+
+
+@app.workflow(version=1)
+async def weather_twice(run: stead.Run, city: str) -> dict[str, Any]:
+    """The agent, then a wait: the wake-up replays the agent from the journal."""
+    result = await openai_agents.run(run, weather_agent(), city)
+    w = await run.wait("done", token=False)
+    await w
+    return {"answer": result.final_output, "usage": result.context_wrapper.usage.total_tokens,
+            "last_response": result.last_response_id}
+
+
+# -- a refund that needs a person's approval ----------------------------------
+def refund_answer(call: ModelCall) -> ModelResponse:
+    log("model.log", "asked")
+    outputs = _outputs(call)
+    if not outputs:
+        return ModelResponse(output=[function_call(
+            "refund", {"order_id": "123", "amount": 4200}, call_id="call_refund")],
+            usage=_usage(), response_id="resp_1")
+    return ModelResponse(output=[assistant_message(f"done: {outputs[0]}")], usage=_usage(),
+                         response_id="resp_2")
+
+
+def refund(op: stead.Operation, order_id: str, amount: int) -> str:
+    """Refund an order (the amount in cents)."""
+    log("ledger.log", f"{order_id} {amount} {op.key}")
+    return f"refunded {amount} on order {order_id}"
+
+
+def ask_for_approval(op: stead.Operation, wait: stead.Wait[Any],
+                     request: dict[str, Any]) -> None:
+    """What would send a link to a person: here, a file the test reads."""
+    assert wait.token is not None
+    (folder() / "approval.json").write_text(json.dumps(
+        {"wait_id": wait.wait_id, "token": wait.token.reveal(), **request}))
+
+
+REFUND = openai_agents.effect_tool(refund, needs_approval=True, idempotent=True,
+                                   failure_error_function=None)  # errors fail the test
+
+
+@app.workflow(version=1)
+async def refund_order(run: stead.Run, order_id: str) -> str:
+    agent = Agent(name="refunds", instructions="Refund when asked.",
+                  model=model(refund_answer), tools=[REFUND])
+    result = await openai_agents.run(run, agent, f"refund order {order_id}",
+                                     on_approval=ask_for_approval)
+    return str(result.final_output)
