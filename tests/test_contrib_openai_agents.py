@@ -11,11 +11,7 @@ import pytest
 import stead
 from tests.workers import agents_app
 
-
-@pytest.fixture(autouse=True)
-def sdk_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("SDK_DIR", str(tmp_path))
-    return tmp_path
+pytestmark = pytest.mark.usefixtures("sdk_dir")
 
 
 async def test_a_woken_run_replays_the_agent_without_asking_or_running_again(

@@ -6,6 +6,7 @@ worker is alive runs the approved tool exactly once."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -58,9 +59,8 @@ class Procs:
 
 
 @pytest.fixture
-def procs(tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Procs]:
-    monkeypatch.setenv("SDK_DIR", str(tmp_path))
-    p = Procs(tmp_path, db_url)
+def procs(sdk_dir: Path, db_url: str) -> Iterator[Procs]:
+    p = Procs(sdk_dir, db_url)
     yield p
     p.stop_all()
 
@@ -78,21 +78,38 @@ async def _finish(procs: Procs, store: stead.Store, app: str, run_id: str) -> No
     assert (await store.get_run(run_id)).status == "completed", procs.output()
 
 
-# -- the OpenAI Agents SDK ------------------------------------------------------
-AGENTS = "tests.workers.agents_app:app"
+@dataclasses.dataclass(frozen=True)
+class Sdk:
+    app: str
+    model: str  # the name of a model request's record
+    forecast: str  # the name of the first tool result's record
+    approval: dict[str, object]  # the payload approving the refund call
 
 
-async def test_agents_sdk_killed_after_the_first_tool_result_resumes_without_rerunning(
-    procs: Procs, store: stead.Store,
+SDKS = {
+    "openai_agents": Sdk("tests.workers.agents_app:app", "model ScriptedModel", "forecast", {}),
+    "pydantic_ai": Sdk("tests.workers.pydantic_app:app", "weather__model.request",
+                       "weather__function_toolset__<agent>.call_tool:forecast",
+                       {"approvals": {"call_refund": True}}),
+}
+
+
+@pytest.fixture(params=list(SDKS))
+def sdk(request: pytest.FixtureRequest) -> Sdk:
+    return SDKS[request.param]
+
+
+async def test_killed_after_the_first_tool_result_resumes_without_rerunning(
+    procs: Procs, store: stead.Store, sdk: Sdk,
 ) -> None:
     info = await stead.Client(store).start("weather", "Paris", version=1)
-    first = procs.start(AGENTS, "--crash", "after:1:forecast")
+    first = procs.start(sdk.app, "--crash", f"after:1:{sdk.forecast}")
     assert await procs.exit_code(first) == KILLED, procs.output()
     journal = [r.name for r in await store.load_journal(info.run_id)]
-    assert journal == ["model ScriptedModel", "forecast"]
+    assert journal == [sdk.model, sdk.forecast]
     assert agents_app.lines("model.log") == ["asked"]
 
-    await _finish(procs, store, AGENTS, info.run_id)
+    await _finish(procs, store, sdk.app, info.run_id)
     client = stead.Client(store)
     assert await client.result(info.run_id) == "Paris: 12C / Paris: rain"
     assert agents_app.lines("model.log") == ["asked", "asked"]  # the first turn not re-asked
@@ -103,11 +120,11 @@ async def test_agents_sdk_killed_after_the_first_tool_result_resumes_without_rer
     assert resume.epoch == 2 and resume.reused == 2
 
 
-async def test_agents_sdk_approval_through_the_cli_while_no_worker_lives(
-    procs: Procs, store: stead.Store, tmp_path: Path, db_url: str,
+async def test_an_approval_through_the_cli_while_no_worker_lives_runs_the_tool_once(
+    procs: Procs, store: stead.Store, tmp_path: Path, db_url: str, sdk: Sdk,
 ) -> None:
     info = await stead.Client(store).start("refund_order", "123", version=1)
-    first = procs.start(AGENTS, "--stay")
+    first = procs.start(sdk.app, "--stay")
     asked_file = tmp_path / "approval.json"
 
     async def waiting() -> bool:
@@ -116,17 +133,18 @@ async def test_agents_sdk_approval_through_the_cli_while_no_worker_lives(
     await wait_until("the run to wait for its approval", waiting, DEADLINE)
     first.kill()  # a crash while the run waits
     assert await procs.exit_code(first) == KILLED
-    asked = json.loads(asked_file.read_text())
     token = tmp_path / "token"
-    token.write_text(asked["token"])
-    approve = ("approve", info.run_id, "--wait", asked["wait_id"], "--token-file", str(token))
+    token.write_text(json.loads(asked_file.read_text())["token"])
+    [w] = await stead.Client(store).waits(run_id=info.run_id)
+    approve = ("approve", info.run_id, "--wait", w.wait_id, "--token-file", str(token),
+               "--payload", json.dumps(sdk.approval))
     ok = _stead(db_url, *approve)
     assert ok.returncode == 0 and ok.stdout.startswith("accepted"), ok.stdout + ok.stderr
 
-    await _finish(procs, store, AGENTS, info.run_id)
+    await _finish(procs, store, sdk.app, info.run_id)
     again = _stead(db_url, *approve)
     assert again.returncode == 0 and again.stdout.startswith("duplicate"), again.stdout
     assert await stead.Client(store).result(info.run_id) == "done: refunded 4200 on order 123"
     [sent] = agents_app.lines("ledger.log")  # the approved tool ran exactly once
-    assert sent.startswith("123 4200 ")
+    assert sent.startswith("123 4200")
     assert agents_app.lines("model.log") == ["asked", "asked"]

@@ -1,0 +1,68 @@
+"""stead.contrib.pydantic_ai, in process: pydantic-ai's durable operations as
+stead steps, its durable external wait as a stead wait."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import stead
+from tests.workers import agents_app, pydantic_app
+
+pytestmark = pytest.mark.usefixtures("sdk_dir")
+
+
+
+async def test_a_woken_run_replays_the_agent_without_asking_or_running_again(
+    store: stead.Store,
+) -> None:
+    client = stead.Client(store, pydantic_app.app)
+    info = await client.start(pydantic_app.weather_twice, "Paris")
+    await stead.Worker(pydantic_app.app, store).run_until_idle()
+    assert (await client.get(info.run_id)).status == "waiting"
+    assert agents_app.lines("model.log") == ["asked", "asked"]
+    names = [r.name for r in await store.load_journal(info.run_id)]
+    assert names[0] == names[3] == "weather__model.request"
+    assert sorted(names[1:3]) == ["weather__function_toolset__<agent>.call_tool:forecast",
+                                  "weather__function_toolset__<agent>.call_tool:temperature"]
+    [w] = await client.waits(run_id=info.run_id)
+    await client.deliver(info.run_id, wait_id=w.wait_id, event_id="e1", payload={})
+    await stead.Worker(pydantic_app.app, store).run_until_idle()
+    result = await client.result(info.run_id, timeout=5)
+    assert result["answer"] == "Paris: 12C / Paris: rain"
+    assert result["run_id"].startswith(info.run_id)  # the same id on replay
+    assert result["tokens"] > 0  # usage comes back from the journal
+    assert len(agents_app.lines("model.log")) == 2  # nothing asked again
+    assert len(agents_app.lines("tools.log")) == 3  # nothing run again
+
+
+async def test_a_durable_external_wait_is_a_stead_wait(store: stead.Store, sdk_dir: Path) -> None:
+    client = stead.Client(store, pydantic_app.app)
+    info = await client.start(pydantic_app.refund_order, "123")
+    await stead.Worker(pydantic_app.app, store).run_until_idle()
+    assert (await client.get(info.run_id)).status == "waiting"  # suspended, no worker
+    asked = json.loads((sdk_dir / "approval.json").read_text())
+    assert asked["calls"] == ["call_refund"]
+    [w] = await client.waits(run_id=info.run_id)
+    assert w.kind == "approve"
+    assert agents_app.lines("ledger.log") == []
+    wrong = await client.deliver(info.run_id, wait_id=w.wait_id, event_id="e0",
+                                 token="stk_wrong", payload={})
+    assert isinstance(wrong, stead.Rejected)
+    ok = await client.deliver(info.run_id, wait_id=w.wait_id, event_id="e1",
+                              token=asked["token"],
+                              payload={"approvals": {"call_refund": True}})
+    assert isinstance(ok, stead.Accepted)
+    await stead.Worker(pydantic_app.app, store).run_until_idle()
+    assert await client.result(info.run_id, timeout=5) == \
+        "done: refunded 4200 on order 123"
+    assert agents_app.lines("ledger.log") == ["123 4200"]
+    assert agents_app.lines("model.log") == ["asked", "asked"]
+
+
+async def test_outside_a_stead_run_the_capability_does_nothing() -> None:
+    result = await pydantic_app.weather_agent.run("weather in Paris")
+    assert result.output == "Paris: 12C / Paris: rain"
+
