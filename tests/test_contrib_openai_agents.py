@@ -4,9 +4,13 @@ answers and tool calls journaled, replayed without asking or running again."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from agents.tracing import Span, Trace, TracingProcessor, set_trace_processors
+from agents.tracing.processors import default_processor
 
 import stead
 from tests.workers import agents_app
@@ -14,7 +18,14 @@ from tests.workers import agents_app
 pytestmark = pytest.mark.usefixtures("sdk_dir")
 
 
-async def test_a_woken_run_replays_the_agent_without_asking_or_running_again(
+async def _wake(client: stead.Client, store: stead.Store, run_id: str) -> None:
+    """Deliver the run's `done` event and let a worker replay it to its end."""
+    [w] = await client.waits(run_id=run_id)
+    await client.deliver(run_id, wait_id=w.wait_id, event_id="e1", payload={})
+    await stead.Worker(agents_app.app, store).run_until_idle()
+
+
+async def test_parallel_calls_finishing_in_reverse_order_replay_identically(
     store: stead.Store,
 ) -> None:
     client = stead.Client(store, agents_app.app)
@@ -22,11 +33,12 @@ async def test_a_woken_run_replays_the_agent_without_asking_or_running_again(
     await stead.Worker(agents_app.app, store).run_until_idle()
     assert (await client.get(info.run_id)).status == "waiting"
     assert agents_app.lines("model.log") == ["asked", "asked"]
-    assert sorted(agents_app.lines("tools.log")) == [
-        "forecast", "temperature", "temperature started"]
-    [w] = await client.waits(run_id=info.run_id)
-    await client.deliver(info.run_id, wait_id=w.wait_id, event_id="e1", payload={})
-    await stead.Worker(agents_app.app, store).run_until_idle()
+    # asked in the order temperature, forecast; finished the other way round
+    assert agents_app.lines("tools.log") == ["temperature started", "forecast", "temperature"]
+    journal = await store.load_journal(info.run_id)
+    assert [r.addr.split(".")[1] for r in journal[:3]] == ["m:model#0", "t:call_sky", "t:call_temp"]
+    await _wake(client, store, info.run_id)
+    # the replayed second request (its digest covers the tool outputs, in order) matched
     result = await client.result(info.run_id, timeout=5)
     assert result == {"answer": "Paris: 12C / Paris: rain", "usage": 50,
                       "last_response": "resp_3"}
@@ -83,3 +95,61 @@ async def test_a_rejected_call_is_refused_to_the_model_and_never_runs(
     assert await client.result(info.run_id, timeout=5) == "done: not this one"
     assert agents_app.lines("ledger.log") == []
 
+
+
+async def test_a_handoff_replays(store: stead.Store) -> None:
+    client = stead.Client(store, agents_app.app)
+    info = await client.start(agents_app.triage, "Paris")
+    await stead.Worker(agents_app.app, store).run_until_idle()
+    assert len(agents_app.lines("model.log")) == 3  # triage, then weather twice
+    await _wake(client, store, info.run_id)
+    assert await client.result(info.run_id, timeout=5) == {
+        "answer": "Paris: 12C / Paris: rain", "agent": "weather"}
+    assert len(agents_app.lines("model.log")) == 3
+    assert len(agents_app.lines("tools.log")) == 3
+
+
+class Spans(TracingProcessor):
+    """Keeps the type of every span the SDK ends."""
+
+    def __init__(self) -> None:
+        self.ended: list[str] = []
+
+    def on_trace_start(self, trace: Trace) -> None:
+        pass
+
+    def on_trace_end(self, trace: Trace) -> None:
+        pass
+
+    def on_span_start(self, span: Span[Any]) -> None:
+        pass
+
+    def on_span_end(self, span: Span[Any]) -> None:
+        self.ended.append(span.span_data.type)
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self) -> None:
+        pass
+
+
+@pytest.fixture
+def spans() -> Iterator[Spans]:
+    kept = Spans()
+    set_trace_processors([kept])
+    yield kept
+    set_trace_processors([default_processor()])
+
+
+async def test_a_replayed_model_call_emits_no_generation_span(
+    store: stead.Store, spans: Spans,
+) -> None:
+    client = stead.Client(store, agents_app.app)
+    info = await client.start(agents_app.weather_twice, "Paris")
+    await stead.Worker(agents_app.app, store).run_until_idle()
+    assert spans.ended.count("generation") == 2
+    spans.ended.clear()
+    await _wake(client, store, info.run_id)
+    assert (await client.get(info.run_id)).status == "completed"
+    assert "generation" not in spans.ended  # the model was not called: nothing to trace

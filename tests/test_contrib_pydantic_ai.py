@@ -15,7 +15,7 @@ pytestmark = pytest.mark.usefixtures("sdk_dir")
 
 
 
-async def test_a_woken_run_replays_the_agent_without_asking_or_running_again(
+async def test_parallel_calls_finishing_in_reverse_order_replay_identically(
     store: stead.Store,
 ) -> None:
     client = stead.Client(store, pydantic_app.app)
@@ -25,8 +25,10 @@ async def test_a_woken_run_replays_the_agent_without_asking_or_running_again(
     assert agents_app.lines("model.log") == ["asked", "asked"]
     names = [r.name for r in await store.load_journal(info.run_id)]
     assert names[0] == names[3] == "weather__model.request"
-    assert sorted(names[1:3]) == ["weather__function_toolset__<agent>.call_tool:forecast",
-                                  "weather__function_toolset__<agent>.call_tool:temperature"]
+    # asked in the order temperature, forecast; finished the other way round
+    assert agents_app.lines("tools.log") == ["temperature started", "forecast", "temperature"]
+    assert names[1:3] == ["weather__function_toolset__<agent>.call_tool:forecast",
+                          "weather__function_toolset__<agent>.call_tool:temperature"]
     [w] = await client.waits(run_id=info.run_id)
     await client.deliver(info.run_id, wait_id=w.wait_id, event_id="e1", payload={})
     await stead.Worker(pydantic_app.app, store).run_until_idle()

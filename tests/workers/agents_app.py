@@ -39,10 +39,11 @@ def lines(name: str) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def _outputs(call: ModelCall) -> list[str]:
+def _outputs(call: ModelCall, *call_ids: str) -> list[str]:
     items = call.input if isinstance(call.input, list) else []
     return [str(i["output"]) for i in items
-            if isinstance(i, dict) and i.get("type") == "function_call_output"]
+            if isinstance(i, dict) and i.get("type") == "function_call_output"
+            and i.get("call_id") in call_ids]
 
 
 def _usage() -> Usage:
@@ -52,7 +53,7 @@ def _usage() -> Usage:
 def answer(call: ModelCall) -> ModelResponse:
     """First turn: ask for both tools at once; then answer from their outputs."""
     log("model.log", "asked")
-    outputs = _outputs(call)
+    outputs = _outputs(call, "call_temp", "call_sky")
     if not outputs:
         city = str(call.input if isinstance(call.input, str) else "Paris")
         return ModelResponse(output=[
@@ -64,7 +65,8 @@ def answer(call: ModelCall) -> ModelResponse:
 
 
 def model(script: Any = answer) -> ScriptedModel:
-    return ScriptedModel([ModelStep.respond(script) for _ in range(20)])
+    # Traced as a real model is (a generation span per call), to see replays emit none.
+    return ScriptedModel([ModelStep.respond(script) for _ in range(20)], emit_traces=True)
 
 
 @function_tool
@@ -104,10 +106,28 @@ async def weather_twice(run: stead.Run, city: str) -> dict[str, Any]:
             "last_response": result.last_response_id}
 
 
+def triage_answer(call: ModelCall) -> ModelResponse:
+    """Hands every question over to the weather agent."""
+    log("model.log", "asked")
+    return ModelResponse(output=[function_call("transfer_to_weather", {},
+                                               call_id="call_handoff")],
+                         usage=_usage(), response_id="resp_0")
+
+
+@app.workflow(version=1)
+async def triage(run: stead.Run, city: str) -> dict[str, Any]:
+    """A handoff, then a wait: the wake-up replays both agents."""
+    desk = Agent(name="triage", instructions="Hand over.", model=model(triage_answer),
+                 handoffs=[weather_agent()])
+    result = await openai_agents.run(run, desk, city)
+    await (await run.wait("done", token=False))
+    return {"answer": result.final_output, "agent": result.last_agent.name}
+
+
 # -- a refund that needs a person's approval ----------------------------------
 def refund_answer(call: ModelCall) -> ModelResponse:
     log("model.log", "asked")
-    outputs = _outputs(call)
+    outputs = _outputs(call, "call_refund")
     if not outputs:
         return ModelResponse(output=[function_call(
             "refund", {"order_id": "123", "amount": 4200}, call_id="call_refund")],
