@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agents import Agent, RunConfig, Runner, UserError
 from agents.tracing import Span, Trace, TracingProcessor, set_trace_processors
 from agents.tracing.processors import default_processor
 
 import stead
+from stead.contrib import openai_agents
 from tests.workers import agents_app
 
 pytestmark = pytest.mark.usefixtures("sdk_dir")
@@ -153,3 +155,37 @@ async def test_a_replayed_model_call_emits_no_generation_span(
     await _wake(client, store, info.run_id)
     assert (await client.get(info.run_id)).status == "completed"
     assert "generation" not in spans.ended  # the model was not called: nothing to trace
+
+
+async def test_an_effect_tool_outside_a_stead_run_says_so() -> None:
+    agent = Agent(name="refunds", model=agents_app.model(agents_app.refund_answer),
+                  tools=[openai_agents.effect_tool(agents_app.refund,
+                                                   failure_error_function=None)])
+    with pytest.raises(UserError, match="acts only in a stead run"):  # the SDK's wrapping
+        await Runner.run(agent, "refund order 123", run_config=RunConfig(tracing_disabled=True))
+    assert agents_app.lines("ledger.log") == []
+
+
+def test_an_effect_tool_shows_the_model_its_arguments_not_the_operation() -> None:
+    tool = openai_agents.effect_tool(agents_app.refund)
+    assert isinstance(tool, openai_agents.EffectTool)
+    assert tool.name == "refund" and tool.description.startswith("Refund an order")
+    assert sorted(tool.params_json_schema["properties"]) == ["amount", "order_id"]
+    with pytest.raises(TypeError, match="takes the operation first"):
+        openai_agents.effect_tool(lambda: None)
+
+
+async def test_an_sdk_session_is_refused(store: stead.Store) -> None:
+    app = stead.App("refuse")
+
+    @app.workflow()
+    async def wf(run: stead.Run) -> str:
+        result = await openai_agents.run(run, agents_app.weather_agent(), "Paris",
+                                         session=object())
+        return str(result.final_output)
+
+    info = await stead.Client(store, app).start(wf)
+    await stead.Worker(app, store).run_until_idle()
+    failed = await stead.Client(store).get(info.run_id)
+    assert failed.status == "failed" and "session" in str(failed.error)
+    assert agents_app.lines("model.log") == []

@@ -7,8 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+from pydantic_ai import Agent
+from pydantic_ai.models.function import FunctionModel
 
 import stead
+from stead.contrib.pydantic_ai import run as run_agent
 from tests.workers import agents_app, pydantic_app
 
 pytestmark = pytest.mark.usefixtures("sdk_dir")
@@ -68,3 +71,18 @@ async def test_outside_a_stead_run_the_capability_does_nothing() -> None:
     result = await pydantic_app.weather_agent.run("weather in Paris")
     assert result.output == "Paris: 12C / Paris: rain"
 
+
+
+async def test_an_agent_without_the_capability_is_refused(store: stead.Store) -> None:
+    app = stead.App("refuse")
+    plain = Agent(FunctionModel(pydantic_app.weather_model), name="plain")
+
+    @app.workflow()
+    async def wf(run: stead.Run) -> str:
+        return str((await run_agent(run, plain, "weather")).output)
+
+    info = await stead.Client(store, app).start(wf)
+    await stead.Worker(app, store).run_until_idle()
+    failed = await stead.Client(store).get(info.run_id)
+    assert failed.status == "failed" and "SteadDurability" in str(failed.error)
+    assert agents_app.lines("model.log") == []
