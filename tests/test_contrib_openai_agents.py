@@ -15,16 +15,19 @@ from agents.tracing.processors import default_processor
 
 import stead
 from stead.contrib import openai_agents
+from stead.contrib._scope import Scope
+from stead.contrib.openai_agents import _graph, _session
 from tests.workers import agents_app
 
 pytestmark = pytest.mark.usefixtures("sdk_dir")
 
 
-async def _wake(client: stead.Client, store: stead.Store, run_id: str) -> None:
+async def _wake(client: stead.Client, store: stead.Store, run_id: str,
+                app: stead.App = agents_app.app) -> None:
     """Deliver the run's `done` event and let a worker replay it to its end."""
     [w] = await client.waits(run_id=run_id)
     await client.deliver(run_id, wait_id=w.wait_id, event_id="e1", payload={})
-    await stead.Worker(agents_app.app, store).run_until_idle()
+    await stead.Worker(app, store).run_until_idle()
 
 
 async def test_parallel_calls_finishing_in_reverse_order_replay_identically(
@@ -116,9 +119,10 @@ class Spans(TracingProcessor):
 
     def __init__(self) -> None:
         self.ended: list[str] = []
+        self.traces: list[dict[str, Any]] = []
 
     def on_trace_start(self, trace: Trace) -> None:
-        pass
+        self.traces.append(trace.export() or {})
 
     def on_trace_end(self, trace: Trace) -> None:
         pass
@@ -151,6 +155,7 @@ async def test_a_replayed_model_call_emits_no_generation_span(
     info = await client.start(agents_app.weather_twice, "Paris")
     await stead.Worker(agents_app.app, store).run_until_idle()
     assert spans.ended.count("generation") == 2
+    assert [t["group_id"] for t in spans.traces] == [info.run_id]  # traces grouped by run
     spans.ended.clear()
     await _wake(client, store, info.run_id)
     assert (await client.get(info.run_id)).status == "completed"
@@ -189,3 +194,26 @@ async def test_an_sdk_session_is_refused(store: stead.Store) -> None:
     failed = await stead.Client(store).get(info.run_id)
     assert failed.status == "failed" and "session" in str(failed.error)
     assert agents_app.lines("model.log") == []
+
+
+async def test_a_streamed_turn_is_the_journaled_answer_in_one_event(store: stead.Store) -> None:
+    app = stead.App("stream")
+
+    @app.workflow()
+    async def wf(run: stead.Run) -> dict[str, Any]:
+        session = _session.Session(run, Scope())
+        agent = _graph.Graph(session).agent(agents_app.weather_agent())
+        with session.scope.sdk():
+            streamed = Runner.run_streamed(agent, "Paris",
+                                           run_config=RunConfig(tracing_disabled=True))
+            events = [e.type async for e in streamed.stream_events()]
+        await (await run.wait("done", token=False))
+        return {"answer": streamed.final_output, "raw": events.count("raw_response_event")}
+
+    client = stead.Client(store, app)
+    info = await client.start(wf)
+    await stead.Worker(app, store).run_until_idle()
+    await _wake(client, store, info.run_id, app)
+    assert await client.result(info.run_id, timeout=5) == {
+        "answer": "Paris: 12C / Paris: rain", "raw": 2}  # one completed event per turn
+    assert len(agents_app.lines("model.log")) == 2

@@ -7,10 +7,15 @@ import json
 from pathlib import Path
 
 import pytest
-from pydantic_ai import Agent
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic_ai import Agent, InstrumentationSettings
+from pydantic_ai.capabilities import Instrumentation
 from pydantic_ai.models.function import FunctionModel
 
 import stead
+from stead.contrib.pydantic_ai import SteadDurability
 from stead.contrib.pydantic_ai import run as run_agent
 from tests.workers import agents_app, pydantic_app
 
@@ -86,3 +91,32 @@ async def test_an_agent_without_the_capability_is_refused(store: stead.Store) ->
     failed = await stead.Client(store).get(info.run_id)
     assert failed.status == "failed" and "SteadDurability" in str(failed.error)
     assert agents_app.lines("model.log") == []
+
+
+async def test_replayed_work_emits_no_span(store: stead.Store) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    traced = Agent(FunctionModel(pydantic_app.weather_model), name="weather",
+                   tools=[pydantic_app.temperature, pydantic_app.forecast],
+                   capabilities=[SteadDurability(), Instrumentation(
+                       InstrumentationSettings(tracer_provider=provider))])
+    app = stead.App("traced")
+
+    @app.workflow()
+    async def wf(run: stead.Run) -> str:
+        result = await run_agent(run, traced, "weather in Paris")
+        await (await run.wait("done", token=False))
+        return result.output
+
+    client = stead.Client(store, app)
+    info = await client.start(wf)
+    await stead.Worker(app, store).run_until_idle()
+    live = [s.name for s in exporter.get_finished_spans()]
+    assert sum(n.startswith("chat") for n in live) == 2 and len(live) > 2
+    exporter.clear()
+    [w] = await client.waits(run_id=info.run_id)
+    await client.deliver(info.run_id, wait_id=w.wait_id, event_id="e1", payload={})
+    await stead.Worker(app, store).run_until_idle()
+    assert await client.result(info.run_id, timeout=5) == "Paris: 12C / Paris: rain"
+    assert [s.name for s in exporter.get_finished_spans()] == []  # all of it was replayed

@@ -43,12 +43,17 @@ class Graph:
         return dataclasses.replace(handoff, on_invoke_handoff=on_invoke_handoff)
 
     def config(self, config: RunConfig | None) -> RunConfig:
-        """The run's config with its models journaled: a model given here, and
-        every model looked up by name."""
+        """The run's config with its models journaled (a model given here, and
+        every model looked up by name), and its traces grouped by the stead run:
+        a takeover's trace joins the first one's group."""
         config = config if config is not None else RunConfig()
         model = config.model
+        run = self._session.run
         return dataclasses.replace(
             config,
             model=_model.journaled(model, self._session) if isinstance(model, Model) else model,
             model_provider=_model.JournaledProvider(config.model_provider, self._session),
+            group_id=config.group_id or run.id,
+            trace_metadata={**(config.trace_metadata or {}), "stead.run_id": run.id,
+                            "stead.epoch": str(run.epoch)},
         )

@@ -6,7 +6,9 @@ pydantic-ai's public durable-execution API (`pydantic_ai.durable_exec`):
   a `run.step` holding its result in pydantic-ai's JSON codec; a resumed run
   gets them back and asks and runs nothing again; tool calls are addressed by
   their tool-call id, so parallel calls replay in any order;
-- the run's id and start time are recorded, so a replay sees the same ones;
+- the run's id and start time are recorded, so a replay sees the same ones, and
+  pydantic-ai's instrumentation emits no span or token metric for work that
+  was only replayed;
 - a durable wait for a person (`RequestInput`, `wait_for_external_event`) is a
   `run.wait`: the token `ask` hands out is the wait's, and the run holds no
   worker until `stead approve RUN --wait WAIT --payload JSON` (or
@@ -31,6 +33,7 @@ from pydantic_ai.durable_exec import (
     RoleBasedOperationConfig,
     conversation_id_from_run_id,
     external_event_scope,
+    replay_scope,
 )
 from pydantic_ai.models import Model
 from pydantic_ai.run import AgentRunResult
@@ -111,7 +114,7 @@ async def run(run: stead.Run, agent: Agent[AgentDepsT, Any], *args: Any,
         raise TypeError(f"agent {agent.name!r} has no SteadDurability capability: create it "
                         "with capabilities=[SteadDurability()]")
     scope = Scope()
-    with _binding.bound(_binding.Binding(run, scope)), scope.sdk():
+    with _binding.bound(_binding.Binding(run, scope)), scope.sdk(), replay_scope():
         return await agent.run(*args, **kwargs)
 
 

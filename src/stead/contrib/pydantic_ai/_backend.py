@@ -17,6 +17,7 @@ from pydantic_ai.durable_exec import (
     JournalCallableOperationBackend,
     ToolsetCallToolId,
     ToolsetValidateToolArgumentsId,
+    record_durable_unit,
 )
 from pydantic_ai.tools import RunContext
 
@@ -48,14 +49,19 @@ class Backend(JournalCallableOperationBackend[None]):
         config: None,
     ) -> object:
         binding = _binding.current(f"pydantic-ai operation {name!r}")
+        ran: list[bool] = []
 
         async def live(*_digested: Any) -> Any:
+            ran.append(True)
             with _binding.bound(None):
                 return await body()
 
         call = _tool_call(operation_id, cache_key)
-        if call is not None:
-            with binding.scope.at(call[0]):
-                return await binding.run.step(name, live, call[1])
-        with binding.scope.at("o:" + binding.scope.next(name)):
-            return await binding.run.step(name, live)
+        key, digested = (call[0], (call[1],)) if call is not None else (
+            "o:" + binding.scope.next(name), ())
+        with binding.scope.at(key):
+            result = await binding.run.step(name, live, *digested)
+        # pydantic-ai's instrumentation leaves out the spans and token metrics
+        # of work that was only replayed (see `replay_scope` in `run`).
+        record_durable_unit(executed=bool(ran))
+        return result
