@@ -162,6 +162,20 @@ async def test_a_replayed_model_call_emits_no_generation_span(
     assert "generation" not in spans.ended  # the model was not called: nothing to trace
 
 
+async def test_an_approval_that_expires_is_a_refusal(
+    fstore: stead.Store, clock: stead.FakeClock,
+) -> None:
+    client = stead.Client(fstore, agents_app.app)
+    info = await client.start(agents_app.refund_order, "123", 60.0)
+    await stead.Worker(agents_app.app, fstore).run_until_idle()
+    assert (await client.get(info.run_id)).status == "waiting"
+    clock.advance(61)
+    await stead.Worker(agents_app.app, fstore).run_until_idle()
+    answer = await client.result(info.run_id, timeout=5)
+    assert answer.startswith("done: no decision on this call arrived")
+    assert agents_app.lines("ledger.log") == []
+
+
 async def test_an_effect_tool_outside_a_stead_run_says_so() -> None:
     agent = Agent(name="refunds", model=agents_app.model(agents_app.refund_answer),
                   tools=[openai_agents.effect_tool(agents_app.refund,

@@ -155,9 +155,10 @@ REFUND = openai_agents.effect_tool(refund, needs_approval=True, idempotent=True,
 
 
 @app.workflow(version=1)
-async def refund_order(run: stead.Run, order_id: str) -> str:
+async def refund_order(run: stead.Run, order_id: str, expires_in: float | None = None) -> str:
     agent = Agent(name="refunds", instructions="Refund when asked.",
                   model=model(refund_answer), tools=[REFUND])
     result = await openai_agents.run(run, agent, f"refund order {order_id}",
-                                     on_approval=ask_for_approval)
+                                     on_approval=ask_for_approval,
+                                     approval_expires_in=expires_in)
     return str(result.final_output)

@@ -39,7 +39,8 @@ def request(item: ToolApprovalItem) -> dict[str, Any]:
 async def decide(session: Session, items: Sequence[ToolApprovalItem], ask: Ask | None,
                  expires_in: dt.timedelta | float | None) -> list[tuple[bool, str | None]]:
     """Open a wait for each pending call (and hand each to `ask`, an effect),
-    then wait for each decision: `(approved, reason)`."""
+    then wait for each decision: `(approved, reason)`. A wait that expired or
+    was revoked is a refusal."""
     run = session.run
     opened: list[stead.Wait[Any]] = []
     for item in items:
@@ -54,8 +55,13 @@ async def decide(session: Session, items: Sequence[ToolApprovalItem], ask: Ask |
                 await run.effect(f"ask approval {asked['tool']}", ask, w, asked,
                                  idempotent=True)
         opened.append(w)
-    decisions = []
+    decisions: list[tuple[bool, str | None]] = []
     for w in opened:
-        event = await w
+        try:
+            event = await w
+        except (stead.WaitExpired, stead.WaitRevoked) as exc:
+            # No decision is a refusal, told to the model, as pydantic-ai's RequestInput does.
+            decisions.append((False, f"no decision on this call arrived: {exc}"))
+            continue
         decisions.append((bool(event["approved"]), event.get("reason") or None))
     return decisions
