@@ -61,7 +61,6 @@ class JournaledModel(Model):
         }
 
         async def ask(_request: dict[str, Any]) -> dict[str, Any]:
-            self._session.live()
             response = await self.inner.get_response(
                 system_instructions, input, model_settings, tools, output_schema, handoffs,
                 tracing, previous_response_id=previous_response_id,

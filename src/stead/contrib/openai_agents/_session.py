@@ -13,9 +13,3 @@ from stead.contrib._scope import Scope
 class Session:
     run: stead.Run
     scope: Scope
-    # Whether a model or a tool was called live in this run so far (the rest
-    # came from the journal): the SDK's trace is shown from then on.
-    went_live: bool = False
-
-    def live(self) -> None:
-        self.went_live = True

@@ -23,20 +23,9 @@ from stead.contrib.openai_agents._session import Session
 _SESSION: ContextVar[Session | None] = ContextVar("stead_openai_agents_session", default=None)
 
 
-@dataclasses.dataclass(frozen=True)
-class EffectSpec:
-    fn: Callable[..., Any]
-    check: Any
-    idempotent: bool
-    retry: stead.Retry | None
-    timeout: float | None
-
-
 @dataclasses.dataclass
 class EffectTool(FunctionTool):
     """A function tool whose call is a `run.effect` (see `effect_tool`)."""
-
-    effect: EffectSpec | None = dataclasses.field(default=None, kw_only=True, repr=False)
 
 
 def effect_tool(
@@ -56,7 +45,6 @@ def effect_tool(
         raise TypeError(f"an effect tool's function takes the operation first: {fn!r}")
     hints = typing.get_type_hints(fn)
     tool_name = name or fn.__name__
-    spec = EffectSpec(fn, check, idempotent, retry, timeout)
     call = _caller(fn)
     shown = inspect.Signature(params[1:])
 
@@ -76,7 +64,7 @@ def effect_tool(
     body.__name__, body.__doc__, body.__module__ = fn.__name__, fn.__doc__, fn.__module__
     base = function_tool(body, name_override=tool_name, **tool_options)
     fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(FunctionTool) if f.init}
-    return EffectTool(**fields, effect=spec)
+    return EffectTool(**fields)
 
 
 def _caller(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -95,11 +83,10 @@ def _caller(fn: Callable[..., Any]) -> Callable[..., Any]:
 def journaled(tool: FunctionTool, session: Session) -> FunctionTool:
     invoke: Callable[[ToolContext[Any], str], Awaitable[Any]] = tool.on_invoke_tool
     name = tool.name
-    effect = isinstance(tool, EffectTool) and tool.effect is not None
+    effect = isinstance(tool, EffectTool)
 
     async def on_invoke_tool(ctx: ToolContext[Any], arguments: str) -> Any:
-        async def live(_arguments: str) -> Any:
-            session.live()
+        async def live(_arguments: str) -> Any:  # the arguments enter the step's digest
             return await invoke(ctx, arguments)
 
         with session.scope.at("t:" + safe_key(ctx.tool_call_id)):
