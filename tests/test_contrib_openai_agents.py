@@ -162,6 +162,19 @@ async def test_a_replayed_model_call_emits_no_generation_span(
     assert "generation" not in spans.ended  # the model was not called: nothing to trace
 
 
+async def test_without_on_approval_the_wait_has_no_token(store: stead.Store) -> None:
+    client = stead.Client(store, agents_app.app)
+    info = await client.start(agents_app.refund_order, "123", None, False)
+    await stead.Worker(agents_app.app, store).run_until_idle()
+    [w] = await client.waits(run_id=info.run_id)
+    assert w.kind == "approval" and w.token_hash is None
+    ok = await client.deliver(info.run_id, wait_id=w.wait_id, event_id="e1",
+                              payload={"approved": True}, bind=json.loads(w.bind))
+    assert isinstance(ok, stead.Accepted)
+    await stead.Worker(agents_app.app, store).run_until_idle()
+    assert await client.result(info.run_id, timeout=5) == "done: refunded 4200 on order 123"
+
+
 async def test_an_approval_that_expires_is_a_refusal(
     fstore: stead.Store, clock: stead.FakeClock,
 ) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import stead
+from stead.records import ResumeClass
 from tests.workers import agents_app
 from tests.workers.procs import KILLED, wait_until
 
@@ -148,3 +149,35 @@ async def test_an_approval_through_the_cli_while_no_worker_lives_runs_the_tool_o
     [sent] = agents_app.lines("ledger.log")  # the approved tool ran exactly once
     assert sent.startswith("123 4200")
     assert agents_app.lines("model.log") == ["asked", "asked"]
+
+
+async def test_an_effect_tool_killed_after_sending_is_resent_with_the_same_key(
+    procs: Procs, store: stead.Store, sdk_dir: Path,
+) -> None:
+    """The refund is an `effect_tool(idempotent=True)`: its intent is journaled
+    before it runs, so after a kill between the send and its outcome the
+    takeover knows it may have gone out and resends it under the same key."""
+    app = SDKS["openai_agents"].app
+    client = stead.Client(store)
+    info = await client.start("refund_order", "123", None, False, version=1)
+    first = procs.start(app, "--stay")
+
+    async def waiting() -> bool:
+        return (await store.get_run(info.run_id)).status == "waiting"
+
+    await wait_until("the run to wait for its approval", waiting, DEADLINE)
+    first.kill()
+    assert await procs.exit_code(first) == KILLED
+    [w] = await client.waits(run_id=info.run_id)
+    (sdk_dir / "die-after-sending").touch()
+    assert isinstance(await client.deliver(info.run_id, wait_id=w.wait_id, event_id="e1",
+                                           payload={"approved": True},
+                                           bind=json.loads(w.bind)), stead.Accepted)
+    dying = procs.start(app)
+    assert await procs.exit_code(dying) == KILLED, procs.output()
+    await _finish(procs, store, app, info.run_id)
+    assert await client.result(info.run_id) == "done: refunded 4200 on order 123"
+    sent = agents_app.lines("ledger.log")
+    assert len(sent) == 2 and sent[0] == sent[1]  # resent once, under the same key
+    last = (await client.resumes(info.run_id))[-1]
+    assert last.details.classes[ResumeClass.OUTCOME_UNKNOWN] == 1  # known as possibly sent

@@ -17,6 +17,7 @@ from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_messag
 
 import stead
 from stead.contrib import openai_agents
+from stead.testing import kill_process
 
 app = stead.App("agents-tests")
 
@@ -139,6 +140,10 @@ def refund_answer(call: ModelCall) -> ModelResponse:
 def refund(op: stead.Operation, order_id: str, amount: int) -> str:
     """Refund an order (the amount in cents)."""
     log("ledger.log", f"{order_id} {amount} {op.key}")
+    die = folder() / "die-after-sending"
+    if die.exists():  # the worker dies once the refund went out, before its outcome is journaled
+        die.unlink()
+        kill_process()
     return f"refunded {amount} on order {order_id}"
 
 
@@ -155,10 +160,11 @@ REFUND = openai_agents.effect_tool(refund, needs_approval=True, idempotent=True,
 
 
 @app.workflow(version=1)
-async def refund_order(run: stead.Run, order_id: str, expires_in: float | None = None) -> str:
+async def refund_order(run: stead.Run, order_id: str, expires_in: float | None = None,
+                       notify: bool = True) -> str:
     agent = Agent(name="refunds", instructions="Refund when asked.",
                   model=model(refund_answer), tools=[REFUND])
     result = await openai_agents.run(run, agent, f"refund order {order_id}",
-                                     on_approval=ask_for_approval,
+                                     on_approval=ask_for_approval if notify else None,
                                      approval_expires_in=expires_in)
     return str(result.final_output)
