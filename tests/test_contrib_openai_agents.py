@@ -102,6 +102,20 @@ async def test_a_rejected_call_is_refused_to_the_model_and_never_runs(
 
 
 
+async def test_a_prompt_changed_under_a_recorded_answer_stops_the_run(
+    store: stead.Store, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client = stead.Client(store, agents_app.app)
+    info = await client.start(agents_app.weather_twice, "Paris")
+    await stead.Worker(agents_app.app, store).run_until_idle()
+    monkeypatch.setattr(agents_app, "INSTRUCTIONS", "Answer in French.")  # a new deploy
+    await _wake(client, store, info.run_id)
+    stopped = await client.get(info.run_id)
+    assert stopped.status == "incompatible_checkpoint", stopped.error
+    assert "model ScriptedModel" in str(stopped.error)
+    assert len(agents_app.lines("model.log")) == 2  # the old answer was not reused, nor re-asked
+
+
 async def test_a_handoff_replays(store: stead.Store) -> None:
     client = stead.Client(store, agents_app.app)
     info = await client.start(agents_app.triage, "Paris")

@@ -86,8 +86,12 @@ def forecast(city: str) -> str:
     return f"{city}: rain"
 
 
+# What the weather agent is told: a test changes it under a recorded run.
+INSTRUCTIONS = "Answer with the weather."
+
+
 def weather_agent() -> Agent[Any]:
-    return Agent(name="weather", instructions="Answer with the weather.", model=model(),
+    return Agent(name="weather", instructions=INSTRUCTIONS, model=model(),
                  tools=[temperature, forecast])
 
 

@@ -25,6 +25,12 @@ def model_name(model: Model) -> str:
     return named if isinstance(named, str) and named else type(model).__name__
 
 
+def _type_name(value: Any) -> str:
+    """An object with no JSON form enters the digest by its type, never by its
+    repr: a repr may carry a memory address, different on every replay."""
+    return type(value).__qualname__
+
+
 class JournaledModel(Model):
     def __init__(self, inner: Model, session: Session) -> None:
         self.inner = inner
@@ -57,7 +63,7 @@ class JournaledModel(Model):
                 "output": None if output_schema is None else output_schema.name(),
                 "previous_response_id": previous_response_id,
                 "conversation_id": conversation_id, "prompt": prompt,
-            }, fallback=str)),
+            }, fallback=_type_name)),
         }
 
         async def ask(_request: dict[str, Any]) -> dict[str, Any]:
