@@ -9,14 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, RunConfig, Runner, UserError
+from agents import Agent, ModelResponse, RunConfig, Runner, Usage, UserError
+from agents.testing import assistant_message, function_call
 from agents.tracing import Span, Trace, TracingProcessor, set_trace_processors
 from agents.tracing.processors import default_processor
+from openai.types.responses import ResponseOutputMessage
 
 import stead
 from stead.contrib import openai_agents
 from stead.contrib._scope import Scope
-from stead.contrib.openai_agents import _graph, _session
+from stead.contrib.openai_agents import _graph, _responses, _session
 from tests.workers import agents_app
 
 pytestmark = pytest.mark.usefixtures("sdk_dir")
@@ -258,3 +260,20 @@ async def test_a_streamed_turn_is_the_journaled_answer_in_one_event(store: stead
     assert await client.result(info.run_id, timeout=5) == {
         "answer": "Paris: 12C / Paris: rain", "raw": 2}  # one completed event per turn
     assert len(agents_app.lines("model.log")) == 2
+
+
+def test_a_journaled_answer_comes_back_equal_even_missing_a_newly_required_field() -> None:
+    answer = ModelResponse(
+        output=[function_call("forecast", {"city": "Paris"}, call_id="c1"),
+                assistant_message("rain")],
+        usage=Usage(requests=1, input_tokens=7, output_tokens=3, total_tokens=10),
+        response_id="resp_1", request_id="req_1")
+    recorded = json.loads(json.dumps(_responses.dump(answer)))
+    again = _responses.load(recorded)
+    assert again.output == answer.output and again.usage == answer.usage
+    assert (again.response_id, again.request_id) == ("resp_1", "req_1")
+    # recorded by an openai release before `status` was required on messages
+    del recorded["output"][1]["status"]
+    older = _responses.load(recorded)
+    assert isinstance(older.output[1], ResponseOutputMessage)
+    assert older.output[1].content[0].text == "rain"
