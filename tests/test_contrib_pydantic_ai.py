@@ -120,3 +120,18 @@ async def test_replayed_work_emits_no_span(store: stead.Store) -> None:
     await stead.Worker(app, store).run_until_idle()
     assert await client.result(info.run_id, timeout=5) == "Paris: 12C / Paris: rain"
     assert [s.name for s in exporter.get_finished_spans()] == []  # all of it was replayed
+
+
+async def test_a_denied_call_never_runs(store: stead.Store, sdk_dir: Path) -> None:
+    client = stead.Client(store, pydantic_app.app)
+    info = await client.start(pydantic_app.refund_order, "123")
+    await stead.Worker(pydantic_app.app, store).run_until_idle()
+    asked = json.loads((sdk_dir / "approval.json").read_text())
+    [w] = await client.waits(run_id=info.run_id)
+    no = await client.deliver(info.run_id, wait_id=w.wait_id, event_id="e1",
+                              token=asked["token"], payload={"approvals": {"call_refund": False}})
+    assert isinstance(no, stead.Accepted)
+    await stead.Worker(pydantic_app.app, store).run_until_idle()
+    answer = await client.result(info.run_id, timeout=5)
+    assert answer.startswith("done: The tool call was denied")
+    assert agents_app.lines("ledger.log") == []
