@@ -135,3 +135,24 @@ async def test_a_denied_call_never_runs(store: stead.Store, sdk_dir: Path) -> No
     answer = await client.result(info.run_id, timeout=5)
     assert answer.startswith("done: The tool call was denied")
     assert agents_app.lines("ledger.log") == []
+
+
+async def test_a_timeout_counts_from_the_recorded_start(store: stead.Store) -> None:
+    app = stead.App("timed")
+
+    @app.workflow()
+    async def wf(run: stead.Run) -> str:
+        result = await run_agent(run, pydantic_app.weather_agent, "weather", timeout=600)
+        await (await run.wait("done", token=False))
+        return result.output
+
+    client = stead.Client(store, app)
+    info = await client.start(wf)
+    await stead.Worker(app, store).run_until_idle()
+    [start] = [r for r in await store.load_journal(info.run_id) if r.kind == "now"]
+    [w] = await client.waits(run_id=info.run_id)
+    await client.deliver(info.run_id, wait_id=w.wait_id, event_id="e1", payload={})
+    await stead.Worker(app, store).run_until_idle()
+    assert await client.result(info.run_id, timeout=5) == "Paris: 12C / Paris: rain"
+    assert [r.seq for r in await store.load_journal(info.run_id) if r.kind == "now"] == [
+        start.seq]  # the replay read the recorded start, it did not take a new one
