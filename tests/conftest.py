@@ -118,3 +118,11 @@ def app_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     monkeypatch.setattr(sys, "path", list(sys.path))
     yield f"{name}:app"
     sys.modules.pop(name, None)
+
+
+@pytest.fixture
+def sdk_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The folder the SDK integrations' test apps (tests/workers/*_app.py)
+    write what the outside world sees to."""
+    monkeypatch.setenv("SDK_DIR", str(tmp_path))
+    return tmp_path

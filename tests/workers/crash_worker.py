@@ -192,7 +192,7 @@ class ClaimLog(DelegatingStore):
 
 def crash_point(text: str) -> CrashPoint:
     """`before:3`, `after:1:part0` -> a CrashPoint."""
-    when, number, *name = text.split(":")
+    when, number, *name = text.split(":", 2)  # a name may hold colons
     n = int(number)
     step = name[0] if name else None
     if when == "before":
