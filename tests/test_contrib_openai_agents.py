@@ -42,7 +42,9 @@ async def test_parallel_calls_finishing_in_reverse_order_replay_identically(
     assert agents_app.lines("model.log") == ["asked", "asked"]
     # asked in the order temperature, forecast; finished the other way round
     assert agents_app.lines("tools.log") == ["temperature started", "forecast", "temperature"]
-    journal = await store.load_journal(info.run_id)
+    # (a call's started marker rides with whatever commit comes while it is in flight)
+    journal = [r for r in await store.load_journal(info.run_id)
+               if r.status != stead.records.RecordStatus.STARTED]
     assert [r.addr.split(".")[1] for r in journal[:3]] == ["m:model#0", "t:call_sky", "t:call_temp"]
     await _wake(client, store, info.run_id)
     # the replayed second request (its digest covers the tool outputs, in order) matched
