@@ -173,7 +173,7 @@ SERVICES = {IDEMPOTENT: ("refund_idempotent", "refund"),
 
 @dataclasses.dataclass(frozen=True)
 class Expect:
-    cls: str  # how the takeover classified the effect (docs/architecture.md §3)
+    cls: str  # how the takeover classified the effect (docs/architecture.md §4)
     phases: tuple[str, ...]  # the effect's journal records in the end
     decision: str | None = None  # the run stops as outcome_unknown; a human decides this
     sends: int = 1  # send calls the service received in all (a resend included)
