@@ -27,7 +27,9 @@ from stead.examples import (
     broken,
     ci_agent,
     openai_agent,
+    openai_agents_refund,
     policy_agent,
+    pydantic_ai_refund,
     refund_agent,
     services,
     triage,
@@ -93,6 +95,14 @@ async def _record(folder: Path) -> dict[str, stead.StoredRun]:
             run = await client.start("ask", "Weather in Paris?")
             await _finish(client, module.app, run.run_id)
             exported[name] = await client.export_run(run.run_id)
+
+        # The SDK integrations' agents, up to the approval they wait for.
+        for name, module in (("openai_agents_refund", openai_agents_refund),
+                             ("pydantic_ai_refund", pydantic_ai_refund)):
+            client = stead.Client(store, module.app)
+            run = await client.start("refund_order", "123")
+            await _finish(client, module.app, run.run_id)
+            exported[name] = await client.export_run(run.run_id)
     finally:
         await store.close()
     return exported
@@ -119,7 +129,9 @@ def histories(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 APPS = {"refund_agent": refund_agent.app, "ci_agent": ci_agent.app, "triage": triage.app,
         "broken": broken.app, "policy_agent": policy_agent.app,
-        "openai_agent": openai_agent.app, "anthropic_agent": anthropic_agent.app}
+        "openai_agent": openai_agent.app, "anthropic_agent": anthropic_agent.app,
+        "openai_agents_refund": openai_agents_refund.app,
+        "pydantic_ai_refund": pydantic_ai_refund.app}
 
 
 def _app_of(name: str) -> stead.App:
