@@ -12,6 +12,7 @@ from stead.errors import (
     GrantWidening,
     InvalidInput,
     InvalidIntent,
+    InvalidStart,
     KeysUnavailable,
     NonDeterminism,
     NotStopped,
@@ -28,6 +29,7 @@ from stead.errors import (
     StoreError,
     StoreUnavailable,
     TokenHidden,
+    UnknownQueue,
     UnknownRun,
     UnknownWorkflow,
     WaitExpired,
@@ -39,9 +41,11 @@ from stead.keys import Keyring
 from stead.llm import Completion, Model, ScriptedModel, ToolCall, Usage
 from stead.outcomes import Operation, Outcome
 from stead.policy import Action, Continue, Pause, Terminate
+from stead.queues import Queue
 from stead.records import Record, ResumeDetails, ResumeRecord, UnknownOutcome
 from stead.retry import Retry
 from stead.run import Run
+from stead.starts import Start
 from stead.state import Facts
 from stead.store import Store, open_store
 from stead.waits import Accepted, Delivery, Duplicate, Rejected, Token, Wait
@@ -72,6 +76,7 @@ __all__ = [
     "Intent",
     "InvalidInput",
     "InvalidIntent",
+    "InvalidStart",
     "Keyring",
     "KeysUnavailable",
     "Model",
@@ -81,6 +86,7 @@ __all__ = [
     "Outcome",
     "OutcomeUncertain",
     "Pause",
+    "Queue",
     "Record",
     "Rejected",
     "ResumeDetails",
@@ -94,6 +100,7 @@ __all__ = [
     "SecretInJournal",
     "SerializationError",
     "StaleLease",
+    "Start",
     "StateConflict",
     "StatusNotReached",
     "SteadError",
@@ -107,6 +114,7 @@ __all__ = [
     "TokenHidden",
     "ToolCall",
     "UnknownOutcome",
+    "UnknownQueue",
     "UnknownRun",
     "UnknownWorkflow",
     "Usage",

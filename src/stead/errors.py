@@ -227,3 +227,13 @@ class GrantWidening(SteadError):
 class GrantRefused(SteadError):
     """No unexpired grant covers an effect's call at the moment its intent
     would commit; nothing was sent and the run pauses for a decision."""
+
+
+class UnknownQueue(SteadError):
+    """A run was started in a queue the app does not declare (`app.queue`)."""
+
+
+class InvalidStart(InvalidInput):
+    """An item of a batch start (`Client.start_many`, a line given to `stead
+    start -`) is malformed or does not fit its workflow; the message names it.
+    Nothing of the batch was started."""

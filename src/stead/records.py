@@ -195,6 +195,9 @@ class RunRow:
     updated_at: float
     wake_at: float | None = None
     intent_version: int = 0  # the intent version in force; 0: the run has none
+    queue: str | None = None  # claimed only under this queue's limits
+    priority: int = 0  # in its queue: lower is claimed first
+    dedup_key: str | None = None  # unique among its queue's live runs
 
     @property
     def live(self) -> bool:
@@ -227,6 +230,11 @@ class NewRun:
     # The run's intent (JSON text), stored as its version 1 with the run.
     intent: str | None = None
     intent_why: str = "given at start"
+    # The queue it is claimed under, its priority there (lower first) and a
+    # key that returns the queue's live run holding it instead of a new run.
+    queue: str | None = None
+    priority: int = 0
+    dedup_key: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -423,3 +431,9 @@ class StateRow:
     data: str
     run_id: str | None
     updated_at: float | None
+
+
+def task_taken(new: NewRun, owner: RunRow) -> str:
+    """Why `new` cannot start: a live run of another workflow owns its task."""
+    return (f"task {new.task_id!r} already has a live run {owner.run_id} of workflow "
+            f"{owner.workflow!r}; cancel it before starting {new.workflow!r} for that task")

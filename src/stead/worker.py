@@ -28,6 +28,7 @@ from stead.app import App
 from stead.clock import Clock, SystemClock
 from stead.execution import Drain, Execution, ExecutionOptions, Stop
 from stead.leases import LeaseKeeper
+from stead.queues import Queue
 from stead.records import STOPPED, TERMINAL, Backlog, Fence, RunRow, RunStatus, WaitState
 from stead.run import Run
 from stead.store.base import Store
@@ -100,6 +101,7 @@ class Worker:
         # -> (until when, by loop time; the pause the next error starts).
         self._backoff: dict[str, tuple[float, float]] = {}
         self._claim_pause = 0.0
+        self._queue_turn = 0  # which of the app's queues the next claim starts with
 
     # -- public -------------------------------------------------------------
     async def run(self) -> None:
@@ -164,7 +166,7 @@ class Worker:
                     try:
                         claimed = await self.store.claim(
                             self.id, self.app.hosted(), self.options.lease_seconds, free,
-                            exclude=[*self._active, *backing_off],
+                            exclude=[*self._active, *backing_off], queues=self._queues(),
                         )
                         self._claim_pause = 0.0
                     except errors.DatabaseMissing as exc:
@@ -190,6 +192,15 @@ class Worker:
             finally:
                 await self._leases.stop()
 
+    def _queues(self) -> list[Queue]:
+        """The app's queues, starting one further at each claim, so that a
+        busy queue does not always take the free slots before the others."""
+        declared = list(self.app.queues.values())
+        if not declared:
+            return declared
+        self._queue_turn = (self._queue_turn + 1) % len(declared)
+        return declared[self._queue_turn:] + declared[:self._queue_turn]
+
     async def _ask(self, finished: Callable[[], Awaitable[bool]]) -> bool:
         try:
             return await finished()
@@ -204,6 +215,9 @@ class Worker:
         time. Our own leftovers (an execution that died) are not waited for."""
         if self._active:
             return False
+        for queue in self.app.queues.values():  # runs its limits hold back for now
+            if await self.store.queue_ready(queue, self.app.hosted()):
+                return False
         hosted = set(self.app.hosted())
         now = self.clock.now()
         horizon = now + self.options.lease_seconds

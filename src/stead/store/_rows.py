@@ -28,7 +28,15 @@ def run(row: Row) -> RunRow:
         # A store still on an older schema (before 7) has no intent column
         # (and `in` on an sqlite3.Row looks at its values, not its names).
         row["intent_version"] if "intent_version" in row.keys() else 0,  # noqa: SIM118
+        *_queue_columns(row),
     )
+
+
+def _queue_columns(row: Row) -> tuple[str | None, int, str | None]:
+    """queue, priority, dedup_key; a store before schema 12 has none."""
+    if "queue" not in row.keys():  # noqa: SIM118
+        return None, 0, None
+    return row["queue"], row["priority"], row["dedup_key"]
 
 
 def intent(row: Row) -> IntentRow:

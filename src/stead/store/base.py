@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from stead import addresses, errors, keys
+from stead.queues import Queue
 from stead.records import (
     Backlog,
     EventRow,
@@ -100,6 +101,17 @@ class Store:
             )
         return made
 
+    async def create_runs(self, news: Sequence[NewRun]) -> list[tuple[RunRow, bool]]:
+        """Insert a batch of runs in one transaction: all or none. For each, in
+        order, the new run and True, or the live run owning its task id or its
+        queue's dedup key (one earlier in the batch too) and False."""
+        if not news:
+            return []
+        return await self.database.write(
+            lambda: tx.create_runs(news, self.clock.now()),
+            Writing(landed=lambda _: tx.runs_created(news)),
+        )
+
     async def get_run(self, run_id: str) -> RunRow:
         """Raise `UnknownRun` if there is none."""
         run = await self.database.read(
@@ -150,14 +162,50 @@ class Store:
     # -- leases -------------------------------------------------------------
     async def claim(
         self, worker_id: str, hosted: Sequence[str], lease_seconds: float, limit: int,
-        exclude: Sequence[str] = (),
+        exclude: Sequence[str] = (), queues: Sequence[Queue] = (),
     ) -> list[RunRow]:
         """Take up to `limit` runnable runs whose `workflow@version` is in
         `hosted`, each with a fresh epoch and a lease until now + lease_seconds.
         `exclude` lists runs the caller still executes (a late heartbeat must
-        not make a worker take over its own run)."""
-        return await self.database.claim(
-            Claim(worker_id, hosted, lease_seconds, limit, exclude))
+        not make a worker take over its own run). Runs of `queues` are taken
+        first, in that order, each under its limits; runs of a queue not
+        listed are not taken; then runs in no queue."""
+        taken: list[RunRow] = []
+        for queue in queues:
+            if len(taken) >= limit:
+                break
+            taken += await self._claim_queue(
+                queue, worker_id, hosted, lease_seconds, limit - len(taken), exclude)
+        if len(taken) < limit:
+            taken += await self.database.claim(
+                Claim(worker_id, hosted, lease_seconds, limit - len(taken), exclude))
+        return taken
+
+    async def _claim_queue(
+        self, queue: Queue, worker_id: str, hosted: Sequence[str], lease_seconds: float,
+        limit: int, exclude: Sequence[str],
+    ) -> list[RunRow]:
+        now = self.clock.now()
+        params: dict[str, Any] = {"worker_id": worker_id, "hosted": list(hosted),
+                                  "exclude": list(exclude), "now": now,
+                                  "expires": now + lease_seconds}
+        # A read first: an idle worker's poll takes no lock and commits nothing.
+        if not await self.queue_ready(queue, hosted, exclude):
+            return []
+        return await self.database.write(
+            lambda: tx.claim_queue(queue, params, limit),
+            Writing(landed=lambda _: tx.queue_claimed(queue, params)),
+        )
+
+    async def queue_ready(
+        self, queue: Queue, hosted: Sequence[str], exclude: Sequence[str] = (),
+    ) -> bool:
+        """Whether `queue` has a run of `hosted` code that is not leased and
+        may run now (its limits may still hold it back)."""
+        probe = {"queue": queue.name, "hosted": list(hosted), "exclude": list(exclude),
+                 "now": self.clock.now()}
+        found = await self.database.read(lambda: tx.read_one("queue_ready", probe, bool))
+        return bool(found)
 
     async def renew(self, fences: Sequence[Fence], lease_seconds: float) -> list[Fence]:
         """Extend the leases still held; return the fences that were lost.
