@@ -219,7 +219,8 @@ class Client:
             try:
                 news.append(self._new_run(item))
             except errors.SteadError as exc:
-                raise errors.InvalidStart(f"{item.where or where}: {exc}") from exc
+                raise errors.InvalidStart(
+                    f"{item.where or where}: {exc}; nothing was started") from exc
         infos: list[RunInfo] = []
         for at in range(0, len(news), batch):
             chunk = news[at:at + batch]

@@ -64,11 +64,11 @@ def from_line(text: str, where: str) -> Start:
     try:
         line = _Line.model_validate_json(text)
     except pydantic.ValidationError as exc:
-        raise errors.InvalidStart(f"{where}: {_problems(exc)}") from None
+        raise errors.InvalidStart(f"{where}: {_problems(exc)}; nothing was started") from None
     try:
         intent = None if line.intent is None else Intent.from_json(line.intent)
     except errors.InvalidIntent as exc:
-        raise errors.InvalidStart(f"{where}: intent: {exc}") from None
+        raise errors.InvalidStart(f"{where}: intent: {exc}; nothing was started") from None
     return Start(line.workflow, line.args, line.kwargs, task_id=line.task_id,
                  version=line.version, queue=line.queue, priority=line.priority,
                  dedup_key=line.dedup_key, intent=intent, where=where)

@@ -164,10 +164,7 @@ class Worker:
                 backing_off = self._backing_off()
                 if free > 0:
                     try:
-                        claimed = await self.store.claim(
-                            self.id, self.app.hosted(), self.options.lease_seconds, free,
-                            exclude=[*self._active, *backing_off], queues=self._queues(),
-                        )
+                        claimed = await self._claim(free, [*self._active, *backing_off])
                         self._claim_pause = 0.0
                     except errors.DatabaseMissing as exc:
                         log.error("worker %s stops: %s", self.id, exc)
@@ -191,6 +188,20 @@ class Worker:
                 await self._drain()
             finally:
                 await self._leases.stop()
+
+    async def _claim(self, free: int, exclude: list[str]) -> list[RunRow]:
+        """Runs of the app's queues first (each under its limits), then runs
+        in no queue, up to `free`."""
+        hosted, lease = self.app.hosted(), self.options.lease_seconds
+        claimed: list[RunRow] = []
+        for queue in self._queues():
+            if len(claimed) < free:
+                claimed += await self.store.claim_queue(
+                    queue, self.id, hosted, lease, free - len(claimed), exclude)
+        if len(claimed) < free:
+            claimed += await self.store.claim(self.id, hosted, lease, free - len(claimed),
+                                              exclude=exclude)
+        return claimed
 
     def _queues(self) -> list[Queue]:
         """The app's queues, starting one further at each claim, so that a

@@ -162,29 +162,24 @@ class Store:
     # -- leases -------------------------------------------------------------
     async def claim(
         self, worker_id: str, hosted: Sequence[str], lease_seconds: float, limit: int,
-        exclude: Sequence[str] = (), queues: Sequence[Queue] = (),
+        exclude: Sequence[str] = (),
     ) -> list[RunRow]:
         """Take up to `limit` runnable runs whose `workflow@version` is in
         `hosted`, each with a fresh epoch and a lease until now + lease_seconds.
         `exclude` lists runs the caller still executes (a late heartbeat must
-        not make a worker take over its own run). Runs of `queues` are taken
-        first, in that order, each under its limits; runs of a queue not
-        listed are not taken; then runs in no queue."""
-        taken: list[RunRow] = []
-        for queue in queues:
-            if len(taken) >= limit:
-                break
-            taken += await self._claim_queue(
-                queue, worker_id, hosted, lease_seconds, limit - len(taken), exclude)
-        if len(taken) < limit:
-            taken += await self.database.claim(
-                Claim(worker_id, hosted, lease_seconds, limit - len(taken), exclude))
-        return taken
+        not make a worker take over its own run). Runs in a queue are left to
+        `claim_queue`."""
+        return await self.database.claim(
+            Claim(worker_id, hosted, lease_seconds, limit, exclude))
 
-    async def _claim_queue(
+    async def claim_queue(
         self, queue: Queue, worker_id: str, hosted: Sequence[str], lease_seconds: float,
-        limit: int, exclude: Sequence[str],
+        limit: int, exclude: Sequence[str] = (),
     ) -> list[RunRow]:
+        """`claim` for the runs of `queue`: no more than its limits leave room
+        for (counted in the claim's transaction, under the queue's lock, so
+        they hold across every worker of the database), lowest priority number
+        first, then oldest."""
         now = self.clock.now()
         params: dict[str, Any] = {"worker_id": worker_id, "hosted": list(hosted),
                                   "exclude": list(exclude), "now": now,
