@@ -198,6 +198,7 @@ class RunRow:
     queue: str | None = None  # claimed only under this queue's limits
     priority: int = 0  # in its queue: lower is claimed first
     dedup_key: str | None = None  # unique among its queue's live runs
+    started_at: float | None = None  # its first claim (a queue's rate counts these)
 
     @property
     def live(self) -> bool:

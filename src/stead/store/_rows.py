@@ -32,11 +32,11 @@ def run(row: Row) -> RunRow:
     )
 
 
-def _queue_columns(row: Row) -> tuple[str | None, int, str | None]:
-    """queue, priority, dedup_key; a store before schema 12 has none."""
+def _queue_columns(row: Row) -> tuple[str | None, int, str | None, float | None]:
+    """queue, priority, dedup_key, started_at; a store before schema 12 has none."""
     if "queue" not in row.keys():  # noqa: SIM118
-        return None, 0, None
-    return row["queue"], row["priority"], row["dedup_key"]
+        return None, 0, None, None
+    return row["queue"], row["priority"], row["dedup_key"], row["started_at"]
 
 
 def intent(row: Row) -> IntentRow:
