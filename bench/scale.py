@@ -182,9 +182,11 @@ def measure_dbos(db: str, size: int, args: argparse.Namespace, scratch: Path,
         log(f"DBOS {db} {size:,}: seeding")
         seed = runner.run(DBOS, {"workload": "scale_seed", "url": url, "size": size},
                           timeout=7200)
+        # Each process its own executor id: one launching recovers only its own.
         workers = [runner.Child(DBOS, {"workload": "scale_worker", "url": url,
                                        "concurrency": CONCURRENCY,
-                                       "per_process": PER_PROCESS, "executor": f"x{i}"})
+                                       "per_process": PER_PROCESS},
+                                env={"DBOS__VMID": f"bench-{i}"})
                    for i in range(args.workers)]
         try:
             for w in workers:
@@ -198,7 +200,8 @@ def measure_dbos(db: str, size: int, args: argparse.Namespace, scratch: Path,
         finally:
             for w in workers:
                 w.kill()
-    log(f"  DBOS: {args.runs / out['enqueue_seconds']:.0f} enqueues/s, "
+    log(f"  DBOS: seeded in {seed['seconds']:.0f} s; "
+        f"{args.runs / out['enqueue_seconds']:.0f} enqueues/s, "
         f"{args.runs / out['seconds']:.0f} runs/s")
     return {"seed": seed, "starts_per_s": args.runs / out["enqueue_seconds"],
             "runs_per_s": args.runs / out["seconds"]}
@@ -260,7 +263,8 @@ def section(found: dict[str, Any], args: argparse.Namespace, seconds: float) -> 
                   f"(target >= 2,000/s: {target}).",
                   f"- seeding {large:,} runs: {b['seed']['f_seconds'] + b['seed']['w_seconds']:.0f} s "
                   f"(+{b['seed']['analyze_seconds']:.0f} s ANALYZE), "
-                  f"{b['seed']['bytes'] / 1e6:,.0f} MB in use after.",
+                  f"{b['seed']['bytes'] / 1e6:,.0f} MB in use after; runs by status before "
+                  f"the measured ones: {json.dumps(b['seed']['statuses'])}.",
                   f"- claims that found the queue empty: p50 {fmt(b['idle_p50'], 1)} ms "
                   f"({b['idle_claims']} of them) at {large:,} runs.", "",
                   f"Plans at {large:,} runs, with the {args.runs:,} started runs queued (the "
@@ -303,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         for db in args.db:
             for size in args.sizes:
                 found[("stead", db, size)] = measure_stead(db, size, args, scratch, log)
-                if not args.no_dbos:
+                if not args.no_dbos and db == "postgres":  # its seed is PostgreSQL SQL
                     found[("dbos", db, size)] = measure_dbos(db, size, args, scratch, log)
     text = section(found, args, time.monotonic() - t0)
     print(text)

@@ -59,6 +59,7 @@ SELECT %(prefix)s || g || '-wait', %(prefix)s || g, w.addr, w.kind, w.bind, w.sc
 FROM waits AS w, generate_series(1, %(n)s) AS g
 WHERE w.run_id = %(template)s
 """
+COUNT_STATUSES = "SELECT status, count(*) FROM runs GROUP BY status"
 # SQLite: the same, numbered by a recursive CTE.
 SQ_SERIES = "WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < :n) "
 SQ_CLONE_RUNS = SQ_SERIES + """
@@ -100,14 +101,14 @@ async def templates(url: str) -> tuple[str, str]:
         await store.close()
 
 
-def clone(url: str, size: int, done: str, waiting: str) -> dict[str, float]:
+def clone(url: str, size: int, done: str, waiting: str) -> dict[str, Any]:
     """Copy the templates' rows: `size` runs in all, 90% finished."""
     finished = int(size * FINISHED_SHARE) - 1
     waits = size - finished - 2
     gap = 3600.0 / size  # spread over the hour before now
     t0 = time.time() - 7200.0
     jobs = [("f", done, finished, False), ("w", waiting, waits, True)]
-    timings: dict[str, float] = {}
+    timings: dict[str, Any] = {}
     if url.startswith("sqlite"):
         conn = sqlite3.connect(common.sqlite_path(url), isolation_level=None)
         try:
@@ -123,6 +124,7 @@ def clone(url: str, size: int, done: str, waiting: str) -> dict[str, float]:
             t = common.now()
             conn.execute("ANALYZE")
             timings["analyze_seconds"] = common.now() - t
+            timings["statuses"] = dict(conn.execute(COUNT_STATUSES).fetchall())
         finally:
             conn.close()
         return timings
@@ -140,6 +142,7 @@ def clone(url: str, size: int, done: str, waiting: str) -> dict[str, float]:
         t = common.now()
         conn.execute("VACUUM ANALYZE")
         timings["analyze_seconds"] = common.now() - t
+        timings["statuses"] = dict(conn.execute(COUNT_STATUSES).fetchall())
     return timings
 
 
