@@ -72,10 +72,18 @@ def start(ctx: click.Context, app_spec: str, workflow: str, args_json: str | Non
     intent). Every line is checked first: a bad one is named and nothing is
     started. Prints one JSON object a line: run_id, task_id, created.
     """
-    app = common.load_app(app_spec)
     if workflow == "-":
-        _start_lines(ctx, app, batch, quiet)
+        given = [name for name, value in (
+            ("ARGS_JSON", args_json), ("--kwargs", kwargs_json), ("--task-id", task_id),
+            ("--version", version), ("--intent", intent_file), ("--queue", queue),
+            ("--priority", priority), ("--dedup-key", dedup_key)) if value is not None]
+        if given:
+            raise click.UsageError(f"with WORKFLOW '-' each line says what {given[0]} would "
+                                   "(its fields: workflow, args, kwargs, task_id, version, "
+                                   "queue, priority, dedup_key, intent)")
+        _start_lines(ctx, common.load_app(app_spec), batch, quiet)
         return
+    app = common.load_app(app_spec)
     args = common.parse_json(args_json, "'ARGS_JSON'", list) if args_json is not None else []
     kwargs = (common.parse_json(kwargs_json, "'--kwargs'", dict) if kwargs_json is not None
               else {})
