@@ -17,6 +17,7 @@ EXPECTED = {
     "DatabaseMissing", "StatusNotReached", "ResumeDetails", "UnknownOutcome",
     "Intent", "Grant", "Budget", "InvalidIntent", "GrantWidening", "GrantRefused",
     "Continue", "Pause", "Terminate", "Action",
+    "Queue", "Start", "InvalidStart", "UnknownQueue",
 }
 
 

@@ -1,7 +1,7 @@
 """A worker process for tests/test_queue_processes.py: three of them share
 one database and claim the runs of queues with limits.
 
-    python queue_worker.py --db URL --worker-id ID
+    python queue_worker.py --db URL --worker-id ID [--slots 4]
 
 It works until nothing is left it can run (`run_until_idle`), then exits.
 """
@@ -35,11 +35,12 @@ async def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--db", required=True)
     p.add_argument("--worker-id", required=True)
+    p.add_argument("--slots", type=int, default=4)
     args = p.parse_args(argv)
     store = await stead.open_store(args.db)
     try:
         worker = stead.Worker(app, store, stead.WorkerOptions(
-            concurrency=4, poll_interval=0.05, worker_id=args.worker_id))
+            concurrency=args.slots, poll_interval=0.05, worker_id=args.worker_id))
         await worker.run_until_idle()
     finally:
         await store.close()
