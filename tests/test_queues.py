@@ -111,6 +111,8 @@ async def test_start_checks_the_queue_options(store: stead.Store) -> None:
         await client.start(job, 1, queue="urgent", priority="high")  # type: ignore[arg-type]
     with pytest.raises(stead.InvalidInput, match="non-empty"):
         await client.start(job, 1, queue="urgent", dedup_key=" ")
+    with pytest.raises(stead.InvalidInput, match="identifier-like"):
+        await stead.Client(store).start("job", 1, version=1, queue="\x1b[2J")
     assert await store.list_runs() == []  # nothing was stored
 
 

@@ -165,6 +165,8 @@ def test_stead_start_reads_json_lines(db_url: str, many_spec: str) -> None:
     runs = {r.run_id: r for r in stored_runs(db_url)}
     assert len(runs) == 2
     assert (runs[out[0]["run_id"]].queue, runs[out[0]["run_id"]].priority) == ("refunds", 2)
+    shown = CliRunner().invoke(main, ["--db", db_url, "runs", "show", out[0]["run_id"]])
+    assert "queue     refunds (priority 2)" in shown.output, shown.output
 
 
 @pytest.mark.parametrize(("lines", "says"), [

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from stead import codec, errors, inputs, records, waits
+from stead import codec, errors, inputs, queues, records, waits
 from stead.app import App, Workflow
 from stead.intent import Grant, Intent
 from stead.records import (
@@ -274,8 +274,9 @@ class Client:
         """A queue the app declares (any name without an app), a priority only
         in a queue that allows them, a dedup key only in a queue."""
         queue, priority, dedup = start.queue, start.priority, start.dedup_key
-        if queue is not None and (not isinstance(queue, str) or not queue):
-            raise errors.InvalidInput(f"queue= takes a queue's name, not {queue!r}")
+        if queue is not None and not queues.is_name(queue):
+            raise errors.InvalidInput(f"queue= takes a queue's name (an identifier-like "
+                                      f"word), not {queue!r}")
         if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
             raise errors.InvalidInput(f"priority= takes an integer (lower first), not {priority!r}")
         if dedup is not None and (not isinstance(dedup, str) or not dedup.strip()):

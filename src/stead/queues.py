@@ -54,11 +54,16 @@ class Queue:
         return now - self.period if self.rate is not None else now
 
 
+def is_name(text: object) -> bool:
+    """Whether `text` may name a queue: an identifier-like word."""
+    return isinstance(text, str) and _NAME.match(text) is not None
+
+
 def define(name: str, *, concurrency: int | None = None, per_worker: int | None = None,
            rate: tuple[int, Period] | None = None, priority: bool = False) -> Queue:
     """A checked `Queue`: `rate=(100, "1m")` is 100 starts a minute (a period
     is seconds, a `timedelta`, or a number with ms, s, m, h or d)."""
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not is_name(name):
         raise ValueError(f"queue name {name!r} must be an identifier-like word")
     for what, value in (("concurrency", concurrency), ("per_worker", per_worker)):
         _positive(name, what, value)
