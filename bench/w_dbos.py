@@ -207,7 +207,90 @@ def w_deliver(job: dict[str, Any]) -> dict[str, Any]:
     return {"sent": sent}
 
 
+# -- the scale run (bench/scale.py) ----------------------------------------------------
+# Copies of a template's rows with new ids, in every table keyed by
+# workflow_uuid; the columns are read from the catalog (DBOS's schema moves).
+_CLONE_TABLES = ("workflow_status", "operation_outputs", "workflow_input", "workflow_output")
+
+
+def _clone(conn: Any, table: str, template: str, prefix: str, n: int,
+           override: dict[str, Any]) -> None:
+    from psycopg import sql
+
+    cols = [r[0] for r in conn.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = 'dbos' "
+        "AND table_name = %s AND is_generated = 'NEVER' ORDER BY ordinal_position",
+        (table,)).fetchall()]
+    values = []
+    for col in cols:
+        if col == "workflow_uuid":
+            values.append(sql.SQL("{} || g").format(sql.Literal(prefix)))
+        elif col in override:
+            values.append(sql.SQL("{}").format(sql.Literal(override[col])))
+        else:
+            values.append(sql.SQL("t.{}").format(sql.Identifier(col)))
+    query = sql.SQL(
+        "INSERT INTO dbos.{t} ({cols}) SELECT {values} "
+        "FROM dbos.{t} AS t, generate_series(1, {n}) AS g WHERE t.workflow_uuid = {tpl}"
+    ).format(t=sql.Identifier(table), cols=sql.SQL(", ").join(map(sql.Identifier, cols)),
+             values=sql.SQL(", ").join(values), n=sql.Literal(n), tpl=sql.Literal(template))
+    conn.execute(query)
+
+
+def w_scale_seed(job: dict[str, Any]) -> dict[str, Any]:
+    """A database with `size` workflows: copies of one finished `small` run of
+    the queue, 90% as they are, 10% PENDING (waiting) out of the queue on an
+    executor that is gone (no process recovers them; in the queue they would
+    count against its concurrency)."""
+    import psycopg
+
+    launch(job)
+    queue = DBOS.register_queue("bench")
+    template = queue.enqueue(small, 0)
+    template.get_result()
+    DBOS.destroy()
+    size = job["size"]
+    finished = int(size * 0.9) - 1
+    waiting = {"status": "PENDING", "queue_name": None, "executor_id": "departed",
+               "output": None, "completed_at": None}
+    t0 = common.now()
+    with psycopg.connect(job["url"], autocommit=True) as conn:
+        for prefix, n, override in (("f", finished, {}), ("w", size - finished - 1, waiting)):
+            with conn.transaction():
+                for table in _CLONE_TABLES:
+                    _clone(conn, table, template.workflow_id, prefix, n,
+                           override if table == "workflow_status" else {})
+        conn.execute("VACUUM ANALYZE")
+        row = conn.execute("SELECT count(*) FROM dbos.workflow_status").fetchone()
+    return {"seconds": common.now() - t0, "workflows": row[0] if row else 0}
+
+
+def w_scale_worker(job: dict[str, Any]) -> dict[str, Any]:
+    """A process serving the queue until the parent says stop."""
+    launch(job)
+    DBOS.register_queue("bench", concurrency=job["concurrency"],
+                        worker_concurrency=job["per_process"], polling_interval_sec=0.01)
+    common.emit("READY", {"pid": os.getpid()})
+    input()
+    DBOS.destroy()
+    return {}
+
+
+def w_scale_enqueue(job: dict[str, Any]) -> dict[str, Any]:
+    client = DBOSClient(system_database_url=job["url"])
+    options: Any = {"queue_name": "bench", "workflow_name": "small"}
+    t0 = common.now()
+    handles = [client.enqueue(options, i) for i in range(job["runs"])]
+    t1 = common.now()
+    done = sum(1 for h in handles if h.get_result() is not None)
+    t2 = common.now()
+    client.destroy()
+    return {"enqueue_seconds": t1 - t0, "seconds": t2 - t0, "completed": done}
+
+
 WORKLOADS = {
+    "scale_seed": w_scale_seed, "scale_worker": w_scale_worker,
+    "scale_enqueue": w_scale_enqueue,
     "seq": w_seq, "many": w_many, "recover_prepare": w_recover_prepare, "recover": w_recover,
     "growth": w_growth, "waits_host": w_waits_host, "deliver": w_deliver,
 }

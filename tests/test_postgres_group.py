@@ -8,6 +8,7 @@ schema-3 database to schema 4 keeps its journal."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import psycopg
 import pytest
@@ -236,9 +237,16 @@ async def test_a_schema_3_database_migrates_to_4_keeping_its_journal(pg_url: str
         await conn.close()
     assert _journal_indexes(target.schema) == {
         "journal_pkey", "journal_run_id_addr_attempt_status_key"}
+    # A run leased at epoch 1, inserted as a schema-3 store wrote it (today's
+    # start and claim name columns that schema 3 does not have).
+    pg.admin(sql.SQL(
+        "INSERT INTO {}.runs (run_id, workflow, version, status, input, epoch, lease_owner, "
+        "lease_expires_at, created_at, updated_at) "
+        "VALUES ('r00', 'wf', 1, 'running', %s, 1, 'w1', %s, 0, 0)").format(schema).as_string(),
+        "{}", time.time() + 60)
+    fence = Fence("r00", 1, "w1")
     old = await _schema3_store(pg_url)
     try:
-        [fence] = await _claimed(old, 1)
         await old.append(fence, [_rec(0, 1), _rec(1, 1)])
     finally:
         await old.close()

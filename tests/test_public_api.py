@@ -26,6 +26,7 @@ EXPECTED = {
     "WorkspaceOutsideRoot",
     "WorkspaceEscape", "WorkspaceTooLarge", "WorkspaceChanged", "WorkspaceMismatch",
     "ChildFailed", "InvalidSchedule", "Missed", "PruneReport", "prune",
+    "Queue", "Start", "InvalidStart", "UnknownQueue",
 }
 
 

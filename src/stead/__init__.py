@@ -15,6 +15,7 @@ from stead.errors import (
     InvalidInput,
     InvalidIntent,
     InvalidSchedule,
+    InvalidStart,
     KeysUnavailable,
     MigrationRefused,
     NonDeterminism,
@@ -35,6 +36,7 @@ from stead.errors import (
     TaskMismatch,
     TokenHidden,
     UnknownAction,
+    UnknownQueue,
     UnknownRun,
     UnknownWorkflow,
     WaitExpired,
@@ -55,6 +57,7 @@ from stead.llm import Completion, Model, ScriptedModel, ToolCall, Usage
 from stead.migrations import Migrated, MigrationView
 from stead.outcomes import Compensation, Operation, Outcome
 from stead.policy import Action, Continue, Pause, Terminate
+from stead.queues import Queue
 from stead.records import (
     HostRow,
     Lineage,
@@ -70,6 +73,7 @@ from stead.records import (
 from stead.retention import PruneReport, prune
 from stead.retry import Retry
 from stead.run import Run
+from stead.starts import Start
 from stead.state import Facts
 from stead.store import Store, open_store
 from stead.waits import Accepted, Delivery, Duplicate, Operator, Rejected, Token, Wait
@@ -107,6 +111,7 @@ __all__ = [
     "InvalidInput",
     "InvalidIntent",
     "InvalidSchedule",
+    "InvalidStart",
     "Keyring",
     "KeysUnavailable",
     "Lineage",
@@ -127,6 +132,7 @@ __all__ = [
     "OutcomeUncertain",
     "Pause",
     "PruneReport",
+    "Queue",
     "Record",
     "Rejected",
     "ResumeDetails",
@@ -142,6 +148,7 @@ __all__ = [
     "SerializationError",
     "Snapshot",
     "StaleLease",
+    "Start",
     "StateConflict",
     "StatusNotReached",
     "SteadError",
@@ -158,6 +165,7 @@ __all__ = [
     "ToolCall",
     "UnknownAction",
     "UnknownOutcome",
+    "UnknownQueue",
     "UnknownRun",
     "UnknownWorkflow",
     "Usage",

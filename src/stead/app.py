@@ -9,10 +9,11 @@ import re
 from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 
-from stead import errors
+from stead import errors, queues
 from stead.intent import Intent, Matcher, check_tool, check_tools
 from stead.migrations import Migration, MigrationFn
 from stead.policy import Policy, PolicyFn
+from stead.queues import Period, Queue
 from stead.records import Missed
 from stead.schedules import Schedule
 from stead.schedules import check as check_schedule
@@ -64,6 +65,31 @@ class App:
         self.matchers: dict[str, Matcher] = dict(matchers or {})
         self.tools: frozenset[str] | None = None if tools is None else _tool_names(tools)
         self._schedules: dict[str, Schedule] = {}
+        self.queues: dict[str, Queue] = {}
+
+    def queue(self, name: str, *, concurrency: int | None = None,
+              per_worker: int | None = None, rate: tuple[int, Period] | None = None,
+              priority: bool = False) -> Queue:
+        """Declare queue `name`: at most `concurrency` of its runs execute at
+        once across every worker of the database, `per_worker` on one worker,
+        and `rate=(100, "1m")` start per period. With `priority`, runs may be
+        started with a priority (lower first). Workers of this app claim the
+        queue's runs under these limits (`client.start(..., queue=name)`)."""
+        if name in self.queues:
+            raise ValueError(f"queue {name!r} is declared twice")
+        made = queues.define(name, concurrency=concurrency, per_worker=per_worker, rate=rate,
+                             priority=priority)
+        self.queues[name] = made
+        return made
+
+    def get_queue(self, name: str) -> Queue:
+        """The queue declared as `name`; `UnknownQueue` if there is none."""
+        if name not in self.queues:
+            known = ", ".join(sorted(self.queues)) or "none"
+            raise errors.UnknownQueue(
+                f"app {self.name!r} declares no queue {name!r} (declared: {known}); "
+                "declare it with app.queue(...)")
+        return self.queues[name]
 
     def check_intent(self, intent: Intent) -> None:
         """Raise `InvalidIntent` if `intent` grants a tool this app does not

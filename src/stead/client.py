@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from stead import codec, dryrun, errors, forks, inputs, records, takeover, waits, workspaces
+from stead import codec, dryrun, errors, forks, inputs, queues, records, takeover, waits, workspaces
 from stead.app import App, Workflow
 from stead.exports import StoredRun
 from stead.intent import Grant, Intent
@@ -28,6 +28,7 @@ from stead.records import (
     RunStatus,
     WaitState,
 )
+from stead.starts import Start
 from stead.state import Facts
 from stead.store.base import Store
 
@@ -56,6 +57,8 @@ class RunInfo:
     parent_id: str | None = None  # the run that started this one (`run.child`)
     deadline: float | None = None
     cancel_requested: bool = False  # asked to stop at its next call boundary
+    queue: str | None = None
+    priority: int = 0
 
     @property
     def code(self) -> str:
@@ -84,7 +87,8 @@ class RunInfo:
             error=None if row.error is None else _loads(row.error, row.run_id),
             created=created, lease_expires_at=row.lease_expires_at,
             parent_id=row.parent_id, deadline=row.deadline,
-            cancel_requested=row.cancel_requested is not None,
+            cancel_requested=row.cancel_requested is not None, queue=row.queue,
+            priority=row.priority,
         )
 
 
@@ -208,14 +212,63 @@ class Client:
         version: int | None = None,
         intent: Intent | None = None,
         deadline: dt.timedelta | float | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        dedup_key: str | None = None,
         **kwargs: Any,
     ) -> RunInfo:
         """Start a run of `workflow` with these arguments. With a `task_id`, a
         live run of that task is returned instead of starting a second one.
         `intent` is stored with the run as its intent's version 1 (grants with
-        `expires_in` count from now). A run not ended `deadline` (seconds, or
-        a timedelta) from now fails (`DeadlineExceeded`) at its next call
-        boundary, a waiting one as the deadline passes."""
+        `expires_in` count from now). With a `queue` (declared by the app,
+        `app.queue`), workers claim the run under the queue's limits, by
+        `priority` (lower first; the queue must allow priorities); a live run
+        of the queue holding the same `dedup_key` is returned instead. A run
+        not ended `deadline` (seconds, or a timedelta) from now fails
+        (`DeadlineExceeded`) at its next call boundary, a waiting one as the
+        deadline passes."""
+        new = self._new_run(Start(workflow, args, kwargs, task_id=task_id, version=version,
+                                  queue=queue, priority=priority, dedup_key=dedup_key,
+                                  intent=intent, deadline=deadline))
+        row, created = await self.store.create_run(new)
+        if not created and row.task_id == new.task_id and row.workflow != new.workflow:
+            raise errors.SteadError(records.task_taken(new, row))
+        return RunInfo.from_row(row, created=created)
+
+    async def start_many(
+        self, runs: Iterable[Start], *, batch: int = 1000,
+    ) -> list[RunInfo]:
+        """Start many runs, each a `Start` (the arguments of `start`), in one
+        transaction per `batch` runs: a run, in order, for each (the live run
+        of its task or dedup key, `created` False, if there is one). Every item
+        is checked before anything is written: one that does not fit raises
+        `InvalidStart` naming it, and nothing is started; a batch is stored
+        whole or not at all."""
+        if batch < 1:
+            raise ValueError("batch must be at least 1")
+        news = []
+        for index, item in enumerate(runs):
+            where = f"start #{index}"
+            if not isinstance(item, Start):
+                raise errors.InvalidStart(f"{where}: start_many takes stead.Start items, "
+                                          f"not {type(item).__name__}")
+            try:
+                news.append(self._new_run(item))
+            except errors.SteadError as exc:
+                raise errors.InvalidStart(
+                    f"{item.where or where}: {exc}; nothing was started") from exc
+        infos: list[RunInfo] = []
+        for at in range(0, len(news), batch):
+            chunk = news[at:at + batch]
+            made = await self.store.create_runs(chunk)
+            infos += [RunInfo.from_row(row, created=created) for row, created in made]
+        return infos
+
+    def _new_run(self, start: Start) -> records.NewRun:
+        """The run `start` asks for, checked: its workflow and arguments, its
+        intent, its queue, priority and dedup key."""
+        intent = start.intent
+        deadline = start.deadline
         seconds = deadline.total_seconds() if isinstance(deadline, dt.timedelta) else deadline
         if seconds is not None and (isinstance(seconds, bool) or seconds <= 0):
             raise errors.InvalidInput("a run's deadline is a positive number of seconds")
@@ -224,6 +277,7 @@ class Client:
         if intent is not None and self.app is not None:
             self.app.check_intent(intent)
         wf: Workflow[Any, Any] | None = None
+        workflow, version = start.workflow, start.version
         if isinstance(workflow, str):
             if self.app is not None:
                 wf = self.app.get(workflow, version)
@@ -237,29 +291,50 @@ class Client:
         else:
             wf = workflow
             name, wf_version = workflow.name, workflow.version
+        task_id = start.task_id
         if isinstance(task_id, str) and not task_id.strip():
             raise errors.InvalidInput(
                 f"task_id {task_id!r} is empty: give a business key (e.g. order-123), "
                 "or no task_id at all"
             )
-        payload = inputs.encode(args, kwargs, workflow=name)
+        self._check_queue(start)
+        payload = inputs.encode(start.args, start.kwargs, workflow=name)
         if wf is not None:
             inputs.check(wf, payload)
-        new = records.NewRun(
+        return records.NewRun(
             run_id=uuid.uuid4().hex, workflow=name, version=wf_version,
             task_id=task_id, input=payload,
             intent=None if intent is None else intent.anchored(self.store.clock.now()).dumps(),
             intent_why=(intent.reason if intent is not None and intent.reason
                         else "given at start"),
             deadline=None if seconds is None else self.store.clock.now() + seconds,
+            queue=start.queue, priority=start.priority or 0, dedup_key=start.dedup_key,
         )
-        row, created = await self.store.create_run(new)
-        if not created and row.workflow != name:
-            raise errors.SteadError(
-                f"task {task_id!r} already has a live run {row.run_id} of workflow "
-                f"{row.workflow!r}; cancel it before starting {name!r} for that task"
-            )
-        return RunInfo.from_row(row, created=created)
+
+    def _check_queue(self, start: Start) -> None:
+        """A queue the app declares (any name without an app), a priority only
+        in a queue that allows them, a dedup key only in a queue."""
+        queue, priority, dedup = start.queue, start.priority, start.dedup_key
+        if queue is not None and not queues.is_name(queue):
+            raise errors.InvalidInput(f"queue= takes a queue's name (an identifier-like "
+                                      f"word), not {queue!r}")
+        if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+            raise errors.InvalidInput(f"priority= takes an integer (lower first), not {priority!r}")
+        if dedup is not None and (not isinstance(dedup, str) or not dedup.strip()):
+            raise errors.InvalidInput(f"dedup_key= takes a non-empty string, not {dedup!r}")
+        if queue is None:
+            if priority is not None or dedup is not None:
+                raise errors.InvalidInput(
+                    "priority= and dedup_key= need a queue= (without a queue, task_id= "
+                    "returns the live run of a task)")
+            return
+        if self.app is None:
+            return
+        declared = self.app.get_queue(queue)
+        if priority is not None and not declared.priority:
+            raise errors.InvalidInput(
+                f"queue {queue!r} takes no priorities: declare it with "
+                f"app.queue({queue!r}, priority=True)")
 
     async def get(self, run_id: str) -> RunInfo:
         return RunInfo.from_row(await self.store.get_run(run_id))

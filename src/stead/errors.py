@@ -338,3 +338,13 @@ class CancelRequested(SteadError):
 
 class InvalidSchedule(SteadError):
     """A schedule's cron expression or missed-tick policy is not valid."""
+
+
+class UnknownQueue(SteadError):
+    """A run was started in a queue the app does not declare (`app.queue`)."""
+
+
+class InvalidStart(InvalidInput):
+    """An item of a batch start (`Client.start_many`, a line given to `stead
+    start -`) is malformed or does not fit its workflow; the message names it.
+    Nothing of the batch was started."""

@@ -219,6 +219,10 @@ class RunRow:
     parent_id: str | None = None  # the run that started this one with `run.child`
     deadline: float | None = None  # when the run fails if it has not ended
     cancel_requested: float | None = None  # when a cancel was asked of its holder
+    queue: str | None = None  # claimed only under this queue's limits
+    priority: int = 0  # in its queue: lower is claimed first
+    dedup_key: str | None = None  # unique among its queue's live runs
+    started_at: float | None = None  # its first claim (a queue's rate counts these)
 
     @property
     def live(self) -> bool:
@@ -253,6 +257,11 @@ class NewRun:
     intent_why: str = "given at start"
     parent_id: str | None = None
     deadline: float | None = None
+    # The queue it is claimed under, its priority there (lower first) and a
+    # key that returns the queue's live run holding it instead of a new run.
+    queue: str | None = None
+    priority: int = 0
+    dedup_key: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -683,3 +692,9 @@ class RunExport:
             "events": [dataclasses.asdict(e) for e in self.events],
             "intents": [dataclasses.asdict(i) for i in self.intents],
         }
+
+
+def task_taken(new: NewRun, owner: RunRow) -> str:
+    """Why `new` cannot start: a live run of another workflow owns its task."""
+    return (f"task {new.task_id!r} already has a live run {owner.run_id} of workflow "
+            f"{owner.workflow!r}; cancel it before starting {new.workflow!r} for that task")

@@ -667,7 +667,10 @@ class Run:
         new = records.NewRun(
             run_id=successor, workflow=self.workflow, version=self.version,
             task_id=self.task_id, input=text, intent=intent,
-            intent_why=f"continued from run {self.id}")
+            intent_why=f"continued from run {self.id}",
+            # The same queue, priority and dedup key: the chain is one piece of work.
+            queue=self._row.queue, priority=self._row.priority,
+            dedup_key=self._row.dedup_key, deadline=self._row.deadline)
         result = codec.dumps({"continued_as": successor}, what="a continuation")
         await x.write((), lambda batch, resume: x.store.continue_run(
             x.fence, batch, resume, result, new,

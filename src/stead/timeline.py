@@ -287,6 +287,7 @@ def render_run(
         f"run       {info.run_id}",
         f"workflow  {info.workflow}@{info.version}",
         f"task      {info.task_id or '-'}",
+        *([f"queue     {info.queue} (priority {info.priority})"] if info.queue else []),
         f"status    {info.status}",
         f"epoch     {info.epoch}" + (f"  (lease held by {info.lease_owner})"
                                      if info.lease_owner and now is None else ""),

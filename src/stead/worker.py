@@ -28,6 +28,7 @@ from stead.app import App
 from stead.clock import Clock, SystemClock
 from stead.execution import Continued, Drain, Execution, ExecutionOptions, Stop
 from stead.leases import LeaseKeeper
+from stead.queues import Queue
 from stead.records import (
     STOPPED,
     TERMINAL,
@@ -119,6 +120,7 @@ class Worker:
         self._claimable: list[str] = app.hosted()
         # Each schedule's next tick as last read: firing is tried once it is due.
         self._next_ticks: dict[str, float] = {}
+        self._queue_turn = 0  # which of the app's queues the next claim starts with
 
     # -- public -------------------------------------------------------------
     async def run(self) -> None:
@@ -184,10 +186,7 @@ class Worker:
                 backing_off = self._backing_off()
                 if free > 0:
                     try:
-                        claimed = await self.store.claim(
-                            self.id, self._claimable, self.options.lease_seconds, free,
-                            exclude=[*self._active, *backing_off],
-                        )
+                        claimed = await self._claim(free, [*self._active, *backing_off])
                         self._claim_pause = 0.0
                     except errors.DatabaseMissing as exc:
                         log.error("worker %s stops: %s", self.id, exc)
@@ -243,6 +242,30 @@ class Worker:
         except errors.StoreError as exc:
             log.warning("worker %s could not send its heartbeat: %s", self.id, exc)
 
+    async def _claim(self, free: int, exclude: list[str]) -> list[RunRow]:
+        """Runs of the app's queues first (each under its limits), then runs
+        in no queue, up to `free`."""
+        # The versions it hosts, and those it migrates that no other live worker hosts.
+        hosted, lease = self._claimable, self.options.lease_seconds
+        claimed: list[RunRow] = []
+        for queue in self._queues():
+            if len(claimed) < free:
+                claimed += await self.store.claim_queue(
+                    queue, self.id, hosted, lease, free - len(claimed), exclude)
+        if len(claimed) < free:
+            claimed += await self.store.claim(self.id, hosted, lease, free - len(claimed),
+                                              exclude=exclude)
+        return claimed
+
+    def _queues(self) -> list[Queue]:
+        """The app's queues, starting one further at each claim, so that a
+        busy queue does not always take the free slots before the others."""
+        declared = list(self.app.queues.values())
+        if not declared:
+            return declared
+        self._queue_turn = (self._queue_turn + 1) % len(declared)
+        return declared[self._queue_turn:] + declared[:self._queue_turn]
+
     async def _ask(self, finished: Callable[[], Awaitable[bool]]) -> bool:
         try:
             return await finished()
@@ -257,6 +280,9 @@ class Worker:
         time. Our own leftovers (an execution that died) are not waited for."""
         if self._active:
             return False
+        for queue in self.app.queues.values():  # runs its limits hold back for now
+            if await self.store.queue_ready(queue, self.app.hosted()):
+                return False
         hosted = set(self.app.hosted())
         now = self.clock.now()
         horizon = now + self.options.lease_seconds

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from typing import Any
 
 import click
 
-from stead import decisions, records, timeline, workspace_view
+from stead import decisions, errors, records, timeline, workspace_view
+from stead.app import App
 from stead.cli import common
 from stead.client import RunInfo
+from stead.starts import from_lines
 
 
 def _task_id(value: str | None) -> str | None:
@@ -44,17 +47,42 @@ def _shown(info: RunInfo) -> RunInfo:
 @click.option("--intent", "intent_file", metavar="FILE", default=None,
               help="A JSON file with the run's intent: goal, instructions, plan_version, "
                    "grants, budget, reason.")
+@click.option("--queue", default=None, help="Start it in this queue (declared by the app).")
+@click.option("--priority", type=int, default=None,
+              help="Its priority in the queue: lower runs first.")
+@click.option("--dedup-key", default=None,
+              help="Starting it again in the queue returns the live run with this key.")
+@click.option("--batch", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="With WORKFLOW '-': runs per transaction.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the run id.")
 @click.pass_context
 def start(ctx: click.Context, app_spec: str, workflow: str, args_json: str | None,
           kwargs_json: str | None, task_id: str | None, version: int | None,
-          intent_file: str | None, quiet: bool) -> None:
+          intent_file: str | None, queue: str | None, priority: int | None,
+          dedup_key: str | None, batch: int, quiet: bool) -> None:
     """Start a run of WORKFLOW from MODULE:APP.
 
     ARGS_JSON is a JSON array of positional arguments, e.g. '[{"id": 4711}]'.
     A worker picks the run up. With --task-id, a live run of that task is
     returned instead of starting a second one.
+
+    WORKFLOW '-' reads the runs to start from stdin, one JSON object a line:
+    {"workflow": "triage", "args": ["T-1"], "task_id": "ticket-T-1",
+    "queue": "refunds", "priority": 5} (also kwargs, version, dedup_key,
+    intent). Every line is checked first: a bad one is named and nothing is
+    started. Prints one JSON object a line: run_id, task_id, created.
     """
+    if workflow == "-":
+        given = [name for name, value in (
+            ("ARGS_JSON", args_json), ("--kwargs", kwargs_json), ("--task-id", task_id),
+            ("--version", version), ("--intent", intent_file), ("--queue", queue),
+            ("--priority", priority), ("--dedup-key", dedup_key)) if value is not None]
+        if given:
+            raise click.UsageError(f"with WORKFLOW '-' each line says what {given[0]} would "
+                                   "(its fields: workflow, args, kwargs, task_id, version, "
+                                   "queue, priority, dedup_key, intent)")
+        _start_lines(ctx, common.load_app(app_spec), batch, quiet)
+        return
     app = common.load_app(app_spec)
     args = common.parse_json(args_json, "'ARGS_JSON'", list) if args_json is not None else []
     kwargs = (common.parse_json(kwargs_json, "'--kwargs'", dict) if kwargs_json is not None
@@ -64,7 +92,8 @@ def start(ctx: click.Context, app_spec: str, workflow: str, args_json: str | Non
     async def go() -> Any:
         async with common.opened_client(common.database_url(ctx), app) as client:
             return await client.start(workflow, *args, task_id=task_id, version=version,
-                                      intent=intent, **kwargs)
+                                      intent=intent, queue=queue, priority=priority,
+                                      dedup_key=dedup_key, **kwargs)
 
     info = _shown(common.run_async(go()))
     if quiet:
@@ -75,6 +104,25 @@ def start(ctx: click.Context, app_spec: str, workflow: str, args_json: str | Non
     else:
         click.echo(f"run {info.run_id} already exists for task {info.task_id} "
                    f"(status {info.status}); not started again")
+
+
+def _start_lines(ctx: click.Context, app: App, batch: int, quiet: bool) -> None:
+    """`stead start MODULE:APP -`: the runs on stdin, JSON lines."""
+    try:
+        wanted = from_lines(sys.stdin)
+    except errors.InvalidStart as exc:
+        raise click.ClickException(common.safe_lines(str(exc))) from None
+
+    async def go() -> list[RunInfo]:
+        async with common.opened_client(common.database_url(ctx), app) as client:
+            return await client.start_many(wanted, batch=batch)
+
+    for info in common.run_async(go()):
+        if quiet:
+            click.echo(common.safe(info.run_id))
+        else:
+            click.echo(json.dumps({"run_id": info.run_id, "task_id": info.task_id,
+                                   "created": info.created, "status": info.status}))
 
 
 @click.group()

@@ -34,18 +34,26 @@ def run(row: Row) -> RunRow:
         # A store still on an older schema (before 7) has no intent column
         # (and `in` on an sqlite3.Row looks at its values, not its names).
         row["intent_version"] if "intent_version" in row.keys() else 0,  # noqa: SIM118
-        *_since_13(row),
+        **_since_13(row),
+        **_queue_columns(row),
     )
 
 
 _SCHEMA_13 = ("parent_id", "deadline", "cancel_requested")
 
 
-def _since_13(row: Row) -> tuple[Any, ...]:
+def _since_13(row: Row) -> dict[str, Any]:
     """A run's columns of schema 13 (child runs, deadlines, cancel requests);
     None on an older schema."""
     names = row.keys()
-    return tuple(row[n] if n in names else None for n in _SCHEMA_13)
+    return {n: row[n] if n in names else None for n in _SCHEMA_13}
+
+
+def _queue_columns(row: Row) -> dict[str, Any]:
+    """queue, priority, dedup_key, started_at; a store before schema 12 has none."""
+    if "queue" not in row.keys():  # noqa: SIM118
+        return {}
+    return {n: row[n] for n in ("queue", "priority", "dedup_key", "started_at")}
 
 
 def schedule(row: Row) -> ScheduleRow:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from stead import errors
+from stead.queues import Queue
 from stead.records import (
     TERMINAL,
     UNAUTHENTICATED,
@@ -48,6 +49,7 @@ from stead.records import (
     Verdict,
     WaitRow,
     WaitState,
+    task_taken,
 )
 from stead.store import _rows
 from stead.store._rows import Row
@@ -89,28 +91,28 @@ def create_run(new: NewRun, now: float) -> Flow[tuple[RunRow, bool] | None]:
     """The new run and True, or the live run owning its task and False; None
     if the insert lost to a conflicting run that is not live."""
     params = {"run_id": new.run_id, "workflow": new.workflow, "version": new.version,
-              "task_id": new.task_id, "input": new.input, "now": now}
+              "task_id": new.task_id, "input": new.input, "now": now, "queue": new.queue,
+              "priority": new.priority, "dedup_key": new.dedup_key}
     for _ in range(3):
-        if new.task_id is not None:
-            row = yield one("find_live_task", {"task_id": new.task_id})
-            if row is not None:
-                return _rows.run(row), False
-        row = yield one("insert_run", params)
+        row = yield from live_owner(new)
         if row is not None:
+            return row, False
+        added = yield one("insert_run", params)
+        if added is not None:
             if new.parent_id is not None or new.deadline is not None:
                 links = {"run_id": new.run_id, "parent_id": new.parent_id,
                          "deadline": new.deadline}
                 yield execute("set_run_links", links)
-                row = {**row, "parent_id": new.parent_id, "deadline": new.deadline}
+                added = {**added, "parent_id": new.parent_id, "deadline": new.deadline}
             if new.intent is None:
-                return _rows.run(row), True
+                return _rows.run(added), True
             first = IntentRow(new.run_id, 1, new.intent, "client", new.intent_why, now)
             yield execute("insert_intent", _rows.intent_params(first))
             yield execute("set_intent_version", {"run_id": new.run_id, "version": 1})
-            return _rows.run(row).evolve(intent_version=1), True
-        if new.task_id is None:
+            return _rows.run(added).evolve(intent_version=1), True
+        if new.task_id is None and new.dedup_key is None:
             break
-        # A concurrent start of this task won the insert: read its run.
+        # A concurrent start of this task (or dedup key) won the insert: read its run.
     return None
 
 
@@ -178,6 +180,16 @@ def state_version(task_key: str, version: int) -> Flow[StateRow | None]:
     if row is None:
         return None
     return StateRow(row["task_key"], row["version"], row["data"], row["run_id"], row["at"])
+
+
+def live_owner(new: NewRun) -> Flow[RunRow | None]:
+    """The live run that owns `new`'s task id, or else its queue's dedup key."""
+    row = None
+    if new.task_id is not None:
+        row = yield one("find_live_task", {"task_id": new.task_id})
+    if row is None and new.dedup_key is not None:
+        row = yield one("find_live_dedup", {"queue": new.queue, "dedup_key": new.dedup_key})
+    return None if row is None else _rows.run(row)
 
 
 def created(new: NewRun) -> Flow[tuple[RunRow, bool] | NotLanded | None]:
@@ -951,3 +963,79 @@ def delete_runs(cutoff: float, run_ids: Sequence[str]) -> Flow[list[str]]:
                       "delete_runs"):
             yield execute(query, ids)
     return keep
+# -- batch starts and queues ------------------------------------------------------
+# Runs of one batch are a microsecond apart in created_at, so a queue (or the
+# plain claim) takes them in the order they were given.
+BATCH_TICK = 1e-6
+
+
+def create_runs(news: Sequence[NewRun], now: float) -> Flow[list[tuple[RunRow, bool]]]:
+    """Create a batch of runs in one transaction (one insert for those without
+    an intent): for each, in order, the new run and True, or the live run that
+    owns its task id or dedup key (one earlier in the batch too) and False."""
+    plain = [
+        {"run_id": n.run_id, "workflow": n.workflow, "version": n.version,
+         "task_id": n.task_id, "input": n.input, "created_at": now + i * BATCH_TICK,
+         "queue": n.queue, "priority": n.priority, "dedup_key": n.dedup_key}
+        # A run with an intent, a parent or a deadline goes the one-run way below.
+        for i, n in enumerate(news)
+        if n.intent is None and n.parent_id is None and n.deadline is None
+    ]
+    inserted: dict[str, RunRow] = {}
+    if plain:
+        for row in (yield rows("insert_runs", {"runs": json.dumps(plain)})):
+            run = _rows.run(row)
+            inserted[run.run_id] = run
+    made: list[tuple[RunRow, bool]] = []
+    for new in news:
+        if new.run_id in inserted:
+            made.append((inserted[new.run_id], True))
+            continue
+        one_run = yield from create_run(new, now)  # an intent, or a conflict to read
+        if one_run is None:
+            raise errors.StoreError(
+                f"could not create run {new.run_id} (task {new.task_id!r}): it conflicts "
+                "with another run that is not live; try again")
+        owner, created_now = one_run
+        if not created_now and owner.task_id == new.task_id and owner.workflow != new.workflow:
+            raise errors.InvalidStart(task_taken(new, owner))  # the batch rolls back
+        made.append(one_run)
+    if inserted:
+        yield execute("notify_work")
+    return made
+
+
+def runs_created(news: Sequence[NewRun]) -> Flow[list[tuple[RunRow, bool]] | NotLanded]:
+    """The read-back of a batch: each run stored, or the live run owning its
+    task or dedup key; NOT_LANDED if one has neither."""
+    made: list[tuple[RunRow, bool]] = []
+    for new in news:
+        row = yield one("get_run", {"run_id": new.run_id})
+        owner = _rows.run(row) if row is not None else (yield from live_owner(new))
+        if owner is None:
+            return NOT_LANDED
+        made.append((owner, row is not None))
+    return made
+
+
+def claim_queue(queue: Queue, params: dict[str, Any], limit: int) -> Flow[list[RunRow]]:
+    """Lease up to `limit` runs of `queue` (params: worker_id, hosted,
+    exclude, now, expires), no more than its limits leave room for. The
+    queue's lock is taken first, so the counts stay true until the commit."""
+    yield execute("lock_queue", {"queue": queue.name})
+    load = yield one("queue_load", {
+        "queue": queue.name, "worker_id": params["worker_id"], "now": params["now"],
+        "since": queue.since(params["now"]),
+    })
+    room = queue.room(int(load["active"]), int(load["mine"]), int(load["recent"]), limit)
+    if room <= 0:
+        return []
+    taken = yield rows("claim_queue", {**params, "queue": queue.name, "limit": room})
+    return sorted((_rows.run(r) for r in taken), key=lambda r: (r.priority, r.created_at))
+
+
+def queue_claimed(queue: Queue, params: dict[str, Any]) -> Flow[list[RunRow]]:
+    """The read-back of a queue's claim: the runs of the queue that very claim
+    leased (none: it did not land, and claiming nothing is a fine answer)."""
+    taken = yield rows("claimed_by", params)
+    return [run for run in map(_rows.run, taken) if run.queue == queue.name]

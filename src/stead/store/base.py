@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from stead import addresses, errors, keys
+from stead.queues import Queue
 from stead.records import (
     ActionRow,
     Backlog,
@@ -110,6 +111,17 @@ class Store:
                 "with another run that is not live; try again"
             )
         return made
+
+    async def create_runs(self, news: Sequence[NewRun]) -> list[tuple[RunRow, bool]]:
+        """Insert a batch of runs in one transaction: all or none. For each, in
+        order, the new run and True, or the live run owning its task id or its
+        queue's dedup key (one earlier in the batch too) and False."""
+        if not news:
+            return []
+        return await self.database.write(
+            lambda: tx.create_runs(news, self.clock.now()),
+            Writing(landed=lambda _: tx.runs_created(news)),
+        )
 
     async def get_run(self, run_id: str) -> RunRow:
         """Raise `UnknownRun` if there is none."""
@@ -221,9 +233,40 @@ class Store:
         """Take up to `limit` runnable runs whose `workflow@version` is in
         `hosted`, each with a fresh epoch and a lease until now + lease_seconds.
         `exclude` lists runs the caller still executes (a late heartbeat must
-        not make a worker take over its own run)."""
+        not make a worker take over its own run). Runs in a queue are left to
+        `claim_queue`."""
         return await self.database.claim(
             Claim(worker_id, hosted, lease_seconds, limit, exclude))
+
+    async def claim_queue(
+        self, queue: Queue, worker_id: str, hosted: Sequence[str], lease_seconds: float,
+        limit: int, exclude: Sequence[str] = (),
+    ) -> list[RunRow]:
+        """`claim` for the runs of `queue`: no more than its limits leave room
+        for (counted in the claim's transaction, under the queue's lock, so
+        they hold across every worker of the database), lowest priority number
+        first, then oldest."""
+        now = self.clock.now()
+        params: dict[str, Any] = {"worker_id": worker_id, "hosted": list(hosted),
+                                  "exclude": list(exclude), "now": now,
+                                  "expires": now + lease_seconds}
+        # A read first: an idle worker's poll takes no lock and commits nothing.
+        if not await self.queue_ready(queue, hosted, exclude):
+            return []
+        return await self.database.write(
+            lambda: tx.claim_queue(queue, params, limit),
+            Writing(landed=lambda _: tx.queue_claimed(queue, params)),
+        )
+
+    async def queue_ready(
+        self, queue: Queue, hosted: Sequence[str], exclude: Sequence[str] = (),
+    ) -> bool:
+        """Whether `queue` has a run of `hosted` code that is not leased and
+        may run now (its limits may still hold it back)."""
+        probe = {"queue": queue.name, "hosted": list(hosted), "exclude": list(exclude),
+                 "now": self.clock.now()}
+        found = await self.database.read(lambda: tx.read_one("queue_ready", probe, bool))
+        return bool(found)
 
     async def renew(self, fences: Sequence[Fence], lease_seconds: float) -> list[Fence]:
         """Extend the leases still held; return the fences that were lost.

@@ -54,9 +54,9 @@ WHERE task_id = %(task_id)s AND status NOT IN ('completed', 'failed', 'cancelled
 -- statement, so it may commit on its own.
 WITH created AS (
     INSERT INTO runs (run_id, workflow, version, task_id, status, input, epoch,
-                      created_at, updated_at)
+                      created_at, updated_at, queue, priority, dedup_key)
     VALUES (%(run_id)s, %(workflow)s, %(version)s, %(task_id)s, 'pending', %(input)s, 0,
-            %(now)s, %(now)s)
+            %(now)s, %(now)s, %(queue)s, %(priority)s, %(dedup_key)s)
     ON CONFLICT DO NOTHING
     RETURNING *
 )
@@ -110,9 +110,10 @@ RETURNING *;
 -- (runs_runnable; the planner takes it once runs is analyzed, see schema 5),
 -- due sleepers longest overdue first (runs_waking), not all waiting runs.
 -- Rows an arm locked but the final LIMIT leaves are unlocked at the commit.
+-- Runs in a queue are left to the queue's claim (claim_queue), under its limits.
 WITH runnable AS (
     SELECT run_id, created_at FROM runs
-    WHERE status IN ('pending', 'running')
+    WHERE status IN ('pending', 'running') AND queue IS NULL
       AND (lease_expires_at IS NULL OR lease_expires_at <= %(now)s)
       AND (workflow || '@' || version) = ANY(%(hosted)s::text[])
       AND NOT (run_id = ANY(%(exclude)s::text[]))
@@ -121,7 +122,7 @@ WITH runnable AS (
     FOR UPDATE SKIP LOCKED
 ), due AS (
     SELECT run_id, created_at FROM runs
-    WHERE status = 'waiting' AND wake_at <= %(now)s
+    WHERE status = 'waiting' AND wake_at <= %(now)s AND queue IS NULL
       AND (workflow || '@' || version) = ANY(%(hosted)s::text[])
       AND NOT (run_id = ANY(%(exclude)s::text[]))
     ORDER BY wake_at  -- the order of runs_waking: longest overdue first
@@ -726,3 +727,92 @@ DELETE FROM workspace_snapshots WHERE run_id = ANY(%(run_ids)s::text[]);
 
 -- name: delete_operator_actions
 DELETE FROM operator_actions WHERE run_id = ANY(%(run_ids)s::text[]);
+
+-- name: find_live_dedup
+SELECT * FROM runs
+WHERE queue = %(queue)s AND dedup_key = %(dedup_key)s
+  AND status NOT IN ('completed', 'failed', 'cancelled', 'revalidation_failed');
+
+-- name: insert_runs
+-- A batch of new runs, runs a JSON array of objects. A run that conflicts (a
+-- live run owns its task id or its queue's dedup key, also one earlier in the
+-- batch) is neither inserted nor returned: the flow then reads the one that won.
+INSERT INTO runs (run_id, workflow, version, task_id, status, input, epoch,
+                  created_at, updated_at, queue, priority, dedup_key)
+SELECT r.run_id, r.workflow, r.version, r.task_id, 'pending', r.input, 0, r.created_at,
+       r.created_at, r.queue, r.priority, r.dedup_key
+FROM json_to_recordset(%(runs)s::json)
+    AS r (run_id text, workflow text, version int, task_id text, input text,
+          created_at float8, queue text, priority int, dedup_key text)
+ON CONFLICT DO NOTHING
+RETURNING *;
+
+-- name: lock_queue
+-- Claims of one queue take turns (held until commit), so the counts a claim
+-- reads after it stay true until its leases commit: no two workers fill the
+-- same room.
+SELECT pg_advisory_xact_lock(1937007974, hashtext(current_schema() || ':' || %(queue)s));
+
+-- name: queue_ready
+-- Whether a claim of the queue would find a run (a read, before the claim's
+-- transaction takes the queue's lock).
+SELECT 1 AS ready WHERE EXISTS (
+    SELECT 1 FROM runs
+    WHERE queue = %(queue)s AND status IN ('pending', 'running')
+      AND (lease_expires_at IS NULL OR lease_expires_at <= %(now)s)
+      AND (workflow || '@' || version) = ANY(%(hosted)s::text[])
+      AND NOT (run_id = ANY(%(exclude)s::text[]))
+) OR EXISTS (
+    SELECT 1 FROM runs
+    WHERE queue = %(queue)s AND status = 'waiting' AND wake_at <= %(now)s
+      AND (workflow || '@' || version) = ANY(%(hosted)s::text[])
+      AND NOT (run_id = ANY(%(exclude)s::text[]))
+);
+
+-- name: queue_load
+-- What a queue's limits are measured against: its runs leased now (all, and
+-- this worker's), and its runs first claimed since since (its rate window).
+SELECT
+    (SELECT count(*) FROM runs
+     WHERE queue = %(queue)s AND lease_owner IS NOT NULL AND lease_expires_at > %(now)s
+       AND status = 'running') AS active,
+    (SELECT count(*) FROM runs
+     WHERE queue = %(queue)s AND lease_owner = %(worker_id)s AND lease_expires_at > %(now)s
+       AND status = 'running') AS mine,
+    (SELECT count(*) FROM runs
+     WHERE queue = %(queue)s AND started_at IS NOT NULL AND started_at > %(since)s) AS recent;
+
+-- name: claim_queue
+-- Lease up to limit runs of the queue (the room its limits leave), lowest
+-- priority number first, then oldest; due sleepers of the queue come from
+-- runs_queue_waking. A run's first claim sets started_at, which the rate
+-- counts. SKIP LOCKED as in claim: a run a fenced write holds is not waited on.
+WITH runnable AS (
+    SELECT run_id, priority, created_at FROM runs
+    WHERE queue = %(queue)s AND status IN ('pending', 'running')
+      AND (lease_expires_at IS NULL OR lease_expires_at <= %(now)s)
+      AND (workflow || '@' || version) = ANY(%(hosted)s::text[])
+      AND NOT (run_id = ANY(%(exclude)s::text[]))
+    ORDER BY priority, created_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), due AS (
+    SELECT run_id, priority, created_at FROM runs
+    WHERE queue = %(queue)s AND status = 'waiting' AND wake_at <= %(now)s
+      AND (workflow || '@' || version) = ANY(%(hosted)s::text[])
+      AND NOT (run_id = ANY(%(exclude)s::text[]))
+    ORDER BY wake_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT run_id FROM (SELECT * FROM runnable UNION ALL SELECT * FROM due) AS candidates
+    ORDER BY priority, created_at
+    LIMIT %(limit)s
+)
+UPDATE runs
+SET epoch = runs.epoch + 1, lease_owner = %(worker_id)s, lease_expires_at = %(expires)s,
+    status = 'running', wake_at = NULL, updated_at = %(now)s,
+    started_at = COALESCE(runs.started_at, %(now)s)
+FROM picked
+WHERE runs.run_id = picked.run_id
+RETURNING runs.*;

@@ -5,8 +5,9 @@ WHERE task_id = :task_id AND status NOT IN ('completed', 'failed', 'cancelled', 
 -- name: insert_run
 -- Nothing (no row) if it conflicts: the flow then reads the run that won.
 INSERT INTO runs (run_id, workflow, version, task_id, status, input, epoch,
-                  created_at, updated_at)
-VALUES (:run_id, :workflow, :version, :task_id, 'pending', :input, 0, :now, :now)
+                  created_at, updated_at, queue, priority, dedup_key)
+VALUES (:run_id, :workflow, :version, :task_id, 'pending', :input, 0, :now, :now,
+        :queue, :priority, :dedup_key)
 ON CONFLICT DO NOTHING
 RETURNING *;
 
@@ -53,11 +54,11 @@ RETURNING *;
 -- The runs a claim would take, oldest first. Two arms, each reading an index
 -- in order and stopping at :limit (one OR of both read every pending run and
 -- sorted them); due sleepers come from the wake_at index, not from all
--- waiting runs.
+-- waiting runs. Runs in a queue are left to the queue's claim (claim_queue).
 SELECT run_id FROM (
 SELECT * FROM (
     SELECT run_id, created_at FROM runs INDEXED BY runs_runnable
-    WHERE status IN ('pending', 'running')
+    WHERE status IN ('pending', 'running') AND queue IS NULL
       AND (lease_expires_at IS NULL OR lease_expires_at <= :now)
       AND (workflow || '@' || version) IN (SELECT value FROM json_each(:hosted))
       AND run_id NOT IN (SELECT value FROM json_each(:exclude))
@@ -65,7 +66,7 @@ SELECT * FROM (
 UNION ALL
 SELECT * FROM (
     SELECT run_id, created_at FROM runs INDEXED BY runs_waking
-    WHERE status = 'waiting' AND wake_at <= :now
+    WHERE status = 'waiting' AND wake_at <= :now AND queue IS NULL
       AND (workflow || '@' || version) IN (SELECT value FROM json_each(:hosted))
       AND run_id NOT IN (SELECT value FROM json_each(:exclude))
     ORDER BY created_at LIMIT :limit)
@@ -554,3 +555,93 @@ DELETE FROM workspace_snapshots WHERE run_id IN (SELECT value FROM json_each(:ru
 
 -- name: delete_operator_actions
 DELETE FROM operator_actions WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: find_live_dedup
+SELECT * FROM runs
+WHERE queue = :queue AND dedup_key = :dedup_key
+  AND status NOT IN ('completed', 'failed', 'cancelled', 'revalidation_failed');
+
+-- name: insert_runs
+-- A batch of new runs, :runs a JSON array of objects. A run that conflicts (a
+-- live run owns its task id or its queue's dedup key, also one earlier in the
+-- batch) is neither inserted nor returned: the flow then reads the one that won.
+INSERT INTO runs (run_id, workflow, version, task_id, status, input, epoch,
+                  created_at, updated_at, queue, priority, dedup_key)
+SELECT json_extract(value, '$.run_id'), json_extract(value, '$.workflow'),
+       json_extract(value, '$.version'), json_extract(value, '$.task_id'), 'pending',
+       json_extract(value, '$.input'), 0, json_extract(value, '$.created_at'),
+       json_extract(value, '$.created_at'), json_extract(value, '$.queue'),
+       json_extract(value, '$.priority'), json_extract(value, '$.dedup_key')
+FROM json_each(:runs) WHERE true  -- "WHERE true": the upsert clause parses after a FROM
+ON CONFLICT DO NOTHING
+RETURNING *;
+
+-- name: lock_queue
+-- Nothing here: SQLite's single writer already runs one claim at a time.
+
+-- name: queue_ready
+-- Whether a claim of the queue would find a run (read before taking the
+-- write lock, as claim_candidates is).
+SELECT 1 AS ready WHERE EXISTS (
+    SELECT 1 FROM runs
+    WHERE queue = :queue AND status IN ('pending', 'running')
+      AND (lease_expires_at IS NULL OR lease_expires_at <= :now)
+      AND (workflow || '@' || version) IN (SELECT value FROM json_each(:hosted))
+      AND run_id NOT IN (SELECT value FROM json_each(:exclude))
+) OR EXISTS (
+    SELECT 1 FROM runs
+    WHERE queue = :queue AND status = 'waiting' AND wake_at <= :now
+      AND (workflow || '@' || version) IN (SELECT value FROM json_each(:hosted))
+      AND run_id NOT IN (SELECT value FROM json_each(:exclude))
+);
+
+-- name: queue_load
+-- What a queue's limits are measured against: its runs leased now (all, and
+-- this worker's), and its runs first claimed since :since (its rate window).
+SELECT
+    (SELECT count(*) FROM runs
+     WHERE queue = :queue AND lease_owner IS NOT NULL AND lease_expires_at > :now
+       AND status = 'running') AS active,
+    (SELECT count(*) FROM runs
+     WHERE queue = :queue AND lease_owner = :worker_id AND lease_expires_at > :now
+       AND status = 'running') AS mine,
+    (SELECT count(*) FROM runs
+     WHERE queue = :queue AND started_at IS NOT NULL AND started_at > :since) AS recent;
+
+-- name: claim_queue
+-- Lease up to :limit runs of the queue (the room its limits leave), lowest
+-- priority number first, then oldest; due sleepers of the queue come from
+-- runs_queue_waking. A run's first claim sets started_at, which the rate counts.
+UPDATE runs
+SET epoch = epoch + 1, lease_owner = :worker_id, lease_expires_at = :expires,
+    status = 'running', wake_at = NULL, updated_at = :now,
+    started_at = COALESCE(started_at, :now)
+WHERE run_id IN (
+    SELECT run_id FROM (
+        SELECT * FROM (
+            SELECT run_id, priority, created_at FROM runs
+            WHERE queue = :queue AND status IN ('pending', 'running')
+              AND (lease_expires_at IS NULL OR lease_expires_at <= :now)
+              AND (workflow || '@' || version) IN (SELECT value FROM json_each(:hosted))
+              AND run_id NOT IN (SELECT value FROM json_each(:exclude))
+            ORDER BY priority, created_at LIMIT :limit)
+        UNION ALL
+        SELECT * FROM (
+            SELECT run_id, priority, created_at FROM runs
+            WHERE queue = :queue AND status = 'waiting' AND wake_at <= :now
+              AND (workflow || '@' || version) IN (SELECT value FROM json_each(:hosted))
+              AND run_id NOT IN (SELECT value FROM json_each(:exclude))
+            ORDER BY wake_at LIMIT :limit)
+    )
+    ORDER BY priority, created_at LIMIT :limit
+)
+RETURNING *;
+
+-- name: claimed_by
+-- The runs leased to this worker by one claim (its lease end is unique to it).
+-- SQLite never needs it as a read-back (a local commit returns or raises).
+SELECT * FROM runs
+WHERE lease_owner = :worker_id AND lease_expires_at = :expires
+  AND updated_at = :now AND status = 'running'
+  AND run_id NOT IN (SELECT value FROM json_each(:exclude))
+ORDER BY created_at;
