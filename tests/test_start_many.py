@@ -188,3 +188,18 @@ def test_stead_start_dash_takes_no_run_options(db_url: str, many_spec: str) -> N
     result = cli(db_url, many_spec, '{"workflow": "greet", "args": ["a"]}\n', "--queue", "refunds")
     assert result.exit_code == 2 and "each line says what --queue would" in result.output
     assert stored_runs(db_url) == []
+
+
+async def test_a_deadline_given_in_a_batch_or_a_json_line_is_kept(store: stead.Store) -> None:
+    client = stead.Client(store, app)
+    now = store.clock.now()
+    timed, plain = await client.start_many([stead.Start(greet, ["a"], deadline=60.0),
+                                            stead.Start(greet, ["b"])])
+    assert timed.deadline is not None and 59 < timed.deadline - now <= 61
+    assert plain.deadline is None
+    with pytest.raises(stead.InvalidStart, match="deadline"):
+        await client.start_many([stead.Start(greet, ["c"], deadline=-1.0)])
+    line = json.dumps({"workflow": "greet", "args": ["d"], "deadline": 30})
+    assert starts.from_line(line, "line 1").deadline == 30
+    with pytest.raises(stead.InvalidStart, match="deadline"):
+        starts.from_line(json.dumps({"workflow": "greet", "deadline": 0}), "line 1")
