@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -388,3 +389,69 @@ async def test_a_step_killed_mid_flight_counts_as_an_attempt(
              if r.name == "part1"]
     assert part1[0] == (1, "started", 1) and part1[-1] == (2, "ok", 2)
     assert workers.step_names(run_id)["part1"] == 2
+
+
+# -- one call at a time: the marker rides on the lease renewal -----------------------
+async def _doomed(store: stead.Store, run_id: str) -> list[tuple[int, str, int]]:
+    return [(r.attempt, r.status, r.epoch) for r in await store.load_journal(run_id)
+            if r.name == "doomed"]
+
+
+async def _killed(workers: Workers, store: stead.Store, run_id: str, epoch: int) -> None:
+    """A worker claims the run (at `epoch`) and `doomed` kills it mid-flight,
+    after a renewal stored its started marker; nothing else committed."""
+    crashed = workers.start("--lease", "1.5")
+    assert await workers.exit_code(crashed) == KILLED, workers.output(crashed)
+    row = await store.get_run(run_id)
+    assert (row.status, row.epoch) == ("running", epoch)
+    assert ("doomed", epoch) in {(m["name"], m["epoch"]) for m in json.loads(row.in_flight)}
+    # The marker is not journaled: the run did one thing at a time.
+    assert "started" not in {r.status for r in await store.load_journal(run_id)}
+
+
+async def _finish(workers: Workers, store: stead.Store, run_id: str) -> Any:
+    """A fresh worker takes the run over and finishes it: its result."""
+    fresh = workers.start("--lease", "1.5", "--until-done")
+    assert await workers.exit_code(fresh) == 0, workers.output(fresh)
+    return await stead.Client(store).result(run_id, timeout=1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("kills", "attempts", "deaths", "outcome", "doomed"), [
+    # Killed once, no retry=: the dead attempt counted, the one that returned is 2.
+    (1, 0, 1, "survived", [(2, "ok", 2)]),
+    # Kills its worker every time: failed after its two attempts, not run a third time.
+    (99, 2, 2, "WorkerDied after 2", [(2, "error", 3)]),
+], ids=["counted", "exhausted"])
+async def test_a_lone_step_killed_mid_flight_counts_as_an_attempt(
+    workers: Workers, store: stead.Store, kills: int, attempts: int, deaths: int,
+    outcome: str, doomed: list[tuple[int, str, int]],
+) -> None:
+    run_id = (await stead.Client(store).start("lonely", kills, attempts, version=1)).run_id
+    for epoch in range(1, deaths + 1):
+        await _killed(workers, store, run_id, epoch)
+
+    assert await _finish(workers, store, run_id) == {"before": "before", "doomed": outcome}
+    assert await _doomed(store, run_id) == doomed
+    assert workers.step_names(run_id) == {"before": 1, "doomed": deaths + (outcome == "survived")}
+    check_journal(await store.load_journal(run_id))
+
+
+@pytest.mark.slow
+async def test_a_lasting_step_that_completed_is_never_counted_as_died(
+    workers: Workers, store: stead.Store
+) -> None:
+    run_id = (await stead.Client(store).start("lonely", 0, 1, version=1)).run_id
+    # `before` outlasts a renewal (its marker is stored with the run), then
+    # the worker dies right after its outcome commits, before the next renewal.
+    crashed = workers.start("--lease", "1.5", "--crash", "after:1:before")
+    assert await workers.exit_code(crashed) == KILLED, workers.output(crashed)
+    # The run still holds the marker of `before`, whose outcome is journaled
+    # (`before` returned just after a renewal: the next was a third of a lease away).
+    row = await store.get_run(run_id)
+    assert [(m["name"], m["attempt"]) for m in json.loads(row.in_flight)] == [("before", 1)]
+
+    assert await _finish(workers, store, run_id) == {"before": "before", "doomed": "survived"}
+    assert workers.step_names(run_id) == {"before": 1, "doomed": 1}
+    assert [(r.name, r.attempt, r.status) for r in await store.load_journal(run_id)
+            if r.kind == "step"] == [("before", 1, "ok"), ("doomed", 1, "ok")]

@@ -74,6 +74,31 @@ async def test_a_stale_holder_writes_nothing(db_url: str) -> None:
     await store.close()
 
 
+async def test_a_renewal_stores_the_markers_in_flight_under_its_fence(db_url: str) -> None:
+    clock = stead.FakeClock()
+    store = await stead.open_store(db_url, clock=clock)
+    await _new(store)
+    await _new(store, "r2")
+    await store.claim("w1", ["wf@1"], 10, 5)
+    mine, other = Fence("r1", 1, "w1"), Fence("r2", 1, "w1")
+    assert await store.renew([mine, other], 10, {mine: '[{"a": 1}]'}) == []
+    assert (await store.get_run("r1")).in_flight == '[{"a": 1}]'
+    assert (await store.get_run("r2")).in_flight is None
+    # A fence not named leaves its run's markers as they are; None clears them.
+    assert await store.renew([mine], 10) == []
+    assert (await store.get_run("r1")).in_flight == '[{"a": 1}]'
+    assert await store.renew([mine], 10, {mine: None}) == []
+    assert (await store.get_run("r1")).in_flight is None
+    await store.renew([mine], 10, {mine: '[{"a": 2}]'})
+    # A holder that lost the run writes no markers over its new holder's.
+    clock.advance(11)
+    [taken] = await store.claim("w2", ["wf@1"], 10, 5, exclude=["r2"])
+    assert taken.in_flight == '[{"a": 2}]'  # what the takeover reads
+    assert await store.renew([mine], 10, {mine: '[{"a": 3}]'}) == [mine]
+    assert (await store.get_run("r1")).in_flight == '[{"a": 2}]'
+    await store.close()
+
+
 async def test_a_duplicate_position_is_refused_and_rolled_back(store: stead.Store) -> None:
     await _new(store)
     [row] = await store.claim("w1", ["wf@1"], 10, 5)

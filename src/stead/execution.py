@@ -13,6 +13,7 @@ import contextlib
 import contextvars
 import dataclasses
 import logging
+import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -30,7 +31,7 @@ from stead.records import (
     ResumeRecord,
     RunStatus,
 )
-from stead.replay import Journal
+from stead.replay import Journal, markers_text
 from stead.store.base import Store
 
 log = logging.getLogger("stead.run")
@@ -106,6 +107,9 @@ class Execution:
         self.code_version = code_version
         self._next_seq = journal.length
         self._buffer: list[Record] = []
+        # Held while the buffer or the journal's in-flight markers change:
+        # the lease keeper's thread reads them (see `in_flight`).
+        self._marks = threading.Lock()
         self._lock = asyncio.Lock()
         self._resume_pending = takeover
         self.taken_over = takeover
@@ -297,7 +301,25 @@ class Execution:
         )
 
     def buffer(self, rec: Record) -> None:
-        self._buffer.append(rec)
+        with self._marks:
+            self._buffer.append(rec)
+
+    def in_flight(self) -> str | None:
+        """The started markers of the calls in flight whose marker no write
+        has carried yet, as the JSON the lease renewal stores with the run
+        (None: none): a worker that dies mid-call leaves its attempt counted
+        even when nothing else commits meanwhile. Includes the markers the
+        takeover found that no call has superseded yet. Called from the
+        lease keeper's thread."""
+        with self._marks:
+            started = [r for r in self._buffer if r.status == RecordStatus.STARTED]
+            return markers_text([*self.journal.in_flight(), *started])
+
+    def died(self, addr: str, kind: RecordKind, name: str, digest: str) -> int | None:
+        """The attempt of the call at `addr` a lease renewal recorded in flight
+        when its worker died (see `Journal.died`), or None."""
+        with self._marks:
+            return self.journal.died(addr, kind, name, digest)
 
     @property
     def length(self) -> int:
@@ -306,7 +328,9 @@ class Execution:
 
     def unbuffer(self, rec: Record) -> None:
         """Take `rec` out of the buffer if it has not been written yet."""
-        self._buffer[:] = [r for r in self._buffer if r is not rec]
+        with self._marks:
+            self._buffer[:] = [r for r in self._buffer if r is not rec]
+
     def journal_trace(self, context: dict[str, str] | None) -> None:
         """Journal this attempt's span context with its first write, for the
         next attempt's span to link to (see `stead.tracing`)."""
@@ -339,7 +363,9 @@ class Execution:
         # buffered another while the write was in flight (it rides the next
         # one), or taken its own out (see `unbuffer`).
         if carried:
-            self._buffer[:] = [r for r in self._buffer if not any(r is c for c in carried)]
+            with self._marks:
+                self._buffer[:] = [r for r in self._buffer
+                                   if not any(r is c for c in carried)]
         if resume is not None:
             self._resume_pending = False
             log.info(

@@ -10,7 +10,10 @@ Renewal stays fenced: it extends a lease only where the run, the epoch and the
 owner still match, so it never brings back a lease that was lost. The leases
 found lost are handed back to the worker on its loop, and so are the held
 runs someone asked to cancel (asked at every renewal and at least every
-second), which stop at their next call boundary.
+second), which stop at their next call boundary. Each renewal also stores,
+under the same fence, the started markers of the calls each held run has in
+flight and has not journaled (see `track`): a worker that dies mid-call
+leaves its attempt counted, at no commit of its own.
 
 The same thread watches the loop: a probe it posts every tick must run within
 `blocked_after` seconds, or it logs which run holds the loop and in which
@@ -68,7 +71,10 @@ class LeaseKeeper:
         # Told, on the worker's loop, which held runs someone asked to cancel.
         self._on_cancel = on_cancel
         self._blocked_after = blocked_after
-        self._fences: set[Fence] = set()
+        # The fences held, each with how to ask its execution for the started
+        # markers of its calls in flight (None until it has one: the renewal
+        # then leaves the run's stored markers as they are).
+        self._fences: dict[Fence, Callable[[], str | None] | None] = {}
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
@@ -84,11 +90,20 @@ class LeaseKeeper:
     # -- the worker's side (its event loop) -----------------------------------
     def hold(self, fence: Fence) -> None:
         with self._lock:
-            self._fences.add(fence)
+            self._fences.setdefault(fence, None)
+
+    def track(self, fence: Fence, in_flight: Callable[[], str | None]) -> None:
+        """Store what `in_flight()` returns (the started markers of the run's
+        calls in flight; called from this keeper's thread, so it must be
+        thread-safe) with each renewal of `fence`: a worker that dies mid-call
+        leaves its attempt counted (see `Execution.in_flight`)."""
+        with self._lock:
+            if fence in self._fences:
+                self._fences[fence] = in_flight
 
     def drop(self, fence: Fence) -> None:
         with self._lock:
-            self._fences.discard(fence)
+            self._fences.pop(fence, None)
 
     async def start(self) -> None:
         loop = self._loop = asyncio.get_running_loop()
@@ -155,14 +170,16 @@ class LeaseKeeper:
         """Renew the leases held (unless not `extend`), and hand the worker
         those lost and those of runs someone asked to cancel."""
         with self._lock:
-            fences = list(self._fences)
+            sources = dict(self._fences)
+        fences = list(sources)
         if not fences or (not extend and self._on_cancel is None):
             return twin
         if twin is None:
             twin = await self._open_twin()
         store = twin if twin is not None else self._store
         try:
-            lost = await self._on(store, store.renew(fences, self._lease)) if extend else []
+            lost = await self._on(store, store.renew(fences, self._lease, {
+                f: ask() for f, ask in sources.items() if ask is not None})) if extend else []
             held = [f.run_id for f in fences if f not in lost]
             cancelled = await self._on(store, store.cancel_requests(held)) \
                 if held and self._on_cancel is not None else []

@@ -223,6 +223,9 @@ class RunRow:
     priority: int = 0  # in its queue: lower is claimed first
     dedup_key: str | None = None  # unique among its queue's live runs
     started_at: float | None = None  # its first claim (a queue's rate counts these)
+    # JSON: the started markers of the calls its holder had in flight, not yet
+    # journaled, at its last lease renewal (see `stead.replay.markers_from`).
+    in_flight: str | None = None
 
     @property
     def live(self) -> bool:

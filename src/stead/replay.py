@@ -8,10 +8,36 @@ checkpoint and the run stops as `incompatible_checkpoint`.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterable, Sequence
 
 from stead import digests, errors, records
-from stead.records import Record, RecordKind
+from stead.records import Record, RecordKind, RecordStatus
+
+log = logging.getLogger("stead.run")
+_MARKER_FIELDS = ("addr", "attempt", "kind", "name", "digest", "epoch")
+
+
+def markers_text(recs: Iterable[Record]) -> str | None:
+    """The started markers `recs` as the JSON a lease renewal stores with the
+    run (see `Store.renew`); None for none."""
+    found = [{f: getattr(r, f) for f in _MARKER_FIELDS} for r in recs]
+    return json.dumps(found) if found else None
+
+
+def markers_from(run_id: str, text: str | None) -> list[Record]:
+    """The started markers a lease renewal stored (see `markers_text`). The
+    column only adds attempt counting, so a value that does not parse is
+    logged and ignored."""
+    if not text:
+        return []
+    try:
+        return [Record(-1, str(m["addr"]), int(m["attempt"]), RecordKind(m["kind"]),
+                       str(m["name"]), str(m["digest"]), RecordStatus.STARTED, "{}",
+                       int(m["epoch"]), 0.0) for m in json.loads(text)]
+    except (TypeError, ValueError, KeyError) as exc:
+        log.warning("run %s: ignoring its unreadable in-flight markers (%s)", run_id, exc)
+        return []
 
 
 def _validate(run_id: str, recs: Sequence[Record]) -> None:
@@ -63,6 +89,10 @@ class Journal:
                 r = r.evolve(attempt=r.attempt - off)
             self._by_addr.setdefault(r.addr, []).append(r)
         self._taken: set[str] = set()
+        # The started markers of calls in flight when the last holder died,
+        # stored with its lease renewal rather than journaled (see
+        # `mark_in_flight`), by address.
+        self._in_flight: dict[str, Record] = {}
         self.reused = 0
         self.reused_kinds: dict[RecordKind, int] = {}
 
@@ -129,6 +159,34 @@ class Journal:
             self.reused += len(found)
             self.reused_kinds[kind] = self.reused_kinds.get(kind, 0) + len(found)
         return found
+
+    def mark_in_flight(self, markers: Iterable[Record]) -> None:
+        """Note the started markers a lease renewal stored: calls that were in
+        flight when the run's last holder died (see `died`)."""
+        for m in markers:
+            known = self._in_flight.get(m.addr)
+            if known is None or m.attempt > known.attempt:
+                self._in_flight[m.addr] = m
+
+    def in_flight(self) -> list[Record]:
+        """The noted markers no call has asked for yet (a renewal stores them
+        again, so a holder that dies before reaching the call loses none)."""
+        return list(self._in_flight.values())
+
+    def died(self, addr: str, kind: RecordKind, name: str, digest: str) -> int | None:
+        """The attempt of the call at `addr` that was in flight when its worker
+        died, known from a marker a lease renewal stored, or None. A marker
+        counts only if the journal holds nothing of that attempt or a later
+        one: a call whose outcome is journaled never looks died, whatever
+        epoch's marker the column still holds. Asked once per call: the new
+        attempt's own marker supersedes it."""
+        marker = self._in_flight.pop(addr, None)
+        if marker is None or (marker.kind, marker.name, marker.digest) != (kind, name, digest):
+            return None
+        attempt = marker.attempt - self.offsets.get(addr, 0)
+        if attempt < 1 or any(r.attempt >= attempt for r in self._by_addr.get(addr, ())):
+            return None
+        return attempt
 
     def untaken(self) -> list[Record]:
         """Records no call has asked for (checked when the workflow returns)."""

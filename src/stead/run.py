@@ -98,11 +98,17 @@ class Run:
         if prior and self._stale(fresh):
             self._recut(addr, kind, name, prior[0].seq)
             prior = []
-        if prior and prior[-1].status == RecordStatus.STARTED:
+        died = prior[-1].attempt if prior and prior[-1].status == RecordStatus.STARTED \
+            else None
+        # A marker the last holder's lease renewal stored for an attempt the
+        # journal knows nothing of (nothing else committed while it ran).
+        marked = self._x.died(addr, kind, name, digest)
+        if marked is not None:
+            died = marked
+        if died is not None:
             # The last attempt was in flight when its worker died: it counts,
             # against the attempts a declared `retry=` allows (without one, a
             # call that was never acknowledged runs again, as ever).
-            died = prior[-1].attempt
             if retry is not NO_RETRY and died >= retry.attempts:
                 payload = codec.dumps({
                     "type": "WorkerDied", "retry_at": None,
@@ -129,7 +135,9 @@ class Run:
             if gate is not None:
                 gate()
             # Rides along with whatever commits while the call is in flight
-            # (another branch's call); dropped unwritten if its outcome is first.
+            # (another branch's call), and is stored with each lease renewal
+            # meanwhile (see `Execution.in_flight`); dropped unwritten if its
+            # outcome is first.
             started = self._x.record(addr, attempt, kind, name, digest, RecordStatus.STARTED,
                                      "{}")
             self._x.buffer(started)

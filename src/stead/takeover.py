@@ -48,7 +48,7 @@ from stead.records import (
     RunStatus,
     WaitState,
 )
-from stead.replay import Journal
+from stead.replay import Journal, markers_from
 from stead.store.base import Store
 from stead.store.seam import FencedWrite
 
@@ -281,6 +281,8 @@ async def prepare(
         if migrated is not None:
             recorded = list(migrated)
         journal = Journal(row.run_id, recorded)
+        if load:  # a migrated journal is new: the markers name the old one's calls
+            journal.mark_in_flight(markers_from(row.run_id, row.in_flight))
         args, kwargs = decode_input(gated, row)
     except errors.CorruptRecord as exc:
         seq = 0 if journal is None else journal.length

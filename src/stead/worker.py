@@ -439,6 +439,7 @@ class Worker:
             task = self._active.get(row.run_id)
             if task is not None:
                 self._active[row.run_id] = (task[0], ready.execution)
+            self._leases.track(fence, ready.execution.in_flight)
             await self._advance(row, ready)
             self._backoff.pop(row.run_id, None)
         except errors.StaleLease as exc:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 from collections.abc import Mapping, Sequence
@@ -152,6 +153,48 @@ async def chain(run: stead.Run, k: int) -> int:
         run.step("b", add, run.id, "b", a, 2), run.step("c", add, run.id, "c", a, 3)
     )
     return await run.step("d", add, run.id, "d", b, c)
+
+
+# -- lonely: one call at a time, a step that kills its worker ------------------
+async def _until_renewed(run_id: str, name: str) -> None:
+    """Wait until a lease renewal of this worker stored this step's started
+    marker with the run (nothing else of the run commits while it is in
+    flight); a marker of an earlier holder may still be there before."""
+    while True:
+        row = await CONFIG.store.get_run(run_id)
+        if any(m["name"] == name and m["epoch"] == row.epoch
+               for m in json.loads(row.in_flight or "[]")):
+            return
+        await asyncio.sleep(0.02)
+
+
+async def lasting(run_id: str, name: str) -> str:
+    """A step longer than one lease renewal."""
+    tick(run_id, name)
+    await _until_renewed(run_id, name)
+    return name
+
+
+async def doomed(run_id: str, kills: int) -> str:
+    """Kills its worker, mid-flight and after a renewal, its first `kills` times."""
+    tick(run_id, "doomed")
+    if sum(1 for line in CONFIG.counter.read_text().splitlines()
+           if line == f"{run_id} doomed") <= kills:
+        await _until_renewed(run_id, "doomed")
+        kill_process()
+    return "survived"
+
+
+@app.workflow(version=1)
+async def lonely(run: stead.Run, kills: int, attempts: int) -> dict[str, Any]:
+    """A lasting step, then `doomed`, under `Retry(attempts)` (0: no retry=)."""
+    before = await run.step("before", lasting, run.id, "before")
+    retry = stead.Retry(attempts=attempts, backoff=0) if attempts else None
+    try:
+        outcome = await run.step("doomed", doomed, run.id, kills, retry=retry)
+    except stead.StepError as exc:
+        outcome = f"{exc.error_type} after {exc.attempts}"
+    return {"before": before, "doomed": outcome}
 
 
 # -- looping: continue-as-new across crashes ------------------------------------

@@ -36,6 +36,8 @@ def run(row: Row) -> RunRow:
         row["intent_version"] if "intent_version" in row.keys() else 0,  # noqa: SIM118
         **_since_13(row),
         **_queue_columns(row),
+        # A store before schema 14 has no in_flight column.
+        in_flight=row["in_flight"] if "in_flight" in row.keys() else None,  # noqa: SIM118
     )
 
 

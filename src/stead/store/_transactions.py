@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from stead import errors
@@ -245,11 +245,16 @@ def resumed(run_id: str, expect_status: str, record: Record | None) -> Flow[RunR
 
 
 # -- leases -------------------------------------------------------------------
-def renew(fences: Sequence[Fence], expires: float) -> Flow[list[Fence]]:
-    """Extend the leases still held; the fences that were lost."""
+def renew(
+    fences: Sequence[Fence], expires: float, in_flight: Mapping[Fence, str | None],
+) -> Flow[list[Fence]]:
+    """Extend the leases still held, and set the `in_flight` markers of
+    those it names (None: nothing in flight); the fences that were lost."""
     held_rows = yield rows("renew", {
         "expires": expires, "run_ids": [f.run_id for f in fences],
         "epochs": [f.epoch for f in fences], "workers": [f.worker_id for f in fences],
+        # '' clears the column; null (a fence not named) leaves it as it is.
+        "in_flight": [(in_flight[f] or "") if f in in_flight else None for f in fences],
     })
     held = {(r["run_id"], r["epoch"], r["lease_owner"]) for r in held_rows}
     return [f for f in fences if (f.run_id, f.epoch, f.worker_id) not in held]

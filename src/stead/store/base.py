@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from stead import addresses, errors, keys
@@ -268,11 +268,17 @@ class Store:
         found = await self.database.read(lambda: tx.read_one("queue_ready", probe, bool))
         return bool(found)
 
-    async def renew(self, fences: Sequence[Fence], lease_seconds: float) -> list[Fence]:
+    async def renew(
+        self, fences: Sequence[Fence], lease_seconds: float,
+        in_flight: Mapping[Fence, str | None] | None = None,
+    ) -> list[Fence]:
         """Extend the leases still held; return the fences that were lost.
-        Renewing twice is renewing."""
+        Renewing twice is renewing. `in_flight` gives, for the fences it
+        names, the started markers of the calls in flight not yet journaled
+        (see `replay.markers_text`; None: none), which a takeover counts as
+        died attempts."""
         return await self.database.write(
-            lambda: tx.renew(fences, self.clock.now() + lease_seconds),
+            lambda: tx.renew(fences, self.clock.now() + lease_seconds, in_flight or {}),
             Writing(one_statement=True),
         )
 

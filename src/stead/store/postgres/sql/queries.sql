@@ -152,10 +152,13 @@ ORDER BY created_at;
 -- name: renew
 -- Locks the runs in run_id order, as a group of fenced writes does, so a
 -- renewal and a group commit never wait for each other in a cycle.
+-- %(in_flight)s, per fence: the started markers its holder has in flight
+-- (JSON text), '' for none, or null to leave the column as it is.
 WITH held AS MATERIALIZED (
-    SELECT locked.run_id
-    FROM (SELECT * FROM unnest(%(run_ids)s::text[], %(epochs)s::bigint[], %(workers)s::text[])
-              AS f (run_id, epoch, worker_id)
+    SELECT locked.run_id, f.in_flight
+    FROM (SELECT * FROM unnest(%(run_ids)s::text[], %(epochs)s::bigint[], %(workers)s::text[],
+                               %(in_flight)s::text[])
+              AS f (run_id, epoch, worker_id, in_flight)
           ORDER BY run_id) AS f
     CROSS JOIN LATERAL (
         SELECT runs.run_id FROM runs
@@ -164,7 +167,9 @@ WITH held AS MATERIALIZED (
         FOR NO KEY UPDATE
     ) AS locked
 )
-UPDATE runs SET lease_expires_at = %(expires)s
+UPDATE runs SET lease_expires_at = %(expires)s,
+    in_flight = CASE WHEN held.in_flight IS NULL THEN runs.in_flight
+                     ELSE NULLIF(held.in_flight, '') END
 FROM held
 WHERE runs.run_id = held.run_id
 RETURNING runs.run_id, runs.epoch, runs.lease_owner;

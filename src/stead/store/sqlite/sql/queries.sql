@@ -82,17 +82,23 @@ WHERE run_id IN (SELECT value FROM json_each(:run_ids))
 RETURNING *;
 
 -- name: renew
--- :run_ids, :epochs, :workers: the fences, as three JSON arrays.
+-- :run_ids, :epochs, :workers: the fences, as three JSON arrays; :in_flight,
+-- per fence, the started markers its holder has in flight (JSON text), ''
+-- for none, or null to leave the column as it is.
 WITH fences AS (
-    SELECT r.value AS run_id, e.value AS epoch, w.value AS worker_id
+    SELECT r.value AS run_id, e.value AS epoch, w.value AS worker_id, i.value AS in_flight
     FROM json_each(:run_ids) AS r
     JOIN json_each(:epochs) AS e ON e.key = r.key
     JOIN json_each(:workers) AS w ON w.key = r.key
+    JOIN json_each(:in_flight) AS i ON i.key = r.key
 )
-UPDATE runs SET lease_expires_at = :expires
-WHERE status = 'running'
-  AND (run_id, epoch, lease_owner) IN (SELECT run_id, epoch, worker_id FROM fences)
-RETURNING run_id, epoch, lease_owner;
+UPDATE runs SET lease_expires_at = :expires,
+    in_flight = CASE WHEN fences.in_flight IS NULL THEN runs.in_flight
+                     ELSE NULLIF(fences.in_flight, '') END
+FROM fences
+WHERE runs.status = 'running' AND runs.run_id = fences.run_id
+  AND runs.epoch = fences.epoch AND runs.lease_owner = fences.worker_id
+RETURNING runs.run_id, runs.epoch, runs.lease_owner;
 
 -- name: release
 UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
