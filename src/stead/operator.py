@@ -17,7 +17,6 @@ and keeps every attempt, done or refused, with who and why
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import enum
 import hashlib
 import json
@@ -507,12 +506,10 @@ async def _stranded(client: Client, now: float) -> list[Attention]:
     found = []
     for info in await client.list_runs(stranded=True, grace=STRANDED_AFTER, limit=200):
         s = await situation(client, info.run_id)
-        since = ("no worker has hosted it" if info.hosted_at is None else
-                 f"since {dt.datetime.fromtimestamp(info.hosted_at, dt.UTC):%Y-%m-%d %H:%M:%S}Z")
         found.append(Attention(
             AttentionKind.STRANDED, info,
-            f"no worker hosts {info.workflow}@{info.version} ({since}): deploy a worker "
-            "that does, or migrate it", _resolving(s, "migrate", "cancel")))
+            f"{timeline.stranded_reason(info)}: deploy a worker that does, or migrate it",
+            _resolving(s, "migrate", "cancel")))
     return found
 
 

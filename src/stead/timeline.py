@@ -346,12 +346,17 @@ def render_migrations(workflow: str, migrated: Sequence[MigrationRow]) -> str:
     return "\n".join(lines)
 
 
-def stranded_line(info: RunInfo) -> str:
-    """`run R (refund_order@1, pending): no worker hosts refund_order@1 since …`."""
+def stranded_reason(info: RunInfo) -> str:
+    """`no worker hosts refund_order@1 since …`."""
     since = ("and none has yet" if info.hosted_at is None
              else f"since {clock_time(info.hosted_at)}")
-    return (f"run {info.run_id} ({info.workflow}@{info.version}, {info.status}): no worker "
-            f"hosts {info.workflow}@{info.version} {since}")
+    return f"no worker hosts {info.workflow}@{info.version} {since}"
+
+
+def stranded_line(info: RunInfo) -> str:
+    """`run R (refund_order@1, pending): no worker hosts refund_order@1 since …`."""
+    return f"run {info.run_id} ({info.workflow}@{info.version}, {info.status}): " + \
+        stranded_reason(info)
 
 
 # -- JSON forms (for --json) -------------------------------------------------

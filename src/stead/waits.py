@@ -16,6 +16,7 @@ import dataclasses
 import hashlib
 import hmac
 import json
+import re
 import urllib.parse
 from collections.abc import Generator
 from typing import Any, Generic, TypeVar
@@ -134,6 +135,9 @@ class Token:
 
 
 _PREFIX = "stk1"
+# Both token shapes (`stk1.<key id>.<mac>`, legacy `stk_<mac>`), wherever they
+# appear in a text: what a screen shows in their place.
+TOKEN_TEXT = re.compile(rf"{_PREFIX}\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+|stk_[A-Za-z0-9_-]{{8,}}")
 
 
 def sign(key: keys.Key, run_id: str, wait_id: str) -> str:

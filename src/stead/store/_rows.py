@@ -26,36 +26,24 @@ from stead.records import (
 Row = Any  # sqlite3.Row or a psycopg dict row
 
 
+# The runs columns later schemas added (intent 7, queues 12, children and
+# deadlines 13, calls in flight 14), each with what a store still on an older
+# schema reads as.
+_LATER_RUN_COLUMNS: dict[str, Any] = {
+    "intent_version": 0, "queue": None, "priority": 0, "dedup_key": None, "started_at": None,
+    "parent_id": None, "deadline": None, "cancel_requested": None, "in_flight": None,
+}
+
+
 def run(row: Row) -> RunRow:
+    names = row.keys()  # `in` on an sqlite3.Row looks at its values, not its names
+    later = {n: row[n] if n in names else default for n, default in _LATER_RUN_COLUMNS.items()}
     return RunRow(
         row["run_id"], row["workflow"], row["version"], row["task_id"], row["status"],
         row["input"], row["result"], row["error"], row["epoch"], row["lease_owner"],
         row["lease_expires_at"], row["created_at"], row["updated_at"], row["wake_at"],
-        # A store still on an older schema (before 7) has no intent column
-        # (and `in` on an sqlite3.Row looks at its values, not its names).
-        row["intent_version"] if "intent_version" in row.keys() else 0,  # noqa: SIM118
-        **_since_13(row),
-        **_queue_columns(row),
-        # A store before schema 14 has no in_flight column.
-        in_flight=row["in_flight"] if "in_flight" in row.keys() else None,  # noqa: SIM118
+        **later,
     )
-
-
-_SCHEMA_13 = ("parent_id", "deadline", "cancel_requested")
-
-
-def _since_13(row: Row) -> dict[str, Any]:
-    """A run's columns of schema 13 (child runs, deadlines, cancel requests);
-    None on an older schema."""
-    names = row.keys()
-    return {n: row[n] if n in names else None for n in _SCHEMA_13}
-
-
-def _queue_columns(row: Row) -> dict[str, Any]:
-    """queue, priority, dedup_key, started_at; a store before schema 12 has none."""
-    if "queue" not in row.keys():  # noqa: SIM118
-        return {}
-    return {n: row[n] for n in ("queue", "priority", "dedup_key", "started_at")}
 
 
 def schedule(row: Row) -> ScheduleRow:

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from collections.abc import Sequence
 from typing import Any
 
-from stead import decisions, operator, timeline, workspace_view
+from stead import decisions, operator, timeline, waits, workspace_view
 from stead.client import Client, RunInfo
 from stead.intent import Intent
 from stead.records import (
@@ -32,12 +31,10 @@ from stead.records import (
 )
 
 CLIP = 160
-# Both token shapes (`stk1.<key>.<mac>`, legacy `stk_<mac>`), wherever they appear.
-_TOKEN = re.compile(r"stk1\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+|stk_[A-Za-z0-9_-]{8,}")
 
 
 def redact(text: str) -> str:
-    return _TOKEN.sub("[token]", text)
+    return waits.TOKEN_TEXT.sub("[token]", text)
 
 
 def clip(value: Any, width: int = CLIP) -> str:
