@@ -20,7 +20,9 @@ from hypothesis import strategies as st
 from starlette.types import ASGIApp, Message
 
 import stead
-from stead.records import RunStatus
+from stead.records import EventRow, Judgement, RunStatus
+from stead.store.base import Judge
+from stead.testing import DelegatingStore
 from stead.waits import sign as sign_token
 from stead.web import create_app, sign_webhook
 from stead.web import throttle as throttling
@@ -169,6 +171,33 @@ async def test_signatures_follow_key_rotation_and_revocation(db_url: str) -> Non
             assert ok.status_code == 200 and ok.json()["verdict"] == "accepted", ok.text
     finally:
         await store.close()
+
+
+class Unreachable(DelegatingStore):
+    """The database is unreachable for the first delivery."""
+
+    def __init__(self, inner: stead.Store) -> None:
+        super().__init__(inner)
+        self.down = True
+
+    async def deliver(self, event: EventRow, judge: Judge) -> tuple[Judgement, EventRow]:
+        if self.down:
+            self.down = False
+            raise stead.StoreUnavailable("the database is unreachable")
+        return await self.inner.deliver(event, judge)
+
+
+async def test_a_signature_that_met_an_unavailable_store_is_taken_on_retry(
+    store: stead.Store,
+) -> None:
+    _, run_id, wait = await _waiting(store)
+    path, raw = f"/hooks/runs/{run_id}/events", _event(wait)
+    signed = sign_webhook((await store.keyring()).current, path, raw)
+    async with _http(create_app(web_app.app, store=Unreachable(store))) as http:
+        down = await _signed(http, path, raw, signed)
+        assert down.status_code == 503, down.text
+        retried = await _signed(http, path, raw, signed)  # the sender's retry, unchanged
+        assert retried.status_code == 200 and retried.json()["verdict"] == "accepted"
 
 
 # -- (3) unauthenticated failures lock nothing and say nothing ------------------------------

@@ -128,6 +128,18 @@ class Webhook:
                 token = bearer[7:].strip()
             if not token:
                 return self._refuse(request)
+        try:
+            return await self._judged(request, client, run_id, task_id, body, token, operator)
+        except errors.StoreError as exc:
+            if taken is not None:  # not judged: the sender's retry of it is taken
+                self.verifier.release(taken)
+            return _error(503, f"the store is unavailable, try again: {exc}")
+
+    async def _judged(self, request: Request, client: Client, run_id: str | None,
+                      task_id: str | None, body: dict[str, Any], token: str | None,
+                      operator: waits.Operator | None) -> JSONResponse:
+        """The answer to an authenticated event, or to a token yet to be
+        found among the run's waits."""
         if task_id is not None:
             found = await client.run_of_task(task_id)
             if found is None and operator is None:
@@ -147,13 +159,9 @@ class Webhook:
                 token=token, operator=operator)
         except errors.EventTooLarge as exc:
             return _error(413, str(exc))
-        except (errors.InvalidInput, errors.SerializationError) as exc:
-            return _error(400, str(exc))
-        except errors.StoreError as exc:
-            if taken is not None:
-                self.verifier.release(taken)
-            return _error(503, f"the store is unavailable, try again: {exc}")
-        except errors.SteadError as exc:
+        except errors.StoreError:
+            raise
+        except errors.SteadError as exc:  # InvalidInput, SerializationError, ...
             return _error(400, str(exc))
         return _answer(run_id, verdict)
 
