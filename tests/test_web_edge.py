@@ -12,6 +12,7 @@ import re
 import time
 import urllib.parse
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -465,6 +466,37 @@ async def test_hostile_webhook_calls_are_never_a_500_and_store_nothing(
     assert await client.events(live.run_id) == []
     [w] = await client.waits(run_id=live.run_id)
     assert (w.bad_tokens, w.locked_at) == (0, None)
+
+
+events = st.builds(
+    lambda e, w, k, b, p, why: {"event_id": e, "wait_id": w, "kind": k, "bind": b,
+                                "payload": p, "why": why},
+    ids, st.none() | ids, st.none() | ids | st.just("approval"),
+    st.none() | json_values | st.just({"order_id": "order-s"}), json_values, st.none() | ids)
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(event=events, to_task=st.booleans())
+async def test_hostile_signed_events_are_never_a_500(
+    asgi: ASGIApp, store: stead.Store, event: dict[str, Any], to_task: bool,
+) -> None:
+    """Signed with stead's key (so past authentication), whatever the fields
+    hold: a verdict or a 400, never a 500; a refused body stores nothing."""
+    client, live = await _live(store, "order-s")
+    path = "/hooks/tasks/order-s/events" if to_task else f"/hooks/runs/{live.run_id}/events"
+    raw = json.dumps(event).encode()
+    key = (await store.keyring()).current
+    try:
+        signature = sign_webhook(key, path, raw)
+    except stead.InvalidInput:  # no event id to sign
+        signature = f"t={int(time.time())},k={key.id},v1=00"
+    before = await client.events(live.run_id)
+    async with _http(asgi, _fresh_source()) as http:
+        r = await _signed(http, path, raw, signature)
+    assert r.status_code < 500 and "Traceback" not in r.text, (r.status_code, r.text)
+    if r.status_code in (400, 401, 413):
+        assert await client.events(live.run_id) == before
 
 
 forms = st.dictionaries(st.sampled_from(["csrf", "who", "token", "target", "why", "payload",
