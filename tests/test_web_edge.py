@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
+import socket
+import subprocess
+import sys
 import time
 import urllib.parse
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -28,9 +33,11 @@ from stead.waits import sign as sign_token
 from stead.web import create_app, sign_webhook
 from stead.web import throttle as throttling
 from tests import web_app
+from tests.ops_app import cli
 from tests.web_app import UI_TOKEN, settle
 
 BASE = "http://127.0.0.1:8484"
+ROOT = Path(__file__).resolve().parent.parent
 JSON = {"content-type": "application/json"}
 
 
@@ -329,6 +336,46 @@ async def test_reading_needs_a_login_unless_the_dashboard_is_public(
     async with _http(nobody) as http:
         r = await http.get("/runs")
         assert r.status_code == 401 and "--public" in r.text
+
+
+def test_stead_ui_serves_the_names_it_is_given_and_public_pages(
+    sqlite_url: str, tmp_path: Path,
+) -> None:
+    """`stead ui --allow-host NAME --public` in its own process: the name is
+    served and the pages are shown without a login; any other name is 421."""
+    assert cli(sqlite_url, "db", "migrate").exit_code == 0
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k != "STEAD_UI_TOKEN"}
+    log = tmp_path / "ui.log"
+    with log.open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "stead", "--db", sqlite_url, "ui", "tests.web_app:app",
+             "--port", str(port), "--allow-host", "dash.example", "--public"],
+            cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
+            stderr=err)
+    url = f"http://127.0.0.1:{port}/runs"
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # until it listens (or has died)
+            try:
+                first = httpx.get(url, timeout=5)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.05)
+        assert first.status_code == 200  # --public: no login to read
+        assert httpx.get(url, headers={"Host": "dash.example"}, timeout=5).status_code == 200
+        rebound = httpx.get(url, headers={"Host": "attacker.example"}, timeout=5)
+        assert rebound.status_code == 421
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 # -- (5) bodies are bounded before they are read --------------------------------------------
