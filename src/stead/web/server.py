@@ -4,9 +4,9 @@ Pages are rendered on the server (Jinja2, autoescaped, every value through
 `display.neutral`); live parts poll a fragment with htmx (vendored in
 `static/`, no CDN). Every request first passes `web.edge` (its Host, its
 body's size); reading a page needs a logged-in operator unless the dashboard
-is `public`. The store is opened in the
-app's lifespan (or handed in), and every read and write goes through
-`Client` and `stead.operator`, as any other face of stead does.
+is `public`. The store is opened in the app's lifespan (or handed in), and
+every read and write goes through `Client` and `stead.operator`, as any other
+face of stead does.
 """
 
 from __future__ import annotations
