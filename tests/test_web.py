@@ -1,5 +1,6 @@
 """The dashboard over HTTP (both stores): pages, login, CSRF, read-only,
-escaping, operator actions with their audit, and the event webhook."""
+escaping, operator actions with their audit, and the event webhook.
+tests/test_web_edge.py holds what the boundary refuses."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from tests import web_app
 from tests.ops_app import cli
 from tests.web_app import UI_TOKEN, XSS, settle
 
+BASE = "http://127.0.0.1:8484"
+
 
 def _csrf(html: str) -> str:
     found = re.search(r'name="csrf" value="([^"]+)"', html)
@@ -31,7 +34,7 @@ def _csrf(html: str) -> str:
 async def web(store: stead.Store) -> AsyncIterator[httpx.AsyncClient]:
     asgi = create_app(web_app.app, store=store, token=UI_TOKEN)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
-                                 base_url="http://testserver") as http:
+                                 base_url=BASE) as http:
         yield http
 
 
@@ -58,6 +61,7 @@ async def test_the_pages_show_runs_counts_and_what_needs_a_human(
     unknown = await client.start("refund", "7", task_id="order-7")
     await client.start("echo", "hi")
     await settle(store)
+    await _log_in(web)
     runs = await web.get("/runs")
     assert runs.status_code == 200
     assert "outcome_unknown 1" in runs.text and "completed 1" in runs.text
@@ -78,7 +82,8 @@ async def test_an_action_needs_a_login_a_same_site_form_and_a_writable_dashboard
 ) -> None:
     client, run_id, wait = await _waiting(store)
     page = await web.get(f"/runs/{run_id}")
-    assert "actions/approve" not in page.text  # no form before the login
+    assert page.status_code == 401 and "actions/approve" not in page.text  # before the login
+    assert run_id not in page.text and "Log in" in page.text
     csrf = _csrf((await web.get("/login")).text)
     form = {"csrf": csrf, "target": wait.wait_id, "why": "ok", "expect_status": "waiting"}
     # no login: 401
@@ -99,9 +104,9 @@ async def test_an_action_needs_a_login_a_same_site_form_and_a_writable_dashboard
 
 async def test_read_only_shows_no_form_and_takes_no_action(store: stead.Store) -> None:
     client, run_id, wait = await _waiting(store)
-    asgi = create_app(web_app.app, store=store, token=UI_TOKEN, read_only=True)
+    asgi = create_app(web_app.app, store=store, token=UI_TOKEN, read_only=True, public=True)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
-                                 base_url="http://testserver") as http:
+                                 base_url=BASE) as http:
         page = await http.get(f"/runs/{run_id}")
         assert "actions/approve" not in page.text and "Read-only" in page.text
         csrf = _csrf((await http.get("/login")).text)
@@ -117,6 +122,7 @@ async def test_markup_in_a_step_result_is_escaped(
     client = stead.Client(store, web_app.app)
     info = await client.start("echo", XSS, task_id=XSS)
     await settle(store)
+    await _log_in(web)
     for url in (f"/runs/{info.run_id}", "/runs"):
         html = (await web.get(url)).text
         assert "<script>window" not in html and "<img src=x" not in html
@@ -203,23 +209,24 @@ async def test_the_webhook_takes_an_hmac_signature_instead_of_the_token(
     path = "/hooks/tasks/order-5/events"
     headers = {"content-type": "application/json"}
     forged = await web.post(path, content=raw, headers={
-        **headers, "Stead-Signature": sign_webhook(key, raw + b" ")})
+        **headers, "Stead-Signature": sign_webhook(key, path, raw + b" ")})
     assert forged.status_code == 401 and "does not match" in forged.text
     unsigned = await web.post(path, content=raw, headers=headers)
     assert unsigned.status_code == 401
     stale = await web.post(path, content=raw, headers={
-        **headers, "Stead-Signature": sign_webhook(key, raw, at=time.time() - 3600)})
+        **headers, "Stead-Signature": sign_webhook(key, path, raw, at=time.time() - 3600)})
     assert stale.status_code == 401 and "from now" in stale.text
     for bad in ("t=1,k=x", "t=" + "9" * 5000 + f",k={key.id},v1=00", "v1=zz"):
         refused = await web.post(path, content=raw, headers={**headers, "Stead-Signature": bad})
         assert refused.status_code == 401
     ok = await web.post(path, content=raw, headers={
-        **headers, "Stead-Signature": sign_webhook(key, raw)})
+        **headers, "Stead-Signature": sign_webhook(key, path, raw)})
     assert ok.status_code == 200 and ok.json()["run_id"] == info.run_id, ok.text
     [event] = await client.events(info.run_id)
     assert event.delivered_by == f"webhook (key {key.id})"
-    missing = await web.post("/hooks/tasks/no-such-task/events", content=raw, headers={
-        **headers, "Stead-Signature": sign_webhook(key, raw)})
+    nowhere = "/hooks/tasks/no-such-task/events"
+    missing = await web.post(nowhere, content=raw, headers={
+        **headers, "Stead-Signature": sign_webhook(key, nowhere, raw)})
     assert missing.status_code == 409 and missing.json()["reason"] == "unknown_run"
 
 
@@ -247,6 +254,7 @@ def test_stead_ui_binds_to_loopback_and_refuses_a_short_token(
 ) -> None:
     shown = cli(sqlite_url, "ui", "--help")
     assert shown.exit_code == 0 and "127.0.0.1" in shown.output
+    assert "--public" in shown.output and "--allow-host" in shown.output
     missing = cli(sqlite_url, "ui", "tests.web_app:app")  # no database there yet
     assert missing.exit_code != 0 and "no database" in missing.output
     assert cli(sqlite_url, "db", "migrate").exit_code == 0
@@ -261,6 +269,7 @@ async def test_a_run_page_shows_its_forks_with_links_both_ways(
     client = stead.Client(store, web_app.app)
     parent = await client.start("echo", "hi")
     await settle(store)
+    await _log_in(web)
     fork = await client.fork(parent.run_id, at=1)
     shown = (await web.get(f"/runs/{parent.run_id}")).text
     assert "Lineage" in shown and f'href="/runs/{fork.run_id}"' in shown

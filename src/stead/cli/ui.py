@@ -31,7 +31,18 @@ def _auth_hook(spec: str) -> Any:
               help="Address to listen on (the default is this machine only).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8484, show_default=True,
               help="Port to listen on.")
-@click.option("--read-only", is_flag=True, help="Show everything, take no action.")
+@click.option("--read-only", is_flag=True, help="Take no action (pages still need a login "
+              "unless --public).")
+@click.option("--public", is_flag=True,
+              help="Show the pages to anyone who can reach them, without a login "
+                   "(actions still need one).")
+@click.option("--allow-host", "allowed", metavar="NAME", multiple=True,
+              help="A name besides the loopback ones (and --host) that browsers and "
+                   "webhook senders reach this server by; repeat for more. Other Host "
+                   "headers are refused (421).")
+@click.option("--signature-tolerance", type=click.FloatRange(min=1, max=86400),
+              default=300.0, show_default=True,
+              help="Seconds a webhook's Stead-Signature is good for around its time.")
 @click.option("--auth", "auth_spec", metavar="MODULE:FUNCTION", default=None,
               help="A function(request) returning the operator's name (or None): "
                    "your proxy's or SSO's login instead of the token.")
@@ -39,13 +50,17 @@ def _auth_hook(spec: str) -> Any:
               help="Seconds between live updates of a page.")
 @click.pass_context
 def ui(ctx: click.Context, app_spec: str, host: str, port: int, read_only: bool,
+       public: bool, allowed: tuple[str, ...], signature_tolerance: float,
        auth_spec: str | None, poll: float) -> None:
     """Serve the dashboard for MODULE:APP: runs, what needs a human, each run's
     timeline, and the actions that decide (each recorded with who and why).
 
-    Actions need a login: the token in STEAD_UI_TOKEN (16 characters or more)
-    or an --auth hook. POST /hooks/runs/RUN/events (or /hooks/tasks/TASK/events)
-    delivers an event over HTTP with the wait's token or a Stead-Signature."""
+    Reading and acting need a login: the token in STEAD_UI_TOKEN (16
+    characters or more) or an --auth hook; --public shows the pages to anyone.
+    Requests must name this server by a loopback name, the --host address or
+    an --allow-host name. POST /hooks/runs/RUN/events (or
+    /hooks/tasks/TASK/events) delivers an event over HTTP with the wait's token
+    or a Stead-Signature."""
     try:
         import uvicorn
 
@@ -60,11 +75,16 @@ def ui(ctx: click.Context, app_spec: str, host: str, port: int, read_only: bool,
     if token is not None and len(token) < 16:
         raise click.ClickException(f"{TOKEN_ENV} is too short: use 16 characters or more")
     auth = None if auth_spec is None else _auth_hook(auth_spec)
+    # The address it listens on is a name it is reached by (but a wildcard,
+    # which no browser sends).
+    hosts = (*allowed, *([] if host in ("0.0.0.0", "::", "") else [host]))
     web = create_app(app, db_url=db, token=token, auth=auth, read_only=read_only,
-                     poll_seconds=poll)
-    if token is None and auth is None and not read_only:
-        click.echo(f"no {TOKEN_ENV} and no --auth: the dashboard shows runs, nobody can act",
-                   err=True)
-    mode = "read-only" if read_only else "actions need a login"
+                     public=public, hosts=hosts, poll_seconds=poll,
+                     signature_tolerance=signature_tolerance)
+    if token is None and auth is None and not public:
+        click.echo(f"no {TOKEN_ENV}, no --auth and no --public: nobody can log in, so the "
+                   "pages show nothing (the webhook works)", err=True)
+    mode = ("read-only" if read_only else "actions need a login") + (
+        ", pages public" if public else ", pages need a login")
     click.echo(f"stead ui on http://{host}:{port} ({mode})", err=True)
     uvicorn.run(web, host=host, port=port, log_level="warning")

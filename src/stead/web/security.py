@@ -1,9 +1,11 @@
 """Who may act on the dashboard, and from where.
 
-- **Login.** Actions need an operator: a session made by logging in with the
-  token from `STEAD_UI_TOKEN` (compared in constant time) and a name, or the
-  name an auth hook returns for the request (`create_app(auth=...)`: your
-  reverse proxy's header, your SSO). Without either, nobody can act.
+- **Login.** Reading a page (unless the dashboard is public) and acting need
+  an operator: a session made by logging in with the token from
+  `STEAD_UI_TOKEN` (compared in constant time) and a name, or the name an auth
+  hook returns for the request (`create_app(auth=...)`: your reverse proxy's
+  header, your SSO). Without either, nobody can. Failed logins are counted per
+  source address (`web.throttle`).
 - **CSRF.** Every form carries the browser's CSRF token, also kept in a
   `SameSite=Strict`, `HttpOnly` cookie; a POST whose field does not match it
   (compared in constant time), or whose `Origin` is another site, is refused

@@ -1,9 +1,12 @@
 """The dashboard's Starlette app: pages, the operator's actions, the webhook.
 
-Pages are rendered on the server (Jinja2, autoescaped); live parts poll a
-fragment with htmx (vendored in `static/`, no CDN). The store is opened in the
-app's lifespan (or handed in), and every read and write goes through
-`Client` and `stead.operator`, as any other face of stead does.
+Pages are rendered on the server (Jinja2, autoescaped, every value through
+`display.neutral`); live parts poll a fragment with htmx (vendored in
+`static/`, no CDN). Every request first passes `web.edge` (its Host, its
+body's size); reading a page needs a logged-in operator unless the dashboard
+is `public`. The store is opened in the app's lifespan (or handed in), and
+every read and write goes through `Client` and `stead.operator`, as any other
+face of stead does.
 """
 
 from __future__ import annotations
@@ -11,22 +14,24 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import jinja2
+from markupsafe import Markup
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from stead import errors, operator, records
+from stead import display, errors, operator, records
 from stead.app import App
 from stead.client import Client
 from stead.store import Store, open_store
-from stead.web import hooks, security, views
+from stead.web import edge, hooks, security, signatures, throttle, views
 
 HERE = Path(__file__).parent
 _HEADERS = {
@@ -37,11 +42,23 @@ _HEADERS = {
     "Referrer-Policy": "same-origin",  # "no-referrer" makes browsers send Origin: null
     "Cache-Control": "no-store",
 }
+# The largest body of a route that is not the webhook's or an action's: a
+# login, a logout, a page (which reads none).
+SMALL_BODY = 16 * 1024
+Page = Callable[[Request], Awaitable[Response]]
+
+
+def _shown(value: Any) -> Any:
+    """Every value a template renders, with invisible characters named."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return display.neutral(value)
+    return value
 
 
 def _templates() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
-                             autoescape=True, undefined=jinja2.StrictUndefined)
+                             autoescape=True, undefined=jinja2.StrictUndefined,
+                             finalize=_shown)
     env.filters.update(clip=views.clip, clip_json=views.clip_json, when=views.when)
     env.globals.update(left=views.left, statuses=list(records.RunStatus))
     return env
@@ -50,16 +67,19 @@ def _templates() -> jinja2.Environment:
 class Dashboard:
     def __init__(self, app: App | None, db_url: str | None, store: Store | None, *,
                  token: str | None, auth: security.AuthHook | None, read_only: bool,
-                 poll_seconds: float, max_body: int) -> None:
+                 public: bool, poll_seconds: float, signature_tolerance: float) -> None:
         self.app = app
         self.db_url = db_url
         self._given = store
         self.store: Store | None = store
         self.guard = security.Guard(token, auth)
         self.read_only = read_only
+        self.public = public
         self.poll = poll_seconds
-        self.max_body = max_body
         self.env = _templates()
+        self.logins = throttle.Throttle(*throttle.LOGIN)
+        self.webhook = hooks.Webhook(signatures.Verifier(signature_tolerance),
+                                     throttle.Throttle(*throttle.WEBHOOK))
 
     @property
     def client(self) -> Client:
@@ -91,6 +111,16 @@ class Dashboard:
         return response
 
     # -- pages -----------------------------------------------------------------------
+    def readable(self, page: Page) -> Page:
+        """`page`, shown only to a logged-in operator unless the dashboard is
+        public; anyone else gets the login page (401)."""
+        async def guarded(request: Request) -> Response:
+            if self.public or await self.guard.operator(request) is not None:
+                return await page(request)
+            return await self.render(request, "login.html", 401, failed=False, closed=True)
+
+        return guarded
+
     def _filters(self, request: Request) -> dict[str, Any]:
         q = request.query_params
         code = q.get("workflow", "").strip()
@@ -150,7 +180,16 @@ class Dashboard:
 
     async def login(self, request: Request) -> Response:
         if request.method == "GET":
-            return await self.render(request, "login.html", failed=False)
+            return await self.render(request, "login.html", failed=False, closed=False)
+        source = throttle.source(request)
+        wait = self.logins.refused_for(source)
+        if wait > 0:
+            slowed = await self.render(
+                request, "message.html", 429, title="Too many attempts",
+                message=f"Too many failed logins from this address: try again in {wait:.0f} s.",
+                ok=False, run_id=None)
+            slowed.headers["Retry-After"] = str(int(wait) + 1)
+            return slowed
         form = await request.form()
         refused = await self._cross_site(request, form)
         if refused is not None:
@@ -158,7 +197,8 @@ class Dashboard:
         response = RedirectResponse("/attention", status_code=303, headers=_HEADERS)
         if not self.guard.log_in(str(form.get("token", "")), str(form.get("who", "")),
                                  response, secure=request.url.scheme == "https"):
-            return await self.render(request, "login.html", 401, failed=True)
+            self.logins.failed(source)
+            return await self.render(request, "login.html", 401, failed=True, closed=False)
         return response
 
     async def logout(self, request: Request) -> Response:
@@ -206,8 +246,9 @@ class Dashboard:
                                  message=done.message, ok=True, run_id=run_id)
 
     async def hook(self, request: Request) -> Response:
-        return await hooks.deliver(request, self.client, request.path_params.get("run_id"),
-                                   request.path_params.get("task_id"), self.max_body)
+        return await self.webhook.deliver(request, self.client,
+                                          request.path_params.get("run_id"),
+                                          request.path_params.get("task_id"))
 
     async def unavailable(self, request: Request, exc: Exception) -> Response:
         if request.url.path.startswith("/hooks/"):
@@ -219,19 +260,30 @@ class Dashboard:
 def create_app(
     app: App | None = None, *, db_url: str | None = None, store: Store | None = None,
     token: str | None = None, auth: security.AuthHook | None = None,
-    read_only: bool = False, poll_seconds: float = 2.0, max_body: int = hooks.MAX_BODY,
+    read_only: bool = False, public: bool = False, hosts: Sequence[str] = (),
+    poll_seconds: float = 2.0, max_body: int = hooks.MAX_BODY,
+    signature_tolerance: float = signatures.TOLERANCE,
 ) -> Starlette:
     """The dashboard and webhook as an ASGI app, over the store at `db_url`
-    (opened in its lifespan) or the `store` given. Actions need `token` (what
-    an operator types to log in: `STEAD_UI_TOKEN`) or an `auth` hook that
-    names the operator of a request; `read_only` takes none at all."""
+    (opened in its lifespan) or the `store` given. Reading and acting need
+    `token` (what an operator types to log in: `STEAD_UI_TOKEN`) or an `auth`
+    hook that names the operator of a request; `public` shows the pages to
+    anyone, `read_only` takes no action at all. Requests are answered for the
+    loopback names and `hosts` only; bodies are at most `max_body` bytes (the
+    webhook's and the actions'), 16 KB elsewhere; a webhook signature is good
+    for `signature_tolerance` seconds around its time."""
     d = Dashboard(app, db_url, store, token=token, auth=auth, read_only=read_only,
-                  poll_seconds=poll_seconds, max_body=max_body)
+                  public=public, poll_seconds=poll_seconds,
+                  signature_tolerance=signature_tolerance)
+
+    def limit(path: str) -> int:
+        return max_body if path.startswith("/hooks/") or "/actions/" in path else SMALL_BODY
+
     routes = [
-        Route("/", d.runs),
-        Route("/runs", d.runs),
-        Route("/attention", d.attention),
-        Route("/runs/{run_id}", d.run),
+        Route("/", d.readable(d.runs)),
+        Route("/runs", d.readable(d.runs)),
+        Route("/attention", d.readable(d.attention)),
+        Route("/runs/{run_id}", d.readable(d.run)),
         Route("/runs/{run_id}/actions/{action}", d.act, methods=["POST"]),
         Route("/login", d.login, methods=["GET", "POST"]),
         Route("/logout", d.logout, methods=["POST"]),
@@ -240,4 +292,6 @@ def create_app(
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     return Starlette(routes=routes, lifespan=d.lifespan,
+                     middleware=[Middleware(edge.Edge, hosts=(*edge.LOOPBACK, *hosts),
+                                            limit=limit)],
                      exception_handlers={errors.StoreError: d.unavailable})

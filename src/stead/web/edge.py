@@ -1,0 +1,96 @@
+"""What every request passes before a route sees it (an ASGI middleware):
+
+- **Host.** The `Host` header names one of the names the dashboard serves
+  (the loopback names, and those given with `--allow-host`): a page on another
+  site whose name was rebound to this address sends its own name, and is
+  answered 421 with nothing read. Without this, any web page an operator
+  visits could read the dashboard through a rebound name.
+- **Body size.** A body larger than its route's limit is refused with 413
+  before the route reads any of it: by its `Content-Length`, and, for a body
+  streamed without one (chunked), as soon as the bytes received pass the limit,
+  so nothing is parsed or spooled to disk first.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+# The names a browser sends for this machine.
+LOOPBACK = ("localhost", "127.0.0.1", "::1")
+
+
+class _Overflow(Exception):
+    """The body passed its limit while the route was reading it."""
+
+
+def host_name(header: str) -> str:
+    """The name in a `Host` header, without its port: `[::1]:8484` -> `::1`."""
+    value = header.strip().lower()
+    if value.startswith("["):
+        return value[1:value.find("]")] if "]" in value else value
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+async def _refuse(scope: Scope, send: Send, status: int, message: str) -> None:
+    # The webhook's callers read JSON; a person's browser reads text.
+    if scope["path"].startswith("/hooks/"):
+        body, kind = json.dumps({"error": message}).encode(), b"application/json"
+    else:
+        body, kind = message.encode(), b"text/plain; charset=utf-8"
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", kind), (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"), (b"cache-control", b"no-store")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class Edge:
+    """The middleware: `hosts` are the names served, `limit(path)` the largest
+    body a route takes, in bytes."""
+
+    def __init__(self, app: ASGIApp, hosts: Iterable[str],
+                 limit: Callable[[str], int]) -> None:
+        self.app = app
+        self.hosts = frozenset(host_name(h) for h in hosts)
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        host = host_name(headers.get(b"host", b"").decode("latin-1"))
+        if host not in self.hosts:
+            await _refuse(scope, send, 421, f"this server does not serve the name {host[:80]!r}; "
+                          "to serve it, start it with --allow-host NAME")
+            return
+        limit = self.limit(scope["path"])
+        too_large = f"the body is over this route's limit of {limit:,} bytes"
+        declared = headers.get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            await _refuse(scope, send, 413, too_large)
+            return
+        received = 0
+        started = False
+
+        async def bounded() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise _Overflow
+            return message
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, bounded, sending)
+        except _Overflow:
+            if not started:
+                await _refuse(scope, send, 413, too_large)
