@@ -23,7 +23,15 @@ from hypothesis import strategies as st
 
 import stead
 from stead import trees
-from stead.records import Fence, Record, RecordKind, RecordStatus, RunStatus, SnapshotRow
+from stead.records import (
+    Fence,
+    NewRun,
+    Record,
+    RecordKind,
+    RecordStatus,
+    RunStatus,
+    SnapshotRow,
+)
 
 CONTENT = b"written by a hostile manifest\n"
 SHA = hashlib.sha256(CONTENT).hexdigest()
@@ -294,7 +302,8 @@ def test_the_kubernetes_layout_and_link_text_save_and_restore_exactly(tmp_path: 
 
 # -- through the store: `stead workspace restore` and a takeover --------------------
 async def hostile_snapshot(store: stead.Store, run_id: str, worker: str, epoch: int,
-                           rows: list[Any], name: str = "repo") -> None:
+                           rows: list[Any], name: str = "repo", blobs: str | None = None
+                           ) -> None:
     """Store a snapshot row holding `rows`, as a worker holding the run could."""
     manifest = json.dumps(rows, separators=(",", ":"))  # as a save writes it
     tree = hashlib.sha256(manifest.encode()).hexdigest()
@@ -302,13 +311,13 @@ async def hostile_snapshot(store: stead.Store, run_id: str, worker: str, epoch: 
     rec = Record(0, "0", 1, RecordKind.WORKSPACE, name, "save", RecordStatus.OK, payload,
                  epoch, 0.0)
     snap = SnapshotRow(run_id, name, 0, epoch, worker, tree, manifest, None, 1,
-                       len(CONTENT), 0, None, "/elsewhere", 0.0)
-    await store.save_snapshot(Fence(run_id, epoch, worker), [rec], None, snap, [SHA],
-                              lambda h: CONTENT)
+                       len(CONTENT), 0, blobs, "/elsewhere", 0.0)
+    await store.save_snapshot(Fence(run_id, epoch, worker), [rec], None, snap,
+                              [SHA] if blobs is None else [], lambda h: CONTENT)
 
 
-async def held_run(store: stead.Store, rows: list[Any], name: str = "repo"
-                   ) -> tuple[stead.App, stead.Client, str]:
+async def held_run(store: stead.Store, rows: list[Any], name: str = "repo",
+                   blobs: str | None = None) -> tuple[stead.App, stead.Client, str]:
     """A run claimed by worker w1, which stored a snapshot of `rows` as `name`
     and then died: the app, a client and the run id."""
     app = stead.App("holder")
@@ -321,7 +330,7 @@ async def held_run(store: stead.Store, rows: list[Any], name: str = "repo"
     client = stead.Client(store, app)
     info = await client.start(hold)
     [row] = await store.claim("w1", ["hold@1"], 30.0, 1)
-    await hostile_snapshot(store, info.run_id, "w1", row.epoch, rows, name)
+    await hostile_snapshot(store, info.run_id, "w1", row.epoch, rows, name, blobs)
     return app, client, info.run_id
 
 
@@ -380,3 +389,55 @@ async def test_a_snapshot_naming_a_workspace_outside_the_runs_folder_is_refused(
     run = await client.get(run_id)
     assert run.status == RunStatus.INCOMPATIBLE and "WorkspaceEscape" in str(run.error)
     assert state(top, base) == before
+
+
+@pytest.mark.parametrize("url", ["nosuch://bucket/blobs", "http://127.0.0.1:9/blobs"])
+async def test_a_snapshot_whose_blob_url_cannot_be_read_stops_the_run_with_a_typed_error(
+    fstore: stead.Store, clock: stead.FakeClock, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, url: str,
+) -> None:
+    app, client, run_id = await held_run(
+        fstore, [["f", "file", 0o644, len(CONTENT), SHA]], blobs=url)
+    monkeypatch.setenv("STEAD_WORKSPACE_DIR", str(tmp_path / "restored"))
+    clock.advance(31)
+    await stead.Worker(app, fstore, stead.WorkerOptions(lease_seconds=30)).run_until_idle()
+    run = await client.get(run_id)
+    assert run.status == RunStatus.INCOMPATIBLE, run
+    assert "WorkspaceError" in str(run.error) and url in str(run.error)
+
+
+async def test_a_run_id_that_is_no_folder_name_restores_nothing(
+    fstore: stead.Store, clock: stead.FakeClock, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    app = stead.App("holder")
+
+    @app.workflow()
+    async def hold(run: stead.Run) -> str:
+        return "never reached"
+
+    run_id = "../../escaped"  # as a row written by hand, or by another tool, could hold
+    await fstore.create_run(NewRun(run_id, "hold", 1, None, '{"args":[],"kwargs":{}}'))
+    [row] = await fstore.claim("w1", ["hold@1"], 30.0, 1)
+    await hostile_snapshot(fstore, run_id, "w1", row.epoch,
+                           [["f", "file", 0o644, len(CONTENT), SHA]])
+    top, base = sentinel(tmp_path / "sentinel")
+    monkeypatch.setenv("STEAD_WORKSPACE_DIR", str(base))
+    before = state(top, base)
+    clock.advance(31)
+    await stead.Worker(app, fstore, stead.WorkerOptions(lease_seconds=30)).run_until_idle()
+    assert state(top, base) == before
+    run = await stead.Client(fstore, app).get(run_id)
+    assert run.status == RunStatus.INCOMPATIBLE and "WorkspaceEscape" in str(run.error)
+
+
+def test_removing_an_earlier_copy_that_is_a_link_changes_nothing_it_points_to(
+    tmp_path: Path,
+) -> None:
+    top, dest = sentinel(tmp_path)
+    (top / "other" / "sub").mkdir(mode=0o755)
+    (top / "other" / "sub").chmod(0o555)
+    before = state(top, dest)
+    dest.symlink_to(top / "other")  # where a takeover would find an earlier copy
+    trees.remove(dest)
+    assert state(top, dest) == before and not os.path.lexists(dest)

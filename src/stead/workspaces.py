@@ -223,6 +223,14 @@ def _checked_name(name: str) -> str:
     return name
 
 
+def _run_folder(run_id: str) -> Path:
+    """Where a takeover restores the run's workspaces: one folder of the base."""
+    if not _good_name(run_id):
+        raise errors.WorkspaceEscape(
+            f"run id {run_id[:80]!r} is no folder name; its workspaces are not restored")
+    return restore_base() / run_id
+
+
 async def attach(x: Execution, name: str, path: str | os.PathLike[str], *,
                  root: str | os.PathLike[str] | None, max_bytes: int | None,
                  blob_url: str | None) -> Workspace:
@@ -267,10 +275,12 @@ async def restore_all(store: Store, run_id: str, epoch: int, journal: Journal
         if _still_replayed(journal, snap.seq):
             latest[_checked_name(snap.name)] = snap
     done: dict[str, dict[str, Any]] = {}
-    if latest:
-        _forget_earlier(restore_base() / run_id, epoch)
+    if not latest:
+        return done
+    folder = _run_folder(run_id)
+    _forget_earlier(folder, epoch)
     for name, snap in sorted(latest.items()):
-        dest = restore_base() / run_id / f"{name}.{epoch}.{uuid.uuid4().hex[:8]}"
+        dest = folder / f"{name}.{epoch}.{uuid.uuid4().hex[:8]}"
         await restore(store, snap, dest)
         done[name] = {"path": str(dest), "seq": snap.seq, "tree": snap.tree,
                       "files": snap.files, "bytes": snap.bytes, "saved_epoch": snap.epoch,
