@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -256,9 +257,10 @@ def write(tree: Tree, dest: Path, blob: Callable[[str], bytes]) -> Path:
     """Write `tree` (checked: see `check`) into `dest`, which must not exist:
     first into a sibling folder, renamed to `dest` once written and checked
     against the tree's hash, so a failure leaves nothing half-written. Folders
-    come first, then files, then links: nothing is written through a link,
-    and each write first checks that its folder's real path is where the
-    restore made it. Returns `dest`."""
+    come first, then files, then links, each made in its folder reached from
+    the top one name at a time without following a link (`_folder`): nothing
+    is written through a link, not even one put there meanwhile. Returns
+    `dest`."""
     if os.path.lexists(dest):
         raise errors.WorkspaceError(f"{dest} exists already; restore into a new directory")
     check(tree.entries)  # whoever built the tree: writing it must be safe
@@ -266,21 +268,11 @@ def write(tree: Tree, dest: Path, blob: Callable[[str], bytes]) -> Path:
     scratch = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.partial")
     scratch.mkdir()
     try:
-        top = Path(os.path.realpath(scratch))
-        dirs = sorted((e for e in tree.entries if e.kind == DIR), key=lambda e: e.path.count("/"))
-        for e in dirs:
-            os.mkdir(_placed(top, e.path), 0o700)
-        for e in tree.entries:
-            if e.kind == FILE:
-                _write_file(_placed(top, e.path), e, blob(e.sha256))
-        for e in tree.entries:
-            if e.kind == LINK:
-                os.symlink(e.target, _placed(top, e.path))
-        for e in reversed(dirs):  # a read-only folder is closed once its content is in
-            path = _placed(top, e.path)
-            if not stat.S_ISDIR(os.lstat(path).st_mode):
-                raise errors.WorkspaceEscape(f"{path} is no longer the folder the restore made")
-            os.chmod(path, e.mode)
+        top = os.open(scratch, _OPEN_DIR)
+        try:
+            _write_entries(top, tree, blob)
+        finally:
+            os.close(top)
         found = scan(scratch)
         if found.sha256 != tree.sha256:
             raise errors.WorkspaceMismatch(
@@ -293,29 +285,57 @@ def write(tree: Tree, dest: Path, blob: Callable[[str], bytes]) -> Path:
     return dest
 
 
-def _placed(top: Path, rel: str) -> Path:
-    """Where `rel` goes under `top` (a real path), once its folder's real path
-    is checked to be that folder: no link, made by the restore or by anyone
-    meanwhile, stands between `top` and what is written."""
-    path = top.joinpath(*rel.split("/"))
-    if os.path.realpath(path.parent) != str(path.parent):
-        raise errors.WorkspaceEscape(
-            f"the folder of {rel!r} is not at {path.parent} any more (a link stands in its "
-            "way); nothing more is written")
-    return path
+_OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_EXCL and O_NOFOLLOW: a name that appeared meanwhile (a link) is refused.
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _write_file(path: Path, e: Entry, data: bytes) -> None:
-    if hashlib.sha256(data).hexdigest() != e.sha256:
-        raise errors.WorkspaceMismatch(
-            f"the stored content of {e.path!r} does not hash to {e.sha256}",
-            [f"{e.path}: stored content differs"])
-    # O_EXCL and O_NOFOLLOW: a name that appeared meanwhile (a link) is refused.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        os.fchmod(f.fileno(), e.mode)
+def _write_entries(top: int, tree: Tree, blob: Callable[[str], bytes]) -> None:
+    dirs = sorted((e for e in tree.entries if e.kind == DIR), key=lambda e: e.path.count("/"))
+    for e in dirs:
+        with _folder(top, e.path) as (at, name):
+            os.mkdir(name, 0o700, dir_fd=at)
+    for e in tree.entries:
+        if e.kind == FILE:
+            data = blob(e.sha256)
+            if hashlib.sha256(data).hexdigest() != e.sha256:
+                raise errors.WorkspaceMismatch(
+                    f"the stored content of {e.path!r} does not hash to {e.sha256}",
+                    [f"{e.path}: stored content differs"])
+            with _folder(top, e.path) as (at, name), \
+                    os.fdopen(os.open(name, _CREATE, 0o600, dir_fd=at), "wb") as f:
+                f.write(data)
+                os.fchmod(f.fileno(), e.mode)
+        elif e.kind == LINK:
+            with _folder(top, e.path) as (at, name):
+                os.symlink(e.target, name, dir_fd=at)
+    for e in reversed(dirs):  # a read-only folder is closed once its content is in
+        with _folder(top, f"{e.path}/.") as (at, _name):
+            os.fchmod(at, e.mode)
+
+
+@contextlib.contextmanager
+def _folder(top: int, rel: str) -> Iterator[tuple[int, str]]:
+    """The open folder `rel` lies in, and its last name. The folder is
+    reached from `top` one name at a time with O_NOFOLLOW, so the kernel
+    refuses a link standing where the restore made a folder."""
+    *names, last = rel.split("/")
+    at = os.dup(top)
+    try:
+        for name in names:
+            try:
+                found = os.open(name, _OPEN_DIR, dir_fd=at)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                raise errors.WorkspaceEscape(
+                    f"a link stands where the restore made the folder of {rel!r}; "
+                    "nothing is written through it") from None
+            os.close(at)
+            at = found
+        yield at, last
+    finally:
+        os.close(at)
 
 
 def remove(path: Path) -> None:
