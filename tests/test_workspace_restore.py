@@ -441,3 +441,34 @@ def test_removing_an_earlier_copy_that_is_a_link_changes_nothing_it_points_to(
     dest.symlink_to(top / "other")  # where a takeover would find an earlier copy
     trees.remove(dest)
     assert state(top, dest) == before and not os.path.lexists(dest)
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(made=st.lists(rows, max_size=10).map(shaped))
+def test_a_tree_a_save_takes_has_every_link_inside_and_restores_exactly(
+    tmp_path_factory: pytest.TempPathFactory, made: list[list[Any]],
+) -> None:
+    base = tmp_path_factory.mktemp("save")
+    top = base / "ws"
+    top.mkdir()
+    for path, kind, _mode, _size, ref in made:
+        where = top / path
+        if not where.parent.is_dir() or where.parent.is_symlink() or (
+                kind == "link" and not ref):
+            continue  # below a link or a file, or an empty link: no directory holds them
+        if kind == "dir":
+            where.mkdir()
+        elif kind == "file":
+            where.write_bytes(CONTENT)
+        else:
+            where.symlink_to(ref)
+    try:
+        tree = trees.scan(top)
+    except stead.WorkspaceError:
+        return
+    assert_inside(top)  # the kernel agrees: every link a save took resolves inside
+    dest = trees.write(trees.Tree.loads(tree.manifest), base / "dest", blob)
+    assert {p.relative_to(dest): os.readlink(p) for p in dest.rglob("*") if p.is_symlink()} \
+        == {p.relative_to(top): os.readlink(p) for p in top.rglob("*") if p.is_symlink()}
+    assert trees.scan(dest).sha256 == tree.sha256

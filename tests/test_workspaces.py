@@ -270,6 +270,18 @@ async def test_a_symlink_escaping_the_workspace_is_refused_and_nothing_is_stored
     assert await store.read_blobs(hashes) == {}
 
 
+async def test_a_chain_of_links_leading_out_is_refused_and_nothing_is_stored(
+    store: stead.Store, dirs: dict[str, Path],
+) -> None:
+    repo = make_repo(dirs["root"] / "repo")
+    (repo / "pkg" / "up").symlink_to("..")  # the workspace's top: inside
+    (repo / "out").symlink_to("pkg/up/..")  # its parent, through pkg/up
+    app, save = saver(dirs["root"])
+    info = await _fails_with(store, app, save, str(repo), 10**6)
+    assert "WorkspaceEscape" in str(info.error) and "'out'" in str(info.error)
+    assert await store.read_blobs([trees.file_sha256(repo / "calc.py")]) == {}
+
+
 async def test_a_tree_over_the_size_limit_is_refused_and_nothing_is_stored(
     store: stead.Store, dirs: dict[str, Path],
 ) -> None:
