@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import stead
-from stead import trees
+from stead import links, trees
 from stead.records import (
     Fence,
     NewRun,
@@ -160,6 +160,16 @@ def test_a_hostile_manifest_is_refused_before_anything_is_written(
     with pytest.raises(error):
         trees.Tree.loads(manifest)
     assert state(top, dest) == before and not dest.exists()
+
+
+def test_a_manifest_asking_for_unbounded_link_work_is_refused() -> None:
+    walk = "/".join(["x", ".."] * 600) + "/x"  # 1,201 steps, inside
+    one = [["l0", "link", 0, 0, walk]]
+    assert trees.Tree.loads(json.dumps(one)).entries[0].target == walk
+    many = [[f"l{i}", "link", 0, 0, walk] for i in range(100)]
+    with pytest.raises(stead.WorkspaceUnsafe, match="budget"):
+        trees.Tree.loads(json.dumps(many))
+    assert links.resolve({"a": "b/c", "b": "."}, "a") == ("c", 2)
 
 
 def test_the_issues_chain_writes_nothing_outside_the_destination(tmp_path: Path) -> None:

@@ -17,9 +17,11 @@ from stead import errors
 
 # The most links one resolution follows: the kernel's own limit (ELOOP).
 MAX_HOPS = 40
-# The most path components one resolution walks: a bound on the work a hostile
-# manifest can ask for (the kernel bounds it with PATH_MAX and MAX_HOPS too).
+# The most path components one resolution walks, and for a whole tree this
+# many per link more: a bound on the work a hostile manifest can ask for (the
+# kernel bounds one walk with PATH_MAX and MAX_HOPS too).
 MAX_STEPS = 4096
+STEPS_PER_LINK = 256
 
 
 def parts(text: str) -> list[str]:
@@ -27,20 +29,30 @@ def parts(text: str) -> list[str]:
     return [p for p in text.split("/") if p not in ("", ".")]
 
 
-def resolve(targets: Mapping[str, str], path: str) -> str:
+def check_all(targets: Mapping[str, str]) -> None:
+    """Resolve every link of a tree, within one budget of steps for the
+    tree: `WorkspaceUnsafe` past it."""
+    left = MAX_STEPS + STEPS_PER_LINK * len(targets)
+    for path in targets:
+        left -= resolve(targets, path, min(left, MAX_STEPS))[1]
+
+
+def resolve(targets: Mapping[str, str], path: str, most: int = MAX_STEPS) -> tuple[str, int]:
     """Where the link at `path` leads, as a path relative to the tree's top
-    (`""` for the top itself). `targets` holds every link of the tree: its
-    path and its text. Raises `WorkspaceEscape` if the walk leaves the tree
-    (through `..` above the top, or an absolute target), and `WorkspaceUnsafe`
-    for a chain that never ends (a loop, or more than `MAX_HOPS` links)."""
+    (`""` for the top itself), and the steps the walk took (at most `most`).
+    `targets` holds every link of the tree: its path and its text. Raises
+    `WorkspaceEscape` if the walk leaves the tree (through `..` above the
+    top, or an absolute target), and `WorkspaceUnsafe` for a chain that never
+    ends (a loop, or more than `MAX_HOPS` links) or past `most` steps."""
     here = parts(path)[:-1]
     pending = list(reversed(_target_parts(targets, path, path)))
     hops = steps = 0
     while pending:
         steps += 1
-        if steps > MAX_STEPS:
+        if steps > most:
             raise errors.WorkspaceUnsafe(
-                f"link {path!r} resolves through more than {MAX_STEPS} path components")
+                f"link {path!r} resolves through more path components than a tree's "
+                f"links may ({most} left of the tree's budget)")
         name = pending.pop()
         if name == "..":
             if not here:
@@ -58,7 +70,7 @@ def resolve(targets: Mapping[str, str], path: str) -> str:
                 f"link {path!r} does not resolve: a loop, or a chain of more than "
                 f"{MAX_HOPS} links (at {step!r})")
         pending.extend(reversed(_target_parts(targets, step, path)))
-    return "/".join(here)
+    return "/".join(here), steps
 
 
 def _target_parts(targets: Mapping[str, str], link: str, start: str) -> list[str]:

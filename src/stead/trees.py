@@ -128,9 +128,7 @@ def check(entries: Sequence[Entry]) -> None:
             what = f"a {kinds[parent]}" if parent in kinds else "not in the tree"
             raise errors.WorkspaceUnsafe(
                 f"{e.path!r} lies below {parent!r}, which is {what}, not a folder")
-    targets = {e.path: e.target for e in entries if e.kind == LINK}
-    for path in targets:
-        links.resolve(targets, path)
+    links.check_all({e.path: e.target for e in entries if e.kind == LINK})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
