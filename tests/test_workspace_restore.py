@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import stead
-from stead import links, trees
+from stead import links, trees, workspaces
 from stead.records import (
     Fence,
     NewRun,
@@ -482,3 +482,17 @@ def test_a_tree_a_save_takes_has_every_link_inside_and_restores_exactly(
     assert {p.relative_to(dest): os.readlink(p) for p in dest.rglob("*") if p.is_symlink()} \
         == {p.relative_to(top): os.readlink(p) for p in top.rglob("*") if p.is_symlink()}
     assert trees.scan(dest).sha256 == tree.sha256
+
+
+@pytest.mark.parametrize("git", ["[", '["commit"]', '{"commit": 7}', "[" * 100_000])
+async def test_a_snapshot_whose_git_state_is_not_a_saves_is_refused_before_writing(
+    store: stead.Store, tmp_path: Path, git: str,
+) -> None:
+    _app, _client, run_id = await held_run(store, [["f", "file", 0o644, len(CONTENT), SHA]])
+    [snap] = await store.list_snapshots(run_id)
+    with pytest.raises(stead.WorkspaceUnsafe, match="git state"):
+        await workspaces.restore(store, snap.evolve(git=git), tmp_path / "dest")
+    assert not (tmp_path / "dest").exists()
+    done = await workspaces.restore(store, snap.evolve(git='{"commit": null}'),
+                                    tmp_path / "dest")
+    assert (done / "f").read_bytes() == CONTENT
