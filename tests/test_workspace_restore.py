@@ -121,6 +121,8 @@ def assert_inside(dest: Path) -> None:
     (["a", "file", True, 1, SHA], stead.WorkspaceUnsafe),
     (["a", "file", "420", 1, SHA], stead.WorkspaceUnsafe),
     (["a", "file", 0o17777, 1, SHA], stead.WorkspaceUnsafe),
+    (["a", "file", 0o4755, 1, SHA], stead.WorkspaceUnsafe),
+    (["a", "dir", 0o2775, 0, ""], stead.WorkspaceUnsafe),
     (["a", "file", 420, 1, "../../etc"], stead.WorkspaceUnsafe),
     (["a", "dir", 493, 5, ""], stead.WorkspaceUnsafe),
     (["link", "link", 0, 0, ""], stead.WorkspaceUnsafe),
@@ -278,6 +280,19 @@ def test_a_link_loop_is_a_workspace_error_on_save(tmp_path: Path) -> None:
     (top / "b").symlink_to("a")
     with pytest.raises(stead.WorkspaceUnsafe, match="loop"):
         trees.scan(top)
+
+
+def test_a_save_records_no_setuid_or_setgid_bit(tmp_path: Path) -> None:
+    top = tmp_path / "ws"
+    (top / "shared").mkdir(parents=True)
+    (top / "shared").chmod(0o2775)  # a group folder: its files are the group's
+    (top / "tool").write_bytes(CONTENT)
+    (top / "tool").chmod(0o4755)
+    tree = trees.scan(top)
+    assert {e.path: e.mode for e in tree.entries} == {"shared": 0o775, "tool": 0o755}
+    dest = trees.write(trees.Tree.loads(tree.manifest), tmp_path / "dest", blob)
+    assert stat.S_IMODE((dest / "tool").stat().st_mode) == 0o755
+    assert trees.scan(dest).sha256 == tree.sha256
 
 
 def test_an_absolute_link_is_refused_on_save_even_into_the_workspace(tmp_path: Path) -> None:

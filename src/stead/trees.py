@@ -63,6 +63,9 @@ class Entry:
             raise errors.WorkspaceUnsafe(
                 f"entry {where!r} has a mode {_shown(mode)} or size {_shown(size)} "
                 "no file system holds")
+        if mode & _SET_ID:
+            raise errors.WorkspaceUnsafe(
+                f"entry {where!r} has a setuid or setgid mode ({mode:o}), which no save records")
         if kind == FILE:
             if not isinstance(ref, str) or not _SHA256.fullmatch(ref):
                 raise errors.WorkspaceUnsafe(f"file {where!r} has no sha256 ({_shown(ref)})")
@@ -86,6 +89,9 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 _MAX_PATH = 4096  # PATH_MAX, the longest path (or link text) the kernel takes
 _MAX_NAME = 255  # NAME_MAX, in bytes
 _MAX_SIZE = 1 << 63
+# A save records no setuid or setgid bit, and a restore makes none: a restore
+# run as root would otherwise make a program that runs as root for anyone.
+_SET_ID = stat.S_ISUID | stat.S_ISGID
 
 
 def _shown(value: object) -> str:
@@ -209,7 +215,7 @@ def scan(top: Path, max_bytes: int | None = None) -> Tree:
     for path in _walk(top):
         rel = path.relative_to(top).as_posix()
         info = path.lstat()
-        mode = stat.S_IMODE(info.st_mode)
+        mode = stat.S_IMODE(info.st_mode) & ~_SET_ID
         if stat.S_ISLNK(info.st_mode):
             entries.append(Entry(rel, LINK, 0, target=os.readlink(path)))
         elif stat.S_ISDIR(info.st_mode):
