@@ -25,6 +25,7 @@ EXPECTED = {
     "Workspace", "WorkspacePath", "Snapshot", "Fingerprint", "WorkspaceError",
     "WorkspaceOutsideRoot",
     "WorkspaceEscape", "WorkspaceTooLarge", "WorkspaceChanged", "WorkspaceMismatch",
+    "WorkspaceUnsafe",
     "ChildFailed", "InvalidSchedule", "Missed", "PruneReport", "prune",
     "Queue", "Start", "InvalidStart", "UnknownQueue",
 }

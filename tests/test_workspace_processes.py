@@ -3,7 +3,9 @@ edits its repository, saves it and submits CI job 471; its worker is
 SIGKILLed and its machine's folder deleted; a worker in another folder
 restores the tree (hash-equal) before replay, does not redo the edit, polls
 job 471 and never submits 472. And a changed lockfile on the new worker makes
-the recorded test result stale: the tests run again there."""
+the recorded test result stale: the tests run again there. And a worker whose
+takeover meets a hostile snapshot row writes nothing outside its restore
+folder and stops the run for a person, once."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import stead
 from stead import trees
 from stead.examples import ci_agent, services
 from stead.records import RecordKind, RecordStatus, ResumeClass, RunStatus
+from tests.test_workspace_restore import chain, hostile_snapshot, state
 from tests.workers.procs import KILLED, wait_until
 
 pytestmark = pytest.mark.slow
@@ -147,5 +150,35 @@ async def test_a_changed_lockfile_makes_the_test_result_stale_and_it_reruns(
         [resume] = await client.resumes(run_id)
         assert resume.details.classes.get(ResumeClass.REVALIDATE) == 1
         assert (await client.get(run_id)).status == RunStatus.COMPLETED
+    finally:
+        await store.close()
+
+
+async def test_a_worker_refuses_a_hostile_snapshot_and_stops_the_run_once(
+    machines: Machines, db_url: str,
+) -> None:
+    store = await stead.open_store(db_url)
+    try:
+        client = stead.Client(store, ci_agent.app)
+        info = await client.start(ci_agent.fix_and_test, "/nowhere", "add() subtracts")
+        [row] = await store.claim("impostor", ["fix_and_test@1"], 1.0, 1)
+        # Restored into HOME/.stead-workspaces/RUN/repo.EPOCH.*: three folders up is HOME.
+        await hostile_snapshot(store, info.run_id, "impostor", row.epoch, chain(3))
+        home = machines.folder("E", "L1")
+        restored = home / ".stead-workspaces"
+        before = state(home, restored)
+        worker = machines.worker("E", home)
+
+        async def stopped() -> bool:
+            return (await client.get(info.run_id)).status == RunStatus.INCOMPATIBLE
+
+        await wait_until("worker E to stop the run", stopped)
+        assert state(home, restored) == before
+        assert not [p for p in restored.rglob("*") if not p.is_dir()]
+        run = await client.get(info.run_id)
+        assert "WorkspaceUnsafe" in str(run.error) and "nothing was written" in str(run.error)
+        assert worker.poll() is None  # the worker goes on serving other runs
+        [resume] = await client.resumes(info.run_id)
+        assert resume.worker_id == "worker-E"
     finally:
         await store.close()

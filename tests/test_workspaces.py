@@ -270,6 +270,18 @@ async def test_a_symlink_escaping_the_workspace_is_refused_and_nothing_is_stored
     assert await store.read_blobs(hashes) == {}
 
 
+async def test_a_chain_of_links_leading_out_is_refused_and_nothing_is_stored(
+    store: stead.Store, dirs: dict[str, Path],
+) -> None:
+    repo = make_repo(dirs["root"] / "repo")
+    (repo / "pkg" / "up").symlink_to("..")  # the workspace's top: inside
+    (repo / "out").symlink_to("pkg/up/..")  # its parent, through pkg/up
+    app, save = saver(dirs["root"])
+    info = await _fails_with(store, app, save, str(repo), 10**6)
+    assert "WorkspaceEscape" in str(info.error) and "'out'" in str(info.error)
+    assert await store.read_blobs([trees.file_sha256(repo / "calc.py")]) == {}
+
+
 async def test_a_tree_over_the_size_limit_is_refused_and_nothing_is_stored(
     store: stead.Store, dirs: dict[str, Path],
 ) -> None:
@@ -400,19 +412,6 @@ async def test_a_workflow_that_lost_its_run_gets_stale_lease_from_save(
     assert [type(e) for e in seen] == [stead.StaleLease]
     assert await fstore.list_snapshots(info.run_id) == []
     assert await fstore.read_blobs([trees.file_sha256(repo / "calc.py")]) == {}
-
-
-@pytest.mark.parametrize("row", [
-    ["../evil", "file", 420, 1, "0" * 64],
-    ["/etc/passwd", "file", 420, 1, "0" * 64],
-    ["a/../../b", "dir", 493, 0, ""],
-    ["link", "link", 0, 0, "../outside"],
-    ["link", "link", 0, 0, "/etc/passwd"],
-    ["x", "socket", 0, 0, ""],
-])
-def test_a_stored_manifest_cannot_write_outside_its_tree(row: list[Any]) -> None:
-    with pytest.raises(ValueError):
-        trees.Entry.from_json(row)
 
 
 async def test_a_later_takeover_on_the_same_machine_removes_the_earlier_copy(

@@ -48,6 +48,7 @@ from stead.errors import (
     WorkspaceMismatch,
     WorkspaceOutsideRoot,
     WorkspaceTooLarge,
+    WorkspaceUnsafe,
 )
 from stead.exports import StoredRun
 from stead.fingerprints import Fingerprint
@@ -184,6 +185,7 @@ __all__ = [
     "WorkspaceOutsideRoot",
     "WorkspacePath",
     "WorkspaceTooLarge",
+    "WorkspaceUnsafe",
     "__version__",
     "open_store",
     "prune",

@@ -24,7 +24,12 @@ def _fs(url: str) -> tuple[Any, str]:
     except ImportError as exc:
         raise errors.WorkspaceError(
             f"workspace blobs at {url} need fsspec: pip install 'stead[workspaces]'") from exc
-    fs, path = fsspec.core.url_to_fs(url)
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+    except (ValueError, ImportError) as exc:  # an unknown protocol, or its package missing
+        raise errors.WorkspaceError(
+            f"workspace blobs at {url[:200]!r} cannot be reached: {exc}. Install what the "
+            "URL's protocol needs, or name a blob URL fsspec knows") from exc
     return fs, str(path).rstrip("/")
 
 

@@ -289,8 +289,17 @@ class WorkspaceOutsideRoot(WorkspaceError):
 
 
 class WorkspaceEscape(WorkspaceError):
-    """A symbolic link in the workspace points outside it: a restore on
-    another machine could not bring its target back."""
+    """A symbolic link in the workspace leads outside it (its chain of links
+    followed, as the kernel would), or a stored snapshot's entry names a path
+    outside the tree it is restored into: a restore on another machine could
+    not bring its target back, and writes nothing outside its destination."""
+
+
+class WorkspaceUnsafe(WorkspaceError):
+    """A tree holds what no restore could write as saved and keep inside its
+    destination: a malformed manifest entry, a NUL, a duplicate path, an entry
+    below a link or a file, a link that never resolves (a loop). A restore
+    refuses it before writing anything."""
 
 
 class WorkspaceTooLarge(WorkspaceError):

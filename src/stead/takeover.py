@@ -295,7 +295,8 @@ async def prepare(
             restored = await workspaces.restore_all(store, row.run_id, row.epoch, journal)
         except errors.WorkspaceError as exc:
             return stopped(row, worker_id, clock.now(), gated.key, journal.length,
-                           RunStatus.INCOMPATIBLE, f"run {row.run_id}: {exc}")
+                           RunStatus.INCOMPATIBLE, f"run {row.run_id}: {exc}",
+                           type(exc).__name__)
     execution = Execution(
         store=store,
         fence=Fence(row.run_id, row.epoch, worker_id),

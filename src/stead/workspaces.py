@@ -204,13 +204,39 @@ class Workspace:
             where.put(sha256, data)
 
 
+_NAME_RULE = ("a workspace's name is a non-empty string of at most 255 characters, "
+              "without '/' or NUL, that does not start with '.'")
+
+
+def _good_name(name: object) -> bool:
+    return (isinstance(name, str) and 0 < len(name) <= 255 and "/" not in name
+            and "\0" not in name and not name.startswith("."))
+
+
+def _checked_name(name: str) -> str:
+    """A stored snapshot's workspace name, if `attach` would take it: it
+    names the folder a takeover restores into, which must stay in the run's."""
+    if not _good_name(name):
+        raise errors.WorkspaceEscape(
+            f"a stored snapshot names workspace {name[:80]!r}, which is no folder name: "
+            f"{_NAME_RULE}")
+    return name
+
+
+def _run_folder(run_id: str) -> Path:
+    """Where a takeover restores the run's workspaces: one folder of the base."""
+    if not _good_name(run_id):
+        raise errors.WorkspaceEscape(
+            f"run id {run_id[:80]!r} is no folder name; its workspaces are not restored")
+    return restore_base() / run_id
+
+
 async def attach(x: Execution, name: str, path: str | os.PathLike[str], *,
                  root: str | os.PathLike[str] | None, max_bytes: int | None,
                  blob_url: str | None) -> Workspace:
     """`run.workspace`: see the module."""
-    if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
-        raise ValueError("a workspace's name is a non-empty string without '/' "
-                         "that does not start with '.'")
+    if not _good_name(name):
+        raise ValueError(_NAME_RULE)
     if max_bytes is not None and (isinstance(max_bytes, bool) or max_bytes < 0):
         raise ValueError("max_bytes is a number of bytes >= 0, or None for no limit")
     addr = addresses.reserve()
@@ -247,12 +273,14 @@ async def restore_all(store: Store, run_id: str, epoch: int, journal: Journal
     latest: dict[str, SnapshotRow] = {}
     for snap in await store.list_snapshots(run_id):
         if _still_replayed(journal, snap.seq):
-            latest[snap.name] = snap
+            latest[_checked_name(snap.name)] = snap
     done: dict[str, dict[str, Any]] = {}
-    if latest:
-        _forget_earlier(restore_base() / run_id, epoch)
+    if not latest:
+        return done
+    folder = _run_folder(run_id)
+    _forget_earlier(folder, epoch)
     for name, snap in sorted(latest.items()):
-        dest = restore_base() / run_id / f"{name}.{epoch}.{uuid.uuid4().hex[:8]}"
+        dest = folder / f"{name}.{epoch}.{uuid.uuid4().hex[:8]}"
         await restore(store, snap, dest)
         done[name] = {"path": str(dest), "seq": snap.seq, "tree": snap.tree,
                       "files": snap.files, "bytes": snap.bytes, "saved_epoch": snap.epoch,
@@ -273,13 +301,18 @@ def _forget_earlier(folder: Path, epoch: int) -> None:
 
 async def restore(store: Store, snap: SnapshotRow, dest: Path) -> Path:
     """Write `snap` into `dest` (which must not exist), checked against its
-    hash and, for a git tree, its commit."""
+    hash and, for a git tree, its commit. Whatever the row holds, nothing is
+    created or changed outside `dest`: its manifest is checked whole before
+    anything is written (`trees.Tree.loads`), and `trees.write` writes nothing
+    through a link."""
     what = f"workspace {snap.name!r} (snapshot at seq {snap.seq} of run {snap.run_id})"
     try:
         tree = trees.Tree.loads(snap.manifest)
-    except (ValueError, TypeError, KeyError) as exc:
-        raise errors.WorkspaceMismatch(f"{what}: its manifest is corrupt ({exc})",
-                                       ["manifest: corrupt"]) from exc
+        commit = _recorded_commit(snap.git)
+    except errors.WorkspaceError as exc:
+        raise type(exc)(
+            f"{what} is refused, nothing was written: {exc}. The stored snapshot is not one "
+            f"a save makes; look at it with `stead runs show {snap.run_id}`") from None
     if tree.sha256 != snap.tree:
         raise errors.WorkspaceMismatch(
             f"{what}: its manifest hashes to {tree.sha256}, not the recorded {snap.tree}",
@@ -291,9 +324,10 @@ async def restore(store: Store, snap: SnapshotRow, dest: Path) -> Path:
         raise errors.WorkspaceMismatch(
             f"{what} does not restore as saved: {exc}; differs: "
             + "; ".join(exc.differences), exc.differences) from exc
+    except errors.WorkspaceError as exc:
+        raise type(exc)(f"{what} could not be restored into {dest}: {exc}") from exc
     except OSError as exc:
         raise errors.WorkspaceError(f"{what} could not be restored into {dest}: {exc}") from exc
-    commit = None if snap.git is None else json.loads(snap.git).get("commit")
     if commit is not None:
         head = await asyncio.to_thread(gittrees.head, dest)
         if head is not None and head != commit:
@@ -301,6 +335,20 @@ async def restore(store: Store, snap: SnapshotRow, dest: Path) -> Path:
                 f"{what} restored on commit {head}, not the recorded {commit}",
                 [f"HEAD: {head} (recorded {commit})"])
     return dest
+
+
+def _recorded_commit(git: str | None) -> str | None:
+    """The commit a snapshot row's git JSON records, if any."""
+    if git is None:
+        return None
+    try:
+        found = json.loads(git)
+    except (ValueError, RecursionError):
+        found = None
+    commit = found.get("commit") if isinstance(found, dict) else None
+    if not isinstance(found, dict) or not (commit is None or isinstance(commit, str)):
+        raise errors.WorkspaceUnsafe("its git state is not the JSON a save records")
+    return commit
 
 
 async def _blob_source(store: Store, snap: SnapshotRow, tree: trees.Tree
