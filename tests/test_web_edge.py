@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from starlette.types import ASGIApp, Message
 
@@ -425,6 +425,15 @@ async def test_a_large_body_is_refused_before_it_is_read(asgi: ASGIApp, path: st
     assert streamed == unread and pulled <= 6, pulled
 
 
+@pytest.mark.parametrize("length", ["\u00b9", "9" * 5000, "-1", "12a"])
+async def test_a_content_length_that_is_no_whole_number_is_refused(asgi: ASGIApp,
+                                                                   length: str) -> None:
+    status, pulled = await _raw_post(asgi, "/login", [b"x"], {
+        "content-type": "application/x-www-form-urlencoded",
+        "content-length": length.encode("utf-8").decode("latin-1")})
+    assert (status, pulled) == (413, 0)
+
+
 async def test_a_body_within_the_limit_is_read(web: httpx.AsyncClient) -> None:
     csrf = _csrf((await web.get("/login")).text)
     r = await web.post("/login", data={"csrf": csrf, "who": "a" * 4000, "token": UI_TOKEN})
@@ -557,6 +566,11 @@ forms = st.dictionaries(st.sampled_from(["csrf", "who", "token", "target", "why"
                                            "no_such_action"]),
        run=st.sampled_from(["live", "unknown"]), with_csrf=st.booleans(),
        logged_in=st.booleans())
+# digits that str.isdigit() admits and int() refuses, and one too long for int()
+@example(form={"expect_epoch": "\u00b9"}, action="approve", run="live", with_csrf=True,
+         logged_in=True)
+@example(form={"expect_epoch": "9" * 5000}, action="approve", run="live", with_csrf=True,
+         logged_in=True)
 async def test_hostile_dashboard_forms_are_never_a_500(
     asgi: ASGIApp, store: stead.Store, form: dict[str, str], action: str, run: str,
     with_csrf: bool, logged_in: bool,

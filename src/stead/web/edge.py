@@ -69,7 +69,9 @@ class Edge:
         limit = self.limit(scope["path"])
         too_large = f"the body is over this route's limit of {limit:,} bytes"
         declared = headers.get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        # bytes.isdigit() is ASCII only; the length bound keeps int() off a 5,000-digit value.
+        if declared is not None and (len(declared) > 18 or not declared.isdigit()
+                                     or int(declared) > limit):
             await _refuse(scope, send, 413, too_large)
             return
         received = 0

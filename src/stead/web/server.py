@@ -229,12 +229,15 @@ class Dashboard:
         if who is None:
             return await refuse(401, "Log in first", "Actions need an operator: log in.")
         epoch = values.get("expect_epoch", "")
+        # str.isdigit() also admits '¹' and other digits int() refuses; 18 digits fit an epoch.
+        if epoch and not (epoch.isascii() and epoch.isdigit() and len(epoch) <= 18):
+            return await refuse(400, "Refused", "expect_epoch must be a whole number.")
         decision = operator.Decision(run_id=run_id, target=values.get("target", ""),
                                      values=values, by=who, why=values.get("why", ""))
         try:
             done = await operator.act(
                 self.client, name, decision, expect_status=values.get("expect_status") or None,
-                expect_epoch=int(epoch) if epoch.isdigit() else None)
+                expect_epoch=int(epoch) if epoch else None)
         except errors.UnknownRun:
             return await refuse(404, "No such run", f"There is no run {run_id}.")
         except (errors.RunMovedOn, errors.NotStopped, errors.UnknownAction,

@@ -81,7 +81,7 @@ class Verifier:
         signature verified here is refused from then on (see `release`)."""
         parts = dict(p.split("=", 1) for p in header[:512].split(",") if "=" in p)
         t, kid, mac = parts.get("t", ""), parts.get("k", ""), parts.get(VERSION, "")
-        if not (t.isdigit() and len(t) <= 12 and kid and mac):
+        if not (t.isascii() and t.isdigit() and len(t) <= 12 and kid and mac):
             raise errors.InvalidInput(f"Stead-Signature is not t=UNIX_TIME,k=KEY_ID,"
                                       f"{VERSION}=HEX")
         if abs(now - int(t)) > self.tolerance:
