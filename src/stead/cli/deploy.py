@@ -234,7 +234,9 @@ def runs_import(ctx: click.Context, files: tuple[str, ...]) -> None:
                 try:
                     stored = StoredRun.read(path)
                     info = await client.import_run(stored)
-                except errors.InvalidInput as exc:
+                except errors.StoreUnavailable:
+                    raise  # no file could be imported now: say so once
+                except errors.SteadError as exc:
                     # A read error names the file already; the store's does not.
                     line = (f"{exc}" if str(exc).startswith(path) else f"{path}: {exc}"
                             ) + " (nothing of it was stored)"
