@@ -85,6 +85,10 @@ def _input_not_args(d: dict[str, Any]) -> None:
     d["run"]["input"] = "[1, 2]"
 
 
+def _input_no_kwargs(d: dict[str, Any]) -> None:
+    d["run"]["input"] = '{"args": []}'
+
+
 def _deep_payload(d: dict[str, Any]) -> None:
     d["journal"][0]["payload"] = "[" * 600 + "]" * 600
 
@@ -127,6 +131,7 @@ CORRUPTIONS = {
     _unknown_kind: "kind is 'teleport', not one of",
     _payload_not_json: "payload is not JSON",
     _input_not_args: "input is JSON list, not an object",
+    _input_no_kwargs: "input is not {\"args\"",
     _deep_payload: "nested deeper than 512",
     _nul_in_name: "name contains a NUL",
     _lone_surrogate: "addr contains a lone surrogate",

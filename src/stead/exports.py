@@ -270,8 +270,12 @@ def _within_depth(value: Any, where: str) -> None:
 
 
 def _consistent(run: RunRow, journal: tuple[Record, ...], waits: tuple[WaitRow, ...]) -> None:
-    """What holds between the rows: seq 0, 1, 2... in order, an error's
-    payload an object, the waits the run's own and each once."""
+    """What holds between the rows: the input's arguments, seq 0, 1, 2... in
+    order, an error's payload an object, the waits the run's own and each once."""
+    arguments = json.loads(run.input)
+    if not isinstance(arguments.get("args"), list) or not isinstance(
+            arguments.get("kwargs"), dict):
+        raise ValueError("the run's input is not {\"args\": [...], \"kwargs\": {...}}")
     for i, r in enumerate(journal):
         if r.seq != i:
             raise ValueError(f"journal record {i} has seq {r.seq}: the journal's seq must "
