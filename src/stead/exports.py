@@ -51,7 +51,7 @@ _JSON_FIELDS: dict[type, dict[str, type | None]] = {
     WaitRow: {"bind": dict, "schema": dict},
     StateRow: {"data": None},
 }
-R = TypeVar("R")
+_R = TypeVar("_R")
 _TOP = frozenset({"format", "run", "journal", "waits", "state"})
 
 
@@ -180,7 +180,7 @@ def _hints(cls: type) -> dict[str, Any]:
     return _HINTS[cls]
 
 
-def _row(cls: type[R], data: Any, what: str) -> R:
+def _row(cls: type[_R], data: Any, what: str) -> _R:
     """`cls` built from `data` once every field is checked."""
     if not isinstance(data, Mapping):
         raise ValueError(f"{what} is {_type(data)}, not an object")
