@@ -23,6 +23,7 @@ import stead
 from stead import exports
 from stead.cli import main
 from stead.records import Record, RunRow, StateRow, WaitRow
+from stead.testing import replay_check
 
 
 def _app() -> stead.App:
@@ -89,6 +90,10 @@ def _input_no_kwargs(d: dict[str, Any]) -> None:
     d["run"]["input"] = '{"args": []}'
 
 
+def _cut_nowhere(d: dict[str, Any]) -> None:
+    d["journal"][1]["kind"], d["journal"][1]["payload"] = "cut", '{"call": "now"}'
+
+
 def _deep_payload(d: dict[str, Any]) -> None:
     d["journal"][0]["payload"] = "[" * 600 + "]" * 600
 
@@ -132,6 +137,7 @@ CORRUPTIONS = {
     _payload_not_json: "payload is not JSON",
     _input_not_args: "input is JSON list, not an object",
     _input_no_kwargs: "input is not {\"args\"",
+    _cut_nowhere: "a cut whose payload does not say where it starts",
     _deep_payload: "nested deeper than 512",
     _nul_in_name: "name contains a NUL",
     _lone_surrogate: "addr contains a lone surrogate",
@@ -164,6 +170,18 @@ def _unchecked(data: dict[str, Any]) -> stead.StoredRun:
     return stead.StoredRun(RunRow(**data["run"]), tuple(Record(**r) for r in data["journal"]),
                            tuple(WaitRow(**w) for w in data["waits"]),
                            None if data["state"] is None else StateRow(**data["state"]))
+
+
+@pytest.mark.sqlite_only
+async def test_a_history_built_in_code_with_a_cut_that_says_nowhere_is_corrupt_not_a_crash(
+    store: stead.Store,
+) -> None:
+    data = await _export(store)
+    _cut_nowhere(data)
+    [replayed] = await replay_check(_app(), [_unchecked(data)])
+    assert replayed.finding is not None and replayed.finding.kind == "corrupt"
+    assert "its cut record at seq 1 does not say where the cut starts" in (
+        replayed.finding.message)
 
 
 async def test_a_valid_export_imports_whole_on_either_store(store: stead.Store) -> None:

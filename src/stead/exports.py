@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from stead import errors
-from stead.records import Record, RecordStatus, RunRow, StateRow, WaitRow
+from stead.records import Record, RecordKind, RecordStatus, RunRow, StateRow, WaitRow
 
 FORMAT = "stead.run/1"
 # The largest export read: larger is refused before it is read.
@@ -280,9 +280,15 @@ def _consistent(run: RunRow, journal: tuple[Record, ...], waits: tuple[WaitRow, 
         if r.seq != i:
             raise ValueError(f"journal record {i} has seq {r.seq}: the journal's seq must "
                              f"run 0, 1, 2... in order (expected {i})")
-        if r.status == RecordStatus.ERROR and not isinstance(json.loads(r.payload), dict):
+        payload = json.loads(r.payload)
+        if r.status == RecordStatus.ERROR and not isinstance(payload, dict):
             raise ValueError(f"journal record {i} is an error whose payload is not an "
                              "object")
+        if r.kind == RecordKind.CUT and not (
+                isinstance(payload, dict) and type(payload.get("from_seq")) is int
+                and 0 <= payload["from_seq"] <= r.seq):
+            raise ValueError(f"journal record {i} is a cut whose payload does not say "
+                             "where it starts (from_seq, a seq before it)")
     seen: set[str] = set()
     for i, w in enumerate(waits):
         if w.run_id != run.run_id:
