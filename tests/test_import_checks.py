@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import stead
@@ -291,7 +291,7 @@ def _mutation(draw: st.DrawFn, data: dict[str, Any]) -> bytes:
     for _ in range(draw(st.integers(1, 3))):
         what = draw(st.sampled_from([
             "drop", "duplicate", "swap", "kind", "status", "payload", "seq", "field",
-            "deep", "type"]))
+            "deep", "type", "row"]))
         i = draw(st.integers(0, len(journal) - 1)) if journal else 0
         if not journal:
             break
@@ -321,6 +321,11 @@ def _mutation(draw: st.DrawFn, data: dict[str, Any]) -> bytes:
         elif what == "deep":
             n = draw(st.sampled_from([10, 600, 5000]))
             journal[i]["payload"] = "[" * n + "]" * n
+        elif what == "row":  # the run's row or a wait's, not the journal
+            row = d["run"] if draw(st.booleans()) or not d["waits"] else d["waits"][0]
+            key = draw(st.sampled_from(sorted(row)))
+            row[key] = draw(st.one_of(st.none(), st.integers(-2, 2**64), st.floats(),
+                                      st.text(max_size=4), st.just("{}"), st.just("[]")))
         elif what == "type":
             d[draw(st.sampled_from(["run", "journal", "waits", "state"]))] = draw(
                 st.one_of(st.integers(), st.text(max_size=3), st.none()))
@@ -339,7 +344,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, Any
     return db, asyncio.run(_exported(db))
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=80, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_import_never_stores_a_partial_or_corrupt_run_and_never_tracebacks(
@@ -352,6 +357,7 @@ def test_import_never_stores_a_partial_or_corrupt_run_and_never_tracebacks(
     path.write_bytes(body)
     result = _cli("--db", db, "runs", "import", str(path))
     assert result.exit_code in (0, 1), result.output
+    event("imported" if result.exit_code == 0 else "refused")
     assert result.exception is None or isinstance(result.exception, SystemExit), (
         result.exception)
     asyncio.run(_whole_or_nothing(db, path, run_id, result))
