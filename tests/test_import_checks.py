@@ -106,6 +106,10 @@ def _lone_surrogate(d: dict[str, Any]) -> None:
     d["journal"][0]["addr"] = "0\ud800"
 
 
+def _long_run_id(d: dict[str, Any]) -> None:
+    d["run"]["run_id"] = uuid.uuid4().hex * 100  # PostgreSQL's index refuses it
+
+
 def _error_not_object(d: dict[str, Any]) -> None:
     d["journal"][0]["status"], d["journal"][0]["payload"] = "error", '"boom"'
 
@@ -141,6 +145,7 @@ CORRUPTIONS = {
     _deep_payload: "nested deeper than 512",
     _nul_in_name: "name contains a NUL",
     _lone_surrogate: "addr contains a lone surrogate",
+    _long_run_id: "run_id is 3200 characters long; at most 512",
     _error_not_object: "error whose payload is not an object",
     _bool_epoch: "epoch is True, not a whole number",
     _nan_time: "at is nan, not a time",

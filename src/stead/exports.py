@@ -9,8 +9,9 @@ and its task state.
 An export comes from outside, so reading one checks all of it before
 anything uses it, and says what is wrong, naming the file: at most
 `MAX_BYTES` of UTF-8 JSON; every row has exactly its fields, of their types
-(no NUL, no lone surrogate, which no store keeps; whole numbers between 0
-and 2**63 - 1; finite times; statuses and kinds stead knows); the journal's
+(no NUL, no lone surrogate, which no store keeps; ids and names at most
+`MAX_NAME_CHARS` long; whole numbers between 0 and 2**63 - 1; finite times;
+statuses and kinds stead knows); the journal's
 `seq` runs 0, 1, 2... in order; every JSON text field (input, results,
 payloads, bound values, schemas, task state) is JSON of its shape, nested at
 most `MAX_DEPTH` deep; the waits belong to the run, each once.
@@ -39,6 +40,9 @@ MAX_BYTES = 256 * 1024 * 1024
 # stays well under it, and a value within it is read back without recursion
 # trouble anywhere.
 MAX_DEPTH = 512
+# The longest id or name (every text field that is not JSON): a database
+# index holds it whole, and PostgreSQL's refuses an entry past ~2.7 KB.
+MAX_NAME_CHARS = 512
 _INT_RANGE = (0, 2**63 - 1)
 # Fields whose whole numbers may be negative, and those that start at 1.
 _SIGNED = frozenset({"priority"})
@@ -198,6 +202,9 @@ def _row(cls: type[_R], data: Any, what: str) -> _R:
         _field(name, value, hints[name], where)
         if name in texts and value is not None:
             _json_text(value, texts[name], where)
+        elif isinstance(value, str) and len(value) > MAX_NAME_CHARS:
+            raise ValueError(f"{where} is {len(value)} characters long; at most "
+                             f"{MAX_NAME_CHARS} are accepted")
     return cls(**data)
 
 
