@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Any
 
 import stead
+from stead.waits import sign
 
 
 class Crash(BaseException):
@@ -59,3 +60,25 @@ async def run_until_gate(app: stead.App, store: stead.Store, gate: Gate) -> None
     worker.stop()
     gate.open.set()
     await asyncio.wait_for(task, 10)
+
+
+def approval_app() -> stead.App:
+    """An app whose `confirm(order)` waits for an `approval` bound to the order."""
+    app = stead.App("hostile")
+
+    @app.workflow()
+    async def confirm(run: stead.Run, order: str) -> Any:
+        return await (await run.wait("approval", bind={"order_id": order}))
+
+    return app
+
+
+async def waiting_for_approval(store: stead.Store) -> tuple[stead.Client, str, str, str]:
+    """A `confirm("o-1")` run of `approval_app` waiting: the client, the run,
+    its wait and the wait's token."""
+    app = approval_app()
+    client = stead.Client(store, app)
+    run_id = (await client.start("confirm", "o-1")).run_id
+    await stead.Worker(app, store).run_until_idle()
+    [w] = await client.waits(run_id=run_id)
+    return client, run_id, w.wait_id, sign((await store.keyring()).current, run_id, w.wait_id)

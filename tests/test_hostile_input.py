@@ -15,26 +15,10 @@ from click.testing import CliRunner
 import stead
 from stead import errors
 from stead.cli import common, main
-from stead.waits import sign
+from tests import helpers
 
-
-def _approval_app() -> stead.App:
-    app = stead.App("hostile")
-
-    @app.workflow()
-    async def confirm(run: stead.Run, order: str) -> Any:
-        return await (await run.wait("approval", bind={"order_id": order}))
-
-    return app
-
-
-async def _waiting(store: stead.Store) -> tuple[stead.Client, str, str, str]:
-    app = _approval_app()
-    client = stead.Client(store, app)
-    run_id = (await client.start("confirm", "o-1")).run_id
-    await stead.Worker(app, store).run_until_idle()
-    [w] = await client.waits(run_id=run_id)
-    return client, run_id, w.wait_id, sign((await store.keyring()).current, run_id, w.wait_id)
+_approval_app = helpers.approval_app
+_waiting = helpers.waiting_for_approval
 
 
 # -- event sizes --------------------------------------------------------------------

@@ -704,8 +704,11 @@ class Client:
 
     async def import_run(self, stored: StoredRun) -> RunInfo:
         """Store a run exported from another database (no lease; the task
-        state only if the task has none here). `InvalidInput` if its id (or a
-        live run of its task) exists."""
+        state only if the task has none here). Checked whole first, as an
+        export read from a file is (`StoredRun.checked`): `InvalidInput` if it
+        is not a valid export, or its id (or a live run of its task) exists;
+        either way nothing of it is stored."""
+        stored = stored.checked()
         row = await self.store.import_run(stored.run.evolve(lease_owner=None,
                                                             lease_expires_at=None),
                                           stored.journal, stored.waits, stored.state)

@@ -64,6 +64,17 @@ def _validate(run_id: str, recs: Sequence[Record]) -> None:
             )
 
 
+def _cut_from(run_id: str, cut: Record) -> int:
+    """Where a cut record's cut starts; `CorruptRecord` if it does not say."""
+    try:
+        return int(json.loads(cut.payload)["from_seq"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise errors.CorruptRecord(
+            f"run {run_id}: its cut record at seq {cut.seq} does not say where the cut "
+            f"starts ({type(exc).__name__}: {exc}); repair or cancel "
+            "the run") from exc
+
+
 class Journal:
     def __init__(self, run_id: str, recs: Sequence[Record]) -> None:
         _validate(run_id, recs)
@@ -82,7 +93,7 @@ class Journal:
                 self.trace = found if isinstance(found, dict) else None
                 continue
             if r.kind == RecordKind.CUT:
-                self._drop(int(json.loads(r.payload)["from_seq"]), r.seq)
+                self._drop(_cut_from(run_id, r), r.seq)
                 continue
             off = self.offsets.get(r.addr) if self.offsets else None
             if off:

@@ -6,6 +6,10 @@ decided again inside the transaction that deletes: a finished run (completed,
 failed, cancelled, revalidation_failed) last changed before the cutoff, whose
 parent, if any, has ended too, and with no effect whose outcome is unknown.
 A live run, or one stopped for a person, is never touched.
+
+Rejected events received before the cutoff are deleted too, of any run,
+live or not, and of runs that do not exist (see `stead.store._rejections`):
+they decide nothing later, and anyone could have sent them.
 """
 
 from __future__ import annotations
@@ -41,7 +45,9 @@ def parse_age(text: str) -> float:
 class PruneReport:
     """What a prune did: `matched` runs could be deleted (with `dry_run`, all
     of them, counted without deleting), `deleted` were, in `batches`
-    transactions; `exported` were written out first."""
+    transactions; `exported` were written out first. `rejected` rejected
+    events received before the cutoff were deleted on their own (with
+    `dry_run`: would be)."""
 
     cutoff: float
     matched: int
@@ -49,6 +55,7 @@ class PruneReport:
     batches: int
     exported: int
     dry_run: bool
+    rejected: int = 0
 
 
 def json_lines(out: IO[str]) -> Callable[[list[RunExport]], None]:
@@ -76,7 +83,8 @@ async def prune(
     cutoff = store.clock.now() - older_than
     if dry_run:
         found = await store.prunable(cutoff, 2**62)
-        return PruneReport(cutoff, len(found), 0, 0, 0, True)
+        return PruneReport(cutoff, len(found), 0, 0, 0, True,
+                           await store.prunable_rejected(cutoff))
     matched = deleted = batches = exported = 0
     while True:
         ids = await store.prunable(cutoff, batch)
@@ -92,4 +100,10 @@ async def prune(
         batches += 1
         if len(ids) < batch or not gone:
             break
-    return PruneReport(cutoff, matched, deleted, batches, exported, False)
+    rejected = 0
+    while True:
+        gone_events = await store.prune_rejected(cutoff, batch)
+        rejected += gone_events
+        if gone_events < batch:
+            break
+    return PruneReport(cutoff, matched, deleted, batches, exported, False, rejected)

@@ -46,7 +46,8 @@ def prune(ctx: click.Context, older_than: str, dry_run: bool, export: str | None
           batch: int) -> None:
     """Delete finished runs older than AGE, in bounded batches: never a live
     run, never one stopped for a person, never one whose parent is live, never
-    one with an effect whose outcome is unknown."""
+    one with an effect whose outcome is unknown. Rejected events older than
+    AGE go too, of any run (they decide nothing later)."""
     url = common.database_url(ctx)
     common.require_database(url)
     try:
@@ -67,9 +68,11 @@ def prune(ctx: click.Context, older_than: str, dry_run: bool, export: str | None
 
     report = common.run_async(go())
     if report.dry_run:
-        click.echo(f"{report.matched} finished run(s) older than {older_than} would be deleted "
+        click.echo(f"{report.matched} finished run(s) older than {older_than} would be "
+                   f"deleted, and {report.rejected} rejected event(s) received before then "
                    "(dry run: nothing deleted)")
         return
     click.echo(f"deleted {report.deleted} finished run(s) older than {older_than} in "
                f"{report.batches} batch(es)"
-               + (f"; exported {report.exported} to {common.safe(export)}" if export else ""))
+               + (f"; exported {report.exported} to {common.safe(export)}" if export else "")
+               + f"; deleted {report.rejected} rejected event(s) received before then")

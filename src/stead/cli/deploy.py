@@ -24,7 +24,8 @@ from stead.exports import StoredRun
 
 
 # -- replay-check ------------------------------------------------------------------------
-def _read_exports(folder: str) -> list[StoredRun]:
+def _read_exports(folder: str) -> tuple[list[StoredRun], list[str]]:
+    """The exports in `folder`, and one line for each file that is not one."""
     root = Path(folder)
     if not root.is_dir():
         raise click.BadParameter(f"{folder!r} is not a folder", param_hint="'--from'")
@@ -32,15 +33,13 @@ def _read_exports(folder: str) -> list[StoredRun]:
     if not files:
         raise click.BadParameter(f"no *.json run exports in {folder!r} (stead runs export "
                                  "RUN > DIR/RUN.json)", param_hint="'--from'")
-    found = []
+    found, bad = [], []
     for path in files:
         try:
-            found.append(StoredRun.loads(path.read_text(encoding="utf-8"), source=str(path)))
-        except OSError as exc:
-            raise click.ClickException(f"cannot read {path}: {exc.strerror}") from exc
+            found.append(StoredRun.read(path))
         except errors.InvalidInput as exc:
-            raise click.ClickException(str(exc)) from exc
-    return found
+            bad.append(common.safe(str(exc)))
+    return found, bad
 
 
 async def _live_histories(db: str, app: App, limit: int) -> list[StoredRun]:
@@ -65,8 +64,10 @@ def replay_check(ctx: click.Context, app_spec: str, source: str | None, limit: i
     position and the call expected and made, and exits 1 if there is any:
     run it in CI before a deploy."""
     app = common.load_app(app_spec)
+    unread: list[str] = []
     if source is not None:
-        runs = _read_exports(source)[:limit]
+        runs, unread = _read_exports(source)
+        runs = runs[:limit]
     else:
         db = common.database_url(ctx)
         common.require_database(db)
@@ -76,10 +77,12 @@ def replay_check(ctx: click.Context, app_spec: str, source: str | None, limit: i
         click.echo(json.dumps([{"run_id": r.run_id, "code": r.code, "reused": r.reused,
                                 "frontier": r.frontier,
                                 "finding": None if r.finding is None else vars(r.finding)}
-                               for r in results], indent=2))
+                               for r in results]
+                              + [{"unreadable": line} for line in unread], indent=2))
     else:
-        common.echo(dryrun.summary(results))
-    if any(r.finding is not None for r in results):
+        common.echo("\n".join([*unread, dryrun.summary(results)])
+                    + (f"\n{len(unread)} file(s) could not be read" if unread else ""))
+    if unread or any(r.finding is not None for r in results):
         ctx.exit(1)
 
 
@@ -218,20 +221,34 @@ def runs_export(ctx: click.Context, run_id: str) -> None:
 @click.pass_context
 def runs_import(ctx: click.Context, files: tuple[str, ...]) -> None:
     """Store runs exported with `stead runs export` in this database (to
-    replay, inspect or debug them here). A run whose id exists is refused."""
+    replay, inspect or debug them here). Each file is checked whole before
+    anything of it is stored, and stored in one transaction: a file that is
+    not a valid export, or whose run id exists, stores nothing and is named
+    in one line; the others are imported. Exits 1 if any file failed."""
     db = common.database_url(ctx)
-    exported = []
-    for path in files:
-        try:
-            exported.append(StoredRun.loads(Path(path).read_text(encoding="utf-8"),
-                                            source=path))
-        except errors.InvalidInput as exc:
-            raise click.ClickException(str(exc)) from exc
 
-    async def go() -> list[RunInfo]:
+    async def go() -> list[str]:
+        failed = []
         async with common.opened_client(db) as client:
-            return [await client.import_run(s) for s in exported]
+            for path in files:
+                try:
+                    stored = StoredRun.read(path)
+                    info = await client.import_run(stored)
+                except errors.StoreUnavailable:
+                    raise  # no file could be imported now: say so once
+                except errors.SteadError as exc:
+                    # A read error names the file already; the store's does not.
+                    line = (f"{exc}" if str(exc).startswith(path) else f"{path}: {exc}"
+                            ) + " (nothing of it was stored)"
+                    failed.append(line)
+                    click.echo(common.safe(line), err=True)
+                    continue
+                click.echo(f"imported run {common.safe(info.run_id)} "
+                           f"({common.safe(info.code)}, {info.status})")
+        return failed
 
-    for info in common.run_async(go()):
-        click.echo(f"imported run {common.safe(info.run_id)} ({common.safe(info.code)}, "
-                   f"{info.status})")
+    failed = common.run_async(go())
+    if failed:
+        click.echo(f"{len(failed)} of {len(files)} file(s) not imported: fix or leave them "
+                   "out, then run stead runs import again for those", err=True)
+        ctx.exit(1)

@@ -171,16 +171,17 @@ def _event_line(e: EventRow) -> str:
 @common.json_option
 @click.pass_context
 def events_ls(ctx: click.Context, run_id: str, as_json: bool) -> None:
-    """Every event delivered to RUN, accepted or not, oldest first."""
+    """Every event delivered to RUN, accepted or not (of the rejected ones,
+    the newest: how many more there were is said last), oldest first."""
     db = common.database_url(ctx)
     common.require_database(db)
 
-    async def go() -> list[EventRow]:
+    async def go() -> tuple[list[EventRow], int]:
         async with common.opened_client(db) as client:
             await client.get(run_id)
-            return await client.events(run_id)
+            return await client.events(run_id), await client.store.rejected_dropped(run_id)
 
-    rows = common.run_async(go())
+    rows, dropped = common.run_async(go())
     if as_json:
         click.echo(json.dumps([{**dataclasses.asdict(e), "payload": json.loads(e.payload),
                                 "bind": json.loads(e.bind)} for e in rows], indent=2)
@@ -190,6 +191,9 @@ def events_ls(ctx: click.Context, run_id: str, as_json: bool) -> None:
         click.echo(f"no events delivered to run {common.safe(run_id)}")
     for e in rows:
         click.echo(_event_line(e))
+    if dropped:
+        click.echo(f"{dropped} older rejected event(s) not kept: only the newest rejected "
+                   "events of a run are")
 
 
 @click.group("waits")

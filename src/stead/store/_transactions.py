@@ -51,7 +51,7 @@ from stead.records import (
     WaitState,
     task_taken,
 )
-from stead.store import _rows
+from stead.store import _rejections, _rows
 from stead.store._rows import Row
 from stead.store.seam import (
     NOT_LANDED,
@@ -414,6 +414,8 @@ def deliver(event: EventRow, judge: Judge, now: float) -> Flow[tuple[Judgement, 
         stored = dataclasses.replace(stored, payload=digest(stored.payload),
                                      bind=digest(stored.bind))
     yield execute("insert_event", _rows.event_params(stored))
+    if verdict.verdict == Verdict.REJECTED:
+        yield from _rejections.trim(event.run_id, run is not None, now)
     if verdict.reason == RejectReason.BAD_TOKEN and verdict.wait_id is not None:
         yield execute("count_bad_token",
                       {"wait_id": verdict.wait_id, "lock": verdict.locks_wait, "now": now})
@@ -965,7 +967,7 @@ def delete_runs(cutoff: float, run_ids: Sequence[str]) -> Flow[list[str]]:
         for query in ("delete_journals", "delete_resumes", "delete_waits", "delete_events",
                       "delete_intents", "delete_migrations", "delete_journal_archive",
                       "delete_lineage", "delete_snapshots", "delete_operator_actions",
-                      "delete_runs"):
+                      "delete_rejected_tally", "delete_runs"):
             yield execute(query, ids)
     return keep
 # -- batch starts and queues ------------------------------------------------------

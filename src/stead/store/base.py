@@ -38,7 +38,7 @@ from stead.records import (
     WaitRow,
     WaitState,
 )
-from stead.store import _rows
+from stead.store import _rejections, _rows
 from stead.store import _transactions as tx
 from stead.store.seam import Claim, Database, FencedWrite, Finish, Writing
 
@@ -621,6 +621,21 @@ class Store:
         outcome: checked again in this transaction), and everything stored
         of them. Returns the runs deleted."""
         return await self.database.write(lambda: tx.delete_runs(cutoff, run_ids), Writing())
+
+    async def prune_rejected(self, cutoff: float, limit: int) -> int:
+        """Delete up to `limit` rejected events received before `cutoff`, of
+        any run (see `store._rejections`). Returns how many."""
+        return await self.database.write(lambda: _rejections.prune(cutoff, limit), Writing())
+
+    async def prunable_rejected(self, cutoff: float) -> int:
+        """How many rejected events were received before `cutoff`."""
+        return await self.database.read(lambda: _rejections.prunable(cutoff))
+
+    async def rejected_dropped(self, run_id: str | None) -> int:
+        """How many rejected events of `run_id` (None: to runs that do not
+        exist) were no longer kept: only the newest are (`store._rejections`)."""
+        return await self.database.read(
+            lambda: _rejections.dropped(_rejections.UNKNOWN if run_id is None else run_id))
 
     # -- settings -----------------------------------------------------------
     async def keyring(self) -> keys.Keyring:

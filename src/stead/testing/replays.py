@@ -39,7 +39,7 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
 
 def load_exports(folder: str | Path) -> list[StoredRun]:
     """Every run export (*.json) in `folder`, sorted by file name."""
-    return [StoredRun.loads(p.read_text(encoding="utf-8"), source=str(p))
+    return [StoredRun.read(p)
             for p in sorted(Path(folder).glob("*.json"))]
 
 

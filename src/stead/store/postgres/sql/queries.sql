@@ -821,3 +821,49 @@ SET epoch = runs.epoch + 1, lease_owner = %(worker_id)s, lease_expires_at = %(ex
 FROM picked
 WHERE runs.run_id = picked.run_id
 RETURNING runs.*;
+
+-- == rejected events: how many are kept (store/_rejections.py) ==
+-- name: trim_rejected
+-- The run's rejected events past its newest `keep` (accepted ones are never
+-- touched). The delivery holds the run's lock.
+DELETE FROM events
+WHERE run_id = %(run_id)s AND event_id IN (
+    SELECT event_id FROM events WHERE run_id = %(run_id)s AND verdict = 'rejected'
+    ORDER BY received_at DESC, event_id DESC OFFSET %(keep)s);
+
+-- name: lock_rejected_unknown
+-- Deliveries to runs that do not exist have no run to lock: their trims take
+-- turns (held until commit), so two never delete the same rows at once.
+SELECT pg_advisory_xact_lock(1937007975, hashtext(current_schema()));
+
+-- name: trim_rejected_unknown
+-- Events to runs that do not exist past the newest `keep` of them all.
+DELETE FROM events
+WHERE (run_id, event_id) IN (
+    SELECT run_id, event_id FROM events WHERE reason = 'unknown_run'
+    ORDER BY received_at DESC, run_id DESC, event_id DESC OFFSET %(keep)s);
+
+-- name: tally_rejected
+INSERT INTO rejected_tally (run_id, dropped, last_at) VALUES (%(run_id)s, %(dropped)s, %(now)s)
+ON CONFLICT (run_id) DO UPDATE
+SET dropped = rejected_tally.dropped + excluded.dropped, last_at = excluded.last_at;
+
+-- name: get_rejected_tally
+SELECT dropped FROM rejected_tally WHERE run_id = %(run_id)s;
+
+-- name: prune_rejected
+-- Up to `limit` rejected events received before `cutoff`, of any run.
+DELETE FROM events
+WHERE (run_id, event_id) IN (
+    SELECT run_id, event_id FROM events
+    WHERE verdict = 'rejected' AND received_at < %(cutoff)s
+    LIMIT %(limit)s);
+
+-- name: count_old_rejected
+SELECT COUNT(*) AS n FROM events WHERE verdict = 'rejected' AND received_at < %(cutoff)s;
+
+-- name: prune_rejected_tally
+DELETE FROM rejected_tally WHERE last_at < %(cutoff)s;
+
+-- name: delete_rejected_tally
+DELETE FROM rejected_tally WHERE run_id = ANY(%(run_ids)s::text[]);

@@ -651,3 +651,45 @@ WHERE lease_owner = :worker_id AND lease_expires_at = :expires
   AND updated_at = :now AND status = 'running'
   AND run_id NOT IN (SELECT value FROM json_each(:exclude))
 ORDER BY created_at;
+
+-- == rejected events: how many are kept (store/_rejections.py) ==
+-- name: trim_rejected
+-- The run's rejected events past its newest `keep` (accepted ones are never touched).
+DELETE FROM events
+WHERE run_id = :run_id AND event_id IN (
+    SELECT event_id FROM events WHERE run_id = :run_id AND verdict = 'rejected'
+    ORDER BY received_at DESC, event_id DESC LIMIT -1 OFFSET :keep);
+
+-- name: lock_rejected_unknown
+-- Nothing here: SQLite's single writer already trims one delivery at a time.
+
+-- name: trim_rejected_unknown
+-- Events to runs that do not exist past the newest `keep` of them all.
+DELETE FROM events
+WHERE (run_id, event_id) IN (
+    SELECT run_id, event_id FROM events WHERE reason = 'unknown_run'
+    ORDER BY received_at DESC, run_id DESC, event_id DESC LIMIT -1 OFFSET :keep);
+
+-- name: tally_rejected
+INSERT INTO rejected_tally (run_id, dropped, last_at) VALUES (:run_id, :dropped, :now)
+ON CONFLICT (run_id) DO UPDATE
+SET dropped = rejected_tally.dropped + excluded.dropped, last_at = excluded.last_at;
+
+-- name: get_rejected_tally
+SELECT dropped FROM rejected_tally WHERE run_id = :run_id;
+
+-- name: prune_rejected
+-- Up to `limit` rejected events received before `cutoff`, of any run.
+DELETE FROM events
+WHERE (run_id, event_id) IN (
+    SELECT run_id, event_id FROM events WHERE verdict = 'rejected' AND received_at < :cutoff
+    LIMIT :limit);
+
+-- name: count_old_rejected
+SELECT COUNT(*) AS n FROM events WHERE verdict = 'rejected' AND received_at < :cutoff;
+
+-- name: prune_rejected_tally
+DELETE FROM rejected_tally WHERE last_at < :cutoff;
+
+-- name: delete_rejected_tally
+DELETE FROM rejected_tally WHERE run_id IN (SELECT value FROM json_each(:run_ids));
