@@ -119,8 +119,11 @@ class Webhook:
             except errors.InvalidInput as exc:
                 self.failures.failed(throttle.source(request))
                 return _error(401, f"bad signature: {exc}")
-            operator = waits.Operator(f"webhook (key {kid})", body.get("why") or
-                                      "signed with stead's key")
+            why = body.get("why")
+            if why is not None and not (isinstance(why, str) and why.strip()):
+                # str.strip() also takes control characters: '\x1f' says nothing
+                return _error(400, "why, when given, is a text that says why")
+            operator = waits.Operator(f"webhook (key {kid})", why or "signed with stead's key")
         else:
             token = body.get("token")
             bearer = request.headers.get("authorization", "")
