@@ -13,7 +13,7 @@ EXPECTED = {
     "StaleLease", "StateConflict", "SteadError", "StepError", "Store", "StoreError",
     "StoreUnavailable", "SystemClock", "Token", "ToolCall", "UnknownRun", "UnknownWorkflow",
     "Usage", "Wait", "WaitExpired", "WaitNotOpen", "WaitRevoked", "Worker", "WorkerOptions",
-    "Workflow", "Keyring", "KeysUnavailable", "SecretInJournal", "TokenHidden",
+    "WaitPolicyChanged", "Workflow", "Keyring", "KeysUnavailable", "SecretInJournal", "TokenHidden",
     "DatabaseMissing", "StatusNotReached", "ResumeDetails", "UnknownOutcome",
     "Intent", "Grant", "Budget", "InvalidIntent", "GrantWidening", "GrantRefused",
     "Continue", "Pause", "Terminate", "Action",
