@@ -9,7 +9,7 @@ EXPECTED = {
     "Delivery", "Duplicate", "EffectCompensated", "EffectFailed", "Facts", "FakeClock",
     "InvalidInput", "Model", "NonDeterminism", "NotStopped", "open_store", "Operation",
     "Outcome", "OutcomeUncertain", "Record", "Rejected", "ResumeRecord", "Retry", "Run",
-    "RunFailed", "RunInfo", "ScriptedModel", "ScriptExhausted", "SerializationError",
+    "RunFailed", "RunInfo", "RunEnded", "ScriptedModel", "ScriptExhausted", "SerializationError",
     "StaleLease", "StateConflict", "SteadError", "StepError", "Store", "StoreError",
     "StoreUnavailable", "SystemClock", "Token", "ToolCall", "UnknownRun", "UnknownWorkflow",
     "Usage", "Wait", "WaitExpired", "WaitNotOpen", "WaitRevoked", "Worker", "WorkerOptions",

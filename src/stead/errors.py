@@ -131,6 +131,11 @@ class NotStopped(SteadError):
     """A decision was given for a run that is not stopped waiting for one."""
 
 
+class RunEnded(SteadError):
+    """A change was asked of a run that has ended (completed, failed,
+    cancelled, revalidation_failed): nothing was stored."""
+
+
 class StepError(SteadError):
     """A step raised. Live and on replay the workflow sees this same error, built
     from the journal (`error_type`, `message`), so its control flow is the same."""

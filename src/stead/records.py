@@ -263,6 +263,7 @@ class NewRun:
     # The run's intent (JSON text), stored as its version 1 with the run.
     intent: str | None = None
     intent_why: str = "given at start"
+    intent_by: str = "client"  # who gave it (`Client.start`: the OS user)
     parent_id: str | None = None
     deadline: float | None = None
     # The queue it is claimed under, its priority there (lower first) and a

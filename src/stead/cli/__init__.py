@@ -27,6 +27,7 @@ from stead.cli import (
     keys,
     reconcile,
     runs,
+    state,
     ui,
     worker,
     workspace,
@@ -66,3 +67,4 @@ for command in (deploy.runs_migrate, deploy.runs_rollback, deploy.runs_export,
                 deploy.runs_import):
     runs.runs.add_command(command)
 main.add_command(workspace.workspace_group)
+main.add_command(state.state_group)

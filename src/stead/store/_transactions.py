@@ -109,7 +109,7 @@ def create_run(new: NewRun, now: float) -> Flow[tuple[RunRow, bool] | None]:
                 added = {**added, "parent_id": new.parent_id, "deadline": new.deadline}
             if new.intent is None:
                 return _rows.run(added), True
-            first = IntentRow(new.run_id, 1, new.intent, "client", new.intent_why, now)
+            first = IntentRow(new.run_id, 1, new.intent, new.intent_by, new.intent_why, now)
             yield execute("insert_intent", _rows.intent_params(first))
             yield execute("set_intent_version", {"run_id": new.run_id, "version": 1})
             return _rows.run(added).evolve(intent_version=1), True
