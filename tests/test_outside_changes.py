@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 import stead
-from stead import operator
+from stead import operator, state
 from stead.cli import main
 from tests.helpers import Gate
 
@@ -198,6 +198,24 @@ async def test_task_state_is_set_from_outside_by_compare_and_set(store: stead.St
         (2, ME, "held", None), (1, "inventory", "restocked", None)]
     with pytest.raises(stead.InvalidInput, match="expect_version"):
         await client.set_state("order-9", {}, expect_version=-1, why="w")
+
+
+async def test_what_changed_the_world_since_a_version_is_read_from_the_store(
+    store: stead.Store,
+) -> None:
+    client = stead.Client(store)
+    await client.set_state("order-5", {"stock": 3, "hold": False}, expect_version=0,
+                           by="inventory", why="counted")
+    await client.set_state("order-5", {"stock": 2, "note": "x"}, expect_version=1,
+                           by="support", why="one sold")
+    since = await store.state_since("order-5", 1)
+    assert [(r.version, r.author, r.why) for r in since] == [(2, "support", "one sold")]
+    assert [r.version for r in await store.state_since("order-5", 0)] == [1, 2]
+    at_one = await store.state_version("order-5", 1)
+    assert at_one is not None and (at_one.author, at_one.run_id) == ("inventory", None)
+    before, now = stead.Facts.from_row(at_one), await client.task_state("order-5")
+    assert state.changed_keys(before, now) == ["note", "stock"]
+    assert state.changed_keys(now, now) == []
 
 
 async def test_a_waiting_run_sees_a_state_set_from_outside_when_it_resumes(

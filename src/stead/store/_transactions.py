@@ -180,9 +180,7 @@ def lineage(run_id: str) -> Flow[tuple[Link | None, list[Link]]]:
 def state_version(task_key: str, version: int) -> Flow[StateRow | None]:
     """The task's state as it was at `version` (its history keeps each)."""
     row = yield one("state_version", {"task_key": task_key, "version": version})
-    if row is None:
-        return None
-    return StateRow(row["task_key"], row["version"], row["data"], row["run_id"], row["at"])
+    return None if row is None else _rows.state_history(row)
 
 
 def live_owner(new: NewRun) -> Flow[RunRow | None]:

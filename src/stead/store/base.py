@@ -226,6 +226,15 @@ class Store:
         """A task's state as it was at `version`."""
         return await self.database.read(lambda: tx.state_version(task_key, version))
 
+    async def state_since(self, task_key: str, version: int,
+                          limit: int = 100) -> list[StateRow]:
+        """The task's versions written after `version`, oldest first, each with
+        the run that wrote it or who changed it from outside and why: what a
+        run resuming on `version` has not seen."""
+        return await self.database.read(lambda: tx.read_all(
+            "state_since", {"task_key": task_key, "version": version, "limit": limit},
+            _rows.state_history))
+
     # -- leases -------------------------------------------------------------
     async def claim(
         self, worker_id: str, hosted: Sequence[str], lease_seconds: float, limit: int,

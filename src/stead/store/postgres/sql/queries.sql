@@ -485,6 +485,12 @@ LIMIT %(limit)s;
 -- name: count_runs_by_status
 SELECT status, COUNT(*) AS runs FROM runs GROUP BY status;
 
+-- name: state_since
+-- A task's versions written after :version, oldest first: what changed the
+-- world since a run last saw it, and who.
+SELECT * FROM task_state_history WHERE task_key = %(task_key)s AND version > %(version)s
+ORDER BY version LIMIT %(limit)s;
+
 -- name: list_state_history
 -- A task's facts, newest version first.
 SELECT * FROM task_state_history WHERE task_key = %(task_key)s

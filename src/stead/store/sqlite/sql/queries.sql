@@ -327,6 +327,12 @@ LIMIT :limit;
 -- name: count_runs_by_status
 SELECT status, COUNT(*) AS runs FROM runs GROUP BY status;
 
+-- name: state_since
+-- A task's versions written after :version, oldest first: what changed the
+-- world since a run last saw it, and who.
+SELECT * FROM task_state_history WHERE task_key = :task_key AND version > :version
+ORDER BY version LIMIT :limit;
+
 -- name: list_state_history
 -- A task's facts, newest version first.
 SELECT * FROM task_state_history WHERE task_key = :task_key
