@@ -306,3 +306,19 @@ async def test_the_cli_refuses_to_renew_a_grant_of_an_ended_run(db_url: str) -> 
     assert renewed.exit_code == 1 and "it has ended" in renewed.output, renewed.output
     assert len([x for x in renewed.output.splitlines() if x.startswith("Error:")]) == 1
     assert len(await _read(db_url, lambda c: c.intents(run_id))) == 1
+
+
+def test_bad_input_exits_1_with_one_error_line_whoever_finds_it(
+    tmp_path: Path, sqlite_url: str,
+) -> None:
+    bad = tmp_path / "intent.json"
+    unknown_tool = tmp_path / "tool.json"
+    unknown_tool.write_text(json.dumps({"goal": "g", "grants": [{"tool": "wire"}]}))
+    start = ["start", "tests.test_intent:tools_app", "declares", '["pay"]', "--intent"]
+    for args in ([*start, str(bad)], [*start, str(unknown_tool)],  # a file, then the app
+                 ["runs", "ls", "--status", "bogus"], ["runs", "revise"], ["nosuch"]):
+        bad.write_text("{not json")
+        result = _cli(sqlite_url, *args)
+        assert result.exit_code == 1, (args, result.output)
+        assert len([x for x in result.output.splitlines() if x.startswith("Error:")]) == 1
+        assert "Traceback" not in result.output

@@ -36,7 +36,7 @@ from stead.cli import (
 __all__ = ["main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=common.Root, context_settings={"help_option_names": ["-h", "--help"]})
 @common.database_option
 @click.version_option(package_name="stead", prog_name="stead")
 def main(db: str) -> None:

@@ -32,6 +32,43 @@ T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+# -- bad input ---------------------------------------------------------------------------
+# The exit status of every error a user can cause: a bad option or argument
+# that click finds, or one a command finds (an unknown run, a bad intent file).
+BAD_INPUT = 1
+
+
+class BadInput(click.UsageError):
+    """A usage error that exits `BAD_INPUT`."""
+
+    exit_code = BAD_INPUT
+
+
+class Root(click.Group):
+    """The root group: bad input exits `BAD_INPUT` with one `Error:` line,
+    whether click finds it while parsing (its usage errors exit 2 by default)
+    or a command does."""
+
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:
+            raise _bad_input(exc) from exc
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            raise _bad_input(exc) from exc
+
+
+def _bad_input(exc: click.UsageError) -> click.UsageError:
+    if isinstance(exc, BadInput):
+        return exc
+    return BadInput(exc.format_message(), exc.ctx)
+
+
 # -- the database ----------------------------------------------------------------------
 def _nonempty_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
     # click ignores an empty environment variable: an empty STEAD_DATABASE_URL
