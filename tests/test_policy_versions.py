@@ -20,7 +20,7 @@ import httpx
 from click.testing import CliRunner
 
 import stead
-from stead import codec, waits
+from stead import codec, policy_binding, waits
 from stead.cli import main
 from stead.records import RecordKind, RecordStatus
 from stead.web import create_app
@@ -149,10 +149,11 @@ def test_a_wait_journaled_with_the_version_in_its_digest_still_replays() -> None
                              json.dumps({"wait_id": "w", "expires_at": None,
                                          "bind": {**bind, "policy_version": "refunds@7"}}),
                              1, 0.0)
-    assert waits.open_digest(journaled, "approval", bind, None, None, True) == legacy
-    fresh = waits.open_digest(None, "approval", bind, None, None, True)
+    assert policy_binding.open_digest(journaled, "approval", bind, None, None, True) == legacy
+    fresh = policy_binding.open_digest(None, "approval", bind, None, None, True)
     assert fresh == codec.digest("approval", {"order_id": "123"}, None, None, True)
-    assert waits.open_digest(None, "approval", {"order_id": "123"}, None, None, True) == fresh
+    unbound = {"order_id": "123"}
+    assert policy_binding.open_digest(None, "approval", unbound, None, None, True) == fresh
 
 
 # -- every delivery path, against a real worker process --------------------------------------

@@ -22,6 +22,7 @@ from stead import (
     errors,
     guard,
     keys,
+    policy_binding,
     records,
     schema_check,
     tracing,
@@ -591,8 +592,8 @@ class Run:
             else expires_in
         schema_json = None if schema is None else _schema_text(schema)
         addr = addresses.reserve()
-        digest = waits.open_digest(self._x.journal.first(addr), kind, bind_json, seconds,
-                                   schema_json, token)
+        digest = policy_binding.open_digest(self._x.journal.first(addr), kind, bind_json,
+                                            seconds, schema_json, token)
         prior = self._x.take(addr, RecordKind.WAIT, kind, digest)
         resolution = None
         key_id: str | None = None  # a new wait's token is signed by the current key

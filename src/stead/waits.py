@@ -21,7 +21,7 @@ import urllib.parse
 from collections.abc import Generator
 from typing import Any, Generic, TypeVar
 
-from stead import codec, errors, keys, outcomes, schema_check
+from stead import codec, errors, keys, outcomes, policy_binding, schema_check
 from stead.execution import Execution
 from stead.records import (
     POLICY_VERSION_KEY,
@@ -339,7 +339,8 @@ def _check_wait(inc: Incoming, wait: WaitRow, ctx: DeliveryContext) -> Judgement
             return _reject(RejectReason.STATE_VERSION_MOVED,
                            f"bound {bound[STATE_VERSION_KEY]}, now {now_version}")
     if wait.policy_bound:
-        changed = _policy_changed(inc, wait, ctx)
+        changed = policy_binding.changed(
+            wait, ctx.live_policies, () if inc.policy is None else (inc.policy.value,))
         if changed:
             return _reject(RejectReason.POLICY_CHANGED, changed)
     if wait.schema is not None:
@@ -347,56 +348,6 @@ def _check_wait(inc: Incoming, wait: WaitRow, ctx: DeliveryContext) -> Judgement
         if problems:
             return _reject(RejectReason.INVALID_PAYLOAD, "; ".join(problems))
     return Judgement(Verdict.ACCEPTED)
-
-
-def bound_policy(wait: WaitRow) -> str | None:
-    """The policy version a wait bound to it opened under: the recorded one,
-    or (a wait stored before waits recorded it) its bound value."""
-    if wait.policy_version is not None:
-        return wait.policy_version
-    value = json.loads(wait.bind).get(POLICY_VERSION_KEY)
-    return None if value is None else str(value)
-
-
-def _policy_changed(inc: Incoming, wait: WaitRow, ctx: DeliveryContext) -> str | None:
-    """Why the policy the wait opened under is no longer in force (None: it
-    is, or nobody can tell). The live workers serving the run decide, since one
-    of them wakes it: mid-deploy, the event is accepted while at least one of
-    them runs the wait's version. With none live, the delivering client's app
-    decides; with no app either, nothing is known here and the wake compares
-    (`WaitPolicyChanged`)."""
-    bound = bound_policy(wait)
-    if ctx.live_policies:
-        if bound in ctx.live_policies:
-            return None
-        running = ", ".join(sorted(v or "none" for v in ctx.live_policies))
-        return (f"the wait bound policy {bound or 'none'}, the live workers serving the run "
-                f"run policy {running}")
-    if inc.policy is not None and inc.policy.value != bound:
-        return (f"the wait bound policy {bound or 'none'}, the app's policy is now "
-                f"{inc.policy.value or 'none'}")
-    return None
-
-
-def open_digest(journaled: Record | None, kind: str, bind: dict[str, Any],
-                seconds: float | None, schema: str | None, token: bool) -> str:
-    """The digest replay compares a wait's call with. The bound policy version
-    is not in it (it is recorded with the wait): a deploy that changes it does
-    not make the replay mismatch. A wait journaled when it was still in the
-    digest is matched with the value it journaled."""
-    if POLICY_VERSION_KEY not in bind:
-        return codec.digest(kind, bind, seconds, schema, token)
-    unbound = {k: v for k, v in bind.items() if k != POLICY_VERSION_KEY}
-    digest = codec.digest(kind, unbound, seconds, schema, token)
-    if journaled is not None and journaled.digest != digest:
-        opened = codec.loads(journaled.payload)
-        was = opened.get("bind") if isinstance(opened, dict) else None
-        if isinstance(was, dict) and POLICY_VERSION_KEY in was:
-            legacy = codec.digest(kind, {**unbound, POLICY_VERSION_KEY: was[POLICY_VERSION_KEY]},
-                                  seconds, schema, token)
-            if legacy == journaled.digest:
-                return legacy
-    return digest
 
 
 def to_delivery(event_id: str, j: Judgement, stored: EventRow) -> Delivery:
@@ -497,12 +448,13 @@ class Wait(Generic[T]):
                 event = await x.store.get_event(row.run_id, row.event_id)
             if event is None:
                 raise errors.CorruptRecord(f"event {row.event_id} of wait {self.wait_id} is gone")
-            if self._row.policy_bound and bound_policy(self._row) != x.policy_version:
+            bound = policy_binding.bound(self._row)
+            if self._row.policy_bound and bound != x.policy_version:
                 # Accepted under the policy the wait opened under, which this worker
                 # no longer runs: the approval does not count under the one in force.
                 rec = self._record(RecordStatus.ERROR, {
                     "type": "WaitPolicyChanged", "event_id": event.event_id,
-                    "bound": bound_policy(self._row), "now": x.policy_version})
+                    "bound": bound, "now": x.policy_version})
             else:
                 rec = self._record(RecordStatus.OK, {"event_id": event.event_id,
                                                 "payload": codec.loads(event.payload)})
