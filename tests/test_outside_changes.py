@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import stead
-from stead import operator, state
+from stead import operator, revisions, state
 from stead.cli import main
 from tests.helpers import Gate
 
@@ -136,6 +138,40 @@ async def test_a_revision_may_narrow_grants_never_widen_them(
     assert [v.version for v in await client.intents(info.run_id)] == [1]
     withdrawn = await client.revise(info.run_id, by="ops", why="no refunds", grants=[])
     assert stead.Intent.loads(withdrawn.intent).grants == ()
+
+
+_SCOPES = st.fixed_dictionaries({}, optional={
+    "order_id": st.sampled_from(["123", "124"]),
+    "max_amount": st.integers(0, 10),
+    "min_amount": st.integers(0, 10),
+})
+_CALLS = st.lists(st.fixed_dictionaries({"order_id": st.sampled_from(["123", "124"]),
+                                         "amount": st.integers(-1, 11)}), max_size=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(before=_SCOPES, after=_SCOPES, expiries=st.tuples(
+    st.one_of(st.none(), st.floats(0, 100)), st.one_of(st.none(), st.floats(0, 100))),
+    calls=_CALLS)
+def test_a_revised_grant_never_covers_a_call_its_predecessor_refused(
+    before: dict[str, Any], after: dict[str, Any], expiries: tuple[float | None, float | None],
+    calls: list[dict[str, Any]],
+) -> None:
+    held = stead.Grant("t", before, expires_at=expiries[0])
+    run = stead.records.RunRow("r", "w", 1, None, "waiting", "[]", None, None, 1, None, None,
+                               0.0, 0.0, None, intent_version=1)
+    current = stead.records.IntentRow("r", 1, stead.Intent(grants=[held]).dumps(), "a", "w", 0)
+    revision = revisions.Revision(grants=[stead.Grant("t", after, expires_at=expiries[1])])
+    try:
+        text = revision.apply(current, run, now=0.0)
+    except stead.GrantWidening:
+        return
+    [revised] = stead.Intent.loads(text).grants
+    for args in calls:
+        assert held.covers(args) is None or revised.covers(args) is not None
+    assert revised.expires_at is None or held.expires_at is None \
+        or revised.expires_at <= held.expires_at
+    assert held.expires_at is None or revised.expires_at is not None
 
 
 async def test_a_revision_changes_something_and_needs_an_intent(store: stead.Store) -> None:
