@@ -200,6 +200,17 @@ async def test_ended_runs_refuse_revisions_renewals_and_denials(store: stead.Sto
     assert [v.version for v in await client.intents(info.run_id)] == [1]
 
 
+async def test_a_decision_without_by_is_recorded_by_the_os_user(store: stead.Store) -> None:
+    client = stead.Client(store)
+    info = await client.start("refund", 1000, version=1, intent=_intent())
+    await client.renew_grant(info.run_id, "dispatch_refund", why="a day more", expires_in=60)
+    await client.deny_grant(info.run_id, "dispatch_refund", why="no refunds")
+    authors = [v.author for v in await client.intents(info.run_id)]
+    assert authors == [ME, ME, ME]
+    with pytest.raises(stead.InvalidInput, match="why"):
+        await client.deny_grant(info.run_id, "dispatch_refund", why=" ")
+
+
 async def test_the_operator_revises_a_waiting_run(store: stead.Store) -> None:
     policy, ledger = Seen(), []
     app = _app(policy, ledger)

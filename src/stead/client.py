@@ -798,12 +798,12 @@ class Client:
         await self.store.get_run(run_id)
         return await self.store.list_intents(run_id)
 
-    async def resume(self, run_id: str, *, by: str, why: str,
+    async def resume(self, run_id: str, *, by: str | None = None, why: str,
                      intent: Intent | None = None) -> RunInfo:
         """Resume a paused run: a person's decision, recorded as a new version
         of its intent (`intent`, or the one in force) with who and why. The
         policy is asked again when a worker takes it."""
-        _decider(by, why)
+        by = _decider(by, why)
         if intent is not None and self.app is not None:
             self.app.check_intent(intent)
         now = self.store.clock.now()
@@ -829,8 +829,7 @@ class Client:
         the version in force), and the next resume judges against it. Raises
         `RunEnded` for an ended run and `GrantWidening` for a grant that would
         widen; nothing is stored then."""
-        who = revisions.author(by)
-        _decider(who, why)
+        who = _decider(by, why)
         revision = revisions.Revision(goal, instructions, grants)
         if grants is not None and self.app is not None:
             for grant in grants:
@@ -852,8 +851,7 @@ class Client:
         of the task reads it at its next `run.state.get()`; a waiting or paused
         run sees it when it resumes."""
         edit = revisions.StateEdit(patch, expect_version)
-        who = revisions.author(by)
-        _decider(who, why)
+        who = _decider(by, why)
         if not isinstance(task_id, str) or not task_id.strip() or len(task_id) > MAX_ID_CHARS:
             raise errors.InvalidInput(
                 f"a task id is a non-empty string of at most {MAX_ID_CHARS} characters")
@@ -861,9 +859,9 @@ class Client:
                                          author=who, why=why)
         return Facts.from_row(row)
 
-    async def terminate(self, run_id: str, *, by: str, why: str) -> RunInfo:
+    async def terminate(self, run_id: str, *, by: str | None = None, why: str) -> RunInfo:
         """End a paused run as `revalidation_failed`, with who and why."""
-        _decider(by, why)
+        by = _decider(by, why)
         row = await self.store.end_stopped(
             run_id, RunStatus.PAUSED, RunStatus.REVALIDATION_FAILED,
             json.dumps({"type": "RevalidationFailed", "by": by, "why": why,
@@ -871,7 +869,7 @@ class Client:
         return RunInfo.from_row(row)
 
     async def renew_grant(
-        self, run_id: str, tool: str, *, by: str, why: str,
+        self, run_id: str, tool: str, *, by: str | None = None, why: str,
         expires_in: float | None = None, expires_at: float | None = None,
         scope: Mapping[str, Any] | None = None, widen: bool = False,
     ) -> RunInfo:
@@ -879,7 +877,7 @@ class Client:
         given), as a new version of its intent; a paused run resumes with it.
         A renewal may narrow the scope; one that widens it raises
         `GrantWidening` unless `widen=True`."""
-        _decider(by, why)
+        by = _decider(by, why)
         if self.app is not None:
             self.app.check_tool(tool)
         now = self.store.clock.now()
@@ -911,10 +909,11 @@ class Client:
             why=f"grant {tool} renewed{' (widened)' if widen else ''}: {why}")
         return RunInfo.from_row(row)
 
-    async def deny_grant(self, run_id: str, tool: str, *, by: str, why: str) -> RunInfo:
+    async def deny_grant(self, run_id: str, tool: str, *, by: str | None = None,
+                         why: str) -> RunInfo:
         """Withdraw the run's grant for `tool` (a new version of its intent);
         a paused run is terminated as `revalidation_failed`."""
-        _decider(by, why)
+        by = _decider(by, why)
 
         def revise(current: records.IntentRow | None, run: RunRow) -> str:
             revisions.refuse_ended(run, f"denying its grant for {tool!r}")
@@ -934,9 +933,11 @@ def _audit(plan: records.MigrationPlan, by: str) -> dict[str, Any]:
             "records_before": plan.records_before, "records_after": len(plan.records)}
 
 
-def _decider(by: str, why: str) -> None:
-    if not isinstance(by, str) or not by.strip() or not isinstance(why, str) or not why.strip():
+def _decider(by: str | None, why: str) -> str:
+    """Who decides (`by`, default: the OS user), once the decision says why."""
+    if not isinstance(why, str) or not why.strip():
         raise errors.InvalidInput("a decision says who made it (by) and why: give both")
+    return revisions.author(by)
 
 
 def _granting(current: records.IntentRow | None, run_id: str, tool: str) -> Intent:
