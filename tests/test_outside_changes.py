@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 import stead
 from stead import operator, revisions, state
 from stead.cli import main
+from stead.web import create_app
 from tests.helpers import Gate
 
 HOUR = 3600.0
@@ -279,6 +281,21 @@ async def test_a_waiting_run_sees_a_state_set_from_outside_when_it_resumes(
     await stead.Worker(app, store).run_until_idle()
     done = await client.get(info.run_id)
     assert done.result == {"sent": "rf-123", "facts": {"confirmed": True}, "version": 1}
+
+
+async def test_the_dashboard_shows_who_changed_the_state_from_outside(
+    store: stead.Store,
+) -> None:
+    client = stead.Client(store)
+    info = await client.start("refund", 1000, version=1, task_id="order-77")
+    await client.set_state("order-77", {"stock": 1}, expect_version=0, by="inventory",
+                           why="<b>recount</b>")
+    asgi = create_app(stead.App("ui-only"), store=store, token="t" * 32)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
+                                 base_url="http://testserver") as http:
+        page = await http.get(f"/runs/{info.run_id}")
+    assert page.status_code == 200
+    assert "inventory: &lt;b&gt;recount&lt;/b&gt;" in page.text
 
 
 # -- the command line ---------------------------------------------------------------------
