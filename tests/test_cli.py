@@ -251,7 +251,7 @@ def test_bad_module_app_specs_are_clean_errors(app_module: str, db_url: str) -> 
     assert f"module '{app_module}' has no attribute 'nothing'" in out
     out = fails(db_url, "worker", f"{app_module}:not_an_app")
     assert "is a dict, not a stead.App" in out
-    out = fails(db_url, "worker", app_module, code=2)
+    out = fails(db_url, "worker", app_module)
     assert "is not module:attribute" in out
 
 
@@ -270,10 +270,10 @@ def test_a_module_whose_own_import_fails_shows_its_error(
 
 def test_bad_json_and_unknown_workflow_are_clean_errors(app_module: str, db_url: str) -> None:
     spec = f"{app_module}:app"
-    assert "not valid JSON" in fails(db_url, "start", spec, "greet", "[1,", code=2)
-    assert "must be a JSON array" in fails(db_url, "start", spec, "greet", '{"a": 1}', code=2)
+    assert "not valid JSON" in fails(db_url, "start", spec, "greet", "[1,")
+    assert "must be a JSON array" in fails(db_url, "start", spec, "greet", '{"a": 1}')
     assert "must be a JSON object" in fails(
-        db_url, "start", spec, "greet", "--kwargs", "[1]", code=2
+        db_url, "start", spec, "greet", "--kwargs", "[1]"
     )
     assert "has no workflow nope" in fails(db_url, "start", spec, "nope")
     assert "has no workflow greet@7" in fails(db_url, "start", spec, "greet", "--version", "7")
@@ -281,9 +281,9 @@ def test_bad_json_and_unknown_workflow_are_clean_errors(app_module: str, db_url:
 
 
 def test_bad_options_are_usage_errors(db_url: str) -> None:
-    assert "bogus" in fails(db_url, "runs", "ls", "--status", "bogus", code=2)
-    assert "--lease" in fails(db_url, "worker", "m:app", "--lease", "0", code=2)
-    assert "--concurrency" in fails(db_url, "worker", "m:app", "--concurrency", "0", code=2)
+    assert "bogus" in fails(db_url, "runs", "ls", "--status", "bogus")
+    assert "--lease" in fails(db_url, "worker", "m:app", "--lease", "0")
+    assert "--concurrency" in fails(db_url, "worker", "m:app", "--concurrency", "0")
 
 
 def test_time_offsets_read_well() -> None:
@@ -524,12 +524,12 @@ def test_reconcile_happened_or_compensated_never_sends_again(
 def test_reconcile_errors_are_clean(effect_app: str, db_url: str, tmp_path: Path) -> None:
     run_id = _stopped_run(db_url, effect_app, tmp_path)
     decide = ("reconcile", run_id, "send_mail")
-    assert "exactly one decision" in fails(db_url, *decide, "--by", "ops", code=2)
+    assert "exactly one decision" in fails(db_url, *decide, "--by", "ops")
     assert "exactly one decision" in fails(
-        db_url, *decide, "--not-happened", "--happened", "1", "--by", "ops", code=2
+        db_url, *decide, "--not-happened", "--happened", "1", "--by", "ops"
     )
-    assert "not valid JSON" in fails(db_url, *decide, "--happened", "{m1", "--by", "o", code=2)
-    assert "not valid JSON" in fails(db_url, *decide, "--compensate", "", "--by", "o", code=2)
+    assert "not valid JSON" in fails(db_url, *decide, "--happened", "{m1", "--by", "o")
+    assert "not valid JSON" in fails(db_url, *decide, "--compensate", "", "--by", "o")
     assert "no run 'nope'" in fails(db_url, "reconcile", "nope", "send_mail", "--not-happened")
     assert "no effect 'charge' whose outcome is unknown" in fails(
         db_url, "reconcile", run_id, "charge", "--not-happened"

@@ -105,10 +105,10 @@ def test_usage_errors(url: str) -> None:
     runner = CliRunner()
     both = runner.invoke(main, ["--db", url, "approve", a, "--wait", wait_a, "--kind", "x",
                                 "--token", token_a])
-    assert both.exit_code == 2 and "name the wait" in both.output
+    assert both.exit_code == 1 and "name the wait" in both.output
     bad_json = runner.invoke(main, ["--db", url, "approve", a, "--wait", wait_a, "--token",
                                     token_a, "--payload", "[1"])
-    assert bad_json.exit_code == 2
+    assert bad_json.exit_code == 1
     unknown = runner.invoke(main, ["--db", url, "events", "ls", "nope"])
     assert unknown.exit_code == 1 and "no run" in unknown.output
 

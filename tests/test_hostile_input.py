@@ -278,4 +278,4 @@ async def test_an_empty_task_id_is_refused_at_start(store: stead.Store) -> None:
 def test_the_cli_refuses_an_empty_task_id(app_spec: str, sqlite_url: str) -> None:
     out = CliRunner().invoke(main, ["--db", sqlite_url, "start", app_spec, "hello",
                                     "--task-id", ""])
-    assert out.exit_code == 2 and "'--task-id': is empty" in out.output
+    assert out.exit_code == 1 and "'--task-id': is empty" in out.output

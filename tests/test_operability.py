@@ -174,4 +174,4 @@ def test_worker_until_done_on_the_command_line(app_spec: str, sqlite_url: str) -
     assert out.exit_code == 0, out.output
     assert f"run {run_id}: completed" in out.output
     usage = cli(sqlite_url, "worker", app_spec, "--until-done")
-    assert usage.exit_code == 2 and "--until-done takes the runs" in usage.output
+    assert usage.exit_code == 1 and "--until-done takes the runs" in usage.output

@@ -571,7 +571,7 @@ def test_approve_reads_the_token_from_a_file_stdin_or_the_environment(
         assert out.startswith("accepted")
     missing = runner.invoke(main, ["--db", url, "approve", r1, "--wait", w1],
                             env={"STEAD_TOKEN": ""})
-    assert missing.exit_code == 2 and "--token-file" in missing.output
+    assert missing.exit_code == 1 and "--token-file" in missing.output
     helped = _ran(runner.invoke(main, ["approve", "--help"]))
     flat = " ".join(helped.split())
     assert "--token-file" in flat and "STEAD_TOKEN" in flat and "stdin" in flat

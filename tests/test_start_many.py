@@ -186,7 +186,7 @@ def test_stead_start_refuses_a_bad_line_and_starts_nothing(
 
 def test_stead_start_dash_takes_no_run_options(db_url: str, many_spec: str) -> None:
     result = cli(db_url, many_spec, '{"workflow": "greet", "args": ["a"]}\n', "--queue", "refunds")
-    assert result.exit_code == 2 and "each line says what --queue would" in result.output
+    assert result.exit_code == 1 and "each line says what --queue would" in result.output
     assert stored_runs(db_url) == []
 
 

@@ -7,14 +7,25 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
-import getpass
 import json
 import os
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from stead import codec, dryrun, errors, forks, inputs, queues, records, takeover, waits, workspaces
+from stead import (
+    codec,
+    dryrun,
+    errors,
+    forks,
+    inputs,
+    queues,
+    records,
+    revisions,
+    takeover,
+    waits,
+    workspaces,
+)
 from stead.app import App, Workflow
 from stead.exports import StoredRun
 from stead.intent import Grant, Intent
@@ -307,6 +318,7 @@ class Client:
             intent=None if intent is None else intent.anchored(self.store.clock.now()).dumps(),
             intent_why=(intent.reason if intent is not None and intent.reason
                         else "given at start"),
+            intent_by=revisions.author(None) if intent is not None else "client",
             deadline=None if seconds is None else self.store.clock.now() + seconds,
             queue=start.queue, priority=start.priority or 0, dedup_key=start.dedup_key,
         )
@@ -724,7 +736,7 @@ class Client:
         the migrated journal is first replayed dry against version `to`;
         the migration is applied only if the report is `ok`. `by` (who
         migrates, recorded) defaults to the OS user running the client."""
-        by = _who(by)
+        by = revisions.author(by)
         app = self._app("migrate")
         row = await self.store.get_run(run_id)
         path = dryrun.path_to(app, row.workflow, row.version, to)
@@ -753,7 +765,7 @@ class Client:
         input come back, if nothing was journaled since (else
         `MigrationRefused`). Audited in a resume record and on the migration,
         with `by` (default: the OS user running the client)."""
-        by = _who(by)
+        by = revisions.author(by)
         row = await self.store.get_run(run_id)
         resume = records.ResumeRecord(
             run_id=run_id, epoch=0, worker_id=f"rolled back by {by}", at=0.0, from_seq=0,
@@ -789,12 +801,12 @@ class Client:
         await self.store.get_run(run_id)
         return await self.store.list_intents(run_id)
 
-    async def resume(self, run_id: str, *, by: str, why: str,
+    async def resume(self, run_id: str, *, by: str | None = None, why: str,
                      intent: Intent | None = None) -> RunInfo:
         """Resume a paused run: a person's decision, recorded as a new version
         of its intent (`intent`, or the one in force) with who and why. The
         policy is asked again when a worker takes it."""
-        _decider(by, why)
+        by = _decider(by, why)
         if intent is not None and self.app is not None:
             self.app.check_intent(intent)
         now = self.store.clock.now()
@@ -808,9 +820,51 @@ class Client:
             run_id, revise, author=by, why=f"resumed: {why}", resume=RunStatus.PAUSED)
         return RunInfo.from_row(row)
 
-    async def terminate(self, run_id: str, *, by: str, why: str) -> RunInfo:
+    async def revise(
+        self, run_id: str, *, why: str, by: str | None = None, goal: str | None = None,
+        instructions: str | None = None, grants: Sequence[Grant] | None = None,
+    ) -> records.IntentRow:
+        """Revise the intent of a run that is running, waiting, paused or
+        pending: a new `goal`, new `instructions`, `grants` narrowed (each a
+        narrowing of a grant it holds; a tool left out is withdrawn). Stored
+        as a new version with who (`by`, default: the OS user) and why; the
+        holder's effects are checked against it at once (the grant check reads
+        the version in force), and the next resume judges against it. Raises
+        `RunEnded` for an ended run and `GrantWidening` for a grant that would
+        widen; nothing is stored then."""
+        who = _decider(by, why)
+        revision = revisions.Revision(goal, instructions, grants)
+        if grants is not None and self.app is not None:
+            for grant in grants:
+                self.app.check_tool(grant.tool)
+        now = self.store.clock.now()
+        row, _run = await self.store.revise_intent(
+            run_id, lambda current, run: revision.apply(current, run, now), author=who,
+            why=f"revised: {why}")
+        return row
+
+    async def set_state(
+        self, task_id: str, patch: Mapping[str, Any], *, expect_version: int, why: str,
+        by: str | None = None,
+    ) -> Facts:
+        """Change a task's facts from outside any run (an inventory system, an
+        operator): merge `patch` (JSON merge patch, None deletes a key) if the
+        state is still at `expect_version`, else raise `StateConflict`; the
+        version written keeps who (`by`, default: the OS user) and why. A run
+        of the task reads it at its next `run.state.get()`; a waiting or paused
+        run sees it when it resumes."""
+        edit = revisions.StateEdit(patch, expect_version)
+        who = _decider(by, why)
+        if not isinstance(task_id, str) or not task_id.strip() or len(task_id) > MAX_ID_CHARS:
+            raise errors.InvalidInput(
+                f"a task id is a non-empty string of at most {MAX_ID_CHARS} characters")
+        row = await self.store.set_state(task_id, lambda current: edit.apply(task_id, current),
+                                         author=who, why=why)
+        return Facts.from_row(row)
+
+    async def terminate(self, run_id: str, *, by: str | None = None, why: str) -> RunInfo:
         """End a paused run as `revalidation_failed`, with who and why."""
-        _decider(by, why)
+        by = _decider(by, why)
         row = await self.store.end_stopped(
             run_id, RunStatus.PAUSED, RunStatus.REVALIDATION_FAILED,
             json.dumps({"type": "RevalidationFailed", "by": by, "why": why,
@@ -818,7 +872,7 @@ class Client:
         return RunInfo.from_row(row)
 
     async def renew_grant(
-        self, run_id: str, tool: str, *, by: str, why: str,
+        self, run_id: str, tool: str, *, by: str | None = None, why: str,
         expires_in: float | None = None, expires_at: float | None = None,
         scope: Mapping[str, Any] | None = None, widen: bool = False,
     ) -> RunInfo:
@@ -826,7 +880,7 @@ class Client:
         given), as a new version of its intent; a paused run resumes with it.
         A renewal may narrow the scope; one that widens it raises
         `GrantWidening` unless `widen=True`."""
-        _decider(by, why)
+        by = _decider(by, why)
         if self.app is not None:
             self.app.check_tool(tool)
         now = self.store.clock.now()
@@ -834,7 +888,8 @@ class Client:
                         expires_at=expires_at, expires_in=expires_in)  # checks the values
         widened: list[str] = []
 
-        def revise(current: records.IntentRow | None, _run: RunRow) -> str:
+        def revise(current: records.IntentRow | None, run: RunRow) -> str:
+            revisions.refuse_ended(run, f"renewing its grant for {tool!r}")
             intent = _granting(current, run_id, tool)
             before = intent.grants_for(tool)[0]
             fresh = renewed.expires_at is not None or renewed.expires_in is not None
@@ -857,12 +912,14 @@ class Client:
             why=f"grant {tool} renewed{' (widened)' if widen else ''}: {why}")
         return RunInfo.from_row(row)
 
-    async def deny_grant(self, run_id: str, tool: str, *, by: str, why: str) -> RunInfo:
+    async def deny_grant(self, run_id: str, tool: str, *, by: str | None = None,
+                         why: str) -> RunInfo:
         """Withdraw the run's grant for `tool` (a new version of its intent);
         a paused run is terminated as `revalidation_failed`."""
-        _decider(by, why)
+        by = _decider(by, why)
 
-        def revise(current: records.IntentRow | None, _run: RunRow) -> str:
+        def revise(current: records.IntentRow | None, run: RunRow) -> str:
+            revisions.refuse_ended(run, f"denying its grant for {tool!r}")
             intent = _granting(current, run_id, tool)
             return dataclasses.replace(
                 intent, grants=tuple(g for g in intent.grants if g.tool != tool)).dumps()
@@ -879,21 +936,11 @@ def _audit(plan: records.MigrationPlan, by: str) -> dict[str, Any]:
             "records_before": plan.records_before, "records_after": len(plan.records)}
 
 
-def _who(by: str | None) -> str:
-    """Who makes a change to a run: `by`, else the OS user running this process."""
-    if by is None:
-        try:
-            by = os.environ.get("USER") or getpass.getuser()
-        except (OSError, KeyError):  # no login name in this environment
-            by = ""
-    if not isinstance(by, str) or not by.strip():
-        raise errors.InvalidInput("say who makes this change (by=...): it is recorded")
-    return by
-
-
-def _decider(by: str, why: str) -> None:
-    if not isinstance(by, str) or not by.strip() or not isinstance(why, str) or not why.strip():
+def _decider(by: str | None, why: str) -> str:
+    """Who decides (`by`, default: the OS user), once the decision says why."""
+    if not isinstance(why, str) or not why.strip():
         raise errors.InvalidInput("a decision says who made it (by) and why: give both")
+    return revisions.author(by)
 
 
 def _granting(current: records.IntentRow | None, run_id: str, tool: str) -> Intent:

@@ -109,8 +109,31 @@ class WaitRevoked(SteadError):
         self.wait_id = wait_id
 
 
+class WaitPolicyChanged(SteadError):
+    """The event accepted for a wait bound to its policy version reached a
+    worker whose app runs another policy: the approval was given under a
+    policy no longer in force."""
+
+    def __init__(self, kind: str, wait_id: str, bound: str | None, now: str | None) -> None:
+        super().__init__(
+            f"wait {kind!r} ({wait_id}) was opened under policy {bound or 'none'}, and the "
+            f"policy is now {now or 'none'}: the event accepted for it no longer counts. "
+            "Catch stead.WaitPolicyChanged in the workflow and open a new wait to ask again "
+            "under the policy in force"
+        )
+        self.kind = kind
+        self.wait_id = wait_id
+        self.bound = bound
+        self.now = now
+
+
 class NotStopped(SteadError):
     """A decision was given for a run that is not stopped waiting for one."""
+
+
+class RunEnded(SteadError):
+    """A change was asked of a run that has ended (completed, failed,
+    cancelled, revalidation_failed): nothing was stored."""
 
 
 class StepError(SteadError):

@@ -146,6 +146,10 @@ class Execution:
         # The tools the app declares (None: it declares none; see `App`).
         self.tools: frozenset[str] | None = None
         self.app_name = ""
+        # The app's policy version (None: it has no policy): what a wait opens
+        # under, and what a wait bound to its policy version is compared with
+        # when the run wakes (see `stead.waits`).
+        self.policy_version: str | None = None
         # The revalidation the resume record carries (see `ResumeDetails.intent`).
         self.revalidation: dict[str, Any] | None = None
         # Raises if a stored input (JSON text) does not fit the run's workflow

@@ -74,6 +74,7 @@ class Situation:
     # rolled back (it has one, not rolled back yet).
     migrate_to: int | None = None
     rollback: bool = False
+    has_intent: bool = False  # it carries an intent, which a person may revise
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,6 +171,10 @@ def _retryable(s: Situation) -> Sequence[str]:
     return [""] if s.run.status in RETRYABLE or store_failure else []
 
 
+def _revisable(s: Situation) -> Sequence[str]:
+    return [""] if s.has_intent and not s.run.done else []
+
+
 def _live(s: Situation) -> Sequence[str]:
     return [] if s.run.done else [""]
 
@@ -259,6 +264,14 @@ async def _resume(client: Client, d: Decision) -> str:
     return f"resumed under the intent in force; the run is {info.status}"
 
 
+async def _revise(client: Client, d: Decision) -> str:
+    goal = d.values.get("goal", "").strip() or None
+    instructions = d.values.get("instructions", "").strip() or None
+    row = await client.revise(d.run_id, by=d.by, why=d.why, goal=goal,
+                              instructions=instructions)
+    return f"intent revised (version {row.version}); the run's next resume judges against it"
+
+
 async def _terminate(client: Client, d: Decision) -> str:
     info = await client.terminate(d.run_id, by=d.by, why=d.why)
     return f"terminated: the run is {info.status}"
@@ -339,6 +352,10 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
     Action("deny_grant", "Deny the grant", _grants, _deny, danger=True),
     Action("resume", "Resume", _the_run_if(RunStatus.PAUSED), _resume),
     Action("terminate", "Terminate", _the_run_if(RunStatus.PAUSED), _terminate, danger=True),
+    Action("revise", "Revise the goal or instructions", _revisable, _revise, (
+        Field("goal", "New goal (optional)"),
+        Field("instructions", "New instructions (optional; stored as their hash)"),
+    )),
     Action("retry", "Retry", _retryable, _retry),
     Action("unlock_wait", "Unlock the wait", _locked_waits, _unlock),
     Action("revoke_wait", "Revoke the wait", _open_waits, _revoke, danger=True),
@@ -378,7 +395,7 @@ async def situation(client: Client, run_id: str) -> Situation:
     migrations = await client.migrations(run_id)
     rollback = bool(migrations) and migrations[-1].rolled_back_at is None
     return Situation(info, open_waits, tuple(grants), unknown, client.store.clock.now(),
-                     migrate_to, rollback)
+                     migrate_to, rollback, bool(intents))
 
 
 def offered(s: Situation) -> list[tuple[Action, str]]:

@@ -102,6 +102,11 @@ class RecordStatus(enum.StrEnum):
 RECORD_STATUSES = frozenset(RecordStatus)
 
 
+# The bind key that ties a wait to the policy version it opened under: a
+# delivery is compared with the version the live workers run (`WaitRow`).
+POLICY_VERSION_KEY = "policy_version"
+
+
 class WaitState(enum.StrEnum):
     """Where a stored wait is: open until an event consumes it, it expires or it
     is revoked."""
@@ -258,6 +263,7 @@ class NewRun:
     # The run's intent (JSON text), stored as its version 1 with the run.
     intent: str | None = None
     intent_why: str = "given at start"
+    intent_by: str = "client"  # who gave it (`Client.start`: the OS user)
     parent_id: str | None = None
     deadline: float | None = None
     # The queue it is claimed under, its priority there (lower first) and a
@@ -445,9 +451,19 @@ class WaitRow:
     closed_at: float | None = None
     bad_tokens: int = 0
     locked_at: float | None = None
+    # The app's policy version when the wait opened (the bound value, for a
+    # wait bound to `policy_version`); None: it had no policy.
+    policy_version: str | None = None
 
     def evolve(self, **changes: Any) -> Self:
         return dataclasses.replace(self, **changes)
+
+    @property
+    def policy_bound(self) -> bool:
+        """Whether a delivery must find the policy it opened under still in
+        force (it is bound to `policy_version`)."""
+        bound = json.loads(self.bind)
+        return isinstance(bound, dict) and POLICY_VERSION_KEY in bound
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -506,6 +522,9 @@ class DeliveryContext:
     state_versions: dict[str, int]
     existing: EventRow | None
     now: float
+    # The policy versions (None: no policy) the live workers serving the
+    # run's `workflow@version` run; empty: none is live (or none was asked).
+    live_policies: frozenset[str | None] = frozenset()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -545,6 +564,10 @@ class StateRow:
     data: str
     run_id: str | None
     updated_at: float | None
+    # Who changed it from outside any run, and why (`Client.set_state`);
+    # None for a run's own change (`run_id` says which run).
+    author: str | None = None
+    why: str | None = None
 
 
 class FindingKind(enum.StrEnum):
@@ -573,6 +596,8 @@ class HostRow:
     started_at: float
     seen_at: float
     stopped_at: float | None = None  # it stopped cleanly then
+    policy_version: str | None = None  # what its app's policy is (None: none)
+    live_until: float | None = None  # gone if not heard from again by then
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

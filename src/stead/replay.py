@@ -124,6 +124,11 @@ class Journal:
         return sorted((r for rs in self._by_addr.values() for r in rs if r.seq >= start),
                       key=lambda r: r.seq)
 
+    def first(self, addr: str) -> Record | None:
+        """The first record at `addr`, unmatched (None: the call is new)."""
+        found = self._by_addr.get(addr)
+        return found[0] if found else None
+
     def taken(self, addr: str) -> bool:
         return addr in self._taken
 

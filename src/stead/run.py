@@ -22,6 +22,7 @@ from stead import (
     errors,
     guard,
     keys,
+    policy_binding,
     records,
     schema_check,
     tracing,
@@ -575,8 +576,9 @@ class Run:
     ) -> waits.Wait[T]:
         """Open a durable wait for one event of `kind`. The event must carry the
         same `bind` values (a `state_version` key is also compared with the task
-        state's version at delivery, a `policy_version` key with the delivering
-        app's current policy version), arrive before `expires_in`, carry the
+        state's version at delivery; a `policy_version` key binds the wait to
+        the policy it opens under, see docs/architecture.md §8), arrive before
+        `expires_in`, carry the
         wait's token (unless `token=False`) and fit `schema` (a type such as a
         pydantic model, or a JSON Schema as a dict). Hand `w.token` to the human
         channel (or build its link in the effect that sends it:
@@ -590,17 +592,25 @@ class Run:
             else expires_in
         schema_json = None if schema is None else _schema_text(schema)
         addr = addresses.reserve()
-        digest = codec.digest(kind, bind_json, seconds, schema_json, token)
+        digest = policy_binding.open_digest(self._x.journal.first(addr), kind, bind_json,
+                                            seconds, schema_json, token)
         prior = self._x.take(addr, RecordKind.WAIT, kind, digest)
         resolution = None
         key_id: str | None = None  # a new wait's token is signed by the current key
         label: str | None = None  # a fork's wait: its id in the journal (see `stead.forks`)
+        policy = self._x.policy_version
+        if records.POLICY_VERSION_KEY in bind_json:
+            bound = bind_json[records.POLICY_VERSION_KEY]
+            policy = None if bound is None else str(bound)
         if prior:
             opened = codec.loads(prior[0].payload)
             wait_id, expires_at, created_at = opened["wait_id"], opened["expires_at"], prior[0].at
             label = opened.get("journal_id")
             key_id = opened.get("key", keys.LEGACY)
             resolution = prior[1] if len(prior) > 1 else None
+            # What the wait opened with, not what the code binds now (see `open_digest`).
+            bind_json = opened.get("bind", bind_json)
+            policy = opened.get("policy_version", policy)
         else:
             self._x.check_live()
             wait_id, created_at = _uuid.uuid4().hex, self._x.clock.now()
@@ -612,11 +622,11 @@ class Run:
             bind=codec.dumps(bind_json, what="bind"), schema=schema_json,
             token_hash=hashed,
             task_key=self._task_key, expires_at=expires_at, state=WaitState.OPEN,
-            event_id=None, created_at=created_at,
+            event_id=None, created_at=created_at, policy_version=policy,
         )
         if not prior:
             opening: dict[str, Any] = {"wait_id": wait_id, "expires_at": expires_at,
-                                       "bind": bind_json}
+                                       "bind": bind_json, "policy_version": policy}
             if minted is not None:
                 opening["key"] = minted.key_id
             text = codec.dumps(opening, what="the wait")

@@ -35,6 +35,14 @@ class Facts:
         return cls(0, {}) if row is None else cls(row.version, codec.loads(row.data))
 
 
+def changed_keys(before: Facts, after: Facts) -> list[str]:
+    """The top-level keys added, removed or changed from `before` to
+    `after`, sorted: what a diff of the world names."""
+    keys = set(before.data) | set(after.data)
+    return sorted(k for k in keys if k not in before.data or k not in after.data
+                  or codec.canonical(before.data[k]) != codec.canonical(after.data[k]))
+
+
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch: objects merge recursively, None deletes."""
     if not isinstance(patch, dict):

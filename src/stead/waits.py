@@ -21,9 +21,10 @@ import urllib.parse
 from collections.abc import Generator
 from typing import Any, Generic, TypeVar
 
-from stead import codec, errors, keys, outcomes, schema_check
+from stead import codec, errors, keys, outcomes, policy_binding, schema_check
 from stead.execution import Execution
 from stead.records import (
+    POLICY_VERSION_KEY,
     DeliveryContext,
     EventRow,
     Judgement,
@@ -40,8 +41,6 @@ T = TypeVar("T")
 
 # The bind key compared with the task state's current version at delivery.
 STATE_VERSION_KEY = "state_version"
-# The bind key compared with the delivering app's current policy version.
-POLICY_VERSION_KEY = "policy_version"
 # Deliveries with a wrong token a wait takes before it locks (`Client(lock_wait_after=)`).
 LOCK_AFTER_BAD_TOKENS = 5
 
@@ -325,6 +324,8 @@ def _check_wait(inc: Incoming, wait: WaitRow, ctx: DeliveryContext) -> Judgement
         return _reject(RejectReason.BAD_TOKEN, inc.token_refused)
     bound: dict[str, Any] = json.loads(wait.bind)
     for key, expected in bound.items():
+        if key == POLICY_VERSION_KEY and key not in inc.bind:
+            continue  # the store knows the policy version: the event need not carry it
         if key not in inc.bind:
             return _reject(RejectReason.BOUND_VALUE_MISMATCH, f"{key} missing")
         if _canonical(inc.bind[key]) != _canonical(expected):
@@ -337,12 +338,11 @@ def _check_wait(inc: Incoming, wait: WaitRow, ctx: DeliveryContext) -> Judgement
         if _canonical(now_version) != _canonical(bound[STATE_VERSION_KEY]):
             return _reject(RejectReason.STATE_VERSION_MOVED,
                            f"bound {bound[STATE_VERSION_KEY]}, now {now_version}")
-    if POLICY_VERSION_KEY in bound and inc.policy is not None:
-        current = inc.policy.value
-        if _canonical(current) != _canonical(bound[POLICY_VERSION_KEY]):
-            return _reject(RejectReason.POLICY_CHANGED,
-                           f"the wait bound policy {bound[POLICY_VERSION_KEY]}, the app's "
-                           f"policy is now {current or 'none'}")
+    if wait.policy_bound:
+        changed = policy_binding.changed(
+            wait, ctx.live_policies, () if inc.policy is None else (inc.policy.value,))
+        if changed:
+            return _reject(RejectReason.POLICY_CHANGED, changed)
     if wait.schema is not None:
         problems = schema_check.problems(inc.payload, wait.schema)
         if problems:
@@ -416,6 +416,10 @@ class Wait(Generic[T]):
             raise errors.WaitExpired(self.kind, self.wait_id)
         if rec.status == RecordStatus.REVOKED:
             raise errors.WaitRevoked(self.kind, self.wait_id)
+        if rec.status == RecordStatus.ERROR:
+            data = codec.loads(rec.payload)
+            raise errors.WaitPolicyChanged(self.kind, self.wait_id, data.get("bound"),
+                                           data.get("now"))
         value: T = codec.convert(codec.loads(rec.payload)["payload"], self._schema)
         return value
 
@@ -444,8 +448,16 @@ class Wait(Generic[T]):
                 event = await x.store.get_event(row.run_id, row.event_id)
             if event is None:
                 raise errors.CorruptRecord(f"event {row.event_id} of wait {self.wait_id} is gone")
-            rec = self._record(RecordStatus.OK, {"event_id": event.event_id,
-                                            "payload": codec.loads(event.payload)})
+            bound = policy_binding.bound(self._row)
+            if self._row.policy_bound and bound != x.policy_version:
+                # Accepted under the policy the wait opened under, which this worker
+                # no longer runs: the approval does not count under the one in force.
+                rec = self._record(RecordStatus.ERROR, {
+                    "type": "WaitPolicyChanged", "event_id": event.event_id,
+                    "bound": bound, "now": x.policy_version})
+            else:
+                rec = self._record(RecordStatus.OK, {"event_id": event.event_id,
+                                                "payload": codec.loads(event.payload)})
             await x.commit([rec])
             return rec
         closed = _CLOSED.get(row.state)

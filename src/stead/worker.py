@@ -236,9 +236,12 @@ class Worker:
                           and h.stopped_at is None and h.worker_id != self.id}
                 migrated = [code for code in migrated if code not in others]
             self._claimable = [*self.app.hosted(), *migrated]
+            policy = self.app.current_policy
             await self.store.heartbeat(
                 self.id, [*((c, HostRole.HOSTS) for c in self.app.hosted()),
-                          *((c, HostRole.MIGRATES) for c in migrated)])
+                          *((c, HostRole.MIGRATES) for c in migrated)],
+                policy_version=None if policy is None else policy.version,
+                live_for=3 * self.options.heartbeat)
         except errors.StoreError as exc:
             log.warning("worker %s could not send its heartbeat: %s", self.id, exc)
 

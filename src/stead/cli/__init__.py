@@ -27,6 +27,7 @@ from stead.cli import (
     keys,
     reconcile,
     runs,
+    state,
     ui,
     worker,
     workspace,
@@ -35,7 +36,7 @@ from stead.cli import (
 __all__ = ["main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=common.Root, context_settings={"help_option_names": ["-h", "--help"]})
 @common.database_option
 @click.version_option(package_name="stead", prog_name="stead")
 def main(db: str) -> None:
@@ -66,3 +67,4 @@ for command in (deploy.runs_migrate, deploy.runs_rollback, deploy.runs_export,
                 deploy.runs_import):
     runs.runs.add_command(command)
 main.add_command(workspace.workspace_group)
+main.add_command(state.state_group)

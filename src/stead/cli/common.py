@@ -22,14 +22,51 @@ from typing import Any, TypeVar
 
 import click
 
-from stead import errors
+from stead import errors, revisions
 from stead.app import App
 from stead.client import STRANDED_AFTER, Client
-from stead.intent import Intent
+from stead.intent import Grant, Intent
 from stead.store import DEFAULT_URL, display_url, open_store
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+# -- bad input ---------------------------------------------------------------------------
+# The exit status of every error a user can cause: a bad option or argument
+# that click finds, or one a command finds (an unknown run, a bad intent file).
+BAD_INPUT = 1
+
+
+class BadInput(click.UsageError):
+    """A usage error that exits `BAD_INPUT`."""
+
+    exit_code = BAD_INPUT
+
+
+class Root(click.Group):
+    """The root group: bad input exits `BAD_INPUT` with one `Error:` line,
+    whether click finds it while parsing (its usage errors exit 2 by default)
+    or a command does."""
+
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:
+            raise _bad_input(exc) from exc
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            raise _bad_input(exc) from exc
+
+
+def _bad_input(exc: click.UsageError) -> click.UsageError:
+    if isinstance(exc, BadInput):
+        return exc
+    return BadInput(exc.format_message(), exc.ctx)
 
 
 # -- the database ----------------------------------------------------------------------
@@ -213,22 +250,45 @@ def parse_json(text: str, what: str, kind: type[list[Any]] | type[dict[str, Any]
 def read_intent(path: str, what: str = "'--intent'") -> Intent:
     """The `stead.Intent` in the JSON file at `path` (fields as in
     `Intent.to_json`, grants with `expires_in` or `expires_at`)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as exc:
-        raise click.BadParameter(f"cannot read {path!r}: {exc.strerror}", param_hint=what) from exc
+    text = read_text(path, what)
     try:
         return Intent.loads(text)
     except errors.InvalidIntent as exc:
         raise click.BadParameter(f"{path}: {exc}", param_hint=what) from exc
 
 
+def _author(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    try:
+        return revisions.author(value)
+    except errors.InvalidInput as exc:
+        raise click.BadParameter(f"{exc}; give --by NAME", ctx=ctx, param=param) from None
+
+
+def read_text(path: str, what: str) -> str:
+    """The text of the file at `path` (`what` names the option in errors)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise click.BadParameter(f"cannot read {path!r}: {reason}", param_hint=what) from exc
+
+
+def read_grants(text: str, what: str) -> list[Grant]:
+    """`text` as a JSON array of grants, each as in an intent file."""
+    try:
+        return [Grant.from_json(g) for g in parse_json(text, what, list)]
+    except errors.InvalidIntent as exc:
+        raise click.BadParameter(str(exc), param_hint=what) from exc
+
+
 def decision_options(f: F) -> F:
-    """`--by WHO --why WHY`: who decides on a run, and why (both recorded)."""
+    """`--by WHO --why WHY`: who decides on a run (default: the OS user), and
+    why (both recorded)."""
     f = click.option("--why", required=True, help="Why (recorded with the decision).")(f)
-    return click.option("--by", "by", required=True,
-                        help="Who decides (recorded with the decision).")(f)
+    return click.option("--by", "by", default=None, callback=_author, metavar="NAME",
+                        help="Who decides, recorded with the decision (default: the "
+                             "current OS user).")(f)
 
 
 def grace_option(f: F) -> F:

@@ -299,6 +299,39 @@ def runs_resume(ctx: click.Context, run_id: str, by: str, why: str,
                f"{info.workflow}@{info.version} takes it over")
 
 
+@runs.command("revise", short_help="Revise the intent of a running, waiting or paused run.")
+@common.run_argument
+@click.option("--goal", default=None, help="The new goal.")
+@click.option("--instructions-file", "instructions_file", metavar="FILE", default=None,
+              help="A file with the new instructions (stored as their SHA-256).")
+@click.option("--grants", "grants_json", metavar="JSON", default=None,
+              help="The run's grants from now on, a JSON array of grants as in an intent "
+                   "file; each narrows one it holds, a tool left out is withdrawn.")
+@common.decision_options
+@click.pass_context
+def runs_revise(ctx: click.Context, run_id: str, goal: str | None,
+                instructions_file: str | None, grants_json: str | None, by: str,
+                why: str) -> None:
+    """Revise RUN's intent while it runs, waits or is paused: a new goal, new
+    instructions, grants narrowed. Recorded as a new version with who and why;
+    its effects are checked against it at once, and its next resume judges
+    against it (a paused run stays paused: stead runs resume RUN)."""
+    db = common.database_url(ctx)
+    common.require_database(db)
+    instructions = None if instructions_file is None else common.read_text(
+        instructions_file, "'--instructions-file'")
+    grants = None if grants_json is None else common.read_grants(grants_json, "'--grants'")
+
+    async def go() -> records.IntentRow:
+        async with common.opened_client(db) as client:
+            return await client.revise(run_id, by=by, why=why, goal=goal,
+                                       instructions=instructions, grants=grants)
+
+    row = common.run_async(go())
+    click.echo(f"revised the intent of run {common.safe(run_id)}: version {row.version}, "
+               f"by {common.safe(row.author)}; its next resume judges against it")
+
+
 @runs.command("terminate")
 @common.run_argument
 @common.decision_options

@@ -71,7 +71,7 @@ def link_params(r: Link) -> dict[str, Any]:
 
 def host(row: Row) -> HostRow:
     return HostRow(row["worker_id"], row["code"], row["role"], row["started_at"],
-                   row["seen_at"], row["stopped_at"])
+                   row["seen_at"], row["stopped_at"], row["policy_version"], row["live_until"])
 
 
 def migration(row: Row) -> MigrationRow:
@@ -110,13 +110,15 @@ def event(row: Row) -> EventRow:
 
 
 def state(row: Row) -> StateRow:
-    return StateRow(row["task_key"], row["version"], row["data"], row["run_id"],
+    return StateRow(row["task_key"], row["version"], row["data"], row["run_id"] or None,
                     row["updated_at"])
 
 
 def state_history(row: Row) -> StateRow:
-    """A row of a task's state history (`at`: when that version was written)."""
-    return StateRow(row["task_key"], row["version"], row["data"], row["run_id"], row["at"])
+    """A row of a task's state history (`at`: when that version was written;
+    an empty `run_id`: a change from outside any run, by `author`)."""
+    return StateRow(row["task_key"], row["version"], row["data"], row["run_id"] or None,
+                    row["at"], row["author"], row["why"])
 
 
 def action(row: Row) -> ActionRow:

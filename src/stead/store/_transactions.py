@@ -74,6 +74,9 @@ Judge = Callable[[DeliveryContext], Judgement]
 # None for a refused change) and the status and payload of the journal record
 # that says what happened (the last of the records written with it).
 StateChange = Callable[[StateRow | None], tuple[str | None, str, str]]
+# Given the current task state (or None), returns the JSON text of the new
+# data; raising refuses the change (nothing is written).
+OutsideChange = Callable[[StateRow | None], str]
 # Given the intent version in force (or None) and the run, returns the JSON
 # text of the next version; raising refuses the change (nothing is written).
 Revise = Callable[[IntentRow | None, RunRow], str]
@@ -106,7 +109,7 @@ def create_run(new: NewRun, now: float) -> Flow[tuple[RunRow, bool] | None]:
                 added = {**added, "parent_id": new.parent_id, "deadline": new.deadline}
             if new.intent is None:
                 return _rows.run(added), True
-            first = IntentRow(new.run_id, 1, new.intent, "client", new.intent_why, now)
+            first = IntentRow(new.run_id, 1, new.intent, new.intent_by, new.intent_why, now)
             yield execute("insert_intent", _rows.intent_params(first))
             yield execute("set_intent_version", {"run_id": new.run_id, "version": 1})
             return _rows.run(added).evolve(intent_version=1), True
@@ -177,9 +180,7 @@ def lineage(run_id: str) -> Flow[tuple[Link | None, list[Link]]]:
 def state_version(task_key: str, version: int) -> Flow[StateRow | None]:
     """The task's state as it was at `version` (its history keeps each)."""
     row = yield one("state_version", {"task_key": task_key, "version": version})
-    if row is None:
-        return None
-    return StateRow(row["task_key"], row["version"], row["data"], row["run_id"], row["at"])
+    return None if row is None else _rows.state_history(row)
 
 
 def live_owner(new: NewRun) -> Flow[RunRow | None]:
@@ -397,9 +398,14 @@ def deliver(event: EventRow, judge: Judge, now: float) -> Flow[tuple[Judgement, 
     for w in waits:
         state = yield one("read_state", {"task_key": w.task_key})
         versions[w.task_key] = 0 if state is None else int(state["version"])
+    policies: frozenset[str | None] = frozenset()
+    if run is not None and any(w.state == WaitState.OPEN and w.policy_bound for w in waits):
+        code = {"code": f"{run['workflow']}@{run['version']}", "now": now}
+        policies = frozenset(r["policy_version"] for r in (yield rows("live_policies", code)))
     ctx = DeliveryContext(
         run=None if run is None else _rows.run(run), waits=waits, state_versions=versions,
         existing=None if found is None else _rows.event(found), now=now,
+        live_policies=policies,
     )
     verdict = judge(ctx)
     if verdict.verdict == Verdict.DUPLICATE:
@@ -492,6 +498,30 @@ def update_state(
         result = StateRow(task_key, version, data, fence.run_id, now)
     yield Journal(dataclasses.replace(write, records=[*records[:-1], last]), checked=True)
     return result, last
+
+
+def set_state(task_key: str, change: OutsideChange, author: str, why: str,
+              now: float) -> Flow[StateRow]:
+    """Compare-and-set from outside any run: the task key is locked, `change`
+    makes the new data from the current state (raising refuses it), and the
+    new version is written with who and why."""
+    yield execute("lock_state", {"task_key": task_key})
+    row = yield one("read_state", {"task_key": task_key})
+    data = change(None if row is None else _rows.state(row))
+    version = (int(row["version"]) if row is not None else 0) + 1
+    params = {"task_key": task_key, "version": version, "data": data, "run_id": "",
+              "now": now, "author": author, "why": why}
+    yield execute("upsert_state", params)
+    yield execute("insert_state_change", params)
+    return StateRow(task_key, version, data, None, now, author, why)
+
+
+def state_set(task_key: str, attempted: StateRow | None) -> Flow[StateRow | NotLanded]:
+    row = yield one("read_state", {"task_key": task_key})
+    if attempted is None or row is None or int(row["version"]) != attempted.version \
+            or row["data"] != attempted.data:
+        return NOT_LANDED
+    return attempted
 
 
 def state_updated(
@@ -601,12 +631,14 @@ def takeover_context(
 
 # -- deploys: heartbeats, stranded runs, migrations, imports ------------------------
 def heartbeat(worker_id: str, served: Sequence[tuple[str, str]], now: float,
-              forget_before: float) -> Flow[None]:
-    """Say `worker_id` is alive and serves each `(code, role)`; forget
-    heartbeats older than `forget_before`."""
+              forget_before: float, policy_version: str | None,
+              live_until: float) -> Flow[None]:
+    """Say `worker_id` is alive until `live_until`, serves each `(code, role)`
+    and runs `policy_version`; forget heartbeats older than `forget_before`."""
     for code, role in served:
         yield execute("heartbeat", {"worker_id": worker_id, "code": code, "role": role,
-                                    "now": now})
+                                    "now": now, "policy_version": policy_version,
+                                    "live_until": live_until})
     yield execute("forget_hosts", {"before": forget_before})
 
 

@@ -44,6 +44,7 @@ from stead.store.seam import Claim, Database, FencedWrite, Finish, Writing
 
 Judge = tx.Judge
 StateChange = tx.StateChange
+OutsideChange = tx.OutsideChange
 Revise = tx.Revise
 Guard = tx.Guard
 
@@ -224,6 +225,15 @@ class Store:
     async def state_version(self, task_key: str, version: int) -> StateRow | None:
         """A task's state as it was at `version`."""
         return await self.database.read(lambda: tx.state_version(task_key, version))
+
+    async def state_since(self, task_key: str, version: int,
+                          limit: int = 100) -> list[StateRow]:
+        """The task's versions written after `version`, oldest first, each with
+        the run that wrote it or who changed it from outside and why: what a
+        run resuming on `version` has not seen."""
+        return await self.database.read(lambda: tx.read_all(
+            "state_since", {"task_key": task_key, "version": version, "limit": limit},
+            _rows.state_history))
 
     # -- leases -------------------------------------------------------------
     async def claim(
@@ -444,6 +454,17 @@ class Store:
             Writing(landed=lambda attempted: tx.state_updated(write, attempted)),
         )
 
+    async def set_state(self, task_key: str, change: OutsideChange, *, author: str,
+                        why: str) -> StateRow:
+        """Change a task's state from outside any run, in one transaction:
+        `change` makes the new data from the state in force (raising refuses
+        it: nothing is written); the version written keeps who and why."""
+        now = self.clock.now()
+        return await self.database.write(
+            lambda: tx.set_state(task_key, change, author, why, now),
+            Writing(landed=lambda attempted: tx.state_set(task_key, attempted)),
+        )
+
     # -- intents -------------------------------------------------------------
     async def revise_intent(
         self, run_id: str, revise: Revise, *, author: str, why: str,
@@ -500,12 +521,17 @@ class Store:
 
     # -- deploys: heartbeats, stranded runs, migrations, imports ----------------
     async def heartbeat(self, worker_id: str, served: Sequence[tuple[str, str]], *,
+                        policy_version: str | None, live_for: float,
                         forget_after: float = 7 * 24 * 3600.0) -> None:
-        """Say `worker_id` is alive and serves each `(workflow@version, role)`
-        (a `HostRole`); heartbeats older than `forget_after` seconds are dropped."""
+        """Say `worker_id` is alive for `live_for` seconds more, serves each
+        `(workflow@version, role)` (a `HostRole`) and runs `policy_version`
+        (None: its app has no policy), which deliveries to waits bound to a
+        policy version compare; heartbeats older than `forget_after` seconds
+        are dropped."""
         now = self.clock.now()
         await self.database.write(
-            lambda: tx.heartbeat(worker_id, served, now, now - forget_after), Writing())
+            lambda: tx.heartbeat(worker_id, served, now, now - forget_after, policy_version,
+                                 now + live_for), Writing())
 
     async def host_stopped(self, worker_id: str) -> None:
         """`worker_id` stopped cleanly: it serves nothing any more."""

@@ -336,9 +336,10 @@ SELECT 1 FROM runs WHERE run_id = %(run_id)s FOR UPDATE;
 
 -- name: insert_wait
 INSERT INTO waits (wait_id, run_id, addr, kind, bind, schema, token_hash, task_key,
-                   expires_at, state, created_at)
+                   expires_at, state, created_at, policy_version)
 VALUES (%(wait_id)s, %(run_id)s, %(addr)s, %(kind)s, %(bind)s, %(schema)s, %(token_hash)s,
-        %(task_key)s, %(expires_at)s, 'open', %(created_at)s);
+        %(task_key)s, %(expires_at)s, 'open', %(created_at)s,
+        %(policy_version)s);
 
 -- name: get_wait
 SELECT * FROM waits WHERE wait_id = %(wait_id)s;
@@ -422,6 +423,11 @@ SET version = excluded.version, data = excluded.data, run_id = excluded.run_id,
 INSERT INTO task_state_history (task_key, version, data, run_id, at)
 VALUES (%(task_key)s, %(version)s, %(data)s, %(run_id)s, %(now)s);
 
+-- name: insert_state_change
+-- A change made from outside any run: who made it and why (its run_id is empty).
+INSERT INTO task_state_history (task_key, version, data, run_id, at, author, why)
+VALUES (%(task_key)s, %(version)s, %(data)s, '', %(now)s, %(author)s, %(why)s);
+
 -- name: get_meta
 SELECT value FROM stead_meta WHERE key = %(key)s;
 
@@ -479,6 +485,12 @@ LIMIT %(limit)s;
 -- name: count_runs_by_status
 SELECT status, COUNT(*) AS runs FROM runs GROUP BY status;
 
+-- name: state_since
+-- A task's versions written after :version, oldest first: what changed the
+-- world since a run last saw it, and who.
+SELECT * FROM task_state_history WHERE task_key = %(task_key)s AND version > %(version)s
+ORDER BY version LIMIT %(limit)s;
+
 -- name: list_state_history
 -- A task's facts, newest version first.
 SELECT * FROM task_state_history WHERE task_key = %(task_key)s
@@ -498,9 +510,19 @@ ORDER BY at, action_id LIMIT %(limit)s;
 
 -- name: heartbeat
 -- A worker says it is alive and serves `code` (as `role`).
-INSERT INTO worker_hosts (worker_id, code, role, started_at, seen_at)
-VALUES (%(worker_id)s, %(code)s, %(role)s, %(now)s, %(now)s)
-ON CONFLICT (worker_id, code, role) DO UPDATE SET seen_at = excluded.seen_at, stopped_at = NULL;
+INSERT INTO worker_hosts (worker_id, code, role, started_at, seen_at, policy_version,
+                          live_until)
+VALUES (%(worker_id)s, %(code)s, %(role)s, %(now)s, %(now)s, %(policy_version)s,
+        %(live_until)s)
+ON CONFLICT (worker_id, code, role) DO UPDATE
+SET seen_at = excluded.seen_at, stopped_at = NULL, policy_version = excluded.policy_version,
+    live_until = excluded.live_until;
+
+-- name: live_policies
+-- The policy versions (NULL: none) the live workers serving `code` run: not
+-- stopped, and heard from recently enough that they count as alive.
+SELECT DISTINCT policy_version FROM worker_hosts
+WHERE code = %(code)s AND stopped_at IS NULL AND live_until > %(now)s;
 
 -- name: host_stopped
 -- A worker stopped cleanly: it serves nothing from now on.

@@ -189,9 +189,10 @@ SELECT 1 FROM resumes WHERE run_id = :run_id AND epoch = :epoch;
 
 -- name: insert_wait
 INSERT INTO waits (wait_id, run_id, addr, kind, bind, schema, token_hash, task_key,
-                   expires_at, state, created_at)
+                   expires_at, state, created_at, policy_version)
 VALUES (:wait_id, :run_id, :addr, :kind, :bind, :schema, :token_hash, :task_key,
-        :expires_at, 'open', :created_at);
+        :expires_at, 'open', :created_at,
+        :policy_version);
 
 -- name: get_wait
 SELECT * FROM waits WHERE wait_id = :wait_id;
@@ -265,6 +266,11 @@ SET version = excluded.version, data = excluded.data, run_id = excluded.run_id,
 INSERT INTO task_state_history (task_key, version, data, run_id, at)
 VALUES (:task_key, :version, :data, :run_id, :now);
 
+-- name: insert_state_change
+-- A change made from outside any run: who made it and why (its run_id is empty).
+INSERT INTO task_state_history (task_key, version, data, run_id, at, author, why)
+VALUES (:task_key, :version, :data, '', :now, :author, :why);
+
 -- name: get_meta
 SELECT value FROM stead_meta WHERE key = :key;
 
@@ -321,6 +327,12 @@ LIMIT :limit;
 -- name: count_runs_by_status
 SELECT status, COUNT(*) AS runs FROM runs GROUP BY status;
 
+-- name: state_since
+-- A task's versions written after :version, oldest first: what changed the
+-- world since a run last saw it, and who.
+SELECT * FROM task_state_history WHERE task_key = :task_key AND version > :version
+ORDER BY version LIMIT :limit;
+
 -- name: list_state_history
 -- A task's facts, newest version first.
 SELECT * FROM task_state_history WHERE task_key = :task_key
@@ -338,9 +350,19 @@ SELECT * FROM operator_actions WHERE run_id = :run_id ORDER BY at, action_id LIM
 
 -- name: heartbeat
 -- A worker says it is alive and serves `code` (as `role`).
-INSERT INTO worker_hosts (worker_id, code, role, started_at, seen_at)
-VALUES (:worker_id, :code, :role, :now, :now)
-ON CONFLICT (worker_id, code, role) DO UPDATE SET seen_at = excluded.seen_at, stopped_at = NULL;
+INSERT INTO worker_hosts (worker_id, code, role, started_at, seen_at, policy_version,
+                          live_until)
+VALUES (:worker_id, :code, :role, :now, :now, :policy_version,
+        :live_until)
+ON CONFLICT (worker_id, code, role) DO UPDATE
+SET seen_at = excluded.seen_at, stopped_at = NULL, policy_version = excluded.policy_version,
+    live_until = excluded.live_until;
+
+-- name: live_policies
+-- The policy versions (NULL: none) the live workers serving `code` run: not
+-- stopped, and heard from recently enough that they count as alive.
+SELECT DISTINCT policy_version FROM worker_hosts
+WHERE code = :code AND stopped_at IS NULL AND live_until > :now;
 
 -- name: host_stopped
 -- A worker stopped cleanly: it serves nothing from now on.
