@@ -290,9 +290,9 @@ async def test_the_dashboard_shows_who_changed_the_state_from_outside(
     info = await client.start("refund", 1000, version=1, task_id="order-77")
     await client.set_state("order-77", {"stock": 1}, expect_version=0, by="inventory",
                            why="<b>recount</b>")
-    asgi = create_app(stead.App("ui-only"), store=store, token="t" * 32)
+    asgi = create_app(stead.App("ui-only"), store=store, token="t" * 32, public=True)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
-                                 base_url="http://testserver") as http:
+                                 base_url="http://127.0.0.1:8484") as http:
         page = await http.get(f"/runs/{info.run_id}")
     assert page.status_code == 200
     assert "inventory: &lt;b&gt;recount&lt;/b&gt;" in page.text

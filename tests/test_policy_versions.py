@@ -191,7 +191,7 @@ async def test_stead_approve_without_the_app_and_the_webhook_compare_the_live_wo
 
         ui = create_app(stead.App("ui-only"), store=store, token="t" * 32)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=ui),
-                                     base_url="http://testserver") as http:
+                                     base_url="http://127.0.0.1:8484") as http:
             hooked = await http.post(
                 f"/hooks/runs/{run_id}/events", headers={"authorization": f"Bearer {token}"},
                 json={"event_id": "hook-1", "wait_id": wait_id, "bind": {"order_id": "123"},
