@@ -47,7 +47,9 @@ def intent_lines(intents: Sequence[IntentRow], journal: Sequence[Record], now: f
         ledger = Ledger()
         ledger.count(journal)
         used = ledger.to_json()
-        parts = [f"{name} {limit - used[name]:g} of {limit:g} left"
+        parts = [f"{name} {limit - used[name]:g} of {limit:g} left" if name in used
+                 # wall-clock time counts from the run's start, waits included
+                 else f"{name} {limit:g} from the run's start"
                  for name, limit in intent.budget.to_json().items()]
         lines.append("  budget: " + ", ".join(parts))
     lines.append(f"  versions ({len(intents)})")
