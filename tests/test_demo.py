@@ -55,10 +55,11 @@ def test_refund_demo_tells_the_order_123_story_and_passes_its_checks() -> None:
     # 4. worker B: only what was left; the model is not asked again
     b = _lines(text, "B")
     assert [ln.split()[1] for ln in b] == [
-        "user_confirmation", "recheck_eligibility", "dispatch_refund", "dispatch_refund",
-        "update"]
+        "user_confirmation", "update", "recheck_eligibility", "dispatch_refund",
+        "dispatch_refund", "update"]
+    assert 'version 2: {"status":"confirmed"' in b[1]
     assert "event approval-1 arrived" in b[0]
-    assert 'done: {"refund":"rf_1","order_id":"123","amount":4200}' in b[3]
+    assert 'done: {"refund":"rf_1","order_id":"123","amount":4200}' in b[4]
     # 5. redelivery
     assert "Duplicate (this event was accepted before): nothing happens twice" in text
     # 6. the timeline, the resume record, the payment service's own ledger
@@ -69,8 +70,9 @@ def test_refund_demo_tells_the_order_123_story_and_passes_its_checks() -> None:
     assert len(re.findall(r"^  call    refund ", ledger, re.M)) == 1
     assert "\n  1 refund(s)\n" in ledger
     checks = _checks(text)
-    assert len(checks) == 11 and all(c.startswith("[ok]") for c in checks), checks
-    assert "all 11 checks passed" in text
+    assert len(checks) == 12 and all(c.startswith("[ok]") for c in checks), checks
+    assert "all 12 checks passed" in text
+    assert "[ok] the order-123 rule: the accepted confirmation was committed" in text
     assert "stead demo --keep DIR" in text
 
 
