@@ -176,8 +176,6 @@ async def test_a_wall_clock_budget_counts_waits_and_takeovers_and_a_larger_one_r
     assert row.error["cause"] == "budget" and "waits included" in row.error["message"]
     assert row.error["budget"]["used"]["seconds"] == 1001
     assert len(model.calls) == 1  # the replayed plan was neither blocked nor asked again
-    last = (await client.resumes(info.run_id))[-1].details.intent
-    assert last is not None and last["diff"]["budget"]["left"]["seconds"] == -1
 
     await client.resume(info.run_id, by="ops", why="an hour more", intent=stead.Intent(
         goal="loop", budget=stead.Budget(seconds=1000 + HOUR)))

@@ -221,7 +221,7 @@ async def revalidate(
         before = policy.snapshot(Intent.loads(first.intent), first.version, None, first.at)
     after = policy.snapshot(ctx.intent, ctx.version, version, now)
     change = policy.diff(before, after)
-    budget = ctx.budget_left(now)
+    budget = ctx.budget_left()
     if budget is not None:
         change["budget"] = budget
     x.intent_changed = policy.changed(change)
