@@ -169,14 +169,22 @@ def test_a_failed_check_is_reported_and_makes_the_demo_fail() -> None:
     assert "1 of 2 checks FAILED" in said[-1]
 
 
-def test_policy_demo_pauses_the_refund_whose_policy_changed_and_refunds_once_after() -> None:
+def test_policy_demo_tells_the_loop_story_a_policy_change_a_decision_a_lapse_a_renewal(
+) -> None:
     out = demo("policy")
     assert out.returncode == 0, out.stdout + out.stderr
     text = out.stdout
     assert "worker A is gone (exit -9)" in text
     assert "run paused: policy refunds@8 paused the run: the refund limit is now 1000 " \
            "(refunds@8); the grant allows 5000 (refunds@7)" in text
-    assert "the payment service's ledger: 0 refund(s)" in text
+    assert "the model was asked 0 time(s); the payment service's ledger: 0 refund(s)" in text
+    assert "run paused before its next model call: every grant of the run expired (the " \
+           "last, for 'dispatch_refund'" in text
+    b = _lines(text, "B")
+    assert [ln.split()[1] for ln in b] == ["approval", "propose", "dispatch_refund",
+                                           "dispatch_refund"]
+    assert 'the model calls dispatch_refund(order_id="123", amount=1000)' in b[1]
     assert 'policy_version: ["refunds@7", "refunds@8"]' in text
     assert "the payment service's own ledger: 1 refund(s) [1000]" in text
-    assert all(line.startswith("[ok]") for line in _checks(text)), _checks(text)
+    checks = _checks(text)
+    assert len(checks) == 9 and all(line.startswith("[ok]") for line in checks), checks
