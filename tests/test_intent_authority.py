@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import stead
-from stead import decisions
+from stead import decisions, operator
 from tests.helpers import Calls, Crash
 
 HOUR = 3600.0
@@ -214,3 +214,28 @@ def test_the_decision_context_shows_a_wall_clock_budget() -> None:
         author="me", why="start", at=0.0)
     text = decisions.render([row], [], [], 10.0)
     assert "model_calls 2 of 2 left, seconds 600 from the run's start" in text
+
+
+async def test_the_operator_renews_a_lapsed_run_from_what_needs_a_human(
+    fstore: stead.Store, clock: stead.FakeClock,
+) -> None:
+    model, calls = stead.ScriptedModel(["plan", "next"]), Calls()
+    app, agent = looping_app(model, calls)
+    client = stead.Client(fstore, app)
+    info = await client.start(agent, intent=stead.Intent(goal="loop", grants=[
+        stead.Grant("refund", {}, expires_in=60)]))
+    await stead.Worker(app, fstore).run_until_idle()
+    clock.advance(61)
+    await _go(client, info.run_id)
+    await stead.Worker(app, fstore).run_until_idle()
+
+    [attention] = [a for a in await operator.needs_a_human(client)
+                   if a.run.run_id == info.run_id]
+    offered = {(a.name, target) for a, target in attention.actions}
+    assert ("renew_grant", "refund") in offered and ("deny_grant", "refund") in offered
+    assert "every grant of the run expired" in attention.summary
+    done = await operator.act(client, "renew_grant", operator.Decision(
+        info.run_id, "refund", {"expires_in": "3600"}, by="ops", why="go on"))
+    assert "renewed" in done.message
+    await stead.Worker(app, fstore).run_until_idle()
+    assert await client.result(info.run_id, timeout=10) == ["plan", "next", "order"]

@@ -7,7 +7,7 @@ against it: time passing (grants expire, the budget runs out), policy changes,
 the go-ahead a wait waits for, crashes (the attempt is abandoned mid-call and
 a new `Worker` claims the run once its lease has expired on the injected
 clock) and, on a paused run, the one operator decision its pause calls for
-(resume, renew, or terminate when nothing else can help).
+(resume, renew), or one that ends it (deny the grant, terminate).
 
 Checked at the moment each call runs live, against the store and the policy
 service as they are then:
@@ -20,8 +20,9 @@ service as they are then:
   answer or step is asked again;
 
 and after every rule: a paused run's decision clears its pause (the same pause
-never comes back from the same decision), and every takeover that journaled
-anything has its resume record, with the revalidation in it.
+never comes back from the same decision; a denial or termination ends it and
+nothing is sent after), and every takeover that journaled anything has its
+resume record, with the revalidation in it.
 """
 
 from __future__ import annotations
@@ -174,6 +175,7 @@ class LoopMachine(RuleBasedStateMachine):
         self.client = stead.Client(self.store, self.app)
         self.status = ""
         self.error: dict[str, Any] | None = None
+        self.ended_with: int | None = None  # what was paid when a person ended the run
         ran[f"{self.store_name} examples"] += 1
 
     def teardown(self) -> None:
@@ -298,11 +300,19 @@ class LoopMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.status == "paused")
     @rule(terminate=st.booleans())
     def decide(self, terminate: bool) -> None:
-        """The one decision this pause calls for; or the operator ends it."""
+        """The one decision this pause calls for; or the operator ends it (a
+        lapsed or refused grant by denying it, anything else by terminating)."""
         world, run_id, error = self.world, self.world.run_id, self.error or {}
         world.generation += 1
         if terminate or not self._decide(error):
-            self._do(self.client.terminate(run_id, by="ops", why="the model test ends it"))
+            if error.get("cause") in ("grants", "grant") and error.get("grant", "pay") == "pay":
+                self._do(self.client.deny_grant(run_id, "pay", by="ops", why="denied"))
+            else:
+                self._do(self.client.terminate(run_id, by="ops", why="the model test ends it"))
+            self._work()
+            assert self.status == "revalidation_failed", (self.status, self.error)
+            self.ended_with = len(world.paid)
+            return
         self._work()
         if self.status == "paused" and self.error is not None:
             assert self.error.get("message") != error.get("message"), (
@@ -353,6 +363,12 @@ class LoopMachine(RuleBasedStateMachine):
     def the_run_only_ever_stops_for_a_person_or_ends_well(self) -> None:
         assert self.status in ("", "running", "pending", "waiting", "paused", "completed",
                                "revalidation_failed"), (self.status, self.error)
+
+    @invariant()
+    def nothing_is_sent_after_a_person_ended_the_run(self) -> None:
+        if self.ended_with is not None:
+            assert self.status == "revalidation_failed"
+            assert len(self.world.paid) == self.ended_with
 
     @invariant()
     def nothing_spent_twice(self) -> None:
