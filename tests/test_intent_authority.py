@@ -41,19 +41,28 @@ async def _go(client: stead.Client, run_id: str) -> None:
     assert isinstance(verdict, stead.Accepted)
 
 
+async def _lapsed(client: stead.Client, agent: Any, clock: stead.FakeClock,
+                  grants: list[stead.Grant]) -> stead.RunInfo:
+    """Start the loop under `grants`, let every one of them expire while it
+    waits, then give it the go-ahead and let a worker take it as far as it goes."""
+    assert client.app is not None
+    info = await client.start(agent, intent=stead.Intent(goal="loop", grants=grants))
+    await stead.Worker(client.app, client.store).run_until_idle()
+    assert (await client.get(info.run_id)).status == "waiting"
+    clock.advance(max(g.expires_in or 0.0 for g in grants) + 1)
+    await _go(client, info.run_id)
+    await stead.Worker(client.app, client.store).run_until_idle()
+    return info
+
+
 async def test_after_every_grant_expired_the_next_model_call_pauses_naming_the_grant(
     fstore: stead.Store, clock: stead.FakeClock,
 ) -> None:
     model, calls = stead.ScriptedModel(["plan", "next"]), Calls()
     app, agent = looping_app(model, calls)
     client = stead.Client(fstore, app)
-    info = await client.start(agent, intent=stead.Intent(goal="loop", grants=[
-        stead.Grant("lookup", {}, expires_in=60), stead.Grant("refund", {}, expires_in=90)]))
-    await stead.Worker(app, fstore).run_until_idle()
-    assert (await client.get(info.run_id)).status == "waiting"
-    clock.advance(120)  # both grants lapse while the run waits
-    await _go(client, info.run_id)
-    await stead.Worker(app, fstore).run_until_idle()
+    info = await _lapsed(client, agent, clock, [
+        stead.Grant("lookup", {}, expires_in=60), stead.Grant("refund", {}, expires_in=90)])
 
     row = await client.get(info.run_id)
     assert row.status == "paused" and row.error is not None
@@ -222,12 +231,7 @@ async def test_the_operator_renews_a_lapsed_run_from_what_needs_a_human(
     model, calls = stead.ScriptedModel(["plan", "next"]), Calls()
     app, agent = looping_app(model, calls)
     client = stead.Client(fstore, app)
-    info = await client.start(agent, intent=stead.Intent(goal="loop", grants=[
-        stead.Grant("refund", {}, expires_in=60)]))
-    await stead.Worker(app, fstore).run_until_idle()
-    clock.advance(61)
-    await _go(client, info.run_id)
-    await stead.Worker(app, fstore).run_until_idle()
+    info = await _lapsed(client, agent, clock, [stead.Grant("refund", {}, expires_in=60)])
 
     [attention] = [a for a in await operator.needs_a_human(client)
                    if a.run.run_id == info.run_id]
