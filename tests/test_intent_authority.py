@@ -223,6 +223,7 @@ def test_the_decision_context_shows_a_wall_clock_budget() -> None:
         author="me", why="start", at=0.0)
     text = decisions.render([row], [], [], 10.0)
     assert "model_calls 2 of 2 left, seconds 600 from the run's start" in text
+    assert "seconds 590 of 600 left" in decisions.render([row], [], [], 10.0, started=0.0)
 
 
 async def test_the_operator_renews_a_lapsed_run_from_what_needs_a_human(

@@ -701,7 +701,8 @@ class Run:
                             tokens=left(budget.tokens, spent.tokens),
                             effects=left(budget.effects, spent.effects),
                             spend=left(budget.spend, spent.spend),
-                            seconds=left(budget.seconds, ctx.elapsed(self._x.clock.now())))
+                            seconds=None if budget.seconds is None else max(
+                                0.0, budget.seconds - ctx.elapsed(self._x.clock.now())))
         return dataclasses.replace(ctx.intent, budget=budget).dumps()
 
     # -- recorded values (synchronous; they ride along with the next commit) --
