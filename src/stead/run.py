@@ -352,11 +352,14 @@ class Run:
             self._raise(name, payload, attempts)
         return Completion.from_json(codec.loads(payload))
 
-    def _bound(self, *, model_call: bool = False) -> Callable[[], None]:
+    def _bound(self, *, model_call: bool = False) -> Callable[[], None] | None:
         """Before each live attempt of a model call or step: stop the run
         (paused) once its authority lapsed or its budget is spent (see
-        `guard.bound`). A replayed call never gets here."""
+        `guard.bound`). A replayed call never gets here; a run without intent
+        or policy under an app without tools has nothing to check."""
         x = self._x
+        if x.guard is None and x.tools is None:
+            return None
 
         def gate() -> None:
             halt = guard.bound(x.guard, x.tools, x.clock.now(), model_call=model_call)
