@@ -55,10 +55,11 @@ def test_refund_demo_tells_the_order_123_story_and_passes_its_checks() -> None:
     # 4. worker B: only what was left; the model is not asked again
     b = _lines(text, "B")
     assert [ln.split()[1] for ln in b] == [
-        "user_confirmation", "recheck_eligibility", "dispatch_refund", "dispatch_refund",
-        "update"]
+        "user_confirmation", "update", "recheck_eligibility", "dispatch_refund",
+        "dispatch_refund", "update"]
+    assert 'version 2: {"status":"confirmed"' in b[1]
     assert "event approval-1 arrived" in b[0]
-    assert 'done: {"refund":"rf_1","order_id":"123","amount":4200}' in b[3]
+    assert 'done: {"refund":"rf_1","order_id":"123","amount":4200}' in b[4]
     # 5. redelivery
     assert "Duplicate (this event was accepted before): nothing happens twice" in text
     # 6. the timeline, the resume record, the payment service's own ledger
@@ -69,8 +70,9 @@ def test_refund_demo_tells_the_order_123_story_and_passes_its_checks() -> None:
     assert len(re.findall(r"^  call    refund ", ledger, re.M)) == 1
     assert "\n  1 refund(s)\n" in ledger
     checks = _checks(text)
-    assert len(checks) == 11 and all(c.startswith("[ok]") for c in checks), checks
-    assert "all 11 checks passed" in text
+    assert len(checks) == 12 and all(c.startswith("[ok]") for c in checks), checks
+    assert "all 12 checks passed" in text
+    assert "[ok] the order-123 rule: the accepted confirmation was committed" in text
     assert "stead demo --keep DIR" in text
 
 
@@ -167,14 +169,22 @@ def test_a_failed_check_is_reported_and_makes_the_demo_fail() -> None:
     assert "1 of 2 checks FAILED" in said[-1]
 
 
-def test_policy_demo_pauses_the_refund_whose_policy_changed_and_refunds_once_after() -> None:
+def test_policy_demo_tells_the_loop_story_a_policy_change_a_decision_a_lapse_a_renewal(
+) -> None:
     out = demo("policy")
     assert out.returncode == 0, out.stdout + out.stderr
     text = out.stdout
     assert "worker A is gone (exit -9)" in text
     assert "run paused: policy refunds@8 paused the run: the refund limit is now 1000 " \
            "(refunds@8); the grant allows 5000 (refunds@7)" in text
-    assert "the payment service's ledger: 0 refund(s)" in text
+    assert "the model was asked 0 time(s); the payment service's ledger: 0 refund(s)" in text
+    assert "run paused before its next model call: every grant of the run expired (the " \
+           "last, for 'dispatch_refund'" in text
+    b = _lines(text, "B")
+    assert [ln.split()[1] for ln in b] == ["approval", "propose", "dispatch_refund",
+                                           "dispatch_refund"]
+    assert 'the model calls dispatch_refund(order_id="123", amount=1000)' in b[1]
     assert 'policy_version: ["refunds@7", "refunds@8"]' in text
     assert "the payment service's own ledger: 1 refund(s) [1000]" in text
-    assert all(line.startswith("[ok]") for line in _checks(text)), _checks(text)
+    checks = _checks(text)
+    assert len(checks) == 9 and all(line.startswith("[ok]") for line in checks), checks

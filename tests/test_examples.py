@@ -83,6 +83,12 @@ def test_refund_agent_waits_for_approval_then_refunds_once(tmp_path: Path) -> No
     assert len(user.ledger("model")["calls"]) == 1
     names = [r["name"] for r in show["journal"]]
     assert names.index("recheck_eligibility") > names.index("user_confirmation")
+    # The order-123 rule: the accepted confirmation is a fact of the task before
+    # eligibility is checked again, and that before the refund is sent.
+    after_wait = show["journal"][len(names) - names[::-1].index("user_confirmation"):]
+    assert [(r["kind"], r["name"]) for r in after_wait[:3]] == [
+        ("state", "update"), ("step", "recheck_eligibility"), ("effect", "dispatch_refund")]
+    assert after_wait[0]["payload"]["data"]["user_confirmation"] == "accepted"
 
 
 def test_ci_agent_edits_the_repo_and_runs_ci_once(tmp_path: Path) -> None:

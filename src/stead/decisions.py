@@ -27,8 +27,10 @@ def _compact(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(", ", ": "))
 
 
-def intent_lines(intents: Sequence[IntentRow], journal: Sequence[Record], now: float
-                 ) -> list[str]:
+def intent_lines(intents: Sequence[IntentRow], journal: Sequence[Record], now: float,
+                 started: float | None = None) -> list[str]:
+    """The intent in force and its versions; `started` (the run's
+    `created_at`) lets a wall-clock budget say how much of it is left."""
     if not intents:
         return ["intent: none"]
     row = intents[-1]
@@ -47,7 +49,11 @@ def intent_lines(intents: Sequence[IntentRow], journal: Sequence[Record], now: f
         ledger = Ledger()
         ledger.count(journal)
         used = ledger.to_json()
-        parts = [f"{name} {limit - used[name]:g} of {limit:g} left"
+        if started is not None:
+            used["seconds"] = max(0.0, now - started)
+        parts = [f"{name} {limit - used[name]:g} of {limit:g} left" if name in used
+                 # wall-clock time counts from the run's start, waits included
+                 else f"{name} {limit:g} from the run's start"
                  for name, limit in intent.budget.to_json().items()]
         lines.append("  budget: " + ", ".join(parts))
     lines.append(f"  versions ({len(intents)})")
@@ -71,5 +77,6 @@ def resume_lines(resumes: Sequence[ResumeRecord]) -> list[str]:
 
 
 def render(intents: Sequence[IntentRow], resumes: Sequence[ResumeRecord],
-           journal: Sequence[Record], now: float) -> str:
-    return "\n".join(["", *intent_lines(intents, journal, now), *resume_lines(resumes)])
+           journal: Sequence[Record], now: float, started: float | None = None) -> str:
+    return "\n".join(["", *intent_lines(intents, journal, now, started),
+                       *resume_lines(resumes)])

@@ -161,7 +161,7 @@ class Effect:
         for name in ("tool", "reason", "cost"):
             if getattr(self.spec, name) is not None:
                 intent[name] = getattr(self.spec, name)
-        if self.x.guard is None and self.spec.tool is None:
+        if self.x.guard is None and self.spec.tool is None and self.x.tools is None:
             await self._write(attempt, RecordStatus.INTENT, intent)
             grant = None
         else:
@@ -328,10 +328,15 @@ class Effect:
         nothing sent."""
         x, spec, ctx = self.x, self.spec, self.x.guard
         arguments = self.arguments()
+        now = x.clock.now()
+        if spec.tool is None:
+            halt = guard.bound(ctx, x.tools, now)
+        else:  # its own grant is checked at commit, naming the grant that lapsed
+            halt = None if ctx is None else ctx.clock_halt(now)
+        if halt is not None:
+            raise Stop(halt.status, {**halt.error, "effect": spec.name})
         if ctx is not None:
-            halt = None if spec.tool is not None else ctx.lifetime_halt(x.clock.now())
-            # (an effect with a tool is checked against its own grant at commit)
-            halt = halt or ctx.budget_halt(effect=True, cost=spec.cost)
+            halt = ctx.budget_halt(effect=True, cost=spec.cost)
             if halt is None and ctx.policy is not None:
                 action = Action("effect", spec.name, spec.tool, arguments, spec.reason, spec.cost)
                 with x.busy():

@@ -1,6 +1,9 @@
 """A run's decision context while a worker holds it: the intent in force, the
-budget it has consumed, and the checks an effect passes before its intent
-commits (budget, policy, grant).
+budget it has consumed, and the checks a live call passes first: every live
+model call, step and effect is bounded by the run's authority (a grant not
+yet expired, a wall-clock budget not yet spent, see `bound`), a model call
+by its budget, and an effect, before its intent commits, by budget, policy
+and grant.
 
 What a run has consumed is counted from its journal, never kept beside it: a
 takeover counts the records it loaded, and each live write adds what it
@@ -32,12 +35,14 @@ class Halt:
     error: dict[str, Any]
 
 
-def paused(cause: str, message: str, **detail: Any) -> Halt:
+DECIDE = ("stead runs resume RUN --by WHO --why WHY [--intent FILE], stead grants renew "
+          "RUN TOOL ..., or stead runs terminate RUN --by WHO --why WHY")
+
+
+def paused(cause: str, message: str, decide: str = DECIDE, **detail: Any) -> Halt:
     return Halt(RunStatus.PAUSED, {
         "type": "Paused", "cause": cause, **detail,
-        "message": f"{message}. Decide: stead runs resume RUN --by WHO --why WHY "
-                   "[--intent FILE], stead grants renew RUN TOOL ..., or "
-                   "stead runs terminate RUN --by WHO --why WHY",
+        "message": f"{message}. Decide: {decide}",
     })
 
 
@@ -109,23 +114,57 @@ class Guard:
         self.version = row.version
         self.intent = Intent.loads(row.intent)
 
-    def budget_left(self) -> dict[str, Any] | None:
+    def budget_left(self, now: float | None = None) -> dict[str, Any] | None:
+        """What the budget allows and what is used of it (wall-clock seconds
+        only when `now` is given)."""
         budget = None if self.intent is None else self.intent.budget
         if budget is None:
             return None
-        used = self.ledger.to_json()
+        used: dict[str, Any] = self.ledger.to_json()
+        if now is not None:
+            used["seconds"] = self.elapsed(now)
         return {"used": used, "left": {name: limit - used[name]
-                                       for name, limit in budget.to_json().items()}}
+                                       for name, limit in budget.to_json().items()
+                                       if name in used}}
 
-    def lifetime_halt(self, now: float) -> Halt | None:
+    def elapsed(self, now: float) -> float:
+        """Wall-clock seconds since the run was created (waits included)."""
+        return max(0.0, now - self.run.created_at)
+
+    def lifetime_halt(self, now: float, tools: frozenset[str] | None = None) -> Halt | None:
         """A run's lifetime is bounded by its grants: once every grant it holds
-        has expired, no effect acts, not even one that names no tool."""
+        has expired (or it holds none while its app declares `tools`), it
+        does nothing more live, not even an effect that names no tool."""
         grants = () if self.intent is None else self.intent.grants
-        if not grants or not all(g.expired(now) for g in grants):
+        if not grants:
+            return None if tools is None else ungranted(tools)
+        if not all(g.expired(now) for g in grants):
             return None
-        last = max(g.expires_at for g in grants if g.expires_at is not None)
-        return paused("grants", f"every grant of the run expired (the last at {_when(last)}): "
-                      "nothing acts after its last grant", expired_at=last)
+        last = max(grants, key=lambda g: g.expires_at or 0.0)
+        assert last.expires_at is not None
+        names = sorted({g.tool for g in grants})
+        return paused(
+            "grants", f"every grant of the run expired (the last, for {last.tool!r}, at "
+            f"{_when(last.expires_at)}): nothing acts after its last grant",
+            f"stead grants renew RUN {last.tool} --expires-in SECONDS --by WHO --why WHY "
+            "(or deny it: stead grants deny RUN TOOL --by WHO --why WHY, which ends the run)",
+            expired_at=last.expires_at, grant=last.tool, grants=names)
+
+    def clock_halt(self, now: float) -> Halt | None:
+        """Whether the run's wall-clock budget is spent."""
+        budget = None if self.intent is None else self.intent.budget
+        if budget is None or budget.seconds is None:
+            return None
+        elapsed = self.elapsed(now)
+        if elapsed < budget.seconds:
+            return None
+        return paused(
+            "budget", f"the wall-clock budget is spent (seconds: {elapsed:g} since the run "
+            f"started at {_when(self.run.created_at)}, waits included, of {budget.seconds:g}): "
+            "nothing acts until a larger budget is given",
+            "stead runs resume RUN --by WHO --why WHY --intent FILE (with a larger "
+            "budget.seconds), or stead runs terminate RUN --by WHO --why WHY",
+            budget=self.budget_left(now))
 
     def budget_halt(self, *, model_call: bool = False, effect: bool = False,
                     cost: float | None = None) -> Halt | None:
@@ -155,6 +194,27 @@ class Guard:
         if self.policy is None:
             return Continue(), None
         return await decide(self.policy, self.intent, state, self.run, action)
+
+
+def ungranted(tools: frozenset[str]) -> Halt:
+    """The run holds no grant, and its app acts only under grants."""
+    return paused(
+        "grants", f"the run holds no grant, and its app acts only under grants for its tools "
+        f"({', '.join(sorted(tools)) or 'none'}): nothing acts without one",
+        "stead runs resume RUN --by WHO --why WHY --intent FILE (granting its tools), or "
+        "stead runs terminate RUN --by WHO --why WHY", grants=[])
+
+
+def bound(ctx: Guard | None, tools: frozenset[str] | None, now: float, *,
+          model_call: bool = False) -> Halt | None:
+    """What stops the next live model call, step or effect, if anything: a
+    lapsed authority (see `Guard.lifetime_halt`), a spent wall-clock budget,
+    and for a model call its budget. Only live calls ask: a replayed record is
+    never blocked."""
+    if ctx is None:
+        return None if tools is None else ungranted(tools)
+    return (ctx.lifetime_halt(now, tools) or ctx.clock_halt(now)
+            or (ctx.budget_halt(model_call=True) if model_call else None))
 
 
 def covering(tool: str, arguments: Mapping[str, Any], matchers: Mapping[str, Matcher]

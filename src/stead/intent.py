@@ -159,19 +159,26 @@ class Grant:
                    expires_in=data.get("expires_in"))
 
 
-BUDGET_FIELDS = ("model_calls", "tokens", "effects", "spend")
+BUDGET_FIELDS = ("model_calls", "tokens", "effects", "spend", "seconds")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Budget:
     """Limits on what a run may consume, over its whole life (None: no limit):
-    model calls, tokens (`Completion.usage`), effects sent, and `spend` (the
-    sum of the `cost=` effects declare)."""
+    model calls, tokens (`Completion.usage`), effects sent, `spend` (the sum
+    of the `cost=` effects declare) and `seconds` of wall-clock time.
+
+    `seconds` counts from the run's `created_at` (when it was started) to
+    now, on the store's clock: time spent waiting for an event, sleeping,
+    queued, paused or between a crash and its takeover all counts. Once it
+    is spent, the run pauses before its next live model call, step or
+    effect; a larger budget (a resume with a new intent) lets it go on."""
 
     model_calls: int | None = None
     tokens: int | None = None
     effects: int | None = None
     spend: float | None = None
+    seconds: float | None = None
 
     def __post_init__(self) -> None:
         for name in BUDGET_FIELDS:

@@ -294,7 +294,7 @@ class Run:
             (lambda: _traced_step(name, call)) if tracing.enabled() else call,
             lambda v: codec.dumps(v, what=f"the result of step {name!r}",
                                   limit=self._x.max_result_bytes),
-            retry or NO_RETRY, fresh=fresh,
+            retry or NO_RETRY, self._bound(), fresh,
         )
         if status == RecordStatus.ERROR:
             self._raise(name, payload, attempts)
@@ -347,20 +347,23 @@ class Run:
             lambda c: codec.dumps(_with_reason(c.to_json(), reason),
                                   what=f"the completion of {name!r}",
                                   limit=self._x.max_result_bytes),
-            retry or NO_RETRY, self._budget_gate(), fresh,
+            retry or NO_RETRY, self._bound(model_call=True), fresh,
         )
         if status == RecordStatus.ERROR:
             self._raise(name, payload, attempts)
         return Completion.from_json(codec.loads(payload))
 
-    def _budget_gate(self) -> Callable[[], None] | None:
-        """Before a live model call: stop the run (paused) if the budget is spent."""
-        ctx = self._x.guard
-        if ctx is None:
+    def _bound(self, *, model_call: bool = False) -> Callable[[], None] | None:
+        """Before each live attempt of a model call or step: stop the run
+        (paused) once its authority lapsed or its budget is spent (see
+        `guard.bound`). A replayed call never gets here; a run without intent
+        or policy under an app without tools has nothing to check."""
+        x = self._x
+        if x.guard is None and x.tools is None:
             return None
 
         def gate() -> None:
-            halt = ctx.budget_halt(model_call=True)
+            halt = guard.bound(x.guard, x.tools, x.clock.now(), model_call=model_call)
             if halt is not None:
                 raise Stop(halt.status, halt.error)
 
@@ -705,10 +708,14 @@ class Run:
             def left(limit: float | None, used: float) -> Any:
                 return None if limit is None else max(type(limit)(0), limit - type(limit)(used))
 
+            # The successor's clock starts when it is created: it gets the
+            # seconds this run has not used.
             budget = Budget(model_calls=left(budget.model_calls, spent.model_calls),
                             tokens=left(budget.tokens, spent.tokens),
                             effects=left(budget.effects, spent.effects),
-                            spend=left(budget.spend, spent.spend))
+                            spend=left(budget.spend, spent.spend),
+                            seconds=None if budget.seconds is None else max(
+                                0.0, budget.seconds - ctx.elapsed(self._x.clock.now())))
         return dataclasses.replace(ctx.intent, budget=budget).dumps()
 
     # -- recorded values (synchronous; they ride along with the next commit) --

@@ -9,9 +9,12 @@ each checking its own invariants, so a demo is also a test.
   `stead.examples.ci_agent`).
 - `triage`: a worker is killed mid-step; the step that was never journaled
   runs again, once; nothing else does (`triage.py`).
-- `policy`: a refund waits while its policy drops the limit; after a SIGKILL
-  the new worker's revalidation pauses it, nothing is sent; resumed under a
-  narrowed grant, it refunds once (`policy.py`, `stead.examples.policy_agent`).
+- `policy`: a refund waits while its policy drops the limit and its grant
+  expires; after a SIGKILL the new worker's revalidation pauses it, nothing
+  asked or sent; one decision (a narrowed grant) clears that pause, the lapsed
+  grant pauses it before its next model call, and once renewed the model
+  proposes the refund under the new policy and it is sent once (`policy.py`,
+  `stead.examples.policy_agent`).
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@
 2. worker A is SIGKILLed (the deploy);
 3. while no worker runs, a tampered answer is rejected and the customer's
    approval is stored and accepted;
-4. worker B resumes: the model's decision is reused, eligibility is re-checked
-   after the wait, the refund is dispatched once with its idempotency key;
+4. worker B resumes: the model's decision is reused; the accepted
+   confirmation is committed to the task state, then eligibility is re-checked,
+   and only then is the refund dispatched, once, with its idempotency key;
 5. the approval is redelivered: `Duplicate`;
 6. the timeline, the resume record, the payment service's own ledger, checks.
 """
@@ -23,7 +24,7 @@ from stead.client import Client, RunInfo
 from stead.demos.narrate import Checks, Tail, compact, resume_lines
 from stead.demos.procs import Stage, until
 from stead.examples import refund_agent, services
-from stead.records import RecordStatus, RejectReason, RunStatus, Verdict
+from stead.records import RecordKind, RecordStatus, RejectReason, RunStatus, Verdict
 from stead.state import Facts
 from stead.store import open_store
 
@@ -161,6 +162,14 @@ def _checks(checks: Checks, stage: Stage, info: RunInfo, journal: list[records.R
                  and recheck.epoch == 2 and wait_done is not None and recheck.seq > wait_done.seq,
                  "eligibility was checked by worker A before the wait and re-checked by worker B "
                  "after it")
+    confirmed = next((r for r in journal if r.kind == RecordKind.STATE and r.name == "update"
+                      and wait_done is not None and r.seq > wait_done.seq), None)
+    accepted = confirmed is not None and json.loads(confirmed.payload)["data"].get(
+        "user_confirmation") == "accepted"
+    checks.check(accepted and confirmed is not None and recheck is not None
+                 and intent is not None and confirmed.seq < recheck.seq < intent.seq,
+                 "the order-123 rule: the accepted confirmation was committed to the task state "
+                 "first, then eligibility re-checked, and only then the refund sent")
     checks.check(len(refund_calls) == 1 and len(payments.refunds()) == 1 and key is not None
                  and refund_calls[0]["key"] == key,
                  f"the refund was dispatched once, with its idempotency key {key}: the payment "

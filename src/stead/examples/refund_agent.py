@@ -3,8 +3,9 @@
 The model decides what to do (here: check eligibility first); the agent checks,
 moves the order to `awaiting_user_confirmation`, sends the customer a
 confirmation link and waits for the answer (hours or days: a waiting run holds
-no worker). When the answer comes it re-checks eligibility (the policy may
-have changed meanwhile) and dispatches the refund once, with an idempotency key.
+no worker). When the answer comes it records the accepted confirmation in the
+task state first, then re-checks eligibility (the policy may have changed
+meanwhile), and only then dispatches the refund, once, with an idempotency key.
 
 The outside world is fake and file-backed (`stead.examples.services`): the
 payment service, the customer's mailbox and the model's call log live in
@@ -119,11 +120,18 @@ async def refund_order(run: stead.Run, order_id: str, amount: int) -> dict[str, 
                      CUSTOMER, w, w.bind, idempotent=True)
     answer = await w  # suspends: no lease, no worker, nothing in memory
     if not answer.approved:
-        await run.state.update({"status": "declined"}, expect_version=facts.version)
+        await run.state.update({"status": "declined", "user_confirmation": "declined"},
+                               expect_version=facts.version)
         return {"order_id": order_id, "refunded": False, "reason": "declined by the customer"}
 
+    # The order-123 rule: the accepted confirmation is a fact of the task
+    # first, then eligibility is checked again under the policy now, and only
+    # then is the refund sent.
+    facts = await run.state.update({"status": "confirmed", "user_confirmation": "accepted"},
+                                   expect_version=facts.version)
     again = await run.step("recheck_eligibility", check_eligibility, order_id, amount)
     if not again["eligible"]:
+        await run.state.update({"status": "not_eligible"}, expect_version=facts.version)
         return {"order_id": order_id, "refunded": False, "reason": "no longer eligible"}
     receipt = await run.effect("dispatch_refund", dispatch_refund, order_id, amount,
                                check=find_refund)
