@@ -29,14 +29,13 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
-from stead import addresses, calls, codec, digests, errors, guard, outcomes, tracing
+from stead import addresses, calls, codec, digests, errors, guard, judgements, outcomes, tracing
 from stead.execution import Execution, Stop
 from stead.intent import Grant
 from stead.outcomes import Compensation, Operation, Outcome
-from stead.policy import Action, Continue
+from stead.policy import Action
 from stead.records import Record, RecordKind, RecordStatus, ResumeClass, RunStatus
 from stead.retry import NO_RETRY, Retry
-from stead.store.seam import FencedWrite
 
 # Exceptions that say "I cannot tell whether it happened", not "it failed".
 DEFAULT_UNCERTAIN: tuple[type[BaseException], ...] = (TimeoutError, errors.OutcomeUncertain)
@@ -332,20 +331,13 @@ class Effect:
             halt = None if spec.tool is not None else ctx.lifetime_halt(x.clock.now())
             # (an effect with a tool is checked against its own grant at commit)
             halt = halt or ctx.budget_halt(effect=True, cost=spec.cost)
-            if halt is None and ctx.policy is not None:
-                action = Action("effect", spec.name, spec.tool, arguments, spec.reason, spec.cost)
-                with x.busy():
-                    row = await x.store.read_state(ctx.task_key)
-                    state = {} if row is None else codec.loads(row.data)
-                    decision, version = await ctx.decide(state, action)
-                halt = guard.halted(decision, version or "", action)
-                if isinstance(decision, Continue) and decision.intent is not None:
-                    text = decision.intent.anchored(x.clock.now()).dumps()
-                    revised, _ = await x.write((), lambda batch, resume: x.store.revise_intent(
-                        x.fence.run_id, lambda _current, _run: text,
-                        author=f"policy {version}", why=decision.reason or "revised by the policy",
-                        write=FencedWrite(x.fence, batch, resume)))
-                    ctx.adopt(revised)
+            if halt is None:
+                action = Action(RecordKind.EFFECT, spec.name, spec.tool, arguments, spec.reason,
+                                spec.cost, self.digest)
+                # The takeover's revalidation judges the first live action;
+                # every other effect is judged on its own.
+                if not await x.before_live(action):
+                    halt = await judgements.judge(x, action)
             if halt is not None:
                 raise Stop(halt.status, {**halt.error, "effect": spec.name})
         rec = x.record(self.addr, attempt, RecordKind.EFFECT, spec.name, self.digest,

@@ -15,12 +15,13 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from stead import addresses, codec, digests, errors, keys
 from stead.clock import Clock
 from stead.guard import Guard
 from stead.intent import Matcher
+from stead.policy import Action
 from stead.records import (
     Fence,
     Record,
@@ -67,6 +68,15 @@ class Continued(BaseException):
     def __init__(self, run_id: str) -> None:
         super().__init__(f"continued as run {run_id}")
         self.run_id = run_id
+
+
+class Judge(Protocol):
+    """A takeover's revalidation (`stead.revalidation.Revalidation`)."""
+
+    @property
+    def pending(self) -> bool: ...
+
+    async def judge(self, action: Action | None) -> bool: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -148,6 +158,9 @@ class Execution:
         self.app_name = ""
         # The revalidation the resume record carries (see `ResumeDetails.intent`).
         self.revalidation: dict[str, Any] | None = None
+        # The takeover's revalidation, asked where the run first acts live
+        # (see `before_live`); None for a run with nothing to revalidate.
+        self.judge: Judge | None = None
         # Raises if a stored input (JSON text) does not fit the run's workflow
         # (set by the takeover, which knows the workflow; see `continue_as_new`).
         self.check_input: Callable[[str], None] | None = None
@@ -250,6 +263,12 @@ class Execution:
                 "type": "DeadlineExceeded",
                 "message": f"run {self.fence.run_id} passed its deadline "
                            f"({self.deadline:.3f}) before it ended"})
+
+    async def before_live(self, action: Action) -> bool:
+        """Before a live call: the takeover's revalidation judges `action` if
+        it has not judged one yet (True if it did now); a revalidation that
+        stopped the run stops every later call."""
+        return False if self.judge is None else await self.judge.judge(action)
 
     @property
     def cancel_requested(self) -> bool:
@@ -387,6 +406,11 @@ class Execution:
         is written), is left out if no earlier write carried it."""
         if self.dry:
             raise Frontier()
+        if recs and self.judge is not None and self.judge.pending:
+            # A live write no call judged first (a wait, a state change...).
+            first = recs[0]
+            await self.judge.judge(Action(first.kind, first.name, None, {},
+                                          digest=first.digest or None))
         async with self._lock:
             if self._lost is not None:
                 raise self._lost

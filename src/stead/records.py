@@ -74,6 +74,9 @@ class RecordKind(enum.StrEnum):
     # `run.child(...)`: the child's id when it started (open), then its
     # outcome once it ended (ok, or error with its status and error).
     CHILD = "child"
+    # A policy's decision before a live effect or model call, with the action
+    # it judged (see `stead.policy`): the audit of it; never replayed.
+    DECISION = "decision"
 
 
 KINDS = frozenset(RecordKind)

@@ -81,6 +81,8 @@ class Journal:
                 found = json.loads(r.payload)
                 self.trace = found if isinstance(found, dict) else None
                 continue
+            if r.kind == RecordKind.DECISION:
+                continue
             if r.kind == RecordKind.CUT:
                 self._drop(int(json.loads(r.payload)["from_seq"]), r.seq)
                 continue

@@ -21,7 +21,9 @@ from stead import (
     effects,
     errors,
     guard,
+    judgements,
     keys,
+    policy,
     records,
     schema_check,
     tracing,
@@ -88,6 +90,7 @@ class Run:
         retry: Retry,
         gate: Callable[[], None] | None = None,
         fresh: str | None = None,
+        reason: str | None = None,
     ) -> tuple[RecordStatus, str, int]:
         """Return `(status, payload, attempts)` of the call at the next address: from the
         journal if recorded, else by calling it live (with retries) and
@@ -95,8 +98,8 @@ class Run:
         addr = addresses.reserve()
         prior = self._x.take(addr, kind, name, digest)
         attempt = 1
-        if prior and self._stale(fresh):
-            self._recut(addr, kind, name, prior[0].seq)
+        if prior and fresh is not None and self._x.taken_over \
+                and await self._proposal_again(addr, kind, name, digest, prior, fresh):
             prior = []
         died = prior[-1].attempt if prior and prior[-1].status == RecordStatus.STARTED \
             else None
@@ -130,6 +133,8 @@ class Run:
             self._x.check_live()
             await self._x.sleep_until(float(retry_at))
             attempt = last.attempt + 1
+        self._x.check_live()
+        await self._judged(policy.Action(kind, name, None, {}, reason, digest=digest))
         while True:
             self._x.check_live()
             if gate is not None:
@@ -168,39 +173,54 @@ class Run:
                 drop=started)
             return RecordStatus.OK, payload, attempt
 
-    def _stale(self, fresh: str | None) -> bool:
-        """Whether a recorded `fresh` call is a proposal to make again now."""
-        if fresh is None or not self._x.taken_over:
-            return False
-        return fresh == "always" or (fresh == "on_resume" and self._x.intent_changed)
-
-    def _recut(self, addr: str, kind: RecordKind, name: str, start: int,
-               because: str = "the run's intent changed") -> None:
-        """Cut the journal from `start` (the fresh call's first record) on, so
-        that the run goes on live from the call; or, if something that acted
-        outside (an effect, a wait, a state change, a timer, an intent) or a
-        concurrent branch's replayed call lies after it, stop the run for a
-        person, naming both."""
+    async def _proposal_again(self, addr: str, kind: RecordKind, name: str, digest: str,
+                              prior: list[records.Record], fresh: str) -> bool:
+        """Whether a recorded `fresh` answer is a proposal to make again now;
+        if so, the journal is cut from it. Only the proposal not acted on yet
+        (nothing that acted outside after it) is: one acted on is history,
+        reused. The takeover's policy judges it here, where the run would
+        act live again."""
         x = self._x
-        acted = [r for r in x.journal.tail(start) if r.seq > start and (
+        start = prior[0].seq
+        if self._acted_after(addr, start) is not None:
+            return False
+        recorded = codec.loads(prior[-1].payload) if kind == RecordKind.LLM else {}
+        await x.before_live(policy.Action(kind, name, None, {}, recorded.get("reason"),
+                                          digest=digest))
+        if fresh != "always" and not x.intent_changed:
+            return False
+        self._cut(start, name)
+        return True
+
+    def _acted_after(self, addr: str, start: int) -> records.Record | None:
+        """The first record after seq `start` that acted outside (an effect, a
+        wait, a state change, a timer, an intent) or that a concurrent
+        branch's replay already returned; None if there is none."""
+        x = self._x
+        return next((r for r in x.journal.tail(start) if r.seq > start and (
             r.kind in (RecordKind.EFFECT, RecordKind.WAIT, RecordKind.SLEEP, RecordKind.INTENT)
             or (r.kind == RecordKind.STATE and r.name != "get")
-            or (r.addr != addr and x.journal.taken(r.addr)))]
-        if acted:
-            first = acted[0]
-            raise Stop(records.RunStatus.PAUSED, {
-                "type": "Paused", "cause": "revalidate",
-                "message": f"{kind} {name!r} is marked fresh and {because}, "
-                           f"but {first.kind} {first.name!r} (seq {first.seq}) already happened "
-                           "after it: its proposal cannot simply be made again. Decide: stead "
-                           "runs resume RUN --by WHO --why WHY [--intent FILE], or stead runs "
-                           "terminate RUN --by WHO --why WHY",
-                "call": name, "after": first.name, "after_seq": first.seq,
-            })
+            or (r.addr != addr and x.journal.taken(r.addr)))), None)
+
+    def _cut(self, start: int, name: str) -> None:
+        """Cut the journal from `start` on: the run goes on live from there."""
+        x = self._x
         x.classify(ResumeClass.REVALIDATE)
         x.journal.cut(start)
         x.buffer(x.record(f"cut@{start}", 1, RecordKind.CUT, "cut", "", RecordStatus.OK,
                           codec.dumps({"from_seq": start, "call": name}, what="a cut")))
+
+    async def _judged(self, action: policy.Action) -> None:
+        """Before a live step or model call: the takeover's revalidation
+        judges it if it is the first, and a model call is judged on its own
+        when the app asks (`App(policy_on=("effect", "llm"))`)."""
+        x = self._x
+        if x.guard is None or await x.before_live(action):
+            return
+        if action.kind == RecordKind.LLM and policy.PolicyPoint.LLM in x.guard.points:
+            halt = await judgements.judge(x, action)
+            if halt is not None:
+                raise Stop(halt.status, halt.error)
 
     @staticmethod
     def _raise(name: str, payload: str, attempts: int) -> None:
@@ -214,7 +234,7 @@ class Run:
         """Journal the environment a step's result is made in, just before it
         (the record rides along with the step's); on replay, compare it with
         the environment now: if it changed, the recorded result no longer
-        holds and the journal is cut from it (see `_recut`)."""
+        holds and the journal is cut from it (see `_cut`)."""
         addr = addresses.reserve()
         with self._x.busy():
             now = await fingerprint.take()
@@ -223,8 +243,20 @@ class Run:
             before = codec.loads(prior[-1].payload)
             if before == now:
                 return
-            self._recut(addr, RecordKind.FINGERPRINT, name, prior[0].seq,
-                        because=f"its fingerprint changed ({'; '.join(changes(before, now))})")
+            start = prior[0].seq
+            acted = self._acted_after(addr, start)
+            if acted is not None:
+                raise Stop(records.RunStatus.PAUSED, {
+                    "type": "Paused", "cause": "revalidate",
+                    "message": f"step {name!r}'s fingerprint changed "
+                               f"({'; '.join(changes(before, now))}), but {acted.kind} "
+                               f"{acted.name!r} (seq {acted.seq}) already happened after it: its "
+                               "result cannot simply be made again. Decide: stead runs resume RUN "
+                               "--by WHO --why WHY [--intent FILE], or stead runs terminate RUN "
+                               "--by WHO --why WHY",
+                    "call": name, "after": acted.name, "after_seq": acted.seq,
+                })
+            self._cut(start, name)
         self._x.check_live()
         self._x.buffer(self._x.record(addr, 1, RecordKind.FINGERPRINT, name, "",
                                       RecordStatus.OK, codec.dumps(now, what="a fingerprint")))
@@ -321,8 +353,10 @@ class Run:
         the answer is a proposal to ask again after a changed intent (see
         `step`). `reason` (why the call is made) is journaled with the
         completion, under the key `"reason"` of the record's payload, for a
-        validator to read; it is not sent to the model, and the policy (asked
-        before effects, not model calls) does not see it."""
+        validator to read; it is not sent to the model. The policy sees it in
+        the pending `Action` when it judges the call: at a takeover whose
+        first live call this is, and before every model call under
+        `App(policy_on=("effect", "llm"))`."""
         _fresh(fresh)
         if reason is not None and not isinstance(reason, str):
             raise TypeError("run.llm's reason is a string")
@@ -346,7 +380,7 @@ class Run:
             lambda c: codec.dumps(_with_reason(c.to_json(), reason),
                                   what=f"the completion of {name!r}",
                                   limit=self._x.max_result_bytes),
-            retry or NO_RETRY, self._budget_gate(), fresh,
+            retry or NO_RETRY, self._budget_gate(), fresh, reason,
         )
         if status == RecordStatus.ERROR:
             self._raise(name, payload, attempts)
