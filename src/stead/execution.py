@@ -70,6 +70,12 @@ class Continued(BaseException):
         self.run_id = run_id
 
 
+def _acts(rec: Record) -> bool:
+    """Whether writing `rec` is the run acting (not an event or a child's
+    outcome it receives)."""
+    return rec.kind not in (RecordKind.WAIT, RecordKind.CHILD) or rec.status == RecordStatus.OPEN
+
+
 class Judge(Protocol):
     """A takeover's revalidation (`stead.revalidation.Revalidation`)."""
 
@@ -406,7 +412,7 @@ class Execution:
         is written), is left out if no earlier write carried it."""
         if self.dry:
             raise Frontier()
-        if recs and self.judge is not None and self.judge.pending:
+        if recs and self.judge is not None and self.judge.pending and _acts(recs[0]):
             # A live write no call judged first (a wait, a state change...).
             first = recs[0]
             await self.judge.judge(Action(first.kind, first.name, None, {},
@@ -420,7 +426,11 @@ class Execution:
                 self.unbuffer(drop)
             carried = list(self._buffer)
             batch = self._numbered(recs)
-            resume = self._resume()
+            # The resume record waits for the policy's judgement while the run
+            # only receives (an event, a child's outcome); a write that ends
+            # the attempt carries it as it is.
+            held = bool(recs) and self.judge is not None and self.judge.pending
+            resume = None if held else self._resume()
             self._inflight += 1
             try:
                 result = await send(batch, resume)

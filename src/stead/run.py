@@ -24,6 +24,7 @@ from stead import (
     judgements,
     keys,
     policy,
+    proposals,
     records,
     schema_check,
     tracing,
@@ -385,6 +386,21 @@ class Run:
         if status == RecordStatus.ERROR:
             self._raise(name, payload, attempts)
         return Completion.from_json(codec.loads(payload))
+
+    async def propose(
+        self, name: str, model: Model, messages: Sequence[Mapping[str, Any]], *,
+        reason: str | None = None, retry: Retry | None = None, contract: str | None = None,
+        **params: Any,
+    ) -> Completion:
+        """Ask `model` for the next action of an agent loop: a proposal, not a
+        fact. A plain crash reuses it; after a change (goal, instructions,
+        plan, grants, policy, world) it is asked again if nothing acted on it
+        yet, and kept as history once something did. Asked live, the model
+        also sees what holds now: the goal, the task state, the budget left
+        (`stead.proposals`). `reason` reaches the policy, as with `llm`."""
+        return await self.llm(name, proposals.Proposing(model, self._x, self._task_key),
+                              messages, retry=retry, fresh="on_resume", reason=reason,
+                              contract=contract, **params)
 
     def _budget_gate(self) -> Callable[[], None] | None:
         """Before a live model call: stop the run (paused) if the budget is spent."""

@@ -296,6 +296,7 @@ async def prepare(
                        f"run {row.run_id}: its stored intent is corrupt ({exc}); "
                        "repair or cancel it")
     ctx.ledger.count(recorded)
+    ctx.points = app.policy_on
     execution.guard = ctx
     execution.judge = await revalidation_for(app, store, execution, ctx, recorded, intents, last)
     return Ready(gated, execution, args, kwargs)
