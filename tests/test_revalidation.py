@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stead
+import stead.decisions
 from stead import policy, revalidation
 from stead.records import Record, RecordKind, RecordStatus
 from tests.helpers import Calls, Crash
@@ -271,6 +272,11 @@ async def test_policy_on_llm_asks_before_every_model_call_and_journals_the_decis
     decisions = [r for r in await client.journal(info.run_id) if r.kind == "decision"]
     assert [r.name for r in decisions] == ["second"]
     assert '"pause"' in decisions[0].payload
+    shown = stead.decisions.render(await client.intents(info.run_id),
+                                   await client.resumes(info.run_id),
+                                   await client.journal(info.run_id), 0.0)
+    assert "before llm 'second' for 'why 2'" in shown and "proposes grants" in shown
+    assert "epoch 1 (no change): continue" in shown  # the first claim's record
 
 
 async def test_one_operator_decision_clears_a_pause_for_good(
@@ -303,3 +309,27 @@ async def test_one_operator_decision_clears_a_pause_for_good(
     assert last["decision"]["decision"] == "continue"
     assert "cleared by ana" in last["decision"]["reason"]
     assert not last["changed"]  # the decided intent version is not a change
+
+
+async def test_the_refund_loop_proposes_each_step_and_acts_under_the_policy(
+    fstore: stead.Store, tmp_path: Any, monkeypatch: Any,
+) -> None:
+    from stead.examples import policy_agent, services
+
+    monkeypatch.setenv(services.ENV, str(tmp_path))
+    services.RefundPolicy().set(5000, "refunds@7")
+    app = policy_agent.app
+    client = stead.Client(fstore, app)
+    info = await client.start(policy_agent.refund_loop, "123", 100, task_id="order-123",
+                              intent=policy_agent.intent(5000, "refunds@7"))
+    await stead.Worker(app, fstore).run_until_idle()
+    assert (await client.get(info.run_id)).status == "waiting"
+    await client.deliver(info.run_id, kind="approval", event_id="ok", bind={"order_id": "123"},
+                         payload={"approved": True})
+    await stead.Worker(app, fstore).run_until_idle()
+    result = await client.result(info.run_id, timeout=10)
+    assert result["refunded"] is True
+    facts = await client.task_state("order-123")
+    assert facts.data == {"confirmed": True, "refunded": True}
+    names = [r.name for r in await client.journal(info.run_id) if r.kind == "llm"]
+    assert names == ["next", "next"]
