@@ -172,8 +172,8 @@ def test_policy_demo_pauses_the_refund_whose_policy_changed_and_refunds_once_aft
     assert out.returncode == 0, out.stdout + out.stderr
     text = out.stdout
     assert "worker A is gone (exit -9)" in text
-    assert "run paused: policy refunds@8 paused the run: the refund limit is now 1000 " \
-           "(refunds@8); the grant allows 5000 (refunds@7)" in text
+    assert "run paused: policy refunds@8 paused the run before effect 'dispatch_refund': " \
+           "the refund limit is now 1000 (refunds@8); the grant allows 5000 (refunds@7)" in text
     assert "the payment service's ledger: 0 refund(s)" in text
     assert 'policy_version: ["refunds@7", "refunds@8"]' in text
     assert "the payment service's own ledger: 1 refund(s) [1000]" in text
