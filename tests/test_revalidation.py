@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import stead
 import stead.decisions
+import stead.timeline
 from stead import policy, revalidation
 from stead.records import Record, RecordKind, RecordStatus
 from tests.helpers import Calls, Crash
@@ -333,3 +334,38 @@ async def test_the_refund_loop_proposes_each_step_and_acts_under_the_policy(
     assert facts.data == {"confirmed": True, "refunded": True}
     names = [r.name for r in await client.journal(info.run_id) if r.kind == "llm"]
     assert names == ["next", "next"]
+
+
+# -- the takeover's audit ---------------------------------------------------------------
+async def test_the_resume_record_says_what_was_done_with_each_effect(
+    fstore: stead.Store, clock: stead.FakeClock,
+) -> None:
+    crashes = Calls()
+    app = stead.App("audit")
+
+    def pay(op: stead.Operation, amount: int) -> int:
+        _crash_once(crashes, "pay")  # dies after the intent is journaled
+        return amount
+
+    @app.workflow()
+    async def audited(run: stead.Run) -> int:
+        facts = await run.state.get()
+        await run.state.update({"step": 1}, expect_version=facts.version)
+        await run.effect("mail", lambda op: "sent")
+        return int(await run.effect("pay", pay, 5, idempotent=True))
+
+    client = stead.Client(fstore, app)
+    info = await client.start(audited, intent=stead.Intent(goal="pay"))
+    await stead.Worker(app, fstore, stead.WorkerOptions(lease_seconds=LEASE)).run_until_idle()
+    await _take_over(app, fstore, clock)
+    assert await client.result(info.run_id, timeout=10) == 5
+    last = (await client.resumes(info.run_id))[-1]
+    done = [(e["name"], e["done"]) for e in last.details.effects or ()]
+    assert done == [("mail", "reused"), ("pay", "resent")]
+    assert (last.details.effects or [])[1]["key"]
+    assert (last.details.intent or {})["snapshot"]["world"]["version"] == 1
+    assert not (last.details.intent or {})["changed"]  # its own state write is no change
+    shown = stead.timeline.render_run(await client.get(info.run_id),
+                                      await client.journal(info.run_id),
+                                      await client.resumes(info.run_id))
+    assert "on task state v1" in shown and "effects: mail reused; pay resent (key" in shown

@@ -34,7 +34,14 @@ from stead.execution import Execution, Stop
 from stead.intent import Grant
 from stead.outcomes import Compensation, Operation, Outcome
 from stead.policy import Action
-from stead.records import Record, RecordKind, RecordStatus, ResumeClass, RunStatus
+from stead.records import (
+    EffectReplay,
+    Record,
+    RecordKind,
+    RecordStatus,
+    ResumeClass,
+    RunStatus,
+)
 from stead.retry import NO_RETRY, Retry
 
 # Exceptions that say "I cannot tell whether it happened", not "it failed".
@@ -125,6 +132,8 @@ class Effect:
                 return await self._send(1)
         last = recs[-1]
         data = _payload(last)
+        if last.status in (RecordStatus.OK, RecordStatus.ERROR, RecordStatus.RECONCILED):
+            self._noted(EffectReplay.REUSED)
         if last.status == RecordStatus.OK:
             self.x.classify(ResumeClass.REUSE)
             return self._recorded(data)
@@ -250,11 +259,15 @@ class Effect:
         """The outcome of `attempt` is not known: find it out, or stop."""
         late = self._past_window()
         if external_id is None and self.spec.idempotent and late is None:
+            self._noted(EffectReplay.RESENT, key=self.key)
             return await self._send(attempt + 1, resend=True)
         if self.spec.check is None:
+            self._noted(EffectReplay.LEFT_UNKNOWN, key=self.key, external_id=external_id)
             known = ("accepted outside as " + external_id) if external_id else "sent or not"
             self._stop(attempt, f"{known}; no outcome recorded and "
                                 f"{late or 'no check to ask'}")
+        self._noted(EffectReplay.POLLED if external_id else EffectReplay.CHECKED,
+                    external_id=external_id)
         delay = self.spec.poll_every
         while True:
             self.x.check_live(boundary=False)
@@ -273,6 +286,11 @@ class Effect:
             said = "not found, though it was accepted" if outcome.kind == Outcome.NOT_FOUND \
                 else f"unknown{': ' + outcome.message if outcome.message else ''}"
             self._stop(attempt, f"check said {said}")
+
+    def _noted(self, done: EffectReplay, **detail: str | None) -> None:
+        """Tell the resume record what replay did with this effect."""
+        self.x.note_effect({"name": self.spec.name, "addr": self.addr, "done": str(done),
+                            **{k: v for k, v in detail.items() if v is not None}})
 
     def _past_window(self) -> str | None:
         """Why the key may no longer be resent (its dedup window has passed

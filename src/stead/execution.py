@@ -164,6 +164,9 @@ class Execution:
         self.app_name = ""
         # The revalidation the resume record carries (see `ResumeDetails.intent`).
         self.revalidation: dict[str, Any] | None = None
+        # What replay did with each effect before the resume record was
+        # written (see `ResumeDetails.effects`).
+        self.resumed_effects: list[dict[str, Any]] = []
         # The takeover's revalidation, asked where the run first acts live
         # (see `before_live`); None for a run with nothing to revalidate.
         self.judge: Judge | None = None
@@ -202,6 +205,12 @@ class Execution:
         """Count a replayed record's class for the resume record."""
         if self._resume_pending:
             self._classes[cls] = self._classes.get(cls, 0) + 1
+
+    def note_effect(self, entry: dict[str, Any]) -> None:
+        """What replay did with an effect, for the resume record (once it is
+        written, later effects are the run's live work, not the takeover's)."""
+        if self._resume_pending:
+            self.resumed_effects.append(entry)
 
     # -- what happened to the run ---------------------------------------------
     @property
@@ -376,7 +385,8 @@ class Execution:
             code_version=self.code_version, reused=self.journal.reused,
             detail=ResumeDetails(self.journal.length, self._classes,
                                  self.journal.reused_kinds, self.revalidation,
-                                 self.migration, self.restored or None).to_json(),
+                                 self.migration, self.restored or None,
+                                 self.resumed_effects or None).to_json(),
         )
 
     def _committed(self, batch: Sequence[Record], resume: ResumeRecord | None,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Self, TypeVar
 
 E = TypeVar("E", bound=enum.StrEnum)
@@ -322,6 +322,16 @@ class Fence:
     worker_id: str
 
 
+class EffectReplay(enum.StrEnum):
+    """What a takeover's replay did with an effect it met (see `ResumeDetails.effects`)."""
+
+    REUSED = "reused"  # its outcome was journaled: returned
+    POLLED = "polled"  # accepted outside: its check asked with the external id
+    RESENT = "resent"  # outcome unknown, idempotent: sent again with the same key
+    CHECKED = "checked"  # outcome unknown: its check asked
+    LEFT_UNKNOWN = "left unknown"  # outcome unknown, nothing to ask: the run stops
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ResumeDetails:
     """What a takeover found, typed: how many records the journal held, and
@@ -342,6 +352,10 @@ class ResumeDetails:
     # The workspaces restored before replay, by name: the snapshot (its
     # journal seq, tree hash, epoch) and the fresh directory it went into.
     workspaces: Mapping[str, Any] | None = None
+    # What replay did with each effect it met before the record was written:
+    # `{"name", "addr", "done": reused | polled | resent | checked | left
+    # unknown, "key"?, "external_id"?}`, in the order met.
+    effects: Sequence[Mapping[str, Any]] | None = None
 
     @classmethod
     def from_json(cls, text: str) -> ResumeDetails:
@@ -359,6 +373,8 @@ class ResumeDetails:
             intent=data["intent"] if isinstance(data.get("intent"), dict) else None,
             migration=data["migration"] if isinstance(data.get("migration"), dict) else None,
             workspaces=data["workspaces"] if isinstance(data.get("workspaces"), dict) else None,
+            effects=[e for e in data["effects"] if isinstance(e, dict)]
+            if isinstance(data.get("effects"), list) else None,
         )
 
     def to_json(self) -> str:
@@ -370,6 +386,8 @@ class ResumeDetails:
             data["migration"] = dict(self.migration)
         if self.workspaces is not None:
             data["workspaces"] = dict(self.workspaces)
+        if self.effects:
+            data["effects"] = [dict(e) for e in self.effects]
         return json.dumps(data)
 
 
