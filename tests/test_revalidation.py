@@ -96,6 +96,8 @@ def _loop_app(model: stead.ScriptedModel, sent: list[str], crashes: Calls,
                 elif point == "state":
                     facts = await run.state.get()
                     await run.state.update({"turn": turn}, expect_version=facts.version)
+                elif point == "wait":
+                    await (await run.wait("go", token=False))
                 else:
                     await run.step(f"crash-{turn}-{i}", crash, f"{turn}-{i}")
             done.append(plan.text)
@@ -104,10 +106,11 @@ def _loop_app(model: stead.ScriptedModel, sent: list[str], crashes: Calls,
     return app, loop
 
 
-@settings(max_examples=12, deadline=None,
+@settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(turns=st.integers(1, 3),
-       points=st.lists(st.sampled_from(["effect", "state", "crash"]), min_size=1, max_size=4),
+       points=st.lists(st.sampled_from(["effect", "state", "wait", "crash"]), min_size=1,
+                       max_size=4),
        budget=st.booleans())
 async def test_a_plain_crash_never_re_asks_a_model_and_never_pauses(
     fstore: stead.Store, clock: stead.FakeClock, turns: int, points: list[str], budget: bool,
@@ -120,9 +123,13 @@ async def test_a_plain_crash_never_re_asks_a_model_and_never_pauses(
     intent = stead.Intent(goal="loop", grants=[stead.Grant("send")],
                           budget=stead.Budget(model_calls=10) if budget else None)
     info = await client.start(loop, turns, intent=intent)
-    for _ in range(turns * len(points) + 2):
+    for n in range(2 * turns * len(points) + 2):
         row = await client.get(info.run_id)
-        if row.status not in ("pending", "running"):
+        if row.status == "waiting":  # a person answers, while no worker runs
+            for w in await client.waits(run_id=info.run_id):
+                await client.deliver(info.run_id, wait_id=w.wait_id, event_id=f"e{n}",
+                                     payload={})
+        elif row.status not in ("pending", "running"):
             break
         await stead.Worker(app, fstore, stead.WorkerOptions(lease_seconds=LEASE)
                            ).run_until_idle()

@@ -135,7 +135,8 @@ class Run:
             await self._x.sleep_until(float(retry_at))
             attempt = last.attempt + 1
         self._x.check_live()
-        await self._judged(policy.Action(kind, name, None, {}, reason, digest=digest))
+        if self._x.guard is not None:  # nothing to judge for a run without intent or policy
+            await self._judged(policy.Action(kind, name, None, {}, reason, digest=digest))
         while True:
             self._x.check_live()
             if gate is not None:
@@ -216,9 +217,10 @@ class Run:
         judges it if it is the first, and a model call is judged on its own
         when the app asks (`App(policy_on=("effect", "llm"))`)."""
         x = self._x
-        if x.guard is None or await x.before_live(action):
+        if await x.before_live(action):
             return
-        if action.kind == RecordKind.LLM and policy.PolicyPoint.LLM in x.guard.points:
+        if x.guard is not None and action.kind == RecordKind.LLM \
+                and policy.PolicyPoint.LLM in x.guard.points:
             halt = await judgements.judge(x, action)
             if halt is not None:
                 raise Stop(halt.status, halt.error)
