@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -376,3 +377,10 @@ async def test_the_resume_record_says_what_was_done_with_each_effect(
                                       await client.journal(info.run_id),
                                       await client.resumes(info.run_id))
     assert "on task state v1" in shown and "effects: mail reused; pay resent (key" in shown
+
+
+def test_policy_on_names_known_points_only() -> None:
+    assert stead.App("a", policy_on=("llm",)).policy_on == {"effect", "llm"}
+    for bad in (("email",), "llm"):
+        with pytest.raises(ValueError, match="policy_on"):
+            stead.App("a", policy_on=bad)

@@ -28,8 +28,7 @@ from stead.store.base import Store
 from stead.store.seam import FencedWrite
 
 
-def baseline(first: IntentRow | None, last: ResumeRecord | None,
-             intents: Sequence[IntentRow]) -> dict[str, Any] | None:
+def baseline(first: IntentRow | None, last: ResumeRecord | None) -> dict[str, Any] | None:
     """The snapshot a takeover diffs against: the last resume record's (its
     world as it was then), else the first intent's (world unknown)."""
     if last is not None:

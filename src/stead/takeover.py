@@ -198,7 +198,7 @@ async def revalidation_for(
     """The takeover's revalidation: the diff since the last one now (it
     decides whether a `fresh` proposal is asked again); the policy is asked
     where the run first acts live (`Execution.judge`)."""
-    before = revalidation.baseline(intents[0] if intents else None, last, intents)
+    before = revalidation.baseline(intents[0] if intents else None, last)
     state = await store.read_state(ctx.task_key)
     ctx.cleared = revalidation.cleared_pause(last, recorded, intents)
     registered = None if app.current_policy is None else app.current_policy.version
