@@ -288,8 +288,9 @@ async def test_policy_on_llm_asks_before_every_model_call_and_journals_the_decis
     assert "epoch 1 (no change): continue" in shown  # the first claim's record
 
 
+@pytest.mark.parametrize("first", ["effect", "step"])
 async def test_one_operator_decision_clears_a_pause_for_good(
-    fstore: stead.Store,
+    fstore: stead.Store, first: str,
 ) -> None:
     sent: list[int] = []
     app = stead.App("loop")
@@ -303,6 +304,8 @@ async def test_one_operator_decision_clears_a_pause_for_good(
 
     @app.workflow()
     async def loop(run: stead.Run) -> int:
+        if first == "step":  # the pause is then one before an effect, not the takeover's
+            await run.step("look", lambda: "looked")
         await run.effect("refund", lambda op, amount: sent.append(amount), amount=150,
                          tool="refund")
         return len(sent)
