@@ -4,6 +4,10 @@ run is about to take, and one operator decision clearing a pause."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +20,7 @@ import stead.timeline
 from stead import policy, revalidation
 from stead.records import Record, RecordKind, RecordStatus
 from tests.helpers import Calls, Crash
+from tests.workers.procs import KILLED
 
 LEASE = 30.0
 
@@ -387,3 +392,45 @@ def test_policy_on_names_known_points_only() -> None:
     for bad in (("email",), "llm"):
         with pytest.raises(ValueError, match="policy_on"):
             stead.App("a", policy_on=bad)
+
+
+# -- in real worker processes -----------------------------------------------------------
+LOOP_WORKER = Path(__file__).with_name("workers") / "loop_worker.py"
+
+
+def _loop_worker(db_url: str, log: Path, *extra: str) -> int:
+    proc = subprocess.run(
+        [sys.executable, str(LOOP_WORKER), "--db", db_url, "--log", str(log), *extra],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+        capture_output=True, timeout=120)
+    assert proc.returncode in (0, KILLED), proc.stdout.decode() + proc.stderr.decode()
+    return proc.returncode
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("crash", ["--crash-after=next:1", "--crash-after=send:2",
+                                   "--crash-before=update:2"])
+async def test_a_sigkilled_loop_re_asks_no_model_and_never_pauses(
+    db_url: str, tmp_path: Path, crash: str,
+) -> None:
+    from tests.workers import loop_worker
+
+    store = await stead.open_store(db_url)
+    try:
+        client = stead.Client(store, loop_worker.app)
+        info = await client.start(loop_worker.loop, 2, intent=loop_worker.intent())
+        log = tmp_path / "outside.log"
+        assert _loop_worker(db_url, log, crash) == KILLED
+        assert _loop_worker(db_url, log) == 0
+        assert await client.result(info.run_id, timeout=30) == ["refund 0", "refund 1"]
+        assert log.read_text().splitlines() == [
+            "model 0", "send refund 0", "model 1", "send refund 1"]  # each once, in order
+        resumes = await client.resumes(info.run_id)
+        assert [r.epoch for r in resumes] == [1, 2]
+        for r in resumes:
+            revalidated = r.details.intent or {}
+            assert not revalidated["changed"], revalidated
+            assert revalidated["decision"]["decision"] in ("continue", "not asked")
+            assert "budget" in revalidated["diff"]  # reported, not a change
+    finally:
+        await store.close()
