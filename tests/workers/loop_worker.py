@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import stead
-from stead.testing import CrashingStore, CrashPoint
+from stead.testing import CrashPoint
+from tests.workers import procs
 
 app = stead.App("loop-processes")
 LOG: list[Path] = []
@@ -78,19 +79,12 @@ async def main() -> None:
     p.add_argument("--crash-before")
     args = p.parse_args()
     LOG.append(args.log)
-    inner = await stead.open_store(args.db)
-    store: stead.Store = inner
+    point = None
     if args.crash_after or args.crash_before:
         name, n = (args.crash_after or args.crash_before).split(":")
         point = CrashPoint(after_commit=int(n), name=name) if args.crash_after \
             else CrashPoint(before_commit=int(n), name=name)
-        store = CrashingStore(inner, point)
-    worker = stead.Worker(app, store, stead.WorkerOptions(lease_seconds=1.0, poll_interval=0.05))
-    try:
-        await worker.run_until_idle()  # a crashed worker's lease is waited out
-    finally:
-        await inner.close()
-
+    await procs.drain(app, args.db, point)
 
 if __name__ == "__main__":
     asyncio.run(main())
