@@ -63,8 +63,9 @@ def resume_lines(resumes: Sequence[ResumeRecord]) -> list[str]:
         if not revalidation:
             continue
         decision = revalidation.get("decision") or {}
-        change = "a change" if revalidation.get("changed") else "no change"
-        lines.append(f"  epoch {r.epoch} ({change}): {decision.get('decision', '?')} "
+        change = "" if "changed" not in revalidation else \
+            " (a change)" if revalidation["changed"] else " (no change)"
+        lines.append(f"  epoch {r.epoch}{change}: {decision.get('decision', '?')} "
                      f"(policy {decision.get('policy_version') or 'none'})"
                      + (f": {decision['reason']}" if decision.get("reason") else ""))
         lines += _judged(revalidation.get("action"), decision)
