@@ -1,7 +1,7 @@
 """The takeover pipeline (see docs/architecture.md), one small function per stage.
 
-    claim (worker.py) → version gate [→ migrate] → load checkpoint → revalidate
-    → replay → resume record
+    claim (worker.py) → version gate [→ migrate] → load checkpoint → diff
+    → replay → the policy judges the first live action → resume record
 
 The version gate continues a run on the version it started on when the app
 hosts it; otherwise, if the app registers migrations that lead from it to a
