@@ -100,7 +100,7 @@ class Run:
         prior = self._x.take(addr, kind, name, digest)
         attempt = 1
         if prior and fresh is not None and self._x.taken_over \
-                and await self._proposal_again(addr, kind, name, digest, prior, fresh):
+                and await proposals.again(self._x, addr, kind, name, digest, prior, fresh):
             prior = []
         died = prior[-1].attempt if prior and prior[-1].status == RecordStatus.STARTED \
             else None
@@ -175,43 +175,6 @@ class Run:
                 drop=started)
             return RecordStatus.OK, payload, attempt
 
-    async def _proposal_again(self, addr: str, kind: RecordKind, name: str, digest: str,
-                              prior: list[records.Record], fresh: str) -> bool:
-        """Whether a recorded `fresh` answer is a proposal to make again now;
-        if so, the journal is cut from it. Only the proposal not acted on yet
-        (nothing that acted outside after it) is: one acted on is history,
-        reused. The takeover's policy judges it here, where the run would
-        act live again."""
-        x = self._x
-        start = prior[0].seq
-        if self._acted_after(addr, start) is not None:
-            return False
-        recorded = codec.loads(prior[-1].payload) if kind == RecordKind.LLM else {}
-        await x.before_live(policy.Action(kind, name, None, {}, recorded.get("reason"),
-                                          digest=digest))
-        if fresh != "always" and not x.intent_changed:
-            return False
-        self._cut(start, name)
-        return True
-
-    def _acted_after(self, addr: str, start: int) -> records.Record | None:
-        """The first record after seq `start` that acted outside (an effect, a
-        wait, a state change, a timer, an intent) or that a concurrent
-        branch's replay already returned; None if there is none."""
-        x = self._x
-        return next((r for r in x.journal.tail(start) if r.seq > start and (
-            r.kind in (RecordKind.EFFECT, RecordKind.WAIT, RecordKind.SLEEP, RecordKind.INTENT)
-            or (r.kind == RecordKind.STATE and r.name != "get")
-            or (r.addr != addr and x.journal.taken(r.addr)))), None)
-
-    def _cut(self, start: int, name: str) -> None:
-        """Cut the journal from `start` on: the run goes on live from there."""
-        x = self._x
-        x.classify(ResumeClass.REVALIDATE)
-        x.journal.cut(start)
-        x.buffer(x.record(f"cut@{start}", 1, RecordKind.CUT, "cut", "", RecordStatus.OK,
-                          codec.dumps({"from_seq": start, "call": name}, what="a cut")))
-
     async def _judged(self, action: policy.Action) -> None:
         """Before a live step or model call: the takeover's revalidation
         judges it if it is the first, and a model call is judged on its own
@@ -237,7 +200,7 @@ class Run:
         """Journal the environment a step's result is made in, just before it
         (the record rides along with the step's); on replay, compare it with
         the environment now: if it changed, the recorded result no longer
-        holds and the journal is cut from it (see `_cut`)."""
+        holds and the journal is cut from it (see `proposals.cut`)."""
         addr = addresses.reserve()
         with self._x.busy():
             now = await fingerprint.take()
@@ -247,7 +210,7 @@ class Run:
             if before == now:
                 return
             start = prior[0].seq
-            acted = self._acted_after(addr, start)
+            acted = proposals.acted_after(self._x, addr, start)
             if acted is not None:
                 raise Stop(records.RunStatus.PAUSED, {
                     "type": "Paused", "cause": "revalidate",
@@ -259,7 +222,7 @@ class Run:
                                "--by WHO --why WHY",
                     "call": name, "after": acted.name, "after_seq": acted.seq,
                 })
-            self._cut(start, name)
+            proposals.cut(self._x, start, name)
         self._x.check_live()
         self._x.buffer(self._x.record(addr, 1, RecordKind.FINGERPRINT, name, "",
                                       RecordStatus.OK, codec.dumps(now, what="a fingerprint")))
