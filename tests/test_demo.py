@@ -175,8 +175,8 @@ def test_policy_demo_tells_the_loop_story_a_policy_change_a_decision_a_lapse_a_r
     assert out.returncode == 0, out.stdout + out.stderr
     text = out.stdout
     assert "worker A is gone (exit -9)" in text
-    assert "run paused: policy refunds@8 paused the run: the refund limit is now 1000 " \
-           "(refunds@8); the grant allows 5000 (refunds@7)" in text
+    assert "run paused: policy refunds@8 paused the run before llm 'propose': the refund " \
+           "limit is now 1000 (refunds@8); the grant allows 5000 (refunds@7)" in text
     assert "the model was asked 0 time(s); the payment service's ledger: 0 refund(s)" in text
     assert "run paused before its next model call: every grant of the run expired (the " \
            "last, for 'dispatch_refund'" in text

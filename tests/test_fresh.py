@@ -1,6 +1,6 @@
 """`fresh=`: a recorded answer that is a proposal (a plan) is asked again after
-a takeover whose intent changed, never after a plain crash; if something
-acted after it, the run pauses for a person instead."""
+a takeover whose intent changed, never after a plain crash; a proposal
+something acted on since is history: reused, and it never pauses the run."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ async def test_a_fresh_plan_is_asked_again_after_a_policy_change_not_after_a_cra
     assert await client.result(info.run_id, timeout=10) == "plan-2"
 
 
-async def test_a_fresh_plan_with_an_effect_sent_after_it_pauses_the_run(
+async def test_a_fresh_plan_acted_on_is_history_not_a_pause(
     fstore: stead.Store, clock: stead.FakeClock,
 ) -> None:
     service, sent = {"version": "plans@1"}, []
@@ -79,10 +79,10 @@ async def test_a_fresh_plan_with_an_effect_sent_after_it_pauses_the_run(
     await _take_over(app, fstore, clock)  # a plain crash: nothing asked again; crashes at b
     service["version"] = "plans@2"
     await _take_over(app, fstore, clock)
-    row = await client.get(info.run_id)
-    assert row.status == "paused", row.error
-    assert (row.error["call"], row.error["after"]) == ("plan", "send")
+    assert await client.result(info.run_id, timeout=10) == "plan-1"
     assert sent == ["plan-1"] and len(model.calls) == 1
+    last = (await client.resumes(info.run_id))[-1].details.intent or {}
+    assert last["changed"] and last["diff"]["policy_version"] == ["plans@1", "plans@2"]
 
 
 async def test_fresh_takes_only_known_values(fstore: stead.Store) -> None:

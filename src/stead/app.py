@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 from stead import errors, queues
 from stead.intent import Intent, Matcher, check_tool, check_tools
 from stead.migrations import Migration, MigrationFn
-from stead.policy import Policy, PolicyFn
+from stead.policy import Policy, PolicyFn, PolicyPoint, policy_points
 from stead.queues import Period, Queue
 from stead.records import Missed
 from stead.schedules import Schedule
@@ -42,8 +42,10 @@ class Workflow(Generic[P, R]):
 
 class App:
     """`policy` (or `@app.policy`) revalidates every run at each takeover and
-    wake and before each effect's intent commits (see `stead.policy`);
-    `policy_version` is recorded with its decisions. `matchers` are the named
+    wake, where the run first acts live, and before each effect's intent
+    commits (see `stead.policy`); `policy_version` is recorded with its
+    decisions. `policy_on=("effect", "llm")` asks it before every live model
+    call too (the effect is always asked). `matchers` are the named
     functions a grant's scope may call on (`{"matcher": "name"}`).
 
     `tools` names the tools the app's effects call (`run.effect(..., tool=)`):
@@ -56,8 +58,10 @@ class App:
     def __init__(self, name: str, *, policy: PolicyFn | None = None,
                  policy_version: str = "1",
                  matchers: dict[str, Matcher] | None = None,
-                 tools: Iterable[str] | None = None) -> None:
+                 tools: Iterable[str] | None = None,
+                 policy_on: Iterable[str] = ("effect",)) -> None:
         self.name = name
+        self.policy_on: frozenset[PolicyPoint] = policy_points(policy_on)
         self._workflows: dict[tuple[str, int], Workflow[Any, Any]] = {}
         self._migrations: dict[tuple[str, int], Migration] = {}
         self.current_policy: Policy | None = None if policy is None else Policy(

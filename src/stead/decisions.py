@@ -1,17 +1,18 @@
 """A run's decision context as text, for `stead runs show`: the intent in
 force, its grants with their expiry, the budget left (counted from the
-journal), every version of the intent with who and why, and each resume's
-intent diff and decision."""
+journal), every version of the intent with who and why, each resume's
+intent diff, the action the policy judged and its decision (a proposed
+intent as a diff), and every decision the policy made before an action."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stead.guard import Ledger
 from stead.intent import Intent
-from stead.records import IntentRow, Record, ResumeRecord
+from stead.records import IntentRow, Record, RecordKind, ResumeRecord
 from stead.timeline import clock_time
 
 
@@ -68,15 +69,42 @@ def resume_lines(resumes: Sequence[ResumeRecord]) -> list[str]:
         if not revalidation:
             continue
         decision = revalidation.get("decision") or {}
-        lines.append(f"  epoch {r.epoch}: {decision.get('decision', '?')} "
+        change = "" if "changed" not in revalidation else \
+            " (a change)" if revalidation["changed"] else " (no change)"
+        lines.append(f"  epoch {r.epoch}{change}: {decision.get('decision', '?')} "
                      f"(policy {decision.get('policy_version') or 'none'})"
                      + (f": {decision['reason']}" if decision.get("reason") else ""))
+        lines += _judged(revalidation.get("action"), decision)
         for key, value in (revalidation.get("diff") or {}).items():
             lines.append(f"    {key}: {_compact(value)}")
     return ["revalidations", *lines] if lines else []
 
 
+def _judged(action: Any, decision: Mapping[str, Any]) -> list[str]:
+    lines = []
+    if isinstance(action, Mapping):
+        why = f" for {action['reason']!r}" if action.get("reason") else ""
+        lines.append(f"    before {action.get('kind')} {action.get('name')!r}{why}")
+    for key, value in (decision.get("proposed_diff") or {}).items():
+        lines.append(f"    proposes {key}: {_compact(value)}")
+    return lines
+
+
+def decision_lines(journal: Sequence[Record]) -> list[str]:
+    """Every decision the policy made before an action, in order."""
+    lines = []
+    for r in journal:
+        if r.kind != RecordKind.DECISION:
+            continue
+        data = json.loads(r.payload)
+        lines.append(f"  seq {r.seq}: {data.get('decision', '?')} "
+                     f"(policy {data.get('policy_version') or 'none'})"
+                     + (f": {data['reason']}" if data.get("reason") else ""))
+        lines += _judged(data.get("action"), data)
+    return ["decisions", *lines] if lines else []
+
+
 def render(intents: Sequence[IntentRow], resumes: Sequence[ResumeRecord],
            journal: Sequence[Record], now: float, started: float | None = None) -> str:
     return "\n".join(["", *intent_lines(intents, journal, now, started),
-                       *resume_lines(resumes)])
+                       *resume_lines(resumes), *decision_lines(journal)])

@@ -29,14 +29,20 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
-from stead import addresses, calls, codec, digests, errors, guard, outcomes, tracing
+from stead import addresses, calls, codec, digests, errors, guard, judgements, outcomes, tracing
 from stead.execution import Execution, Stop
 from stead.intent import Grant
 from stead.outcomes import Compensation, Operation, Outcome
-from stead.policy import Action, Continue
-from stead.records import Record, RecordKind, RecordStatus, ResumeClass, RunStatus
+from stead.policy import Action
+from stead.records import (
+    EffectReplay,
+    Record,
+    RecordKind,
+    RecordStatus,
+    ResumeClass,
+    RunStatus,
+)
 from stead.retry import NO_RETRY, Retry
-from stead.store.seam import FencedWrite
 
 # Exceptions that say "I cannot tell whether it happened", not "it failed".
 DEFAULT_UNCERTAIN: tuple[type[BaseException], ...] = (TimeoutError, errors.OutcomeUncertain)
@@ -126,6 +132,8 @@ class Effect:
                 return await self._send(1)
         last = recs[-1]
         data = _payload(last)
+        if last.status in (RecordStatus.OK, RecordStatus.ERROR, RecordStatus.RECONCILED):
+            self._noted(EffectReplay.REUSED)
         if last.status == RecordStatus.OK:
             self.x.classify(ResumeClass.REUSE)
             return self._recorded(data)
@@ -251,11 +259,15 @@ class Effect:
         """The outcome of `attempt` is not known: find it out, or stop."""
         late = self._past_window()
         if external_id is None and self.spec.idempotent and late is None:
+            self._noted(EffectReplay.RESENT, key=self.key)
             return await self._send(attempt + 1, resend=True)
         if self.spec.check is None:
+            self._noted(EffectReplay.LEFT_UNKNOWN, key=self.key, external_id=external_id)
             known = ("accepted outside as " + external_id) if external_id else "sent or not"
             self._stop(attempt, f"{known}; no outcome recorded and "
                                 f"{late or 'no check to ask'}")
+        self._noted(EffectReplay.POLLED if external_id else EffectReplay.CHECKED,
+                    external_id=external_id)
         delay = self.spec.poll_every
         while True:
             self.x.check_live(boundary=False)
@@ -274,6 +286,11 @@ class Effect:
             said = "not found, though it was accepted" if outcome.kind == Outcome.NOT_FOUND \
                 else f"unknown{': ' + outcome.message if outcome.message else ''}"
             self._stop(attempt, f"check said {said}")
+
+    def _noted(self, done: EffectReplay, **detail: str | None) -> None:
+        """Tell the resume record what replay did with this effect."""
+        self.x.note_effect({"name": self.spec.name, "addr": self.addr, "done": str(done),
+                            **{k: v for k, v in detail.items() if v is not None}})
 
     def _past_window(self) -> str | None:
         """Why the key may no longer be resent (its dedup window has passed
@@ -337,20 +354,13 @@ class Effect:
             raise Stop(halt.status, {**halt.error, "effect": spec.name})
         if ctx is not None:
             halt = ctx.budget_halt(effect=True, cost=spec.cost)
-            if halt is None and ctx.policy is not None:
-                action = Action("effect", spec.name, spec.tool, arguments, spec.reason, spec.cost)
-                with x.busy():
-                    row = await x.store.read_state(ctx.task_key)
-                    state = {} if row is None else codec.loads(row.data)
-                    decision, version = await ctx.decide(state, action)
-                halt = guard.halted(decision, version or "", action)
-                if isinstance(decision, Continue) and decision.intent is not None:
-                    text = decision.intent.anchored(x.clock.now()).dumps()
-                    revised, _ = await x.write((), lambda batch, resume: x.store.revise_intent(
-                        x.fence.run_id, lambda _current, _run: text,
-                        author=f"policy {version}", why=decision.reason or "revised by the policy",
-                        write=FencedWrite(x.fence, batch, resume)))
-                    ctx.adopt(revised)
+            if halt is None:
+                action = Action(RecordKind.EFFECT, spec.name, spec.tool, arguments, spec.reason,
+                                spec.cost, self.digest)
+                # The takeover's revalidation judges the first live action;
+                # every other effect is judged on its own.
+                if not await x.before_live(action):
+                    halt = await judgements.judge(x, action)
             if halt is not None:
                 raise Stop(halt.status, {**halt.error, "effect": spec.name})
         rec = x.record(self.addr, attempt, RecordKind.EFFECT, spec.name, self.digest,

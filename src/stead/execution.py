@@ -15,12 +15,13 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from stead import addresses, codec, digests, errors, keys
 from stead.clock import Clock
 from stead.guard import Guard
 from stead.intent import Matcher
+from stead.policy import Action
 from stead.records import (
     Fence,
     Record,
@@ -67,6 +68,21 @@ class Continued(BaseException):
     def __init__(self, run_id: str) -> None:
         super().__init__(f"continued as run {run_id}")
         self.run_id = run_id
+
+
+def _acts(rec: Record) -> bool:
+    """Whether writing `rec` is the run acting (not an event or a child's
+    outcome it receives)."""
+    return rec.kind not in (RecordKind.WAIT, RecordKind.CHILD) or rec.status == RecordStatus.OPEN
+
+
+class Judge(Protocol):
+    """A takeover's revalidation (`stead.revalidation.Revalidation`)."""
+
+    @property
+    def pending(self) -> bool: ...
+
+    async def judge(self, action: Action | None) -> bool: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -152,6 +168,12 @@ class Execution:
         self.policy_version: str | None = None
         # The revalidation the resume record carries (see `ResumeDetails.intent`).
         self.revalidation: dict[str, Any] | None = None
+        # What replay did with each effect before the resume record was
+        # written (see `ResumeDetails.effects`).
+        self.resumed_effects: list[dict[str, Any]] = []
+        # The takeover's revalidation, asked where the run first acts live
+        # (see `before_live`); None for a run with nothing to revalidate.
+        self.judge: Judge | None = None
         # Raises if a stored input (JSON text) does not fit the run's workflow
         # (set by the takeover, which knows the workflow; see `continue_as_new`).
         self.check_input: Callable[[str], None] | None = None
@@ -187,6 +209,12 @@ class Execution:
         """Count a replayed record's class for the resume record."""
         if self._resume_pending:
             self._classes[cls] = self._classes.get(cls, 0) + 1
+
+    def note_effect(self, entry: dict[str, Any]) -> None:
+        """What replay did with an effect, for the resume record (once it is
+        written, later effects are the run's live work, not the takeover's)."""
+        if self._resume_pending:
+            self.resumed_effects.append(entry)
 
     # -- what happened to the run ---------------------------------------------
     @property
@@ -254,6 +282,12 @@ class Execution:
                 "type": "DeadlineExceeded",
                 "message": f"run {self.fence.run_id} passed its deadline "
                            f"({self.deadline:.3f}) before it ended"})
+
+    async def before_live(self, action: Action) -> bool:
+        """Before a live call: the takeover's revalidation judges `action` if
+        it has not judged one yet (True if it did now); a revalidation that
+        stopped the run stops every later call."""
+        return False if self.judge is None else await self.judge.judge(action)
 
     @property
     def cancel_requested(self) -> bool:
@@ -355,7 +389,8 @@ class Execution:
             code_version=self.code_version, reused=self.journal.reused,
             detail=ResumeDetails(self.journal.length, self._classes,
                                  self.journal.reused_kinds, self.revalidation,
-                                 self.migration, self.restored or None).to_json(),
+                                 self.migration, self.restored or None,
+                                 self.resumed_effects or None).to_json(),
         )
 
     def _committed(self, batch: Sequence[Record], resume: ResumeRecord | None,
@@ -391,6 +426,11 @@ class Execution:
         is written), is left out if no earlier write carried it."""
         if self.dry:
             raise Frontier()
+        if recs and self.judge is not None and self.judge.pending and _acts(recs[0]):
+            # A live write no call judged first (a wait, a state change...).
+            first = recs[0]
+            await self.judge.judge(Action(first.kind, first.name, None, {},
+                                          digest=first.digest or None))
         async with self._lock:
             if self._lost is not None:
                 raise self._lost
@@ -400,7 +440,11 @@ class Execution:
                 self.unbuffer(drop)
             carried = list(self._buffer)
             batch = self._numbered(recs)
-            resume = self._resume()
+            # The resume record waits for the policy's judgement while the run
+            # only receives (an event, a child's outcome); a write that ends
+            # the attempt carries it as it is.
+            held = bool(recs) and self.judge is not None and self.judge.pending
+            resume = None if held else self._resume()
             self._inflight += 1
             try:
                 result = await send(batch, resume)

@@ -24,7 +24,17 @@ from typing import Any
 
 from stead import errors
 from stead.intent import Grant, Intent, Matcher
-from stead.policy import Action, Continue, Decision, Pause, Policy, Terminate, decide
+from stead.policy import (
+    POLICY_POINTS,
+    Action,
+    Continue,
+    Decision,
+    Pause,
+    Policy,
+    PolicyPoint,
+    Terminate,
+    decide,
+)
 from stead.records import IntentRow, Record, RecordKind, RecordStatus, RunRow, RunStatus
 from stead.store.base import Guard as CommitGuard
 
@@ -48,7 +58,7 @@ def paused(cause: str, message: str, decide: str = DECIDE, **detail: Any) -> Hal
 
 def halted(decision: Decision, version: str, action: Action | None) -> Halt | None:
     """What a policy's decision stops, if anything."""
-    where = "" if action is None else f" before effect {action.name!r}"
+    where = "" if action is None else f" before {action.kind} {action.name!r}"
     if isinstance(decision, Pause):
         return paused("policy", f"policy {version} paused the run{where}: {decision.reason}",
                       policy_version=version)
@@ -108,6 +118,13 @@ class Guard:
         self.intent = None if intent is None else Intent.loads(intent.intent)
         self.policy = policy
         self.ledger = ledger
+        # The policy's pause a person's decision cleared since (see
+        # `revalidation.cleared_pause`): the same pause is waived once.
+        self.cleared: Mapping[str, Any] | None = None
+        # Where a live run asks the policy (`App(policy_on=...)`), and how
+        # many decisions this holder journaled (their addresses).
+        self.points: frozenset[PolicyPoint] = POLICY_POINTS
+        self.decisions = 0
 
     def adopt(self, row: IntentRow) -> None:
         """A new intent version is in force."""
@@ -190,10 +207,28 @@ class Guard:
 
     async def decide(self, state: dict[str, Any],
                      action: Action | None) -> tuple[Decision, str | None]:
-        """The policy's decision (Continue when there is no policy)."""
+        """The policy's decision (Continue when there is no policy). The pause
+        a person's decision cleared is not made again: the same pause (reason,
+        policy version and action) once more is a Continue that says so."""
         if self.policy is None:
             return Continue(), None
-        return await decide(self.policy, self.intent, state, self.run, action)
+        decision, version = await decide(self.policy, self.intent, state, self.run, action)
+        cleared = self.cleared
+        if isinstance(decision, Pause) and cleared is not None \
+                and (cleared.get("reason"), cleared.get("policy_version")) \
+                == (decision.reason, version) and _same_action(cleared.get("action"), action):
+            self.cleared = None
+            return Continue(reason=f"cleared by {cleared.get('by')} (intent "
+                                   f"v{cleared.get('decided_version')}): {decision.reason}",
+                            version=decision.version), version
+        return decision, version
+
+
+def _same_action(cleared: Any, action: Action | None) -> bool:
+    """Whether `action` is the one a cleared pause stopped (None: any)."""
+    if not isinstance(cleared, Mapping) or action is None:
+        return True
+    return (cleared.get("kind"), cleared.get("name")) == (str(action.kind), action.name)
 
 
 def ungranted(tools: frozenset[str]) -> Halt:

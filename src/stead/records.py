@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Self, TypeVar
 
 E = TypeVar("E", bound=enum.StrEnum)
@@ -74,6 +74,9 @@ class RecordKind(enum.StrEnum):
     # `run.child(...)`: the child's id when it started (open), then its
     # outcome once it ended (ok, or error with its status and error).
     CHILD = "child"
+    # A policy's decision before a live effect or model call, with the action
+    # it judged (see `stead.policy`): the audit of it; never replayed.
+    DECISION = "decision"
 
 
 KINDS = frozenset(RecordKind)
@@ -325,6 +328,16 @@ class Fence:
     worker_id: str
 
 
+class EffectReplay(enum.StrEnum):
+    """What a takeover's replay did with an effect it met (see `ResumeDetails.effects`)."""
+
+    REUSED = "reused"  # its outcome was journaled: returned
+    POLLED = "polled"  # accepted outside: its check asked with the external id
+    RESENT = "resent"  # outcome unknown, idempotent: sent again with the same key
+    CHECKED = "checked"  # outcome unknown: its check asked
+    LEFT_UNKNOWN = "left unknown"  # outcome unknown, nothing to ask: the run stops
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ResumeDetails:
     """What a takeover found, typed: how many records the journal held, and
@@ -345,6 +358,10 @@ class ResumeDetails:
     # The workspaces restored before replay, by name: the snapshot (its
     # journal seq, tree hash, epoch) and the fresh directory it went into.
     workspaces: Mapping[str, Any] | None = None
+    # What replay did with each effect it met before the record was written:
+    # `{"name", "addr", "done": reused | polled | resent | checked | left
+    # unknown, "key"?, "external_id"?}`, in the order met.
+    effects: Sequence[Mapping[str, Any]] | None = None
 
     @classmethod
     def from_json(cls, text: str) -> ResumeDetails:
@@ -362,6 +379,8 @@ class ResumeDetails:
             intent=data["intent"] if isinstance(data.get("intent"), dict) else None,
             migration=data["migration"] if isinstance(data.get("migration"), dict) else None,
             workspaces=data["workspaces"] if isinstance(data.get("workspaces"), dict) else None,
+            effects=[e for e in data["effects"] if isinstance(e, dict)]
+            if isinstance(data.get("effects"), list) else None,
         )
 
     def to_json(self) -> str:
@@ -373,6 +392,8 @@ class ResumeDetails:
             data["migration"] = dict(self.migration)
         if self.workspaces is not None:
             data["workspaces"] = dict(self.workspaces)
+        if self.effects:
+            data["effects"] = [dict(e) for e in self.effects]
         return json.dumps(data)
 
 

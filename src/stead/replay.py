@@ -92,6 +92,8 @@ class Journal:
                 found = json.loads(r.payload)
                 self.trace = found if isinstance(found, dict) else None
                 continue
+            if r.kind == RecordKind.DECISION:
+                continue
             if r.kind == RecordKind.CUT:
                 self._drop(_cut_from(run_id, r), r.seq)
                 continue

@@ -21,8 +21,11 @@ from stead import (
     effects,
     errors,
     guard,
+    judgements,
     keys,
+    policy,
     policy_binding,
+    proposals,
     records,
     schema_check,
     tracing,
@@ -89,6 +92,7 @@ class Run:
         retry: Retry,
         gate: Callable[[], None] | None = None,
         fresh: str | None = None,
+        reason: str | None = None,
     ) -> tuple[RecordStatus, str, int]:
         """Return `(status, payload, attempts)` of the call at the next address: from the
         journal if recorded, else by calling it live (with retries) and
@@ -96,8 +100,8 @@ class Run:
         addr = addresses.reserve()
         prior = self._x.take(addr, kind, name, digest)
         attempt = 1
-        if prior and self._stale(fresh):
-            self._recut(addr, kind, name, prior[0].seq)
+        if prior and fresh is not None and self._x.taken_over \
+                and await proposals.again(self._x, addr, kind, name, digest, prior, fresh):
             prior = []
         died = prior[-1].attempt if prior and prior[-1].status == RecordStatus.STARTED \
             else None
@@ -131,6 +135,9 @@ class Run:
             self._x.check_live()
             await self._x.sleep_until(float(retry_at))
             attempt = last.attempt + 1
+        self._x.check_live()
+        if self._x.guard is not None:  # nothing to judge for a run without intent or policy
+            await self._judged(policy.Action(kind, name, None, {}, reason, digest=digest))
         while True:
             self._x.check_live()
             if gate is not None:
@@ -169,39 +176,18 @@ class Run:
                 drop=started)
             return RecordStatus.OK, payload, attempt
 
-    def _stale(self, fresh: str | None) -> bool:
-        """Whether a recorded `fresh` call is a proposal to make again now."""
-        if fresh is None or not self._x.taken_over:
-            return False
-        return fresh == "always" or (fresh == "on_resume" and self._x.intent_changed)
-
-    def _recut(self, addr: str, kind: RecordKind, name: str, start: int,
-               because: str = "the run's intent changed") -> None:
-        """Cut the journal from `start` (the fresh call's first record) on, so
-        that the run goes on live from the call; or, if something that acted
-        outside (an effect, a wait, a state change, a timer, an intent) or a
-        concurrent branch's replayed call lies after it, stop the run for a
-        person, naming both."""
+    async def _judged(self, action: policy.Action) -> None:
+        """Before a live step or model call: the takeover's revalidation
+        judges it if it is the first, and a model call is judged on its own
+        when the app asks (`App(policy_on=("effect", "llm"))`)."""
         x = self._x
-        acted = [r for r in x.journal.tail(start) if r.seq > start and (
-            r.kind in (RecordKind.EFFECT, RecordKind.WAIT, RecordKind.SLEEP, RecordKind.INTENT)
-            or (r.kind == RecordKind.STATE and r.name != "get")
-            or (r.addr != addr and x.journal.taken(r.addr)))]
-        if acted:
-            first = acted[0]
-            raise Stop(records.RunStatus.PAUSED, {
-                "type": "Paused", "cause": "revalidate",
-                "message": f"{kind} {name!r} is marked fresh and {because}, "
-                           f"but {first.kind} {first.name!r} (seq {first.seq}) already happened "
-                           "after it: its proposal cannot simply be made again. Decide: stead "
-                           "runs resume RUN --by WHO --why WHY [--intent FILE], or stead runs "
-                           "terminate RUN --by WHO --why WHY",
-                "call": name, "after": first.name, "after_seq": first.seq,
-            })
-        x.classify(ResumeClass.REVALIDATE)
-        x.journal.cut(start)
-        x.buffer(x.record(f"cut@{start}", 1, RecordKind.CUT, "cut", "", RecordStatus.OK,
-                          codec.dumps({"from_seq": start, "call": name}, what="a cut")))
+        if await x.before_live(action):
+            return
+        if x.guard is not None and action.kind == RecordKind.LLM \
+                and policy.PolicyPoint.LLM in x.guard.points:
+            halt = await judgements.judge(x, action)
+            if halt is not None:
+                raise Stop(halt.status, halt.error)
 
     @staticmethod
     def _raise(name: str, payload: str, attempts: int) -> None:
@@ -215,7 +201,7 @@ class Run:
         """Journal the environment a step's result is made in, just before it
         (the record rides along with the step's); on replay, compare it with
         the environment now: if it changed, the recorded result no longer
-        holds and the journal is cut from it (see `_recut`)."""
+        holds and the journal is cut from it (see `proposals.cut`)."""
         addr = addresses.reserve()
         with self._x.busy():
             now = await fingerprint.take()
@@ -224,8 +210,20 @@ class Run:
             before = codec.loads(prior[-1].payload)
             if before == now:
                 return
-            self._recut(addr, RecordKind.FINGERPRINT, name, prior[0].seq,
-                        because=f"its fingerprint changed ({'; '.join(changes(before, now))})")
+            start = prior[0].seq
+            acted = proposals.acted_after(self._x, addr, start)
+            if acted is not None:
+                raise Stop(records.RunStatus.PAUSED, {
+                    "type": "Paused", "cause": "revalidate",
+                    "message": f"step {name!r}'s fingerprint changed "
+                               f"({'; '.join(changes(before, now))}), but {acted.kind} "
+                               f"{acted.name!r} (seq {acted.seq}) already happened after it: its "
+                               "result cannot simply be made again. Decide: stead runs resume RUN "
+                               "--by WHO --why WHY [--intent FILE], or stead runs terminate RUN "
+                               "--by WHO --why WHY",
+                    "call": name, "after": acted.name, "after_seq": acted.seq,
+                })
+            proposals.cut(self._x, start, name)
         self._x.check_live()
         self._x.buffer(self._x.record(addr, 1, RecordKind.FINGERPRINT, name, "",
                                       RecordStatus.OK, codec.dumps(now, what="a fingerprint")))
@@ -322,8 +320,10 @@ class Run:
         the answer is a proposal to ask again after a changed intent (see
         `step`). `reason` (why the call is made) is journaled with the
         completion, under the key `"reason"` of the record's payload, for a
-        validator to read; it is not sent to the model, and the policy (asked
-        before effects, not model calls) does not see it."""
+        validator to read; it is not sent to the model. The policy sees it in
+        the pending `Action` when it judges the call: at a takeover whose
+        first live call this is, and before every model call under
+        `App(policy_on=("effect", "llm"))`."""
         _fresh(fresh)
         if reason is not None and not isinstance(reason, str):
             raise TypeError("run.llm's reason is a string")
@@ -347,11 +347,26 @@ class Run:
             lambda c: codec.dumps(_with_reason(c.to_json(), reason),
                                   what=f"the completion of {name!r}",
                                   limit=self._x.max_result_bytes),
-            retry or NO_RETRY, self._bound(model_call=True), fresh,
+            retry or NO_RETRY, self._bound(model_call=True), fresh, reason,
         )
         if status == RecordStatus.ERROR:
             self._raise(name, payload, attempts)
         return Completion.from_json(codec.loads(payload))
+
+    async def propose(
+        self, name: str, model: Model, messages: Sequence[Mapping[str, Any]], *,
+        reason: str | None = None, retry: Retry | None = None, contract: str | None = None,
+        **params: Any,
+    ) -> Completion:
+        """Ask `model` for the next action of an agent loop: a proposal, not a
+        fact. A plain crash reuses it; after a change (goal, instructions,
+        plan, grants, policy, world) it is asked again if nothing acted on it
+        yet, and kept as history once something did. Asked live, the model
+        also sees what holds now: the goal, the task state, the budget left
+        (`stead.proposals`). `reason` reaches the policy, as with `llm`."""
+        return await self.llm(name, proposals.Proposing(model, self._x, self._task_key),
+                              messages, retry=retry, fresh="on_resume", reason=reason,
+                              contract=contract, **params)
 
     def _bound(self, *, model_call: bool = False) -> Callable[[], None] | None:
         """Before each live attempt of a model call or step: stop the run

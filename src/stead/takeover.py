@@ -1,7 +1,7 @@
 """The takeover pipeline (see docs/architecture.md), one small function per stage.
 
-    claim (worker.py) → version gate [→ migrate] → load checkpoint → revalidate
-    → replay → resume record
+    claim (worker.py) → version gate [→ migrate] → load checkpoint → diff
+    → replay → the policy judges the first live action → resume record
 
 The version gate continues a run on the version it started on when the app
 hosts it; otherwise, if the app registers migrations that lead from it to a
@@ -12,10 +12,12 @@ why. `plan_from` is the same step for `Client.migrate` and the dry replays of
 `stead.dryrun`.
 
 `prepare` runs the stages between the claim and replay. Revalidation runs
-only for a run with an intent or under an app with a policy: the policy is
-asked about the intent in force (at every claim: a takeover, a wake), and the
-resume record carries the intent diff and the decision, also when the run
-stops there. Replay is the workflow
+only for a run with an intent or under an app with a policy, at every claim
+(the first, a takeover, a wake): the diff since the last one is made before
+replay, and the policy is asked about the step the run is about to take
+where it first acts live (`stead.revalidation`); the resume record carries
+the diff, the action and the decision, also when the run stops there.
+Replay is the workflow
 re-executing against the journal (`run.py`), which classifies each journaled
 call as it meets it (an effect's phases in `effects.py`); the resume record,
 counting those classes, rides along with the first write after it
@@ -25,16 +27,15 @@ counting those classes, rides along with the first write after it
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
-from stead import codec, errors, guard, inputs, migrations, policy, workspaces
+from stead import codec, errors, guard, inputs, migrations, revalidation, workspaces
 from stead.app import App, Workflow
 from stead.clock import Clock
-from stead.execution import Execution, ExecutionOptions, Stop
+from stead.execution import Execution, ExecutionOptions
 from stead.exports import StoredRun
-from stead.intent import Intent
 from stead.migrations import Migration, MigrationView
-from stead.policy import Continue
 from stead.records import (
     Fence,
     IntentRow,
@@ -50,7 +51,6 @@ from stead.records import (
 )
 from stead.replay import Journal, markers_from
 from stead.store.base import Store
-from stead.store.seam import FencedWrite
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,9 +71,6 @@ class Ready:
     execution: Execution
     args: list[Any]
     kwargs: dict[str, Any]
-    # The revalidation stopped the run: the worker ends the attempt so (the
-    # resume record rides along), without running the workflow.
-    stop: Stop | None = None
 
 
 def version_gate(app: App, row: RunRow) -> Workflow[Any, Any] | Stopped:
@@ -194,43 +191,19 @@ def decode_input(wf: Workflow[Any, Any], row: RunRow) -> tuple[list[Any], dict[s
         ) from exc
 
 
-async def revalidate(
-    app: App, store: Store, row: RunRow, x: Execution, ctx: guard.Guard,
-    first: IntentRow | None, last: ResumeRecord | None,
-) -> Stop | None:
-    """Ask the policy about the intent in force, store a revision it makes,
-    and set what the resume record says: the intent diff since the last
-    takeover and the decision. Returns what stops the run, if anything."""
-    now = x.clock.now()
-    state: dict[str, Any] = {}
-    if ctx.policy is not None:
-        found = await store.read_state(ctx.task_key)
-        state = {} if found is None else codec.loads(found.data)
-    decision, version = await ctx.decide(state, None)
-    if isinstance(decision, Continue) and decision.intent is not None:
-        text = decision.intent.anchored(now).dumps()
-        revised, _ = await store.revise_intent(
-            row.run_id, lambda _current, _run: text, author=f"policy {version}",
-            why=decision.reason or "revised by the policy",
-            write=FencedWrite(x.fence, (), None))
-        ctx.adopt(revised)
-    before = None
-    if last is not None:
-        before = (ResumeDetails.from_json(last.detail).intent or {}).get("snapshot")
-    if before is None and first is not None:
-        before = policy.snapshot(Intent.loads(first.intent), first.version, None, first.at)
-    after = policy.snapshot(ctx.intent, ctx.version, version, now)
-    change = policy.diff(before, after)
-    budget = ctx.budget_left()
-    if budget is not None:
-        change["budget"] = budget
-    x.intent_changed = policy.changed(change)
-    x.revalidation = {"snapshot": after, "diff": change,
-                      "decision": policy.decision_json(decision, version or "")}
-    halt = guard.halted(decision, version or "", None)
-    if halt is None:
-        return None
-    return Stop(halt.status, {**halt.error, "diff": change})
+async def revalidation_for(
+    app: App, store: Store, x: Execution, ctx: guard.Guard, recorded: Sequence[Record],
+    intents: Sequence[IntentRow], last: ResumeRecord | None,
+) -> revalidation.Revalidation:
+    """The takeover's revalidation: the diff since the last one now (it
+    decides whether a `fresh` proposal is asked again); the policy is asked
+    where the run first acts live (`Execution.judge`)."""
+    before = revalidation.baseline(intents[0] if intents else None, last)
+    state = await store.read_state(ctx.task_key)
+    ctx.cleared = revalidation.cleared_pause(last, recorded, intents)
+    registered = None if app.current_policy is None else app.current_policy.version
+    return revalidation.Revalidation(store, x, ctx, before, state,
+                                     revalidation.seen_world(before, recorded), registered)
 
 
 def stopped(row: RunRow, worker_id: str, at: float, code_version: str, from_seq: int,
@@ -265,8 +238,7 @@ async def prepare(
         gated = app.get(row.workflow, row.version)
     # A run without intent under an app without policy has nothing to revalidate.
     checked = app.current_policy is not None or row.intent_version > 0
-    first: IntentRow | None = None
-    intent: IntentRow | None = None
+    intents: list[IntentRow] = []
     last: ResumeRecord | None = None
     journal: Journal | None = None
     try:
@@ -275,7 +247,6 @@ async def prepare(
         load = row.epoch > 1 and migrated is None
         if checked:
             recorded, intents, last = await store.takeover_context(row.run_id, journal=load)
-            first, intent = (intents[0], intents[-1]) if intents else (None, None)
         else:
             recorded = await store.load_journal(row.run_id) if load else []
         if migrated is not None:
@@ -303,7 +274,8 @@ async def prepare(
         journal=journal,
         clock=clock,
         code_version=gated.key,
-        takeover=row.epoch > 1 or journal.length > 0 or audit is not None,
+        # A revalidated run's first claim has its resume record too.
+        takeover=row.epoch > 1 or journal.length > 0 or audit is not None or checked,
         options=options,
     )
     execution.migration = audit
@@ -319,13 +291,15 @@ async def prepare(
     if not checked:
         return Ready(gated, execution, args, kwargs)
     try:
-        ctx = guard.Guard(row, intent, app.current_policy, guard.Ledger())
+        ctx = guard.Guard(row, intents[-1] if intents else None, app.current_policy,
+                          guard.Ledger())
     except errors.InvalidIntent as exc:
         return stopped(row, worker_id, clock.now(), gated.key, journal.length,
                        RunStatus.INCOMPATIBLE,
                        f"run {row.run_id}: its stored intent is corrupt ({exc}); "
                        "repair or cancel it")
     ctx.ledger.count(recorded)
+    ctx.points = app.policy_on
     execution.guard = ctx
-    stop = await revalidate(app, store, row, execution, ctx, first, last)
-    return Ready(gated, execution, args, kwargs, stop)
+    execution.judge = await revalidation_for(app, store, execution, ctx, recorded, intents, last)
+    return Ready(gated, execution, args, kwargs)

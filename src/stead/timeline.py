@@ -97,10 +97,17 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]
 
 
 def _resume_line(r: ResumeRecord, start: float) -> str:
-    return (
+    line = (
         f"epoch {r.epoch}  by {r.worker_id}  at {offset(r.at - start)}  from seq {r.from_seq}"
         f"  code {r.code_version}  reused {r.reused} record(s)"
     )
+    world = ((r.details.intent or {}).get("snapshot") or {}).get("world")
+    if isinstance(world, dict):
+        line += f"  on task state v{world.get('version')}"
+    done = [f"{e.get('name')} {e.get('done')}"
+            + "".join(f" ({k} {e[k]})" for k in ("external_id", "key") if e.get(k))
+            for e in r.details.effects or ()]
+    return line + (f"\n    effects: {'; '.join(done)}" if done else "")
 
 
 def journal_lines(

@@ -486,11 +486,6 @@ class Worker:
 
     async def _attempt(self, row: RunRow, ready: takeover.Ready) -> None:
         x = ready.execution
-        if ready.stop is not None:  # revalidation stopped it: its resume record says why
-            log.warning("run %s stopped as %s on revalidation: %s", row.run_id,
-                        ready.stop.status, ready.stop.error.get("message"))
-            await x.finish(ready.stop.status, error=json.dumps(ready.stop.error))
-            return
         run = Run(x, row)
         coro: Coroutine[Any, Any, Any] = ready.workflow.fn(run, *ready.args, **ready.kwargs)
         body = x.start(coro)

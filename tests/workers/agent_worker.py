@@ -20,8 +20,9 @@ from pathlib import Path
 
 import stead
 import stead.tracing
-from stead.testing import CrashingStore, CrashPoint
+from stead.testing import CrashPoint
 from tests import sdk_agents
+from tests.workers import procs
 
 app = stead.App("sdk-agents")
 
@@ -72,17 +73,9 @@ async def main() -> None:
         _trace_to(args.spans)
     CONFIG.http_log = args.http_log
     sdk_agents.ToolLog.path = args.tool_log
-    inner = await stead.open_store(args.db)
-    store: stead.Store = inner
-    if args.crash_after_tool:
-        store = CrashingStore(inner, CrashPoint(after_commit=1,
-                                                name=f"tool:{args.crash_after_tool}"))
-    worker = stead.Worker(app, store, stead.WorkerOptions(lease_seconds=1.0, poll_interval=0.05))
-    try:
-        await worker.run_until_idle()  # a crashed worker's lease is waited out
-    finally:
-        await inner.close()
-
+    point = None if not args.crash_after_tool else CrashPoint(
+        after_commit=1, name=f"tool:{args.crash_after_tool}")
+    await procs.drain(app, args.db, point)
 
 if __name__ == "__main__":
     asyncio.run(main())

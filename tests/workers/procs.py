@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import stead
+from stead.testing import CrashingStore, CrashPoint
 
 SCRIPT = Path(__file__).with_name("crash_worker.py")
 DEADLINE = 30.0  # generous: a slow CI box must not fail these, a hang still does
@@ -140,3 +141,15 @@ def check_journal(journal: list[stead.Record]) -> None:
 
 
 KILLED = -signal.SIGKILL
+
+
+async def drain(app: stead.App, db_url: str, point: CrashPoint | None = None) -> None:
+    """Run a worker of `app` until nothing is left to do, SIGKILLed at
+    `point` if given (a crashed worker's lease is waited out: 1 second)."""
+    inner = await stead.open_store(db_url)
+    store: stead.Store = inner if point is None else CrashingStore(inner, point)
+    worker = stead.Worker(app, store, stead.WorkerOptions(lease_seconds=1.0, poll_interval=0.05))
+    try:
+        await worker.run_until_idle()
+    finally:
+        await inner.close()

@@ -12,6 +12,12 @@ every grant has expired the run pauses before its next model call; a person
 decides (narrows, renews, or ends the run).
 
     stead start stead.examples.policy_agent:app refund '["123", 1000]' --intent intent.json
+
+`refund_loop` is the same refund written as an agent loop: every turn asks
+for the next action (`run.propose`) and acts on it. A plain crash reuses the
+proposal; after a change (the policy, the grants, the task state) the
+proposal not acted on yet is asked again with what holds now, and the policy
+judges the step the run is about to take.
 """
 
 from __future__ import annotations
@@ -88,6 +94,51 @@ async def refund(run: stead.Run, order_id: str, amount: int) -> dict[str, Any]:
         "dispatch_refund", dispatch_refund, order_id, refunded, tool="dispatch_refund",
         reason="the customer approved the refund", cost=refunded)
     return {"order_id": order_id, "refunded": True, "asked": amount, **receipt}
+
+
+class Planner:
+    """Stands in for the model: proposes the next action from what holds now
+    (the task state `run.propose` shows it)."""
+
+    name = "refund-planner"
+
+    async def complete(self, messages: Sequence[Mapping[str, Any]], **params: Any
+                       ) -> stead.Completion:
+        now = json.loads(str(messages[-1]["content"]).removeprefix("What holds now: "))
+        facts = now["task_state"]["data"]
+        if "confirmed" not in facts:
+            return stead.Completion(text="wait_for_confirmation")
+        if facts["confirmed"] and not facts.get("refunded"):
+            return stead.Completion(text="dispatch_refund")
+        return stead.Completion(text="done")
+
+
+@app.workflow()
+async def refund_loop(run: stead.Run, order_id: str, amount: int) -> dict[str, Any]:
+    planner = Planner()
+    for turn in range(4):
+        step = await run.propose(
+            "next", planner, [{"role": "user", "content": f"refund order {order_id}, turn {turn}"}],
+            reason=f"turn {turn}: the next step of refunding order {order_id}")
+        if step.text == "wait_for_confirmation":
+            approval: stead.Wait[dict[str, Any]] = await run.wait(
+                "approval", token=False, bind={"order_id": order_id})
+            answer = await approval
+            # The confirmation is committed to the task state first; the next
+            # turn re-checks what to do under it.
+            facts = await run.state.get()
+            await run.state.update({"confirmed": bool(answer.get("approved"))},
+                                   expect_version=facts.version)
+        elif step.text == "dispatch_refund":
+            receipt: dict[str, Any] = await run.effect(
+                "dispatch_refund", dispatch_refund, order_id, amount, tool="dispatch_refund",
+                reason="the customer confirmed the refund", cost=amount)
+            facts = await run.state.get()
+            await run.state.update({"refunded": True}, expect_version=facts.version)
+            return {"order_id": order_id, "refunded": True, **receipt}
+        else:
+            break
+    return {"order_id": order_id, "refunded": False}
 
 
 def intent(limit: int, policy: str, expires_in: float = 48 * 3600) -> stead.Intent:

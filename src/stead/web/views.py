@@ -126,10 +126,15 @@ def _revalidations(resumes: Sequence[ResumeRecord]) -> dict[int, Revalidation]:
         if not intent:
             continue
         decision = intent.get("decision") or {}
+        # Beside the diff: the action the policy judged, what a pause
+        # proposed, and what replay did with each effect.
+        rows = {**(intent.get("diff") or {}), "judged": intent.get("action"),
+                "proposed": decision.get("proposed_diff"),
+                "effects": [dict(e) for e in r.details.effects or ()] or None}
         found[r.epoch] = Revalidation(
             r.epoch, str(decision.get("decision", "?")),
             str(decision.get("policy_version") or "none"), str(decision.get("reason") or ""),
-            tuple((str(k), clip(v, 200)) for k, v in (intent.get("diff") or {}).items()))
+            tuple((str(k), clip(v, 200)) for k, v in rows.items() if v is not None))
     return found
 
 
