@@ -27,6 +27,8 @@ EXPECTED = {
     "WorkspaceEscape", "WorkspaceTooLarge", "WorkspaceChanged", "WorkspaceMismatch",
     "ChildFailed", "InvalidSchedule", "Missed", "PruneReport", "prune",
     "Queue", "Start", "InvalidStart", "UnknownQueue",
+    # refused at the door, refused by the database for good
+    "InvalidValue", "StoreRejected",
 }
 
 

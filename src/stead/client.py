@@ -14,7 +14,19 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from stead import codec, dryrun, errors, forks, inputs, queues, records, takeover, waits, workspaces
+from stead import (
+    bounds,
+    codec,
+    dryrun,
+    errors,
+    forks,
+    inputs,
+    queues,
+    records,
+    takeover,
+    waits,
+    workspaces,
+)
 from stead.app import App, Workflow
 from stead.exports import StoredRun
 from stead.intent import Grant, Intent
@@ -268,17 +280,18 @@ class Client:
         """The run `start` asks for, checked: its workflow and arguments, its
         intent, its queue, priority and dedup key."""
         intent = start.intent
-        deadline = start.deadline
-        seconds = deadline.total_seconds() if isinstance(deadline, dt.timedelta) else deadline
-        if seconds is not None and (isinstance(seconds, bool) or seconds <= 0):
-            raise errors.InvalidInput("a run's deadline is a positive number of seconds")
+        seconds = None if start.deadline is None else bounds.seconds(start.deadline,
+                                                                     "a run's deadline")
         if intent is not None and not isinstance(intent, Intent):
             raise errors.InvalidIntent("intent= takes a stead.Intent (see Intent.from_json)")
         if intent is not None and self.app is not None:
             self.app.check_intent(intent)
         wf: Workflow[Any, Any] | None = None
         workflow, version = start.workflow, start.version
+        if version is not None:
+            bounds.version(version)
         if isinstance(workflow, str):
+            bounds.text(workflow, "a workflow name")
             if self.app is not None:
                 wf = self.app.get(workflow, version)
                 name, wf_version = wf.name, wf.version
@@ -292,6 +305,7 @@ class Client:
             wf = workflow
             name, wf_version = workflow.name, workflow.version
         task_id = start.task_id
+        bounds.optional_text(task_id, "a task_id")
         if isinstance(task_id, str) and not task_id.strip():
             raise errors.InvalidInput(
                 f"task_id {task_id!r} is empty: give a business key (e.g. order-123), "
@@ -320,8 +334,11 @@ class Client:
                                       f"word), not {queue!r}")
         if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
             raise errors.InvalidInput(f"priority= takes an integer (lower first), not {priority!r}")
+        if priority is not None:
+            bounds.integer(priority, "priority=", least=-bounds.MAX_INT32, most=bounds.MAX_INT32)
         if dedup is not None and (not isinstance(dedup, str) or not dedup.strip()):
             raise errors.InvalidInput(f"dedup_key= takes a non-empty string, not {dedup!r}")
+        bounds.optional_text(dedup, "dedup_key=")
         if queue is None:
             if priority is not None or dedup is not None:
                 raise errors.InvalidInput(
@@ -557,10 +574,8 @@ class Client:
             raise errors.SteadError("an event needs an event_id (it is what makes "
                                     "redelivery safe)")
         for what, value in (("run_id", run_id), ("event_id", event_id), ("wait_id", wait_id),
-                            ("kind", kind), ("token", token)):
-            if isinstance(value, str) and "\x00" in value:
-                # No store can keep it as text; refuse it the same way on both.
-                raise errors.InvalidInput(f"the event's {what} contains a NUL character")
+                            ("kind", kind), ("token", token), ("task_id", task_id)):
+            bounds.optional_text(value, f"the event's {what}")
             if isinstance(value, str) and what != "token" and len(value) > MAX_ID_CHARS:
                 raise errors.InvalidInput(
                     f"the event's {what} is {len(value)} characters long; at most "
