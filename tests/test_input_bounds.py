@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+import httpx
 import pytest
+from click.testing import CliRunner
 
 import stead
 from stead import errors
+from stead.cli import main
 from stead.testing import DelegatingStore
+from stead.web import create_app
 
 NUL = "a\x00b"
 SURROGATE = "a\ud800b"
@@ -95,3 +100,69 @@ async def test_postgres_refusing_a_nul_is_store_rejected(store: stead.Store,
     with pytest.raises(errors.StoreRejected, match="refused the write for good"):
         await store.append(fence, [record])
     assert await store.load_journal(run_id) == []
+
+
+# -- the command line -----------------------------------------------------------------
+@pytest.mark.parametrize("args", [
+    ["worker", "tests.web_app:app", "--lease", "nan"],
+    ["worker", "tests.web_app:app", "--heartbeat", "inf"],
+    ["worker", "tests.web_app:app", "--poll", "-1"],
+    ["worker", "tests.web_app:app", "--timeout", "1e300", "--until-done"],
+    ["grants", "renew", "R", "t", "--expires-in", "nan", "--by", "a", "--why", "b"],
+    ["start", "tests.web_app:app", "approval", "--version", str(2**80)],
+    ["start", "tests.web_app:app", "approval", "--priority", str(2**80)],
+    ["runs", "ls", "--limit", str(2**80)],
+    ["ui", "tests.web_app:app", "--poll", "nan"],
+])
+def test_the_cli_refuses_numbers_out_of_range_as_a_usage_error(
+    args: list[str], sqlite_url: str,
+) -> None:
+    result = CliRunner().invoke(main, ["--db", sqlite_url, *args])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for" in result.output
+    assert "Traceback" not in result.output
+    assert isinstance(result.exception, SystemExit)
+
+
+# -- a time stored before the door checked it -------------------------------------------
+@pytest.mark.sqlite_only
+async def test_a_huge_stored_expiry_is_shown_in_words_on_the_cli_and_the_dashboard(
+    store: stead.Store, db_url: str,
+) -> None:
+    app = stead.App("bounds")
+
+    @app.workflow()
+    async def confirm(run: stead.Run) -> Any:
+        return await (await run.wait("approval", expires_in=60))
+
+    run_id = (await stead.Client(store, app).start("confirm")).run_id
+    await stead.Worker(app, store).run_until_idle()
+    with sqlite3.connect(db_url.removeprefix("sqlite:///")) as raw:
+        raw.execute("UPDATE waits SET expires_at = 1e300")
+    listed = await asyncio.to_thread(CliRunner().invoke, main, ["--db", db_url, "waits", "ls"])
+    assert listed.exit_code == 0, listed.output
+    assert "beyond year 9999" in listed.output
+    asgi = create_app(app, store=store, token="t" * 32)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
+                                 base_url="http://testserver") as http:
+        page = await http.get(f"/runs/{run_id}")
+    assert page.status_code == 200
+
+
+# -- the dashboard's queries ------------------------------------------------------------
+async def test_dashboard_queries_out_of_range_are_400_and_unstorable_ids_404(
+    store: stead.Store,
+) -> None:
+    asgi = create_app(stead.App("bounds"), store=store, token="t" * 32)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
+                                 base_url="http://testserver") as http:
+        huge = await http.get("/runs", params={"workflow": f"refund@{2**80}"})
+        nul = await http.get("/runs", params={"task_id": NUL})
+        bad_utf8 = await http.get("/runs?workflow=a%ED%B3%BF%FF")  # decoded as U+FFFD
+        fine = await http.get("/runs", params={"workflow": "refund@2"})
+        page = await http.get("/runs/a%00b")
+    assert huge.status_code == 400 and "2147483647" in huge.text
+    assert nul.status_code == 400 and "NUL" in nul.text
+    assert bad_utf8.status_code == 200
+    assert fine.status_code == 200
+    assert page.status_code == 404
