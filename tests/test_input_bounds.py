@@ -6,17 +6,22 @@ being retried forever."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import math
 import sqlite3
-from collections.abc import Sequence
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import httpx
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import stead
-from stead import errors
+from stead import bounds, errors
 from stead.cli import main
 from stead.testing import DelegatingStore
 from stead.web import create_app
@@ -166,3 +171,151 @@ async def test_dashboard_queries_out_of_range_are_400_and_unstorable_ids_404(
     assert bad_utf8.status_code == 200
     assert fine.status_code == 200
     assert page.status_code == 404
+
+
+# -- hostile values at every entry point, on both stores ---------------------------------
+BAD_NUMBERS = st.one_of(
+    st.sampled_from([math.nan, math.inf, -math.inf, -1, -1e-9, 1e300, 2**80, -(2**80)]),
+    st.floats(min_value=bounds.MAX_EXACT * 2.0, allow_infinity=True),
+    st.floats(max_value=-1e-12, allow_infinity=True),
+    st.integers(min_value=bounds.MAX_EXACT + 1),
+)
+BAD_TEXT = st.builds(lambda a, bad, b: a + bad + b, st.text(max_size=4),
+                     st.sampled_from(["\x00", "\ud800", "\udbff", "\udc00", "\udfff"]),
+                     st.text(max_size=4))
+# What a probe workflow does with a hostile value, by key (its input: a
+# value such as NaN cannot be a workflow's JSON input).
+_PROBES: dict[str, tuple[str, Any]] = {}
+
+
+def _probe_app() -> stead.App:
+    app = stead.App("probes")
+
+    @app.workflow()
+    async def probe(run: stead.Run, key: str) -> str:
+        place, value = _PROBES[key]
+        calls = {
+            "sleep": lambda: run.sleep(value),
+            "wait expires_in": lambda: run.wait("k", expires_in=value),
+            "step timeout": lambda: run.step("s", lambda: 1, timeout=value),
+            "effect cost": lambda: run.effect("e", lambda op: 1, cost=value),
+            "effect timeout": lambda: run.effect("e", lambda op: 1, timeout=value),
+            "child deadline": lambda: run.child("probe", key, deadline=value),
+            "step name": lambda: run.step(value, lambda: 1),
+            "wait kind": lambda: run.wait(value),
+            "effect key": lambda: run.effect("e", lambda op: 1, key=value),
+            "step result": lambda: run.step("s", lambda: value),
+        }
+        try:
+            await calls[place]()
+        except stead.SteadError as exc:
+            return type(exc).__name__
+        return "accepted"
+
+    return app
+
+
+RUN_NUMBERS = ["sleep", "wait expires_in", "step timeout", "effect cost", "effect timeout",
+               "child deadline"]
+RUN_TEXTS = ["step name", "wait kind", "effect key"]
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(probe=st.one_of(st.tuples(st.sampled_from(RUN_NUMBERS), BAD_NUMBERS),
+                       st.tuples(st.sampled_from(RUN_TEXTS), BAD_TEXT),
+                       st.tuples(st.just("step result"),
+                                 BAD_TEXT.filter(lambda t: "\x00" not in t))))
+def test_a_run_call_given_a_hostile_value_raises_a_typed_error_and_journals_nothing(
+    db_url: str, probe: tuple[str, Any],
+) -> None:
+    async def scenario() -> None:
+        store = await stead.open_store(db_url)
+        try:
+            key = uuid.uuid4().hex
+            _PROBES[key] = probe
+            app = _probe_app()
+            run_id = (await stead.Client(store, app).start("probe", key)).run_id
+            await stead.Worker(app, store).run_until_done([run_id], timeout=60)
+            said = await stead.Client(store, app).result(run_id)
+            assert said in ("InvalidValue", "SerializationError"), (probe, said)
+            journal = await store.load_journal(run_id)
+            assert [r.kind for r in journal if r.kind != "trace"] == [], journal
+            assert await store.list_waits(run_id=run_id) == []
+        finally:
+            await store.close()
+
+    asyncio.run(scenario())
+
+
+def _client_call(place: str, value: Any) -> Callable[[stead.Client], Awaitable[Any]]:
+    intent = functools.partial(stead.Intent, goal="g")
+    calls: dict[str, Callable[[stead.Client], Awaitable[Any]]] = {
+        "start deadline": lambda c: c.start("takes", 1, deadline=value),
+        "start version": lambda c: c.start("takes", 1, version=value),
+        "start budget": lambda c: c.start("takes", 1, intent=intent(
+            budget=stead.Budget(spend=value))),
+        "start grant expires_in": lambda c: c.start("takes", 1, intent=intent(
+            grants=[stead.Grant("t", expires_in=value)])),
+        "start grant expires_at": lambda c: c.start("takes", 1, intent=intent(
+            grants=[stead.Grant("t", expires_at=value)])),
+        "start task_id": lambda c: c.start("takes", 1, task_id=value),
+        "start workflow": lambda c: c.start(value, 1, version=1),
+        "start argument": lambda c: c.start("takes", value),
+        "deliver event_id": lambda c: c.deliver("r", event_id=value, kind="k"),
+        "deliver kind": lambda c: c.deliver("r", event_id="e", kind=value),
+        "deliver run_id": lambda c: c.deliver(value, event_id="e", kind="k"),
+        "deliver payload": lambda c: c.deliver("r", event_id="e", kind="k",
+                                               payload={"note": value}),
+    }
+
+    async def number_call(_c: stead.Client) -> Any:
+        return {"retry": lambda: stead.Retry(backoff=value),
+                "worker lease": lambda: stead.WorkerOptions(lease_seconds=value)}[place]()
+
+    return calls.get(place, number_call)
+
+
+CLIENT_NUMBERS = ["start deadline", "start version", "start budget", "start grant expires_in",
+                  "start grant expires_at", "retry", "worker lease"]
+CLIENT_TEXTS = ["start task_id", "start workflow", "deliver event_id", "deliver kind",
+                "deliver run_id"]
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(call=st.one_of(st.tuples(st.sampled_from(CLIENT_NUMBERS), BAD_NUMBERS),
+                      st.tuples(st.sampled_from(CLIENT_TEXTS), BAD_TEXT),
+                      st.tuples(st.sampled_from(["start argument", "deliver payload"]),
+                                BAD_TEXT.filter(lambda t: "\x00" not in t))))
+def test_the_client_given_a_hostile_value_raises_a_typed_error_and_stores_nothing(
+    db_url: str, call: tuple[str, Any],
+) -> None:
+    async def scenario() -> None:
+        store = await stead.open_store(db_url)
+        try:
+            app = stead.App("client-probes")
+
+            @app.workflow()
+            async def takes(run: stead.Run, n: Any) -> Any:
+                return n
+
+            client = stead.Client(store, app)
+            with pytest.raises(errors.SteadError):
+                await _client_call(*call)(client)
+            assert sum((await client.count_runs()).values()) == 0
+            assert await store.list_events("r") == []
+        finally:
+            await store.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_nul_in_a_payload_is_kept_losslessly(tmp_path: Any) -> None:
+    """Payloads are JSON with the NUL escaped: both stores keep it as text."""
+    text = stead.codec.dumps({"a\x00": "b\x00c"}, what="a value")
+    assert "\x00" not in text and stead.codec.loads(text) == {"a\x00": "b\x00c"}
+    with pytest.raises(errors.SerializationError, match="lone surrogate"):
+        stead.codec.dumps(["\ud800"], what="a value")
+    assert stead.codec.loads(stead.codec.dumps("\U0001f600\\ud800", what="v")) == \
+        "\U0001f600\\ud800"  # a pair, and an escaped backslash before "ud800": fine
