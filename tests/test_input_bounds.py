@@ -267,17 +267,25 @@ def _client_call(place: str, value: Any) -> Callable[[stead.Client], Awaitable[A
         "deliver run_id": lambda c: c.deliver(value, event_id="e", kind="k"),
         "deliver payload": lambda c: c.deliver("r", event_id="e", kind="k",
                                                payload={"note": value}),
+        "list limit": lambda c: c.list_runs(limit=value),
+        "result timeout": lambda c: c.result("r", timeout=value),
+        "fork at": lambda c: c.fork("r", at=value),
+        "migrate to": lambda c: c.migrate("r", to=value),
     }
 
     async def number_call(_c: stead.Client) -> Any:
         return {"retry": lambda: stead.Retry(backoff=value),
-                "worker lease": lambda: stead.WorkerOptions(lease_seconds=value)}[place]()
+                "worker lease": lambda: stead.WorkerOptions(lease_seconds=value),
+                "queue rate": lambda: stead.App("q").queue("q", rate=(1, value)),
+                "queue concurrency": lambda: stead.App("q").queue("q", concurrency=value),
+                }[place]()
 
     return calls.get(place, number_call)
 
 
 CLIENT_NUMBERS = ["start deadline", "start version", "start budget", "start grant expires_in",
-                  "start grant expires_at", "retry", "worker lease"]
+                  "start grant expires_at", "retry", "worker lease", "list limit",
+                  "result timeout", "fork at", "migrate to", "queue rate", "queue concurrency"]
 CLIENT_TEXTS = ["start task_id", "start workflow", "deliver event_id", "deliver kind",
                 "deliver run_id"]
 

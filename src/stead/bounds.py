@@ -116,7 +116,7 @@ def amount(value: float, what: str, error: Error = errors.InvalidValue) -> float
     return float(value)
 
 
-def integer(value: int, what: str, *, least: int = 0, most: int = MAX_EXACT,
+def integer(value: object, what: str, *, least: int = 0, most: int = MAX_EXACT,
             error: Error = errors.InvalidValue) -> int:
     """An integer (a count, a version, a priority) from `least` to `most`."""
     if isinstance(value, bool) or not isinstance(value, int):

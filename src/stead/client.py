@@ -359,6 +359,8 @@ class Client:
     async def result(self, run_id: str, *, timeout: float | None = None,
                      poll: float = 0.05) -> Any:
         """Wait for the run to end; return its result or raise `RunFailed`."""
+        _waiting(timeout, poll)
+
         async def wait() -> RunInfo:
             while True:
                 info = await self.get(run_id)
@@ -378,6 +380,7 @@ class Client:
         """Wait until the run is in one of `statuses` (`RunStatus` members or
         their values) and return it as it is then. Raises `StatusNotReached`
         after `timeout` seconds, or at once when the run ends in another status."""
+        _waiting(timeout, poll)
         wanted = frozenset(
             _status(s) for s in ([statuses] if isinstance(statuses, str) else statuses))
         if not wanted:
@@ -405,6 +408,8 @@ class Client:
         version no worker has served (hosted or migrated) for `grace`
         seconds, oldest first, each with `hosted_at`; their status is
         unchanged, and a worker serving the version takes them as any other."""
+        bounds.integer(limit, "limit", least=1)
+        bounds.seconds(grace, "grace", zero=True)
         if stranded:
             found = await self.store.stranded_runs(grace, limit)
             return [dataclasses.replace(RunInfo.from_row(s.run), stranded=True,
@@ -475,6 +480,7 @@ class Client:
         prefix last saw it; its own waits and effect keys; the intent in
         force). Refused with `ForkRefused` past an effect whose outcome the
         prefix does not know. The link is kept on both runs (`lineage`)."""
+        bounds.integer(at, "at (a journal position)")
         parent = await self.store.get_run(run_id)
         journal = await self.store.load_journal(run_id)
         kept = forks.prefix(run_id, journal, at)
@@ -664,6 +670,9 @@ class Client:
     ) -> list[RunInfo]:
         """Runs, newest first, filtered by each criterion given (`since`,
         `until`: creation time, epoch seconds)."""
+        bounds.integer(limit, "limit", least=1)
+        if version is not None:
+            bounds.version(version)
         rows = await self.store.search_runs(
             status=None if status is None else _status(status), workflow=workflow,
             version=version, task_id=task_id, since=since, until=until, limit=limit)
@@ -682,6 +691,7 @@ class Client:
         """A task's facts as stored, newest version first, each with the run
         that wrote it and when (`updated_at`); the key of a run without a task
         is `run:RUN_ID`."""
+        bounds.integer(limit, "limit", least=1)
         return await self.store.state_history(task_key, limit)
 
     async def task_state(self, task_id: str) -> Facts:
@@ -736,6 +746,7 @@ class Client:
         the migrated journal is first replayed dry against version `to`;
         the migration is applied only if the report is `ok`. `by` (who
         migrates, recorded) defaults to the OS user running the client."""
+        bounds.version(to, "to (the version to migrate to)")
         by = _who(by)
         app = self._app("migrate")
         row = await self.store.get_run(run_id)
@@ -901,6 +912,12 @@ def _who(by: str | None) -> str:
     if not isinstance(by, str) or not by.strip():
         raise errors.InvalidInput("say who makes this change (by=...): it is recorded")
     return by
+
+
+def _waiting(timeout: float | None, poll: float) -> None:
+    if timeout is not None:
+        bounds.seconds(timeout, "timeout", zero=True)
+    bounds.seconds(poll, "poll")
 
 
 def _decider(by: str, why: str) -> None:
