@@ -9,9 +9,13 @@ import asyncio
 import functools
 import json
 import math
+import os
 import sqlite3
+import subprocess
+import sys
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -327,3 +331,59 @@ def test_a_nul_in_a_payload_is_kept_losslessly(tmp_path: Any) -> None:
         stead.codec.dumps(["\ud800"], what="a value")
     assert stead.codec.loads(stead.codec.dumps("\U0001f600\\ud800", what="v")) == \
         "\U0001f600\\ud800"  # a pair, and an escaped backslash before "ud800": fine
+
+
+async def test_a_nul_in_results_and_events_comes_back_as_it_was_on_both_stores(
+    store: stead.Store,
+) -> None:
+    app = stead.App("bounds")
+
+    @app.workflow()
+    async def keeps(run: stead.Run) -> Any:
+        made = await run.step("make", lambda: "x\x00y")
+        w = await run.wait("note", bind={"k\x00": "v\x00"}, token=False)
+        event = await w
+        await run.state.update({"s\x00": made}, expect_version=None)
+        return [made, event, (await run.state.get()).data]
+
+    client = stead.Client(store, app)
+    run_id = (await client.start("keeps", task_id="t-1")).run_id
+    worker = stead.Worker(app, store)
+    await worker.run_until_idle()
+    delivered = await client.deliver(run_id, event_id="e-1", kind="note",
+                                     payload={"p": "q\x00r"}, bind={"k\x00": "v\x00"})
+    assert isinstance(delivered, stead.Accepted), delivered
+    await worker.run_until_idle()
+    assert await client.result(run_id, timeout=30) == [
+        "x\x00y", {"p": "q\x00r"}, {"s\x00": "x\x00y"}]
+
+
+async def test_a_worker_process_fails_a_nul_step_name_once_and_exits(
+    db_url: str, tmp_path: Path,
+) -> None:
+    """The real `stead worker --until-done`: before the check, on PostgreSQL,
+    the step ran and was refused every couple of seconds until the timeout."""
+    from tests.workers import bounds_app
+
+    store = await stead.open_store(db_url)
+    try:
+        run_id = (await stead.Client(store, bounds_app.app).start("nul_step")).run_id
+    finally:
+        await store.close()
+    calls = tmp_path / "calls.log"
+    env = {**os.environ, "STEAD_TEST_CALLS": str(calls),
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = await asyncio.to_thread(subprocess.run, [
+        sys.executable, "-m", "stead", "--db", db_url, "worker",
+        "tests.workers.bounds_app:app", "--until-done", run_id, "--timeout", "60",
+        "--poll", "0.05"], env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    store = await stead.open_store(db_url)
+    try:
+        info = await store.get_run(run_id)
+    finally:
+        await store.close()
+    assert info.status == stead.records.RunStatus.FAILED
+    assert json.loads(info.error or "{}")["type"] == "InvalidValue"
+    assert not calls.exists()  # refused before the step ran, never re-run
