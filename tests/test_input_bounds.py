@@ -89,7 +89,7 @@ async def test_a_write_the_database_refuses_for_good_fails_the_run_instead_of_lo
     assert info.status == stead.records.RunStatus.FAILED
     error = json.loads(info.error or "{}")
     assert error["type"] == "StoreRejected"
-    assert "refused the write for good" in error["message"]
+    assert "refused it for good" in error["message"]
     assert calls == ["fine"]  # once: never re-run
 
 
@@ -106,7 +106,7 @@ async def test_postgres_refusing_a_nul_is_store_rejected(store: stead.Store,
     record = stead.Record(seq=1, addr="0", attempt=1, kind=stead.records.RecordKind.STEP,
                           name=NUL, digest="", status=stead.records.RecordStatus.OK,
                           payload="1", epoch=row.epoch, at=0.0)
-    with pytest.raises(errors.StoreRejected, match="refused the write for good"):
+    with pytest.raises(errors.StoreRejected, match="refused it for good"):
         await store.append(fence, [record])
     assert await store.load_journal(run_id) == []
 
@@ -387,3 +387,16 @@ async def test_a_worker_process_fails_a_nul_step_name_once_and_exits(
     assert info.status == stead.records.RunStatus.FAILED
     assert json.loads(info.error or "{}")["type"] == "InvalidValue"
     assert not calls.exists()  # refused before the step ran, never re-run
+
+
+async def test_an_id_from_argv_that_is_not_utf8_is_a_one_line_error(
+    store: stead.Store, db_url: str,
+) -> None:
+    """A shell passes bytes that are not UTF-8 as lone surrogates (Python's
+    surrogateescape): reading by such an id is StoreRejected, never a traceback."""
+    with pytest.raises(errors.StoreRejected, match="trying again cannot succeed"):
+        await store.get_run("\udcff")
+    shown = await asyncio.to_thread(CliRunner().invoke, main,
+                                    ["--db", db_url, "runs", "show", "\udcff"])
+    assert shown.exit_code == 1, shown.output
+    assert "Traceback" not in shown.output and "cannot" in shown.output

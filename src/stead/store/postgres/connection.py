@@ -132,7 +132,8 @@ def translate(exc: psycopg.Error, display: str) -> errors.StoreError:
         return errors.StoreUnavailable(f"PostgreSQL at {display}: {exc}")
     if rejected(exc):
         return errors.StoreRejected(
-            f"PostgreSQL at {display} refused the write for good ({exc}); nothing was written")
+            f"PostgreSQL at {display} refused it for good ({exc}); trying again cannot "
+            "succeed, nothing was written")
     return errors.StoreError(f"database {display}: {exc}")
 
 
@@ -220,6 +221,10 @@ class Connector:
         while True:
             try:
                 return await fn(attempt > 0)
+            except UnicodeEncodeError as exc:  # a lone surrogate: the driver cannot send it
+                raise errors.StoreRejected(
+                    f"PostgreSQL at {self.target.display} cannot be sent a value ({exc}); "
+                    "trying again cannot succeed, nothing was written") from None
             except psycopg.Error as exc:
                 if not retryable(exc):
                     raise translate(exc, self.target.display) from exc

@@ -72,7 +72,8 @@ def translate(exc: sqlite3.Error, path: str) -> errors.StoreError:
     if isinstance(exc, sqlite3.IntegrityError | sqlite3.DataError):
         # A broken constraint, a value too big: the same write fails again.
         return errors.StoreRejected(
-            f"database {path} refused the write for good ({text}); nothing was written")
+            f"database {path} refused it for good ({text}); trying again cannot succeed, "
+            "nothing was written")
     if is_locked(exc):
         return errors.StoreUnavailable(
             f"database {path} is locked by another process and stayed locked past the "
