@@ -271,6 +271,9 @@ def _client_call(place: str, value: Any) -> Callable[[stead.Client], Awaitable[A
         "deliver run_id": lambda c: c.deliver(value, event_id="e", kind="k"),
         "deliver payload": lambda c: c.deliver("r", event_id="e", kind="k",
                                                payload={"note": value}),
+        "deliver operator": lambda c: c.deliver("r", event_id="e", kind="k",
+                                                operator=stead.Operator(value, "why")),
+        "terminate by": lambda c: c.terminate("r", by=value, why="why"),
         "list limit": lambda c: c.list_runs(limit=value),
         "result timeout": lambda c: c.result("r", timeout=value),
         "fork at": lambda c: c.fork("r", at=value),
@@ -291,7 +294,7 @@ CLIENT_NUMBERS = ["start deadline", "start version", "start budget", "start gran
                   "start grant expires_at", "retry", "worker lease", "list limit",
                   "result timeout", "fork at", "migrate to", "queue rate", "queue concurrency"]
 CLIENT_TEXTS = ["start task_id", "start workflow", "deliver event_id", "deliver kind",
-                "deliver run_id"]
+                "deliver run_id", "deliver operator", "terminate by"]
 
 
 @settings(max_examples=40, deadline=None,

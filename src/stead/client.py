@@ -911,7 +911,7 @@ def _who(by: str | None) -> str:
             by = ""
     if not isinstance(by, str) or not by.strip():
         raise errors.InvalidInput("say who makes this change (by=...): it is recorded")
-    return by
+    return bounds.text(by, "who makes the change (by)")
 
 
 def _waiting(timeout: float | None, poll: float) -> None:
@@ -923,6 +923,8 @@ def _waiting(timeout: float | None, poll: float) -> None:
 def _decider(by: str, why: str) -> None:
     if not isinstance(by, str) or not by.strip() or not isinstance(why, str) or not why.strip():
         raise errors.InvalidInput("a decision says who made it (by) and why: give both")
+    bounds.text(by, "who decides (by)")
+    bounds.text(why, "why (the decision's reason)")
 
 
 def _granting(current: records.IntentRow | None, run_id: str, tool: str) -> Intent:
