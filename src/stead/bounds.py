@@ -32,6 +32,8 @@ MAX_SECONDS = 100 * 365.25 * 86400.0  # a century
 MAX_EXACT = 2**53  # the largest integer every JSON reader holds exactly
 MAX_INT32 = 2**31 - 1  # PostgreSQL INTEGER: versions, priorities
 
+_Y2K = 946_684_800.0  # 2000-01-01 as a Unix time
+
 Error = type[errors.SteadError]
 
 # One token per JSON escape, left to right (in JSON text every backslash
@@ -96,11 +98,10 @@ def seconds(value: dt.timedelta | float, what: str, *, zero: bool = False,
 
 
 def instant(value: float, what: str, error: Error = errors.InvalidValue) -> float:
-    """A Unix time: finite, not negative, within a century of the epoch's
-    range every date display shows (at most `MAX_SECONDS` past year 2000)."""
+    """A Unix time from 1970 to 2100 (year 2000 plus `MAX_SECONDS`)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise error(f"{what} is a Unix time in seconds, not {_shown(value)}")
-    if not (math.isfinite(value) and 0 <= value <= 946_684_800 + MAX_SECONDS):
+    if not (math.isfinite(value) and 0 <= value <= _Y2K + MAX_SECONDS):
         raise error(f"{what} is {_shown(value)}: give a Unix time in seconds between 1970 and "
                     "2100; nothing was stored")
     return float(value)
