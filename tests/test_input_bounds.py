@@ -403,3 +403,17 @@ async def test_an_id_from_argv_that_is_not_utf8_is_a_one_line_error(
                                     ["--db", db_url, "runs", "show", "\udcff"])
     assert shown.exit_code == 1, shown.output
     assert "Traceback" not in shown.output and "cannot" in shown.output
+
+
+@pytest.mark.parametrize("grace", [math.nan, math.inf, -1.0, 1e300])
+def test_a_schedule_grace_out_of_range_is_an_invalid_schedule(grace: float) -> None:
+    with pytest.raises(stead.InvalidSchedule, match="grace"):
+        stead.App("s").schedule("*/5 * * * *", grace=grace)
+
+
+def test_a_schedule_name_no_store_keeps_is_an_invalid_schedule() -> None:
+    async def tick(run: stead.Run, at: str) -> None:
+        return None
+
+    with pytest.raises(stead.InvalidSchedule, match="NUL"):
+        stead.App("s").schedule("*/5 * * * *", name=NUL)(tick)

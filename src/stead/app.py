@@ -164,6 +164,7 @@ class App:
         def register(target: Any) -> Workflow[Any, Any]:
             wf: Workflow[Any, Any] = target if isinstance(target, Workflow) \
                 else self.workflow()(target)
+            bounds.text(name or wf.name, "a schedule's name", errors.InvalidSchedule)
             sched = Schedule(name or wf.name, cron, wf.name, wf.version, policy, grace)
             if sched.name in self._schedules:
                 raise ValueError(f"schedule {sched.name!r} is registered twice")
