@@ -28,6 +28,8 @@ EXPECTED = {
     "WorkspaceUnsafe",
     "ChildFailed", "InvalidSchedule", "Missed", "PruneReport", "prune",
     "Queue", "Start", "InvalidStart", "UnknownQueue",
+    # refused at the door, refused by the database for good
+    "InvalidValue", "StoreRejected",
 }
 
 

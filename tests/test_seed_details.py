@@ -87,7 +87,8 @@ async def test_a_zero_or_odd_dedup_window_is_refused_where_the_effect_is_made(
     client = stead.Client(store, app)
     zero, odd = await client.start(wf, "zero"), await client.start(wf, "odd")
     await stead.Worker(app, store).run_until_idle()
-    assert await client.result(zero.run_id, timeout=5) == "ValueError"
+    # stead.InvalidValue: a ValueError and a SteadError.
+    assert await client.result(zero.run_id, timeout=5) == "InvalidValue"
     assert await client.result(odd.run_id, timeout=5) == "TypeError"
 
 

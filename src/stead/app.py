@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 
-from stead import errors, queues
+from stead import bounds, errors, queues
 from stead.intent import Intent, Matcher, check_tool, check_tools
 from stead.migrations import Migration, MigrationFn
 from stead.policy import Policy, PolicyFn, PolicyPoint, policy_points
@@ -132,6 +132,7 @@ class App:
         to let runs that started on it finish."""
         if not isinstance(version, int) or version < 1:
             raise ValueError("workflow version must be a positive integer")
+        bounds.version(version, "a workflow's version")
 
         def register(fn: Callable[Concatenate[Run, P], Coroutine[Any, Any, R]]) -> Workflow[P, R]:
             if not inspect.iscoroutinefunction(fn):
@@ -167,6 +168,7 @@ class App:
         def register(target: Any) -> Workflow[Any, Any]:
             wf: Workflow[Any, Any] = target if isinstance(target, Workflow) \
                 else self.workflow()(target)
+            bounds.text(name or wf.name, "a schedule's name", errors.InvalidSchedule)
             sched = Schedule(name or wf.name, cron, wf.name, wf.version, policy, grace)
             if sched.name in self._schedules:
                 raise ValueError(f"schedule {sched.name!r} is registered twice")

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from stead import (
+    bounds,
     codec,
     dryrun,
     errors,
@@ -279,17 +280,18 @@ class Client:
         """The run `start` asks for, checked: its workflow and arguments, its
         intent, its queue, priority and dedup key."""
         intent = start.intent
-        deadline = start.deadline
-        seconds = deadline.total_seconds() if isinstance(deadline, dt.timedelta) else deadline
-        if seconds is not None and (isinstance(seconds, bool) or seconds <= 0):
-            raise errors.InvalidInput("a run's deadline is a positive number of seconds")
+        seconds = None if start.deadline is None else bounds.seconds(start.deadline,
+                                                                     "a run's deadline")
         if intent is not None and not isinstance(intent, Intent):
             raise errors.InvalidIntent("intent= takes a stead.Intent (see Intent.from_json)")
         if intent is not None and self.app is not None:
             self.app.check_intent(intent)
         wf: Workflow[Any, Any] | None = None
         workflow, version = start.workflow, start.version
+        if version is not None:
+            bounds.version(version)
         if isinstance(workflow, str):
+            bounds.text(workflow, "a workflow name")
             if self.app is not None:
                 wf = self.app.get(workflow, version)
                 name, wf_version = wf.name, wf.version
@@ -303,6 +305,7 @@ class Client:
             wf = workflow
             name, wf_version = workflow.name, workflow.version
         task_id = start.task_id
+        bounds.optional_text(task_id, "a task_id")
         if isinstance(task_id, str) and not task_id.strip():
             raise errors.InvalidInput(
                 f"task_id {task_id!r} is empty: give a business key (e.g. order-123), "
@@ -332,8 +335,11 @@ class Client:
                                       f"word), not {queue!r}")
         if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
             raise errors.InvalidInput(f"priority= takes an integer (lower first), not {priority!r}")
+        if priority is not None:
+            bounds.integer(priority, "priority=", least=-bounds.MAX_INT32, most=bounds.MAX_INT32)
         if dedup is not None and (not isinstance(dedup, str) or not dedup.strip()):
             raise errors.InvalidInput(f"dedup_key= takes a non-empty string, not {dedup!r}")
+        bounds.optional_text(dedup, "dedup_key=")
         if queue is None:
             if priority is not None or dedup is not None:
                 raise errors.InvalidInput(
@@ -354,6 +360,8 @@ class Client:
     async def result(self, run_id: str, *, timeout: float | None = None,
                      poll: float = 0.05) -> Any:
         """Wait for the run to end; return its result or raise `RunFailed`."""
+        _waiting(timeout, poll)
+
         async def wait() -> RunInfo:
             while True:
                 info = await self.get(run_id)
@@ -373,6 +381,7 @@ class Client:
         """Wait until the run is in one of `statuses` (`RunStatus` members or
         their values) and return it as it is then. Raises `StatusNotReached`
         after `timeout` seconds, or at once when the run ends in another status."""
+        _waiting(timeout, poll)
         wanted = frozenset(
             _status(s) for s in ([statuses] if isinstance(statuses, str) else statuses))
         if not wanted:
@@ -400,6 +409,8 @@ class Client:
         version no worker has served (hosted or migrated) for `grace`
         seconds, oldest first, each with `hosted_at`; their status is
         unchanged, and a worker serving the version takes them as any other."""
+        bounds.integer(limit, "limit", least=1)
+        bounds.seconds(grace, "grace", zero=True)
         if stranded:
             found = await self.store.stranded_runs(grace, limit)
             return [dataclasses.replace(RunInfo.from_row(s.run), stranded=True,
@@ -470,6 +481,7 @@ class Client:
         prefix last saw it; its own waits and effect keys; the intent in
         force). Refused with `ForkRefused` past an effect whose outcome the
         prefix does not know. The link is kept on both runs (`lineage`)."""
+        bounds.integer(at, "at (a journal position)")
         parent = await self.store.get_run(run_id)
         journal = await self.store.load_journal(run_id)
         kept = forks.prefix(run_id, journal, at)
@@ -569,10 +581,8 @@ class Client:
             raise errors.SteadError("an event needs an event_id (it is what makes "
                                     "redelivery safe)")
         for what, value in (("run_id", run_id), ("event_id", event_id), ("wait_id", wait_id),
-                            ("kind", kind), ("token", token)):
-            if isinstance(value, str) and "\x00" in value:
-                # No store can keep it as text; refuse it the same way on both.
-                raise errors.InvalidInput(f"the event's {what} contains a NUL character")
+                            ("kind", kind), ("token", token), ("task_id", task_id)):
+            bounds.optional_text(value, f"the event's {what}")
             if isinstance(value, str) and what != "token" and len(value) > MAX_ID_CHARS:
                 raise errors.InvalidInput(
                     f"the event's {what} is {len(value)} characters long; at most "
@@ -661,6 +671,9 @@ class Client:
     ) -> list[RunInfo]:
         """Runs, newest first, filtered by each criterion given (`since`,
         `until`: creation time, epoch seconds)."""
+        bounds.integer(limit, "limit", least=1)
+        if version is not None:
+            bounds.version(version)
         rows = await self.store.search_runs(
             status=None if status is None else _status(status), workflow=workflow,
             version=version, task_id=task_id, since=since, until=until, limit=limit)
@@ -679,6 +692,7 @@ class Client:
         """A task's facts as stored, newest version first, each with the run
         that wrote it and when (`updated_at`); the key of a run without a task
         is `run:RUN_ID`."""
+        bounds.integer(limit, "limit", least=1)
         return await self.store.state_history(task_key, limit)
 
     async def task_state(self, task_id: str) -> Facts:
@@ -736,6 +750,7 @@ class Client:
         the migrated journal is first replayed dry against version `to`;
         the migration is applied only if the report is `ok`. `by` (who
         migrates, recorded) defaults to the OS user running the client."""
+        bounds.version(to, "to (the version to migrate to)")
         by = revisions.author(by)
         app = self._app("migrate")
         row = await self.store.get_run(run_id)
@@ -940,7 +955,14 @@ def _decider(by: str | None, why: str) -> str:
     """Who decides (`by`, default: the OS user), once the decision says why."""
     if not isinstance(why, str) or not why.strip():
         raise errors.InvalidInput("a decision says who made it (by) and why: give both")
+    bounds.text(why, "why (the decision's reason)")
     return revisions.author(by)
+
+
+def _waiting(timeout: float | None, poll: float) -> None:
+    if timeout is not None:
+        bounds.seconds(timeout, "timeout", zero=True)
+    bounds.seconds(poll, "poll")
 
 
 def _granting(current: records.IntentRow | None, run_id: str, tool: str) -> Intent:

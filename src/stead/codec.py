@@ -22,7 +22,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from stead import errors
+from stead import bounds, errors
 
 _PLAIN = (dict, list, str, int, float, bool)
 
@@ -65,6 +65,7 @@ def dumps(
             f"{what} cannot be stored as JSON: {exc}. Use dicts, lists, str, numbers, "
             "bool, None, datetimes, UUIDs, dataclasses or pydantic models."
         ) from exc
+    bounds.json_text(text, what)  # a NUL is kept, escaped; a lone surrogate is not text
     # The text is ASCII (non-ASCII is escaped), so its length is its size in bytes.
     if limit is not None and len(text) > limit:
         raise errors.ResultTooLarge(

@@ -21,6 +21,13 @@ class StoreUnavailable(StoreError):
     """The database is locked, unreadable or unreachable; nothing was written."""
 
 
+class StoreRejected(StoreError):
+    """The database refused the write for good (a value it cannot hold, a
+    number out of its range, a broken constraint): trying again cannot
+    succeed, so it is never retried. A run whose write is refused fails,
+    with the database's reason."""
+
+
 class DatabaseMissing(StoreUnavailable):
     """The database file the store opened was deleted or replaced: what is
     written now goes to a file no one can open again. The worker stops."""
@@ -50,6 +57,13 @@ class UnknownWorkflow(SteadError):
 
 class InvalidInput(SteadError):
     """The arguments do not fit the workflow's parameters or declared types."""
+
+
+class InvalidValue(InvalidInput, ValueError):
+    """A name, id or value holds what no store can keep (a NUL character, a
+    lone surrogate), or a number (a duration, deadline, amount, version) is
+    NaN, infinite, negative or out of range; nothing was stored. The message
+    names the value and the range (see `stead.bounds`)."""
 
 
 class EventTooLarge(InvalidInput):

@@ -19,11 +19,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from stead import errors
+from stead import bounds, errors
 
 Matcher = Callable[[Mapping[str, Any], Mapping[str, Any]], bool]
 MATCHER = "matcher"
@@ -83,16 +82,16 @@ class Grant:
     def __post_init__(self) -> None:
         if not isinstance(self.tool, str) or not self.tool:
             raise errors.InvalidIntent("a grant names its tool: a non-empty string")
+        bounds.text(self.tool, "a grant's tool", errors.InvalidIntent)
         object.__setattr__(self, "scope", _json_scope(self.scope, self.tool))
         if self.expires_at is not None and self.expires_in is not None:
             raise errors.InvalidIntent(
                 f"the grant for {self.tool!r} gives expires_at and expires_in; give one")
-        for name in ("expires_at", "expires_in"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
-                                      or not math.isfinite(value)):
-                raise errors.InvalidIntent(
-                    f"{name} of the grant for {self.tool!r} must be a number of seconds")
+        what = f"the grant for {self.tool!r}:"
+        if self.expires_at is not None:
+            bounds.instant(self.expires_at, f"{what} expires_at", errors.InvalidIntent)
+        if self.expires_in is not None:
+            bounds.seconds(self.expires_in, f"{what} expires_in", error=errors.InvalidIntent)
 
     def anchored(self, now: float) -> Grant:
         """This grant with `expires_in` turned into `expires_at` from `now`."""
@@ -183,9 +182,8 @@ class Budget:
     def __post_init__(self) -> None:
         for name in BUDGET_FIELDS:
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
-                                      or value < 0):
-                raise errors.InvalidIntent(f"budget {name} must be a number >= 0, not {value!r}")
+            if value is not None:
+                bounds.amount(value, f"budget {name}", errors.InvalidIntent)
 
     def to_json(self) -> dict[str, Any]:
         return {n: getattr(self, n) for n in BUDGET_FIELDS if getattr(self, n) is not None}

@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from stead import errors, timeline, waits
+from stead import bounds, errors, timeline, waits
 from stead.client import MISSING, RETRYABLE, STRANDED_AFTER, Client, RunInfo
 from stead.intent import Grant, Intent
 from stead.records import (
@@ -131,9 +131,7 @@ def _seconds(decision: Decision, name: str) -> float | None:
         value = float(text)
     except ValueError:
         raise errors.InvalidInput(f"{name}: {text[:40]!r} is not a number of seconds") from None
-    if not value > 0 or value == float("inf"):
-        raise errors.InvalidInput(f"{name} must be a positive number of seconds")
-    return value
+    return bounds.seconds(value, name)
 
 
 def _object(decision: Decision, name: str) -> dict[str, Any] | None:

@@ -14,6 +14,8 @@ import dataclasses
 import datetime as dt
 import re
 
+from stead import bounds
+
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 _PERIOD = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -89,12 +91,9 @@ def parse_period(value: Period) -> float:
     else:
         raise ValueError(f"a period is seconds, a timedelta or text like '30s', '1m', '2h'; "
                          f"not {value!r}")
-    if not seconds > 0:
-        raise ValueError(f"a period must be longer than zero, not {value!r}")
-    return seconds
+    return bounds.seconds(seconds, f"the period {value!r}")
 
 
 def _positive(queue: str, what: str, value: object) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                              or value < 1):
-        raise ValueError(f"queue {queue!r}: {what} must be a positive integer, not {value!r}")
+    if value is not None:
+        bounds.integer(value, f"queue {queue!r}: {what}", least=1, most=bounds.MAX_INT32)

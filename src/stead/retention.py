@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable
 from typing import IO
 
-from stead import errors
+from stead import bounds, errors
 from stead.records import RunExport
 from stead.store.base import Store
 
@@ -38,7 +38,7 @@ def parse_age(text: str) -> float:
     if found is None or float(found.group(1)) <= 0:
         raise errors.InvalidInput(
             f"{text!r} is not an age: give a number and a unit, e.g. 30d, 12h, 90m, 45s, 2w")
-    return float(found.group(1)) * _UNITS[found.group(2)]
+    return bounds.seconds(float(found.group(1)) * _UNITS[found.group(2)], f"the age {text!r}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,6 +9,10 @@ from __future__ import annotations
 import dataclasses
 import email.utils
 
+from stead import bounds, errors
+
+MAX_ATTEMPTS = 10_000  # more is a loop, not a retry policy
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Retry:
@@ -19,14 +23,21 @@ class Retry:
     on: tuple[type[BaseException], ...] = (Exception,)
 
     def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ValueError("Retry.attempts must be at least 1")
-        if self.backoff < 0 or self.factor < 1 or self.max_backoff < 0:
-            raise ValueError("Retry needs backoff >= 0, factor >= 1 and max_backoff >= 0")
+        bounds.integer(self.attempts, "Retry.attempts", least=1, most=MAX_ATTEMPTS)
+        bounds.seconds(self.backoff, "Retry.backoff", zero=True)
+        bounds.seconds(self.max_backoff, "Retry.max_backoff", zero=True)
+        factor = bounds.amount(self.factor, "Retry.factor")
+        if factor < 1:
+            raise errors.InvalidValue(
+                f"Retry.factor is {factor!r}: give a number >= 1 (1: the same delay each time)")
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number `attempt` (1-based)."""
-        return float(min(self.backoff * self.factor ** (attempt - 1), self.max_backoff))
+        try:
+            grown = self.backoff * self.factor ** (attempt - 1)
+        except OverflowError:  # past any max_backoff
+            return float(self.max_backoff)
+        return float(min(grown, self.max_backoff))
 
     def retry_at(self, attempt: int, error: BaseException, now: float) -> float | None:
         """When to try again after `attempt` failed with `error`, or None to give up.

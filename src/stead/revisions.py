@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from stead import codec, errors
+from stead import bounds, codec, errors
 from stead.intent import Grant, Intent
 from stead.records import IntentRow, RunRow, StateRow
 from stead.state import Facts, merge_patch
@@ -28,7 +28,7 @@ def author(by: str | None) -> str:
             by = ""
     if not isinstance(by, str) or not by.strip():
         raise errors.InvalidInput("say who makes this change (by=...): it is recorded")
-    return by
+    return bounds.text(by, "who makes the change (by)")
 
 
 def refuse_ended(run: RunRow, what: str) -> None:

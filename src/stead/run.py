@@ -14,6 +14,7 @@ from typing import Any, NoReturn, TypeVar, overload
 
 from stead import (
     addresses,
+    bounds,
     calls,
     children,
     codec,
@@ -272,8 +273,9 @@ class Run:
         `StepError`). A sync function's thread cannot be stopped: it finishes
         unheard."""
         _fresh(fresh)
-        if timeout is not None and (isinstance(timeout, bool) or timeout <= 0):
-            raise ValueError("a step's timeout is a positive number of seconds")
+        bounds.text(name, "a step name")
+        if timeout is not None:
+            timeout = bounds.seconds(timeout, "a step's timeout")
         if isinstance(fresh, Fingerprint):
             await self._fingerprint(name, fresh)
             fresh = None
@@ -325,6 +327,7 @@ class Run:
         first live call this is, and before every model call under
         `App(policy_on=("effect", "llm"))`."""
         _fresh(fresh)
+        bounds.text(name, "a model call's name")
         if reason is not None and not isinstance(reason, str):
             raise TypeError("run.llm's reason is a string")
         # A provider adapter says what its requests are (model, defaults, no
@@ -521,16 +524,19 @@ class Run:
         `idempotent`) undoes the effect once a person reconciles it as to be
         compensated: it runs as an effect of its own, its outcome followed as
         any effect's, and the workflow then sees `EffectCompensated`."""
-        if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float)
-                                 or cost < 0):
-            raise ValueError("an effect's cost is a number >= 0")
+        bounds.text(name, "an effect name")
+        if cost is not None:
+            cost = bounds.amount(cost, "an effect's cost")
         if key is not None and (not isinstance(key, str) or not key):
             raise ValueError("an effect key must be a non-empty string")
+        bounds.optional_text(key, "an effect key")
+        bounds.optional_text(tool, "an effect's tool")
+        if timeout is not None:
+            timeout = bounds.seconds(timeout, "an effect's timeout")
+        poll_every = bounds.seconds(poll_every, "an effect's poll_every")
         window = None
         if isinstance(idempotent, dt.timedelta):
-            window = idempotent.total_seconds()
-            if window <= 0:
-                raise ValueError("an effect's dedup window (idempotent=timedelta) is positive")
+            window = bounds.seconds(idempotent, "an effect's dedup window (idempotent=timedelta)")
         elif not isinstance(idempotent, bool):
             raise TypeError("idempotent is True, False or the key's dedup window (a timedelta)")
         if compensate is not None and not isinstance(compensate, Compensation):
@@ -543,7 +549,7 @@ class Run:
             idempotent=bool(idempotent), dedup_window=window, retry=retry or NO_RETRY,
             timeout=timeout,
             poll_every=poll_every, uncertain=uncertain, tool=tool, reason=reason,
-            cost=None if cost is None else float(cost), contract=contract,
+            cost=cost, contract=contract,
         )
         addr = addresses.reserve()
         return await effects.Effect(self._x, addr, spec).run()
@@ -560,6 +566,7 @@ class Run:
         the run's database, or under the fsspec URL `blobs`), at most
         `max_bytes` of files. After a takeover, `ws.path` is the fresh
         directory its last snapshot was restored into, on this worker."""
+        bounds.optional_text(name, "a workspace's name")
         return await workspaces.attach(self._x, name, path, root=root, max_bytes=max_bytes,
                                        blob_url=blobs)
 
@@ -578,7 +585,9 @@ class Run:
         `asyncio.gather(run.child(...), run.child(...))`. `task_id` is the
         child's task; `name` names the call in the journal (default: the
         workflow's name); `deadline` is the child's, from when it starts."""
-        seconds = deadline.total_seconds() if isinstance(deadline, dt.timedelta) else deadline
+        bounds.optional_text(task_id, "a child's task_id")
+        bounds.optional_text(name, "a child's name")
+        seconds = None if deadline is None else bounds.seconds(deadline, "a child's deadline")
         return await children.Child(self._x, workflow, args, kwargs, task_id=task_id,
                                     name=name, deadline=seconds).run()
 
@@ -603,11 +612,12 @@ class Run:
         `w.link(base_url)`), then `event = await w`."""
         if not kind or not isinstance(kind, str):
             raise ValueError("a wait needs a kind (the event type it awaits)")
+        bounds.text(kind, "a wait's kind")
         bind_json = codec.loads(codec.dumps(bind or {}, what="the bound values"))
         if not isinstance(bind_json, dict):
             raise TypeError("bind is a dict of the values the event must match")
-        seconds = expires_in.total_seconds() if isinstance(expires_in, dt.timedelta) \
-            else expires_in
+        seconds = None if expires_in is None else bounds.seconds(expires_in,
+                                                                 "a wait's expires_in")
         schema_json = None if schema is None else _schema_text(schema)
         addr = addresses.reserve()
         digest = policy_binding.open_digest(self._x.journal.first(addr), kind, bind_json,
@@ -656,8 +666,7 @@ class Run:
     async def sleep(self, duration: dt.timedelta | float) -> None:
         """Sleep durably: the wake-up time is journaled, so a run taken over
         sleeps only the remainder; a long sleep holds no worker."""
-        seconds = duration.total_seconds() if isinstance(duration, dt.timedelta) \
-            else float(duration)
+        seconds = bounds.seconds(duration, "a sleep's duration", zero=True)
         addr = addresses.reserve()
         digest = codec.digest(seconds)
         prior = self._x.take(addr, RecordKind.SLEEP, "sleep", digest)

@@ -24,7 +24,7 @@ import uuid
 
 from croniter import croniter
 
-from stead import codec, errors
+from stead import bounds, codec, errors
 from stead.records import Missed, NewRun, ScheduleRow
 
 # The most ticks one firing starts (missed="all"): a transaction stays small.
@@ -45,8 +45,7 @@ def check(cron: str, missed: Missed | str, grace: float) -> Missed:
         raise errors.InvalidSchedule(
             f"{cron!r} is not a cron expression (e.g. \"*/5 * * * *\": every five "
             "minutes; six fields: seconds last)")
-    if isinstance(grace, bool) or not isinstance(grace, int | float) or grace < 0:
-        raise errors.InvalidSchedule(f"a schedule's grace is seconds >= 0, not {grace!r}")
+    bounds.seconds(grace, "a schedule's grace", zero=True, error=errors.InvalidSchedule)
     return missed_policy(missed)
 
 

@@ -30,8 +30,13 @@ PAYLOAD_WIDTH = 60
 
 
 def clock_time(t: float) -> str:
-    """An absolute time, in UTC, to the second."""
-    return dt.datetime.fromtimestamp(t, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    """An absolute time, in UTC, to the second. A stored time no date can
+    show (one written before numbers were checked at the door) is said in
+    words, never a traceback."""
+    try:
+        return dt.datetime.fromtimestamp(t, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return "not a time" if t != t else ("beyond year 9999" if t > 0 else "before year 1")
 
 
 def offset(seconds: float) -> str:
@@ -39,6 +44,8 @@ def offset(seconds: float) -> str:
     s = max(seconds, 0.0)
     if s < 60:
         return f"+{s:.3f}s"
+    if not s < 1e12:  # past year 30000, or infinite, or NaN: no count of days says more
+        return "+forever"
     whole = int(s)
     if whole < 3600:
         return f"+{whole // 60}m{whole % 60:02d}s"

@@ -21,7 +21,7 @@ import urllib.parse
 from collections.abc import Generator
 from typing import Any, Generic, TypeVar
 
-from stead import codec, errors, keys, outcomes, policy_binding, schema_check
+from stead import bounds, codec, errors, keys, outcomes, policy_binding, schema_check
 from stead.execution import Execution
 from stead.records import (
     POLICY_VERSION_KEY,
@@ -206,6 +206,8 @@ class Operator:
                 and isinstance(self.why, str) and self.why.strip()):
             raise errors.InvalidInput(
                 "an operator's delivery says who made it (by) and why: give both")
+        bounds.text(self.by, "an operator's name (by)")
+        bounds.text(self.why, "an operator's reason (why)")
 
 
 @dataclasses.dataclass(frozen=True)

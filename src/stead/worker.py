@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
-from stead import addresses, codec, errors, leases, logs, takeover, tracing
+from stead import addresses, bounds, codec, errors, leases, logs, takeover, tracing
 from stead.app import App
 from stead.clock import Clock, SystemClock
 from stead.execution import Continued, Drain, Execution, ExecutionOptions, Stop
@@ -70,10 +70,14 @@ class WorkerOptions:
     heartbeat: float = 10.0
 
     def __post_init__(self) -> None:
-        if self.concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
-        if self.lease_seconds <= 0 or self.poll_interval <= 0 or self.heartbeat <= 0:
-            raise ValueError("lease_seconds, poll_interval and heartbeat must be positive")
+        bounds.integer(self.concurrency, "WorkerOptions.concurrency", least=1,
+                       most=bounds.MAX_INT32)
+        bounds.integer(self.max_result_bytes, "WorkerOptions.max_result_bytes", least=1)
+        bounds.optional_text(self.worker_id, "WorkerOptions.worker_id")
+        for name in ("lease_seconds", "poll_interval", "heartbeat", "blocked_after"):
+            bounds.seconds(getattr(self, name), f"WorkerOptions.{name}")
+        for name in ("shutdown_grace", "store_backoff", "suspend_after"):
+            bounds.seconds(getattr(self, name), f"WorkerOptions.{name}", zero=True)
 
 
 def _error_json(exc: BaseException) -> str:
@@ -447,6 +451,8 @@ class Worker:
             self._backoff.pop(row.run_id, None)
         except errors.StaleLease as exc:
             log.warning("run %s: %s", row.run_id, exc)
+        except errors.StoreRejected as exc:
+            await self._rejected(fence, exc)
         except errors.StoreError as exc:
             # A store error is never the workflow's failure: stop this attempt
             # and leave the run to be taken over (released now if the store
@@ -461,6 +467,21 @@ class Worker:
             raise
         finally:
             self._leases.drop(fence)
+
+    async def _rejected(self, fence: Fence, exc: errors.StoreRejected) -> None:
+        """The database refused a write for good: taken over, the run would
+        make the same write and be refused again, every lease, forever. It
+        fails, with the database's reason (or, if even that is refused, it is
+        left to be taken over as after any store error)."""
+        log.error("run %s: the store refused a write for good, failing the run: %s",
+                  fence.run_id, exc)
+        try:
+            await self.store.finish(fence, RunStatus.FAILED, error=_error_json(exc))
+        except errors.StoreError as again:
+            log.error("run %s: failing it was refused too, leaving it to be taken over: %s",
+                      fence.run_id, again)
+            self._back_off(fence.run_id)
+            await self._release_quietly(fence)
 
     async def _stop(self, fence: Fence, stopped: takeover.Stopped) -> None:
         if stopped.status == RunStatus.PENDING:

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import click
 
-from stead import errors, revisions
+from stead import bounds, errors, revisions
 from stead.app import App
 from stead.client import STRANDED_AFTER, Client
 from stead.intent import Grant, Intent
@@ -291,11 +291,79 @@ def decision_options(f: F) -> F:
                              "current OS user).")(f)
 
 
+# -- numbers ------------------------------------------------------------------------------
+class Seconds(click.ParamType[float, Any]):
+    """A duration in seconds, checked by `stead.bounds`: NaN, infinities,
+    negatives (and zero, unless `zero`) and more than a century are refused
+    as a usage error naming the option."""
+
+    name = "seconds"
+
+    def __init__(self, *, zero: bool = False, least: float | None = None) -> None:
+        self.zero = zero
+        self.least = least
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> float:
+        if isinstance(value, float):
+            return value
+        try:
+            seconds = bounds.seconds(_number(value), "it", zero=self.zero)
+        except errors.InvalidValue as exc:
+            self.fail(_said(exc), param, ctx)
+        if self.least is not None and seconds < self.least:
+            self.fail(f"{value!r}: give at least {self.least:g} seconds", param, ctx)
+        return seconds
+
+
+class Whole(click.ParamType[int, Any]):
+    """A whole number from `least` to `most` (a version, a priority, a count)."""
+
+    name = "integer"
+
+    def __init__(self, least: int = 0, most: int = bounds.MAX_EXACT) -> None:
+        self.least = least
+        self.most = most
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number: Any = value
+        else:
+            try:
+                number = int(str(value).strip())
+            except ValueError:
+                self.fail(f"{value!r} is not a whole number", param, ctx)
+        try:
+            return bounds.integer(number, "it", least=self.least, most=self.most)
+        except errors.InvalidValue as exc:
+            self.fail(_said(exc), param, ctx)
+
+
+def _said(exc: errors.InvalidValue) -> str:
+    return str(exc).removeprefix("it is ").removesuffix("; nothing was stored")
+
+
+def _number(text: Any) -> float:
+    try:
+        return float(str(text).strip())
+    except ValueError:
+        raise errors.InvalidValue(f"it is {text!r}, not a number of seconds") from None
+
+
+SECONDS = Seconds()
+SECONDS_OR_ZERO = Seconds(zero=True)
+VERSION = Whole(1, bounds.MAX_INT32)
+PRIORITY = Whole(-bounds.MAX_INT32, bounds.MAX_INT32)
+COUNT = Whole(1)  # a batch, a limit: at least one
+POSITION = Whole(0)  # a journal seq
+
+
 def grace_option(f: F) -> F:
     """`--grace SECONDS`: how long no worker may serve a runnable run's
     version before the run counts as stranded."""
     return click.option(
-        "--grace", type=click.FloatRange(min=0), default=STRANDED_AFTER, show_default=True,
+        "--grace", type=SECONDS_OR_ZERO, default=STRANDED_AFTER, show_default=True,
         metavar="SECONDS", help="A runnable run no worker has served this long is stranded.")(f)
 
 

@@ -39,7 +39,7 @@ def migrate(ctx: click.Context) -> None:
 @click.option("--export", "export", type=click.Path(dir_okay=False), default=None,
               help="Append each run (row, journal, waits, events...) as a JSON line to this "
                    "file before it is deleted.")
-@click.option("--batch", default=retention.BATCH, show_default=True, type=click.IntRange(1),
+@click.option("--batch", default=retention.BATCH, show_default=True, type=common.COUNT,
               help="Runs deleted per transaction.")
 @click.pass_context
 def prune(ctx: click.Context, older_than: str, dry_run: bool, export: str | None,

@@ -52,7 +52,7 @@ async def _live_histories(db: str, app: App, limit: int) -> list[StoredRun]:
 @common.app_argument
 @click.option("--from", "source", metavar="DIR", default=None,
               help="Replay the run exports (*.json) in DIR instead of the database's live runs.")
-@click.option("--runs", "limit", type=click.IntRange(min=1), default=1000, show_default=True,
+@click.option("--runs", "limit", type=common.COUNT, default=1000, show_default=True,
               metavar="N", help="At most this many runs.")
 @common.json_option
 @click.pass_context
@@ -153,7 +153,7 @@ def _render_report(report: MigrationReport, dry_run: bool) -> str:
 @common.run_argument
 @click.option("--app", "app_spec", metavar="MODULE:APP", required=True, envvar="STEAD_APP",
               help="The app that registers the migration (@app.migration).")
-@click.option("--to", "to", type=click.IntRange(min=1), required=True,
+@click.option("--to", "to", type=common.VERSION, required=True,
               help="The workflow version to move the run to.")
 @click.option("--dry-run", is_flag=True, help="Say what it would do; change nothing.")
 @click.option("--by", metavar="NAME", default=None,

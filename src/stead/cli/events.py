@@ -4,7 +4,6 @@ human side of the resume contract, from the command line."""
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import hashlib
 import json
 import os
@@ -13,7 +12,7 @@ from typing import Any
 
 import click
 
-from stead import waits
+from stead import timeline, waits
 from stead.cli import common
 from stead.records import EventRow, WaitRow, WaitState
 
@@ -21,7 +20,7 @@ from stead.records import EventRow, WaitRow, WaitState
 def _when(t: float | None) -> str:
     if t is None:
         return "never"
-    return dt.datetime.fromtimestamp(t, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    return timeline.clock_time(t)
 
 
 def _event_id(run_id: str, wait: str, token: str, payload: Any, bind: Any) -> str:
@@ -212,7 +211,7 @@ def _wait_line(w: WaitRow) -> str:
 @click.option("--run", "run_id", metavar="RUN", help="Only this run's waits.")
 @click.option("--all", "show_all", is_flag=True, help="Closed waits too (consumed, expired, "
                                                       "revoked).")
-@click.option("--limit", default=100, show_default=True, type=click.IntRange(min=1),
+@click.option("--limit", default=100, show_default=True, type=common.COUNT,
               help="At most this many.")
 @common.json_option
 @click.pass_context

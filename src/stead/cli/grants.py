@@ -19,7 +19,7 @@ def grants_group() -> None:
 @grants_group.command("renew")
 @common.run_argument
 @click.argument("tool")
-@click.option("--expires-in", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--expires-in", type=common.SECONDS, default=None,
               help="Seconds from now until the renewed grant expires.")
 @click.option("--scope", "scope_json", metavar="JSON", default=None,
               help="The renewed scope, a JSON object (default: the grant's own).")

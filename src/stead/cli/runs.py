@@ -42,17 +42,17 @@ def _shown(info: RunInfo) -> RunInfo:
               help="Keyword arguments as a JSON object.")
 @click.option("--task-id", default=None, callback=lambda ctx, param, value: _task_id(value),
               help="Business key (e.g. order-123): starting it again returns the live run.")
-@click.option("--version", "version", type=click.IntRange(min=1), default=None,
+@click.option("--version", "version", type=common.VERSION, default=None,
               help="Workflow version (default: the newest the app registers).")
 @click.option("--intent", "intent_file", metavar="FILE", default=None,
               help="A JSON file with the run's intent: goal, instructions, plan_version, "
                    "grants, budget, reason.")
 @click.option("--queue", default=None, help="Start it in this queue (declared by the app).")
-@click.option("--priority", type=int, default=None,
+@click.option("--priority", type=common.PRIORITY, default=None,
               help="Its priority in the queue: lower runs first.")
 @click.option("--dedup-key", default=None,
               help="Starting it again in the queue returns the live run with this key.")
-@click.option("--batch", type=click.IntRange(min=1), default=1000, show_default=True,
+@click.option("--batch", type=common.COUNT, default=1000, show_default=True,
               help="With WORKFLOW '-': runs per transaction.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the run id.")
 @click.pass_context
@@ -134,7 +134,7 @@ def runs() -> None:
 @click.option("--status", type=click.Choice([s.value for s in records.RunStatus]), default=None,
               help="Only runs with this status.")
 @click.option("--workflow", default=None, help="Only runs of this workflow.")
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True,
+@click.option("--limit", type=common.COUNT, default=50, show_default=True,
               help="At most this many runs, newest first.")
 @click.option("--stranded", is_flag=True,
               help="Only runnable runs whose version no worker serves (see --grace).")
@@ -255,7 +255,7 @@ def runs_retry(ctx: click.Context, run_id: str) -> None:
 
 @runs.command("fork")
 @common.run_argument
-@click.option("--at", "at", type=click.IntRange(min=0), required=True, metavar="SEQ",
+@click.option("--at", "at", type=common.POSITION, required=True, metavar="SEQ",
               help="Keep the first SEQ records of RUN's journal (0: none).")
 @click.pass_context
 def runs_fork(ctx: click.Context, run_id: str, at: int) -> None:

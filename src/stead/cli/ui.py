@@ -46,7 +46,7 @@ def _auth_hook(spec: str) -> Any:
 @click.option("--auth", "auth_spec", metavar="MODULE:FUNCTION", default=None,
               help="A function(request) returning the operator's name (or None): "
                    "your proxy's or SSO's login instead of the token.")
-@click.option("--poll", type=click.FloatRange(min=0.2), default=2.0, show_default=True,
+@click.option("--poll", type=common.Seconds(least=0.2), default=2.0, show_default=True,
               help="Seconds between live updates of a page.")
 @click.pass_context
 def ui(ctx: click.Context, app_spec: str, host: str, port: int, read_only: bool,

@@ -24,14 +24,14 @@ log = logging.getLogger("stead.cli")
 
 @click.command()
 @common.app_argument
-@click.option("--concurrency", type=click.IntRange(min=1), default=16, show_default=True,
+@click.option("--concurrency", type=common.COUNT, default=16, show_default=True,
               metavar="N", help="Runs executed at the same time by this worker.")
-@click.option("--lease", "lease", type=click.FloatRange(min=0, min_open=True), default=30.0,
+@click.option("--lease", "lease", type=common.SECONDS, default=30.0,
               show_default=True, metavar="SECONDS",
               help="Lease length; a crashed worker's runs are taken over after it.")
-@click.option("--poll", type=click.FloatRange(min=0, min_open=True), default=0.2,
+@click.option("--poll", type=common.SECONDS, default=0.2,
               show_default=True, metavar="SECONDS", help="Pause between claims when idle.")
-@click.option("--grace", type=click.FloatRange(min=0), default=10.0, show_default=True,
+@click.option("--grace", type=common.SECONDS_OR_ZERO, default=10.0, show_default=True,
               metavar="SECONDS",
               help="On SIGTERM/SIGINT, how long running steps may finish before they are "
                    "cancelled.")
@@ -42,12 +42,12 @@ log = logging.getLogger("stead.cli")
 @click.option("--until-done", is_flag=True,
               help="Exit once each RUN has ended or stopped for a person (a decision, "
                    "an event); exit 1 if --timeout passes first.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--timeout", type=common.SECONDS, default=None,
               metavar="SECONDS", help="With --until-done: give up after this long.")
-@click.option("--max-result-bytes", type=click.IntRange(min=1), default=16 * 1024 * 1024,
+@click.option("--max-result-bytes", type=common.COUNT, default=16 * 1024 * 1024,
               show_default=True, metavar="N",
               help="The largest result (of a step, effect or model call) journaled, as JSON.")
-@click.option("--heartbeat", type=click.FloatRange(min=0, min_open=True), default=10.0,
+@click.option("--heartbeat", type=common.SECONDS, default=10.0,
               show_default=True, metavar="SECONDS",
               help="How often the worker tells the store which versions it serves "
                    "(a runnable run no worker serves is listed as stranded).")

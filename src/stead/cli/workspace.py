@@ -21,7 +21,7 @@ def workspace_group() -> None:
 @common.run_argument
 @click.argument("name")
 @click.argument("dest", type=click.Path(path_type=Path))
-@click.option("--seq", type=click.IntRange(min=0), default=None,
+@click.option("--seq", type=common.POSITION, default=None,
               help="The snapshot saved at this journal seq (default: the latest).")
 @click.pass_context
 def workspace_restore(ctx: click.Context, run_id: str, name: str, dest: Path,

@@ -12,7 +12,6 @@ face of stead does.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
@@ -121,27 +120,12 @@ class Dashboard:
 
         return guarded
 
-    def _filters(self, request: Request) -> dict[str, Any]:
-        q = request.query_params
-        code = q.get("workflow", "").strip()
-        name, _, version = code.partition("@")
-        since = q.get("since", "").strip()
-        try:
-            start = (dt.datetime.fromisoformat(since).replace(tzinfo=dt.UTC).timestamp()
-                     if since else None)
-        except ValueError:
-            start = None
-        status = q.get("status") or None
-        return {
-            "status": status if status in records.RunStatus.__members__.values() else None,
-            "workflow": name or None,
-            "version": int(version) if version.isdigit() else None,
-            "task_id": q.get("task_id", "").strip() or None,
-            "since": start,
-        }
-
     async def runs(self, request: Request) -> Response:
-        f = self._filters(request)
+        try:
+            f = views.filters(request.query_params)
+        except errors.InvalidValue as exc:
+            return await self.render(request, "message.html", 400, title="Bad filter",
+                                     message=str(exc), ok=False, run_id=None)
         fragment = request.query_params.get("fragment") == "1"
         runs = await self.client.search_runs(**f, limit=200)
         counts = await self.client.count_runs()

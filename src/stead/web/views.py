@@ -10,11 +10,12 @@ is never rendered at all. Jinja2's autoescape escapes the rest.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from stead import decisions, operator, timeline, waits, workspace_view
+from stead import bounds, decisions, errors, operator, records, timeline, waits, workspace_view
 from stead.client import Client, RunInfo
 from stead.intent import Intent
 from stead.records import (
@@ -162,7 +163,37 @@ class RunPage:
     workspaces: str  # the workspaces, their snapshots and restores, as `stead runs show` prints
 
 
+def filters(query: Mapping[str, str]) -> dict[str, Any]:
+    """The run list's filters from its query (`Client.search_runs` keywords):
+    an unknown status or an unreadable date is no filter; text no store
+    keeps or a version out of range is `InvalidValue` (the page answers 400)."""
+    code = query.get("workflow", "").strip()
+    name, _, version = code.partition("@")
+    since = query.get("since", "").strip()
+    try:
+        start = (dt.datetime.fromisoformat(since).replace(tzinfo=dt.UTC).timestamp()
+                 if since else None)
+    except ValueError:
+        start = None
+    status = query.get("status") or None
+    task_id = query.get("task_id", "").strip() or None
+    bounds.text(name, "the workflow filter")
+    bounds.optional_text(task_id, "the task_id filter")
+    return {
+        "status": status if status in records.RunStatus.__members__.values() else None,
+        "workflow": name or None,
+        "version": bounds.version(int(version), "the workflow filter's version")
+        if version.isdigit() else None,
+        "task_id": task_id,
+        "since": start,
+    }
+
+
 async def run_page(client: Client, run_id: str) -> RunPage:
+    try:
+        bounds.text(run_id, "a run id")
+    except errors.InvalidValue:
+        raise errors.UnknownRun(f"no run {run_id!a}") from None  # none could be stored
     s = await operator.situation(client, run_id)
     info = s.run
     journal = await client.journal(run_id)

@@ -48,6 +48,8 @@ _SCHEMA = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 # Errors that retrying cannot fix: bad password, no such database or role.
 # (libpq gives connection failures no SQLSTATE, so they are told by message.)
 _PERMANENT = ("28", "3D")
+# What the server refuses for good, whatever the connection: bad data, broken constraints.
+_REJECTED = ("22", "23")
 _REFUSED = ("does not exist", "authentication failed", "pg_hba.conf", "permission denied",
             "no password supplied")
 
@@ -128,7 +130,20 @@ def translate(exc: psycopg.Error, display: str) -> errors.StoreError:
         )
     if isinstance(exc, psycopg.OperationalError):
         return errors.StoreUnavailable(f"PostgreSQL at {display}: {exc}")
+    if rejected(exc):
+        return errors.StoreRejected(
+            f"PostgreSQL at {display} refused it for good ({exc}); trying again cannot "
+            "succeed, nothing was written")
     return errors.StoreError(f"database {display}: {exc}")
+
+
+def rejected(exc: psycopg.Error) -> bool:
+    """A data exception (class 22: an invalid byte sequence, a character
+    with no equivalent, a NUL, a number out of range) or a broken integrity
+    constraint (class 23), told by the server or by the driver before
+    sending: the same write fails again, however often it is tried."""
+    return isinstance(exc, psycopg.DataError | psycopg.IntegrityError) or (
+        (exc.sqlstate or "")[:2] in _REJECTED)
 
 
 def retryable(exc: psycopg.Error) -> bool:
@@ -206,6 +221,10 @@ class Connector:
         while True:
             try:
                 return await fn(attempt > 0)
+            except UnicodeEncodeError as exc:  # a lone surrogate: the driver cannot send it
+                raise errors.StoreRejected(
+                    f"PostgreSQL at {self.target.display} cannot be sent a value ({exc}); "
+                    "trying again cannot succeed, nothing was written") from None
             except psycopg.Error as exc:
                 if not retryable(exc):
                     raise translate(exc, self.target.display) from exc

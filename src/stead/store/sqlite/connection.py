@@ -69,6 +69,11 @@ def busy_timeout_from_url(url: str, default: float) -> float:
 
 def translate(exc: sqlite3.Error, path: str) -> errors.StoreError:
     text = str(exc)
+    if isinstance(exc, sqlite3.IntegrityError | sqlite3.DataError):
+        # A broken constraint, a value too big: the same write fails again.
+        return errors.StoreRejected(
+            f"database {path} refused it for good ({text}); trying again cannot succeed, "
+            "nothing was written")
     if is_locked(exc):
         return errors.StoreUnavailable(
             f"database {path} is locked by another process and stayed locked past the "

@@ -14,6 +14,7 @@ import json
 import sqlite3
 from typing import Any, TypeVar, cast
 
+from stead import errors
 from stead.clock import Clock
 from stead.records import RunRow
 from stead.store import _rows, seam, sql_files
@@ -123,7 +124,12 @@ def _do(conn: sqlite3.Connection, step: seam.Query | seam.Journal) -> Any:
     if isinstance(step, seam.Journal):
         return journal.apply(conn, step)
     sql = Q[step.name]  # empty: nothing to do in this dialect
-    cur = conn.execute(sql, _params(step.params)) if sql else None
+    try:
+        cur = conn.execute(sql, _params(step.params)) if sql else None
+    except (UnicodeEncodeError, OverflowError) as exc:  # a lone surrogate, an int past 2**63
+        raise errors.StoreRejected(
+            f"SQLite cannot take a value given to {step.name} ({exc}); trying again cannot "
+            "succeed, nothing was written") from None
     if cur is None or step.fetch is seam.Fetch.NOTHING:
         return None
     if step.fetch is seam.Fetch.COUNT:
