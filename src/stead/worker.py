@@ -277,17 +277,29 @@ class Worker:
         """Whether there is nothing to wait for: no run executing here, and no
         hosted run leased to another worker that has not renewed the lease
         since `seen` (its first sighting) and will lose it within a lease
-        time. Our own leftovers (an execution that died) are not waited for."""
+        time. Our own leftovers (an execution that died) are not waited for.
+        A lease seen before that has ended by now may have ended after the
+        last claim looked: one more claim is made before the worker is idle."""
         if self._active:
             return False
         for queue in self.app.queues.values():  # runs its limits hold back for now
             if await self.store.queue_ready(queue, self.app.hosted()):
                 return False
         hosted = set(self.app.hosted())
-        now = self.clock.now()
+        leased = await self.store.leased_runs()
+        # The clock lease ends are on, read after the leases: one that ends
+        # between the two reads is still listed, and waited for.
+        now = await self.store.lease_now()
         horizon = now + self.options.lease_seconds
         waiting = False
-        for row in await self.store.leased_runs():
+        current = {(row.run_id, row.epoch) for row in leased}
+        gone = [key for key, expires in seen.items()
+                if key not in current and (expires is None or expires <= now)]
+        for key in gone:
+            del seen[key]
+        if gone:
+            return False
+        for row in leased:
             if f"{row.workflow}@{row.version}" not in hosted or row.lease_owner == self.id:
                 continue
             key = (row.run_id, row.epoch)
