@@ -92,6 +92,11 @@ def worker(ctx: click.Context, app_spec: str, concurrency: int, lease: float, po
     until = Until(idle=until_idle, runs=run_ids, timeout=timeout)
     try:
         report = common.run_async(_work(common.database_url(ctx), app, options, until))
+    except click.ClickException as exc:
+        if isinstance(exc.__cause__, errors.DatabaseMissing):
+            # The worker logged why it stopped, in the log's format: one line.
+            raise SystemExit(1) from None
+        raise
     finally:
         stead_log.removeHandler(handler)
         stead_log.setLevel(old_level)
