@@ -121,6 +121,8 @@ class Worker:
         # Each schedule's next tick as last read: firing is tried once it is due.
         self._next_ticks: dict[str, float] = {}
         self._queue_turn = 0  # which of the app's queues the next claim starts with
+        # What stopped the worker by itself (a missing key): raised once it drained.
+        self._stopped_by: errors.SteadError | None = None
 
     # -- public -------------------------------------------------------------
     async def run(self) -> None:
@@ -216,6 +218,8 @@ class Worker:
                         await self.store.host_stopped(self.id)
                 finally:
                     await self._leases.stop()
+        if self._stopped_by is not None:
+            raise self._stopped_by
 
     # -- heartbeats -------------------------------------------------------------
     async def _heartbeats(self) -> None:
@@ -456,6 +460,12 @@ class Worker:
             self._backoff.pop(row.run_id, None)
         except errors.StaleLease as exc:
             log.warning("run %s: %s", row.run_id, exc)
+        except errors.KeysUnavailable as exc:
+            # The deployment has no key, which no retry brings: every run that
+            # opens a wait with a token would meet it again, so the worker
+            # stops (the run is released, for a worker that has the key).
+            await self._release_quietly(fence)
+            self._stop_for(f"run {row.run_id} opens a wait with a token: {exc}", exc)
         except errors.StoreError as exc:
             # A store error is never the workflow's failure: stop this attempt
             # and leave the run to be taken over (released now if the store
@@ -470,6 +480,14 @@ class Worker:
             raise
         finally:
             self._leases.drop(fence)
+
+    def _stop_for(self, why: str, exc: errors.SteadError) -> None:
+        """Stop the worker (once) for a reason no retry mends, saying it in
+        one line; `run()` raises `exc` once the worker has drained."""
+        if self._stopped_by is None:
+            log.error("worker %s stops: %s", self.id, why)
+            self._stopped_by = exc
+            self.stop()
 
     async def _stop(self, fence: Fence, stopped: takeover.Stopped) -> None:
         if stopped.status == RunStatus.PENDING:
