@@ -160,3 +160,44 @@ async def test_a_worker_process_a_minute_ahead_never_takes_a_live_lease(
     finally:
         workers.stop_all()
         await store.close()
+
+
+class LeaseEndsAfterClaims(DelegatingStore):
+    """Moves the lease clock past every lease right after the `after`-th
+    claim looked and found nothing: a lease that ends between a worker's
+    claim and its look at the leases it waits for."""
+
+    def __init__(self, inner: stead.Store, clock: stead.FakeClock, after: int) -> None:
+        super().__init__(inner)
+        self.clock, self.after, self.claims = clock, after, 0
+
+    async def claim(
+        self, worker_id: str, hosted: Sequence[str], lease_seconds: float, limit: int,
+        exclude: Sequence[str] = (),
+    ) -> list[RunRow]:
+        rows = await self.inner.claim(worker_id, hosted, lease_seconds, limit, exclude)
+        self.claims += 1
+        if self.claims == self.after and not rows:
+            self.clock.advance(3600)
+        return rows
+
+
+async def test_until_idle_takes_over_a_lease_that_ends_after_its_claim_looked(
+    fstore: stead.Store, clock: stead.FakeClock,
+) -> None:
+    app = stead.App("idle")
+
+    @app.workflow()
+    async def hello(run: stead.Run) -> str:
+        return await run.step("greet", lambda: "hello")
+
+    run_id = (await stead.Client(fstore, app).start(hello)).run_id
+    await fstore.claim("w-crashed", ["hello@1"], 30.0, 1)  # it died holding the lease
+    # The first claim finds the lease live and the worker waits for it; the
+    # second finds it live too, and the lease ends just after.
+    store = LeaseEndsAfterClaims(fstore, clock, after=2)
+    worker = stead.Worker(app, store, stead.WorkerOptions(lease_seconds=30.0,
+                                                          poll_interval=0.01))
+    await asyncio.wait_for(worker.run_until_idle(), 30)
+    info = await stead.Client(fstore).get(run_id)
+    assert info.status == "completed" and info.epoch == 2
