@@ -82,8 +82,9 @@ def clock() -> stead.FakeClock:
 
 @pytest.fixture
 async def fstore(db_url: str, clock: stead.FakeClock) -> AsyncIterator[stead.Store]:
-    """A store on a fake clock: tests expire leases by moving `clock`."""
-    s = await stead.open_store(db_url, clock=clock)
+    """A store on a fake clock, leases judged by it too: tests expire leases
+    by moving `clock`."""
+    s = await stead.open_store(db_url, clock=clock, lease_clock=clock)
     yield s
     await s.close()
 

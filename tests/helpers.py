@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from typing import Any
 
@@ -13,6 +14,16 @@ from stead.waits import sign
 class Crash(BaseException):
     """Stands in for a process dying mid-step, in-process: not an Exception,
     so neither the runtime nor workflow code handles it."""
+
+
+class SkewedClock:
+    """The system clock, `seconds` off: a machine whose clock is wrong."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def now(self) -> float:
+        return time.time() + self.seconds
 
 
 class Calls(Counter[str]):

@@ -187,7 +187,7 @@ async def test_wrongly_typed_arguments_at_start_stop_the_run_instead_of_looping(
     """A client without the app cannot check arguments against the signature;
     the worker must then stop the run once, not die on it at every lease expiry."""
     clock = stead.FakeClock()
-    store = await stead.open_store(db_url, clock=clock)
+    store = await stead.open_store(db_url, clock=clock, lease_clock=clock)
     try:
         app = stead.App("t")
 
@@ -479,7 +479,7 @@ async def test_a_recorded_result_the_new_return_type_rejects_is_incompatible(
     db_url: str,
 ) -> None:
     clock = stead.FakeClock()
-    store = await stead.open_store(db_url, clock=clock)
+    store = await stead.open_store(db_url, clock=clock, lease_clock=clock)
     try:
         old = stead.App("t")
 

@@ -38,7 +38,8 @@ async def scenario(amounts: list[int], limit: int, expires_in: int, effects: int
                    crash_after: set[int], outside: list[tuple[Any, ...]]) -> None:
     clock = stead.FakeClock()
     with tempfile.TemporaryDirectory() as folder:
-        store = await stead.open_store(f"sqlite:///{folder}/stead.db", clock=clock)
+        store = await stead.open_store(f"sqlite:///{folder}/stead.db", clock=clock,
+                                       lease_clock=clock)
         try:
             await _play(store, clock, amounts, limit, expires_in, effects, crash_after, outside)
         finally:

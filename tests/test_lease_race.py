@@ -41,8 +41,8 @@ class Pair:
 async def pair(db_url: str) -> AsyncIterator[Pair]:
     """Two store objects (two connections) on one file, sharing a fake clock."""
     clock = stead.FakeClock()
-    a = await stead.open_store(db_url, clock=clock)
-    b = await stead.open_store(db_url, clock=clock)
+    a = await stead.open_store(db_url, clock=clock, lease_clock=clock)
+    b = await stead.open_store(db_url, clock=clock, lease_clock=clock)
     yield Pair(clock, a, b)
     await a.close()
     await b.close()

@@ -274,7 +274,7 @@ class Outcome:
 async def _attempt(url: str, clock: stead.FakeClock, att: Attempt,
                    crash_at: int | None, after: bool) -> bool:
     """One worker's life on a fresh store object. True if it crashed."""
-    inner = await stead.open_store(url, clock=clock)
+    inner = await stead.open_store(url, clock=clock, lease_clock=clock)
     store: Any = CrashingStore(inner, att, crash_at, after)
     worker = stead.Worker(APP, store, stead.WorkerOptions(lease_seconds=LEASE))
     token = ATTEMPT.set(att)
@@ -297,7 +297,7 @@ async def _scenario(program: list[dict[str, Any]], seed: int,
     with tempfile.TemporaryDirectory() as folder:
         url = f"sqlite:///{folder}/props.db"
         clock = stead.FakeClock()
-        reader = await stead.open_store(url, clock=clock)
+        reader = await stead.open_store(url, clock=clock, lease_clock=clock)
         try:
             client = stead.Client(reader, APP)
 
@@ -542,7 +542,7 @@ async def test_a_value_recorded_while_a_write_is_in_flight_is_journaled(
         return list(await asyncio.gather(run.step("quick", quick), stamp()))
 
     clock = stead.FakeClock()
-    store = await stead.open_store(db_url, clock=clock)
+    store = await stead.open_store(db_url, clock=clock, lease_clock=clock)
     try:
         client = stead.Client(store, app)
         info = await client.start(wf)

@@ -35,7 +35,7 @@ def _effect(seq: int, status: str, epoch: int) -> Record:
 @pytest.fixture
 async def rstore(db_url: str) -> AsyncIterator[tuple[stead.Store, stead.FakeClock]]:
     clock = stead.FakeClock()
-    s = await stead.open_store(db_url, clock=clock)
+    s = await stead.open_store(db_url, clock=clock, lease_clock=clock)
     yield s, clock
     await s.close()
 
@@ -169,7 +169,7 @@ def test_stead_db_prune(db_url: str, tmp_path: object) -> None:
         store = await stead.open_store(db_url)
         try:
             clock = stead.FakeClock(store.clock.now() - 40 * DAY)
-            old_store = await stead.open_store(db_url, clock=clock)
+            old_store = await stead.open_store(db_url, clock=clock, lease_clock=clock)
             try:
                 await _make(old_store, clock, "completed", clock.t, None, None)
                 await _make(old_store, clock, "paused", clock.t, None, None)

@@ -82,7 +82,7 @@ async def _fire_at_once(stores: list[stead.Store], sched: Schedule) -> int:
 async def test_each_tick_is_fired_once_by_stores_firing_at_once(
     db_url: str, clock: stead.FakeClock,
 ) -> None:
-    stores = [await stead.open_store(db_url, clock=clock) for _ in range(3)]
+    stores = [await stead.open_store(db_url, clock=clock, lease_clock=clock) for _ in range(3)]
     try:
         app, _wf = _tick_app([])
         [sched] = app.schedules

@@ -43,7 +43,7 @@ async def test_reopening_and_concurrent_opens_are_safe(db_url: str) -> None:
 
 async def test_claim_bumps_the_epoch_and_honours_the_lease(db_url: str) -> None:
     clock = stead.FakeClock()
-    store = await stead.open_store(db_url, clock=clock)
+    store = await stead.open_store(db_url, clock=clock, lease_clock=clock)
     await _new(store)
     [row] = await store.claim("w1", ["wf@1"], 10, 5)
     assert row.epoch == 1 and row.lease_owner == "w1"
@@ -56,7 +56,7 @@ async def test_claim_bumps_the_epoch_and_honours_the_lease(db_url: str) -> None:
 
 async def test_a_stale_holder_writes_nothing(db_url: str) -> None:
     clock = stead.FakeClock()
-    store = await stead.open_store(db_url, clock=clock)
+    store = await stead.open_store(db_url, clock=clock, lease_clock=clock)
     await _new(store)
     await store.claim("w1", ["wf@1"], 10, 5)
     clock.advance(11)
@@ -76,7 +76,7 @@ async def test_a_stale_holder_writes_nothing(db_url: str) -> None:
 
 async def test_a_renewal_stores_the_markers_in_flight_under_its_fence(db_url: str) -> None:
     clock = stead.FakeClock()
-    store = await stead.open_store(db_url, clock=clock)
+    store = await stead.open_store(db_url, clock=clock, lease_clock=clock)
     await _new(store)
     await _new(store, "r2")
     await store.claim("w1", ["wf@1"], 10, 5)
@@ -259,7 +259,7 @@ async def test_a_run_writing_alone_never_waits_on_the_loop_for_another_process(
 
 async def test_claims_take_pending_expired_and_due_runs_oldest_first(db_url: str) -> None:
     clock = stead.FakeClock()
-    store = await stead.open_store(db_url, clock=clock)
+    store = await stead.open_store(db_url, clock=clock, lease_clock=clock)
     try:
         for name in ("sleeper", "pending-1", "crashed", "pending-2", "napping", "leased"):
             await _new(store, name)

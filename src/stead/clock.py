@@ -1,4 +1,9 @@
-"""Time is passed in, never monkeypatched: the store and runs take a `Clock`."""
+"""Time is passed in, never monkeypatched: the store and runs take a `Clock`.
+
+It is business time (timers, deadlines, expiries, row times). Leases are
+judged by the database's own clock instead, so a machine whose clock is off
+cannot take a live lease; a test that expires leases by moving a `FakeClock`
+passes it as the lease clock too: `open_store(url, clock=c, lease_clock=c)`."""
 
 from __future__ import annotations
 

@@ -206,6 +206,7 @@ class LeaseKeeper:
             return None
         try:
             return await open_store(self._store.url, clock=self._store.clock,
+                                    lease_clock=self._store.database.lease_clock,
                                     retry_for=self._lease / 3)
         except errors.StoreError as exc:
             log.warning("could not connect to renew leases: %s", exc)

@@ -125,6 +125,8 @@ class Worker:
         # Each schedule's next tick as last read: firing is tried once it is due.
         self._next_ticks: dict[str, float] = {}
         self._queue_turn = 0  # which of the app's queues the next claim starts with
+        # What stopped the worker by itself (a missing key): raised once it drained.
+        self._stopped_by: errors.SteadError | None = None
 
     # -- public -------------------------------------------------------------
     async def run(self) -> None:
@@ -220,6 +222,8 @@ class Worker:
                         await self.store.host_stopped(self.id)
                 finally:
                     await self._leases.stop()
+        if self._stopped_by is not None:
+            raise self._stopped_by
 
     # -- heartbeats -------------------------------------------------------------
     async def _heartbeats(self) -> None:
@@ -284,17 +288,29 @@ class Worker:
         """Whether there is nothing to wait for: no run executing here, and no
         hosted run leased to another worker that has not renewed the lease
         since `seen` (its first sighting) and will lose it within a lease
-        time. Our own leftovers (an execution that died) are not waited for."""
+        time. Our own leftovers (an execution that died) are not waited for.
+        A lease seen before that has ended by now may have ended after the
+        last claim looked: one more claim is made before the worker is idle."""
         if self._active:
             return False
         for queue in self.app.queues.values():  # runs its limits hold back for now
             if await self.store.queue_ready(queue, self.app.hosted()):
                 return False
         hosted = set(self.app.hosted())
-        now = self.clock.now()
+        leased = await self.store.leased_runs()
+        # The clock lease ends are on, read after the leases: one that ends
+        # between the two reads is still listed, and waited for.
+        now = await self.store.lease_now()
         horizon = now + self.options.lease_seconds
         waiting = False
-        for row in await self.store.leased_runs():
+        current = {(row.run_id, row.epoch) for row in leased}
+        gone = [key for key, expires in seen.items()
+                if key not in current and (expires is None or expires <= now)]
+        for key in gone:
+            del seen[key]
+        if gone:
+            return False
+        for row in leased:
             if f"{row.workflow}@{row.version}" not in hosted or row.lease_owner == self.id:
                 continue
             key = (row.run_id, row.epoch)
@@ -451,6 +467,12 @@ class Worker:
             self._backoff.pop(row.run_id, None)
         except errors.StaleLease as exc:
             log.warning("run %s: %s", row.run_id, exc)
+        except errors.KeysUnavailable as exc:
+            # The deployment has no key, which no retry brings: every run that
+            # opens a wait with a token would meet it again, so the worker
+            # stops (the run is released, for a worker that has the key).
+            await self._release_quietly(fence)
+            self._stop_for(f"run {row.run_id} opens a wait with a token: {exc}", exc)
         except errors.StoreRejected as exc:
             await self._rejected(fence, exc)
         except errors.StoreError as exc:
@@ -482,6 +504,14 @@ class Worker:
                       fence.run_id, again)
             self._back_off(fence.run_id)
             await self._release_quietly(fence)
+
+    def _stop_for(self, why: str, exc: errors.SteadError) -> None:
+        """Stop the worker (once) for a reason no retry mends, saying it in
+        one line; `run()` raises `exc` once the worker has drained."""
+        if self._stopped_by is None:
+            log.error("worker %s stops: %s", self.id, why)
+            self._stopped_by = exc
+            self.stop()
 
     async def _stop(self, fence: Fence, stopped: takeover.Stopped) -> None:
         if stopped.status == RunStatus.PENDING:

@@ -2,12 +2,14 @@
 
     python effects_worker.py --db URL --outside DIR --events FILE
         [--crash before:N:name | --crash after:N:name] [--lease 1.0] [--until-done]
+        [--skew SECONDS]
 
 The workflows reach the outside through the test doubles of tests/outside.py,
 whose state lives in files under DIR, so the test can read what really
 happened outside after the process is SIGKILLed. Every claim the worker makes
 (found or not) is noted in the events file as "claim <run ids or ->", so a test
 can see that a stopped run is not claimed again while the worker keeps polling.
+`--skew` runs the worker on a clock that many seconds off the system's.
 The repository root must be on PYTHONPATH (for `tests.outside`).
 """
 
@@ -18,6 +20,7 @@ import asyncio
 import datetime as dt
 import os
 import signal
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,7 @@ from typing import Any
 import stead
 from stead.records import RunRow
 from stead.testing import CrashingStore, CrashPoint, DelegatingStore
+from tests.helpers import SkewedClock
 from tests.outside import CI, Mail, Payments
 
 app = stead.App("effect-tests")
@@ -93,6 +97,18 @@ def ci_status(op: stead.Operation) -> stead.Outcome:
     return stead.Outcome.unknown(f"CI does not know job {job}")
 
 
+def hold(gate: str) -> str:
+    """Hold the run until the test creates the file `gate` (a sync step: it
+    waits in a thread), saying it got here by creating `gate`.reached."""
+    Path(gate + ".reached").touch()
+    deadline = time.monotonic() + 60.0
+    while not os.path.exists(gate):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the test never opened {gate}")
+        time.sleep(0.02)
+    return "through"
+
+
 # -- workflows ----------------------------------------------------------------------
 def eligible(order: str, amount: int) -> bool:
     return amount > 0
@@ -121,6 +137,15 @@ async def refund_checked(run: stead.Run, order: str, amount: int, accept: bool
     receipt = await run.effect("refund", fn, order, amount, check=find_refund,
                                poll_every=0.05)
     return {"effect": receipt, "closed": await run.step("close", close, order, receipt)}
+
+
+@app.workflow(version=1)
+async def refund_held(run: stead.Run, order: str, amount: int, gate: str) -> dict[str, Any]:
+    """`refund_checked`, held in a step until the test opens `gate`."""
+    await run.step("hold", hold, gate)
+    receipt = await run.effect("refund", dispatch_refund, order, amount, check=find_refund,
+                               poll_every=0.05)
+    return {"effect": receipt}
 
 
 @app.workflow(version=1)
@@ -221,10 +246,11 @@ async def main() -> None:
     p.add_argument("--crash")
     p.add_argument("--lease", type=float, default=1.0)
     p.add_argument("--until-done", action="store_true")
+    p.add_argument("--skew", type=float, default=0.0)
     args = p.parse_args()
 
     connect(args.outside)
-    inner = await stead.open_store(args.db)
+    inner = await stead.open_store(args.db, clock=SkewedClock(args.skew))
     store: stead.Store = inner
     if args.crash:
         store = CrashingStore(store, crash_point(args.crash))

@@ -95,6 +95,8 @@ def worker(ctx: click.Context, app_spec: str, concurrency: int, lease: float, po
     finally:
         stead_log.removeHandler(handler)
         stead_log.setLevel(old_level)
+    if report.stopped:
+        ctx.exit(1)  # the worker logged why, in one line of the log's format
     for line in report.lines:
         click.echo(common.safe_lines(line))
     if not report.ok:
@@ -118,6 +120,7 @@ class Report:
 
     lines: list[str] = dataclasses.field(default_factory=list)
     ok: bool = True
+    stopped: bool = False  # by itself, for a reason no retry mends (it logged which)
 
 
 async def _report(w: Worker, until: Until, done: bool) -> Report:
@@ -152,10 +155,6 @@ async def _work(db: str, app: App, options: WorkerOptions, until: Until) -> Repo
         if app.migrated():
             log.info("worker %s migrates runs of %s when no live worker hosts them", w.id,
                      ", ".join(app.migrated()))
-        try:
-            await client.store.keyring()
-        except errors.KeysUnavailable as exc:
-            log.warning("worker %s: waits with a token cannot open here: %s", w.id, exc)
         for pending in await w.unhosted():
             log.warning("worker %s: %d run(s) of %s are pending and this worker does not "
                         "host that version", w.id, pending.runnable, pending.code)
@@ -167,6 +166,8 @@ async def _work(db: str, app: App, options: WorkerOptions, until: Until) -> Repo
                 await w.run_until_idle()
             else:
                 await w.run()
+        except (errors.DatabaseMissing, errors.KeysUnavailable):
+            return Report(ok=False, stopped=True)  # the worker logged why
         finally:
             for sig in installed:
                 loop.remove_signal_handler(sig)

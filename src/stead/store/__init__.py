@@ -33,9 +33,13 @@ def database_url(url: str | None = None) -> str:
 
 async def open_store(
     url: str | None = None, *, clock: Clock | None = None, retry_for: float = 30.0,
-    keys: KeySource | None = None,
+    keys: KeySource | None = None, lease_clock: Clock | None = None,
 ) -> Store:
     """Open (and migrate) the store at `url`; see `database_url` for the default.
+    `clock` is business time (timers, deadlines, expiries, row times). Leases
+    are judged by the database's own clock inside each statement, whatever
+    `clock` says; `lease_clock` replaces that clock, for tests that expire
+    leases by moving a `FakeClock` (see docs/architecture.md).
     A server-backed store retries a lost connection for up to `retry_for`
     seconds before raising `StoreUnavailable`. `keys` (a `stead.Keyring`, or a
     function returning one) signs and checks wait tokens; without it they come
@@ -45,7 +49,7 @@ async def open_store(
     if url.startswith("sqlite:"):
         from stead.store import sqlite
 
-        store: Store = sqlite.SQLiteStore(url, clock=clock)
+        store: Store = sqlite.SQLiteStore(url, clock=clock, lease_clock=lease_clock)
     elif url.startswith(("postgresql:", "postgres:")):
         try:
             from stead.store import postgres
@@ -54,7 +58,8 @@ async def open_store(
                 f"{url.split(':', 1)[0]} URLs need psycopg: pip install 'stead[postgres]' "
                 f"({exc})"
             ) from exc
-        store = postgres.PostgresStore(url, clock=clock, retry_for=retry_for)
+        store = postgres.PostgresStore(url, clock=clock, lease_clock=lease_clock,
+                                        retry_for=retry_for)
     else:
         raise errors.StoreError(
             f"unsupported database URL {display_url(url)!r}: use sqlite:///path/to/file.db or "

@@ -247,12 +247,15 @@ def resumed(run_id: str, expect_status: str, record: Record | None) -> Flow[RunR
 
 # -- leases -------------------------------------------------------------------
 def renew(
-    fences: Sequence[Fence], expires: float, in_flight: Mapping[Fence, str | None],
+    fences: Sequence[Fence], lease_seconds: float, lease_now: float | None,
+    in_flight: Mapping[Fence, str | None],
 ) -> Flow[list[Fence]]:
-    """Extend the leases still held, and set the `in_flight` markers of
-    those it names (None: nothing in flight); the fences that were lost."""
+    """Extend the leases still held to `lease_seconds` past the database's
+    time (or `lease_now`), and set the `in_flight` markers of those it names
+    (None: nothing in flight); the fences that were lost."""
     held_rows = yield rows("renew", {
-        "expires": expires, "run_ids": [f.run_id for f in fences],
+        "lease_seconds": lease_seconds, "lease_now": lease_now,
+        "run_ids": [f.run_id for f in fences],
         "epochs": [f.epoch for f in fences], "workers": [f.worker_id for f in fences],
         # '' clears the column; null (a fence not named) leaves it as it is.
         "in_flight": [(in_flight[f] or "") if f in in_flight else None for f in fences],
@@ -646,8 +649,10 @@ def host_stopped(worker_id: str, now: float) -> Flow[None]:
     yield execute("host_stopped", {"worker_id": worker_id, "now": now})
 
 
-def stranded(now: float, since: float, limit: int) -> Flow[list[Stranded]]:
-    found = yield rows("stranded_runs", {"now": now, "since": since, "limit": limit})
+def stranded(now: float, since: float, limit: int, lease_now: float | None
+             ) -> Flow[list[Stranded]]:
+    found = yield rows("stranded_runs", {"now": now, "since": since, "limit": limit,
+                                         "lease_now": lease_now})
     return [Stranded(_rows.run(r), r["hosted_at"]) for r in found]
 
 
@@ -655,12 +660,16 @@ def hosts(limit: int) -> Flow[list[HostRow]]:
     return [_rows.host(r) for r in (yield rows("worker_hosts", {"limit": limit}))]
 
 
-def _movable(run: RunRow, now: float, what: str) -> None:
-    """A person may migrate or roll back only a live run no worker holds."""
+def _movable(run: RunRow, lease_now: float | None, what: str) -> Flow[None]:
+    """A person may migrate or roll back only a live run no worker holds
+    (its lease judged by the database's clock, or `lease_now`)."""
     if not run.live:
         raise errors.MigrationRefused(
             f"run {run.run_id} is {run.status}: there is nothing to {what}")
-    if run.lease_owner is not None and (run.lease_expires_at or 0.0) > now:
+    if run.lease_owner is None:
+        return
+    now = float((yield one("lease_now", {"lease_now": lease_now}))["now"])
+    if (run.lease_expires_at or 0.0) > now:
         raise errors.MigrationRefused(
             f"run {run.run_id} is held by worker {run.lease_owner} (lease until "
             f"{run.lease_expires_at:.0f}); stop that worker or wait for the run to suspend, "
@@ -668,7 +677,8 @@ def _movable(run: RunRow, now: float, what: str) -> None:
 
 
 def migrate_run(plan: MigrationPlan, fence: Fence | None, resume: ResumeRecord | None,
-                now: float, where: str) -> Flow[tuple[RunRow, MigrationRow]]:
+                now: float, where: str, lease_now: float | None,
+                ) -> Flow[tuple[RunRow, MigrationRow]]:
     """Apply `plan`: archive the journal, write the migrated one, move the
     run to the new version and input, and record the migration (and, for a
     person's migration, its resume record), in one transaction. By the
@@ -684,7 +694,7 @@ def migrate_run(plan: MigrationPlan, fence: Fence | None, resume: ResumeRecord |
         if (yield one("fence", fence_params(fence))) is None:
             raise stale(fence)
     else:
-        _movable(run, now, "migrate")
+        yield from _movable(run, lease_now, "migrate")
     length = int((yield one("next_seq", {"run_id": run_id}))["seq"])
     if (run.version, run.input, length) != (plan.from_version, plan.old_input,
                                             plan.records_before):
@@ -728,8 +738,8 @@ def migrated(run_id: str, plan: MigrationPlan
     return _rows.run(row), last
 
 
-def rollback_run(run_id: str, author: str, resume: ResumeRecord, now: float, where: str
-                 ) -> Flow[tuple[RunRow, MigrationRow]]:
+def rollback_run(run_id: str, author: str, resume: ResumeRecord, now: float, where: str,
+                 lease_now: float | None) -> Flow[tuple[RunRow, MigrationRow]]:
     """Undo the run's last migration: put its archived journal, version and
     input back, if nothing was journaled since."""
     yield execute("lock_run", {"run_id": run_id})
@@ -741,7 +751,7 @@ def rollback_run(run_id: str, author: str, resume: ResumeRecord, now: float, whe
     if not found or found[-1].rolled_back_at is not None:
         raise errors.MigrationRefused(f"run {run_id} has no migration to roll back")
     last = found[-1]
-    _movable(run, now, "roll back")
+    yield from _movable(run, lease_now, "roll back")
     length = int((yield one("next_seq", {"run_id": run_id}))["seq"])
     if length != last.records_after or run.version != last.to_version:
         raise errors.MigrationRefused(
@@ -1059,11 +1069,11 @@ def runs_created(news: Sequence[NewRun]) -> Flow[list[tuple[RunRow, bool]] | Not
 
 def claim_queue(queue: Queue, params: dict[str, Any], limit: int) -> Flow[list[RunRow]]:
     """Lease up to `limit` runs of `queue` (params: worker_id, hosted,
-    exclude, now, expires), no more than its limits leave room for. The
+    exclude, now, lease_now, lease_seconds), no more than its limits leave room for. The
     queue's lock is taken first, so the counts stay true until the commit."""
     yield execute("lock_queue", {"queue": queue.name})
     load = yield one("queue_load", {
-        "queue": queue.name, "worker_id": params["worker_id"], "now": params["now"],
+        "queue": queue.name, "worker_id": params["worker_id"], "lease_now": params["lease_now"],
         "since": queue.since(params["now"]),
     })
     room = queue.room(int(load["active"]), int(load["mine"]), int(load["recent"]), limit)

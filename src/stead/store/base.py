@@ -164,12 +164,23 @@ class Store:
         """What workers could take, by `workflow@version`: runs runnable now,
         and runs leased to a worker (with the soonest lease end)."""
         return await self.database.read(lambda: tx.read_all(
-            "backlog", {"now": self.clock.now()}, _rows.backlog))
+            "backlog", {"now": self.clock.now(), "lease_now": self.database.lease_now()},
+            _rows.backlog))
 
     async def leased_runs(self, limit: int = 100) -> list[RunRow]:
         """Runs whose lease has not ended, the soonest end first."""
         return await self.database.read(lambda: tx.read_all(
-            "leased_runs", {"now": self.clock.now(), "limit": limit}, _rows.run))
+            "leased_runs", {"lease_now": self.database.lease_now(), "limit": limit},
+            _rows.run))
+
+    async def lease_now(self) -> float:
+        """The time leases are judged at: the database's clock (or the lease
+        clock the store was opened with), the one `RunRow.lease_expires_at`
+        is on."""
+        found = await self.database.read(lambda: tx.read_one(
+            "lease_now", {"lease_now": self.database.lease_now()}, lambda row: float(row["now"])))
+        assert found is not None  # the query always returns its one row
+        return found
 
     async def cancel_run(self, run_id: str) -> RunRow:
         """Cancel a live run and bump its epoch, so its holder's next write
@@ -256,10 +267,10 @@ class Store:
         for (counted in the claim's transaction, under the queue's lock, so
         they hold across every worker of the database), lowest priority number
         first, then oldest."""
-        now = self.clock.now()
         params: dict[str, Any] = {"worker_id": worker_id, "hosted": list(hosted),
-                                  "exclude": list(exclude), "now": now,
-                                  "expires": now + lease_seconds}
+                                  "exclude": list(exclude), "now": self.clock.now(),
+                                  "lease_now": self.database.lease_now(),
+                                  "lease_seconds": lease_seconds}
         # A read first: an idle worker's poll takes no lock and commits nothing.
         if not await self.queue_ready(queue, hosted, exclude):
             return []
@@ -274,7 +285,7 @@ class Store:
         """Whether `queue` has a run of `hosted` code that is not leased and
         may run now (its limits may still hold it back)."""
         probe = {"queue": queue.name, "hosted": list(hosted), "exclude": list(exclude),
-                 "now": self.clock.now()}
+                 "now": self.clock.now(), "lease_now": self.database.lease_now()}
         found = await self.database.read(lambda: tx.read_one("queue_ready", probe, bool))
         return bool(found)
 
@@ -288,7 +299,7 @@ class Store:
         (see `replay.markers_text`; None: none), which a takeover counts as
         died attempts."""
         return await self.database.write(
-            lambda: tx.renew(fences, self.clock.now() + lease_seconds, in_flight or {}),
+            lambda: tx.renew(fences, lease_seconds, self.database.lease_now(), in_flight or {}),
             Writing(one_statement=True),
         )
 
@@ -545,8 +556,8 @@ class Store:
     async def stranded_runs(self, grace: float, limit: int = 100) -> list[Stranded]:
         """Runnable runs that no worker has served for `grace` seconds (and
         that have waited at least that long), oldest first."""
-        now = self.clock.now()
-        return await self.database.read(lambda: tx.stranded(now, now - grace, limit))
+        now, lease_now = self.clock.now(), self.database.lease_now()
+        return await self.database.read(lambda: tx.stranded(now, now - grace, limit, lease_now))
 
     async def migrate_run(self, plan: MigrationPlan, *, fence: Fence | None = None,
                           resume: ResumeRecord | None = None) -> tuple[RunRow, MigrationRow]:
@@ -555,7 +566,7 @@ class Store:
         (nothing written) if the run moved since the plan was made."""
         where, now = self.database.display, self.clock.now()
         return await self.database.write(
-            lambda: tx.migrate_run(plan, fence, resume, now, where),
+            lambda: tx.migrate_run(plan, fence, resume, now, where, self.database.lease_now()),
             Writing(landed=lambda _: tx.migrated(plan.run_id, plan)),
         )
 
@@ -565,7 +576,8 @@ class Store:
         (`MigrationRefused` if something was, or there is none)."""
         where, now = self.database.display, self.clock.now()
         return await self.database.write(
-            lambda: tx.rollback_run(run_id, author, resume, now, where),
+            lambda: tx.rollback_run(run_id, author, resume, now, where,
+                                    self.database.lease_now()),
             Writing(landed=lambda _: tx.rolled_back(run_id)),
         )
 

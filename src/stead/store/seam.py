@@ -117,8 +117,8 @@ class Writing(Generic[T]):
 @dataclasses.dataclass(frozen=True, slots=True)
 class Claim:
     """Take up to `limit` runnable runs whose `workflow@version` is in
-    `hosted` for `worker_id`, leased until `now + lease_seconds`, none of
-    `exclude`."""
+    `hosted` for `worker_id`, leased for `lease_seconds` from the
+    database's time, none of `exclude`."""
 
     worker_id: str
     hosted: Sequence[str]
@@ -158,9 +158,19 @@ class Database(abc.ABC):
     """What a backend supplies; see the module docstring."""
 
     url: str
+    # Business time: timers, deadlines, expiries the user sets, row times.
     clock: Clock
+    # What leases are judged by: None (outside tests) is the database's own
+    # clock, read inside each claim and renewal statement (see queries.sql),
+    # so no worker's clock decides whether a lease has ended.
+    lease_clock: Clock | None
     # The URL as it may be shown (without a password).
     display: str
+
+    def lease_now(self) -> float | None:
+        """The `lease_now` parameter of the statements that judge leases:
+        the lease clock's time, or None for the database's own."""
+        return None if self.lease_clock is None else self.lease_clock.now()
 
     @abc.abstractmethod
     async def open(self) -> None:

@@ -118,6 +118,7 @@ class CrashingDatabase(seam.Database):
         self.writes = 0
         self.written: list[seam.FencedWrite] = []
         self.url, self.clock, self.display = inner.url, inner.clock, inner.display
+        self.lease_clock = inner.lease_clock
 
     @property
     def commits(self) -> int:

@@ -11,8 +11,10 @@ class PostgresStore(Store):
     """The store on a PostgreSQL schema (see `database`). A lost connection is
     retried for up to `retry_for` seconds before `StoreUnavailable`."""
 
-    def __init__(self, url: str, *, clock: Clock, retry_for: float = 30.0) -> None:
-        super().__init__(PostgresDatabase(url, clock=clock, retry_for=retry_for))
+    def __init__(self, url: str, *, clock: Clock, lease_clock: Clock | None = None,
+                 retry_for: float = 30.0) -> None:
+        super().__init__(PostgresDatabase(url, clock=clock, lease_clock=lease_clock,
+                                          retry_for=retry_for))
 
 
 __all__ = ["PostgresDatabase", "PostgresStore"]

@@ -36,9 +36,11 @@ Q = sql_files.queries("postgres")
 
 
 class PostgresDatabase(seam.Database):
-    def __init__(self, url: str, *, clock: Clock, retry_for: float = 30.0) -> None:
+    def __init__(self, url: str, *, clock: Clock, lease_clock: Clock | None = None,
+                 retry_for: float = 30.0) -> None:
         self.url = url
         self.clock = clock
+        self.lease_clock = lease_clock
         self.target = connection.parse_url(url)
         self.display = self.target.display
         self._db = connection.Connector(self.target, retry_for=retry_for)
@@ -105,16 +107,16 @@ class PostgresDatabase(seam.Database):
         params: dict[str, Any] = {
             "worker_id": claim.worker_id, "hosted": list(claim.hosted),
             "exclude": list(claim.exclude), "limit": claim.limit,
+            "lease_seconds": claim.lease_seconds,
         }
 
         async def op(conn: Conn) -> list[RunRow]:
-            now = self.clock.now()
-            params.update(now=now, expires=now + claim.lease_seconds)
+            params.update(now=self.clock.now(), lease_now=self.lease_now())
             cur = await conn.execute(Q["claim"], params)
             return [_rows.run(r) for r in await cur.fetchall()]
 
         async def verify(conn: Conn, attempted: list[RunRow] | None) -> list[RunRow]:
-            # The runs this very claim leased (its lease end and time are its own);
+            # The runs this very claim leased (its time, `now`, is its own);
             # none means it did not land, and claiming nothing is a fine answer.
             cur = await conn.execute(Q["claimed_by"], params)
             return [_rows.run(r) for r in await cur.fetchall()]

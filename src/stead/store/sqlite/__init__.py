@@ -12,8 +12,10 @@ from stead.store.sqlite.database import SQLiteDatabase
 class SQLiteStore(Store):
     """The store on an SQLite file (see `database`)."""
 
-    def __init__(self, url: str, *, clock: Clock, busy_timeout: float = 10.0) -> None:
-        super().__init__(SQLiteDatabase(url, clock=clock, busy_timeout=busy_timeout))
+    def __init__(self, url: str, *, clock: Clock, lease_clock: Clock | None = None,
+                 busy_timeout: float = 10.0) -> None:
+        super().__init__(SQLiteDatabase(url, clock=clock, lease_clock=lease_clock,
+                                        busy_timeout=busy_timeout))
         path = path_from_url(url)
         if path == ":memory:":  # a private database: its keys live and die with it
             self.key_source = keys.Keyring((keys.new_key(),))

@@ -17,6 +17,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from stead import errors
 from stead.store import sql_files
+from stead.store.sqlite import files
 
 T = TypeVar("T")
 
@@ -185,14 +186,6 @@ def _statements(script: str) -> Iterator[str]:
         raise errors.StoreError("migration ends with an incomplete statement")
 
 
-def _identity(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return st.st_dev, st.st_ino
-
-
 class _Busy:
     """The connections (or the file's write lock) are taken right now."""
 
@@ -224,7 +217,7 @@ class Connector:
         self._lock = threading.Lock()
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stead-sqlite")
         self._writers: dict[str, float] = {}  # run id -> when it last wrote
-        self._file: tuple[int, int] | None = None  # (device, inode) of the file opened
+        self._files = files.Opened(path)  # what was opened, checked at every claim
 
     # -- lifetime -----------------------------------------------------------
     async def open(self) -> None:
@@ -234,6 +227,8 @@ class Connector:
         check_folder(self.path)
         try:
             create_private(self.path)
+            if self.path != ":memory:":
+                self._files.hold()
             conn = connect(self.path, self.busy_timeout)
             set_wal(conn, self.busy_timeout)
             self._conn = conn
@@ -242,28 +237,15 @@ class Connector:
             if self.path != ":memory:":  # a second :memory: connection is another database
                 self._inline = connect(self.path, 0.0)
                 self._watch = connect(self.path, 0.0)
-                self._file = _identity(self.path)
+                self._files.watch()
         except sqlite3.Error as exc:
             raise translate(exc, self.path) from exc
 
     def check_file(self) -> None:
-        """Raise `DatabaseMissing` if the file at the path is no longer the
-        one opened (deleted, or replaced): SQLite would go on writing to the
-        old file, which no one can open again."""
-        if self._file is None:
-            return
-        try:
-            now = _identity(self.path)
-        except OSError:  # cannot look (permissions): no news is good news
-            return
-        if now == self._file:
-            return
-        what = "was deleted" if now is None else "was replaced by another file"
-        raise errors.DatabaseMissing(
-            f"database {self.path} {what} while this process had it open; what it "
-            "writes now would be lost. Stop every worker on it, restore the file "
-            "from a backup (or start afresh), then start the workers again"
-        )
+        """Raise `DatabaseMissing` if the file at the path, or its -wal or
+        -shm, is no longer the one opened (deleted, or replaced): SQLite would
+        go on with the old one, which no one can open again (see `files`)."""
+        self._files.check()
 
     async def close(self) -> None:
         def close_all() -> None:
@@ -272,6 +254,7 @@ class Connector:
                     if conn is not None:
                         conn.close()
                 self._conn = self._inline = self._watch = None
+                self._files.release()
 
         await asyncio.get_running_loop().run_in_executor(self._thread, close_all)
         self._thread.shutdown(wait=False)

@@ -29,9 +29,11 @@ _WATCH_INTERVAL = 0.01
 
 
 class SQLiteDatabase(seam.Database):
-    def __init__(self, url: str, *, clock: Clock, busy_timeout: float = 10.0) -> None:
+    def __init__(self, url: str, *, clock: Clock, lease_clock: Clock | None = None,
+                 busy_timeout: float = 10.0) -> None:
         self.url = self.display = url
         self.clock = clock
+        self.lease_clock = lease_clock
         self.path = path_from_url(url)
         self.busy_timeout = busy_timeout_from_url(url, busy_timeout)
         self._db = Connector(self.path, self.busy_timeout)
@@ -76,9 +78,9 @@ class SQLiteDatabase(seam.Database):
         exclude = json.dumps(list(claim.exclude))
 
         def op(conn: sqlite3.Connection) -> list[RunRow]:
-            now = self.clock.now()
-            params = {"worker_id": claim.worker_id, "expires": now + claim.lease_seconds,
-                      "now": now, "hosted": hosted, "exclude": exclude, "limit": claim.limit}
+            params = {"worker_id": claim.worker_id, "lease_seconds": claim.lease_seconds,
+                      "lease_now": self.lease_now(), "now": self.clock.now(),
+                      "hosted": hosted, "exclude": exclude, "limit": claim.limit}
             # An idle worker's poll is a read: it takes the write lock (and costs a
             # commit) only when there is something to claim.
             if conn.execute(Q["claim_candidates"], params).fetchone() is None:

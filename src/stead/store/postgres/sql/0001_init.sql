@@ -3,8 +3,9 @@
 -- runs: one row per run; epoch + lease_owner + lease_expires_at are the lease.
 -- journal: a run's acknowledged calls; seq is commit order, addr the call identity.
 -- resumes: one row per takeover.
--- Times are seconds since the epoch from the store's clock (never now()), so a
--- fake clock moves PostgreSQL leases exactly as it moves SQLite's.
+-- Times are seconds since the epoch, as SQLite's: row and timer times from the
+-- store's clock, lease ends from the server's (see queries.sql), so both
+-- dialects keep and compare them alike.
 CREATE TABLE runs (
     run_id           TEXT PRIMARY KEY,
     workflow         TEXT NOT NULL,

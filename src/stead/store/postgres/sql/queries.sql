@@ -1,6 +1,13 @@
 -- Named queries for the PostgreSQL store (psycopg parameters: %(name)s).
 -- Lists are passed as arrays: `= ANY(%(x)s::text[])`, and lists of rows as one
 -- JSON array (`json_to_recordset(%(x)s::json)`); never spliced in.
+-- Leases are judged by the server's clock: a lease ends at the server's time of
+-- the claim or renewal plus the lease length, and has ended once the server's
+-- time of a later statement is past it (statement_timestamp(), which is stable
+-- within a statement, so an index still serves it). A worker's clock never
+-- enters it, so a worker whose clock runs ahead cannot take a live lease.
+-- %(lease_now)s stands in for the server's time where a test moves a fake
+-- lease clock; null (always, outside tests) means the server's.
 
 -- name: migrate_lock
 -- Serialises migrations of one schema across every process that opens it.
@@ -77,11 +84,16 @@ LIMIT %(limit)s;
 -- What workers could take, by workflow@version: runnable now, and leased (with
 -- the soonest lease end). Waiting runs count once they are due.
 SELECT workflow, version,
-       SUM(CASE WHEN status = 'running' AND lease_expires_at > %(now)s THEN 0 ELSE 1 END)
+       SUM(CASE WHEN status = 'running' AND lease_expires_at >
+           COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8
+                THEN 0 ELSE 1 END)
            AS runnable,
-       SUM(CASE WHEN status = 'running' AND lease_expires_at > %(now)s THEN 1 ELSE 0 END)
+       SUM(CASE WHEN status = 'running' AND lease_expires_at >
+           COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8
+                THEN 1 ELSE 0 END)
            AS leased,
-       MIN(CASE WHEN status = 'running' AND lease_expires_at > %(now)s
+       MIN(CASE WHEN status = 'running' AND lease_expires_at >
+           COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8
                 THEN lease_expires_at END) AS next_expiry
 FROM runs
 WHERE status IN ('pending', 'running') OR (status = 'waiting' AND wake_at <= %(now)s)
@@ -91,7 +103,8 @@ ORDER BY workflow, version;
 -- name: leased_runs
 -- Runs whose lease has not ended, soonest end first.
 SELECT * FROM runs
-WHERE status = 'running' AND lease_expires_at > %(now)s
+WHERE status = 'running' AND lease_expires_at >
+    COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8
 ORDER BY lease_expires_at
 LIMIT %(limit)s;
 
@@ -114,7 +127,8 @@ RETURNING *;
 WITH runnable AS (
     SELECT run_id, created_at FROM runs
     WHERE status IN ('pending', 'running') AND queue IS NULL
-      AND (lease_expires_at IS NULL OR lease_expires_at <= %(now)s)
+      AND (lease_expires_at IS NULL OR lease_expires_at <=
+          COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8)
       AND (workflow || '@' || version) = ANY(%(hosted)s::text[])
       AND NOT (run_id = ANY(%(exclude)s::text[]))
     ORDER BY created_at
@@ -134,18 +148,22 @@ WITH runnable AS (
     LIMIT %(limit)s
 )
 UPDATE runs
-SET epoch = runs.epoch + 1, lease_owner = %(worker_id)s, lease_expires_at = %(expires)s,
+SET epoch = runs.epoch + 1, lease_owner = %(worker_id)s, lease_expires_at =
+    COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8 + %(lease_seconds)s,
     status = 'running', wake_at = NULL, updated_at = %(now)s
 FROM picked
 WHERE runs.run_id = picked.run_id
 RETURNING runs.*;
 
+-- name: lease_now
+-- The time leases are judged at (see the top of this file).
+SELECT COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8 AS now;
+
 -- name: claimed_by
 -- Read-back after a claim whose commit status is unknown: the runs leased to
--- this worker by that very claim (its lease end is unique to it).
+-- this worker by that very claim (its time, updated_at, is its own).
 SELECT * FROM runs
-WHERE lease_owner = %(worker_id)s AND lease_expires_at = %(expires)s
-  AND updated_at = %(now)s AND status = 'running'
+WHERE lease_owner = %(worker_id)s AND updated_at = %(now)s AND status = 'running'
   AND NOT (run_id = ANY(%(exclude)s::text[]))
 ORDER BY created_at;
 
@@ -167,7 +185,8 @@ WITH held AS MATERIALIZED (
         FOR NO KEY UPDATE
     ) AS locked
 )
-UPDATE runs SET lease_expires_at = %(expires)s,
+UPDATE runs SET lease_expires_at =
+    COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8 + %(lease_seconds)s,
     in_flight = CASE WHEN held.in_flight IS NULL THEN runs.in_flight
                      ELSE NULLIF(held.in_flight, '') END
 FROM held
@@ -543,8 +562,8 @@ SELECT runs.*, h.seen_at AS hosted_at FROM runs
 LEFT JOIN (SELECT code, MAX(seen_at) AS seen_at FROM worker_hosts GROUP BY code) AS h
   ON h.code = runs.workflow || '@' || runs.version::text
 WHERE (runs.status = 'pending'
-       OR (runs.status = 'running' AND (runs.lease_expires_at IS NULL
-                                        OR runs.lease_expires_at <= %(now)s))
+       OR (runs.status = 'running' AND (runs.lease_expires_at IS NULL OR runs.lease_expires_at <=
+           COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8))
        OR (runs.status = 'waiting' AND runs.wake_at <= %(now)s))
   AND (h.seen_at IS NULL OR h.seen_at <= %(since)s)
   AND runs.updated_at <= %(since)s
@@ -786,7 +805,8 @@ SELECT pg_advisory_xact_lock(1937007974, hashtext(current_schema() || ':' || %(q
 SELECT 1 AS ready WHERE EXISTS (
     SELECT 1 FROM runs
     WHERE queue = %(queue)s AND status IN ('pending', 'running')
-      AND (lease_expires_at IS NULL OR lease_expires_at <= %(now)s)
+      AND (lease_expires_at IS NULL OR lease_expires_at <=
+          COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8)
       AND (workflow || '@' || version) = ANY(%(hosted)s::text[])
       AND NOT (run_id = ANY(%(exclude)s::text[]))
 ) OR EXISTS (
@@ -801,10 +821,12 @@ SELECT 1 AS ready WHERE EXISTS (
 -- this worker's), and its runs first claimed since since (its rate window).
 SELECT
     (SELECT count(*) FROM runs
-     WHERE queue = %(queue)s AND lease_owner IS NOT NULL AND lease_expires_at > %(now)s
+     WHERE queue = %(queue)s AND lease_owner IS NOT NULL AND lease_expires_at >
+         COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8
        AND status = 'running') AS active,
     (SELECT count(*) FROM runs
-     WHERE queue = %(queue)s AND lease_owner = %(worker_id)s AND lease_expires_at > %(now)s
+     WHERE queue = %(queue)s AND lease_owner = %(worker_id)s AND lease_expires_at >
+         COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8
        AND status = 'running') AS mine,
     (SELECT count(*) FROM runs
      WHERE queue = %(queue)s AND started_at IS NOT NULL AND started_at > %(since)s) AS recent;
@@ -817,7 +839,8 @@ SELECT
 WITH runnable AS (
     SELECT run_id, priority, created_at FROM runs
     WHERE queue = %(queue)s AND status IN ('pending', 'running')
-      AND (lease_expires_at IS NULL OR lease_expires_at <= %(now)s)
+      AND (lease_expires_at IS NULL OR lease_expires_at <=
+          COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8)
       AND (workflow || '@' || version) = ANY(%(hosted)s::text[])
       AND NOT (run_id = ANY(%(exclude)s::text[]))
     ORDER BY priority, created_at
@@ -837,7 +860,8 @@ WITH runnable AS (
     LIMIT %(limit)s
 )
 UPDATE runs
-SET epoch = runs.epoch + 1, lease_owner = %(worker_id)s, lease_expires_at = %(expires)s,
+SET epoch = runs.epoch + 1, lease_owner = %(worker_id)s, lease_expires_at =
+    COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8 + %(lease_seconds)s,
     status = 'running', wake_at = NULL, updated_at = %(now)s,
     started_at = COALESCE(runs.started_at, %(now)s)
 FROM picked

@@ -1,3 +1,12 @@
+-- Named queries for the SQLite store (sqlite3 parameters: :name).
+-- Leases are judged by the database's own clock, read inside the statement
+-- (julianday('now'): one value per statement, millisecond precision): a lease
+-- ends at that time of the claim or renewal plus the lease length. The clock
+-- a store is given never enters it, so a process with a skewed clock cannot
+-- take a live lease. :lease_now stands in for the database's time where a
+-- test moves a fake lease clock; null (always, outside tests) means the
+-- database's.
+
 -- name: find_live_task
 SELECT * FROM runs
 WHERE task_id = :task_id AND status NOT IN ('completed', 'failed', 'cancelled', 'revalidation_failed');
@@ -25,11 +34,16 @@ LIMIT :limit;
 -- What workers could take, by workflow@version: runnable now, and leased (with
 -- the soonest lease end). Waiting runs count once they are due.
 SELECT workflow, version,
-       SUM(CASE WHEN status = 'running' AND lease_expires_at > :now THEN 0 ELSE 1 END)
+       SUM(CASE WHEN status = 'running' AND lease_expires_at >
+           COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0)
+                THEN 0 ELSE 1 END)
            AS runnable,
-       SUM(CASE WHEN status = 'running' AND lease_expires_at > :now THEN 1 ELSE 0 END)
+       SUM(CASE WHEN status = 'running' AND lease_expires_at >
+           COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0)
+                THEN 1 ELSE 0 END)
            AS leased,
-       MIN(CASE WHEN status = 'running' AND lease_expires_at > :now
+       MIN(CASE WHEN status = 'running' AND lease_expires_at >
+           COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0)
                 THEN lease_expires_at END) AS next_expiry
 FROM runs
 WHERE status IN ('pending', 'running') OR (status = 'waiting' AND wake_at <= :now)
@@ -39,7 +53,8 @@ ORDER BY workflow, version;
 -- name: leased_runs
 -- Runs whose lease has not ended, soonest end first.
 SELECT * FROM runs
-WHERE status = 'running' AND lease_expires_at > :now
+WHERE status = 'running' AND lease_expires_at >
+    COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0)
 ORDER BY lease_expires_at
 LIMIT :limit;
 
@@ -59,7 +74,8 @@ SELECT run_id FROM (
 SELECT * FROM (
     SELECT run_id, created_at FROM runs INDEXED BY runs_runnable
     WHERE status IN ('pending', 'running') AND queue IS NULL
-      AND (lease_expires_at IS NULL OR lease_expires_at <= :now)
+      AND (lease_expires_at IS NULL OR lease_expires_at <=
+          COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0))
       AND (workflow || '@' || version) IN (SELECT value FROM json_each(:hosted))
       AND run_id NOT IN (SELECT value FROM json_each(:exclude))
     ORDER BY created_at LIMIT :limit)
@@ -76,7 +92,8 @@ ORDER BY created_at LIMIT :limit;
 -- name: claim
 -- :run_ids are claim_candidates read in the same write transaction.
 UPDATE runs
-SET epoch = epoch + 1, lease_owner = :worker_id, lease_expires_at = :expires,
+SET epoch = epoch + 1, lease_owner = :worker_id, lease_expires_at =
+    COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0) + :lease_seconds,
     status = 'running', wake_at = NULL, updated_at = :now
 WHERE run_id IN (SELECT value FROM json_each(:run_ids))
 RETURNING *;
@@ -92,7 +109,8 @@ WITH fences AS (
     JOIN json_each(:workers) AS w ON w.key = r.key
     JOIN json_each(:in_flight) AS i ON i.key = r.key
 )
-UPDATE runs SET lease_expires_at = :expires,
+UPDATE runs SET lease_expires_at =
+    COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0) + :lease_seconds,
     in_flight = CASE WHEN fences.in_flight IS NULL THEN runs.in_flight
                      ELSE NULLIF(fences.in_flight, '') END
 FROM fences
@@ -383,8 +401,8 @@ SELECT runs.*, h.seen_at AS hosted_at FROM runs
 LEFT JOIN (SELECT code, MAX(seen_at) AS seen_at FROM worker_hosts GROUP BY code) AS h
   ON h.code = runs.workflow || '@' || runs.version
 WHERE (runs.status = 'pending'
-       OR (runs.status = 'running' AND (runs.lease_expires_at IS NULL
-                                        OR runs.lease_expires_at <= :now))
+       OR (runs.status = 'running' AND (runs.lease_expires_at IS NULL OR runs.lease_expires_at <=
+           COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0)))
        OR (runs.status = 'waiting' AND runs.wake_at <= :now))
   AND (h.seen_at IS NULL OR h.seen_at <= :since)
   AND runs.updated_at <= :since
@@ -613,7 +631,8 @@ RETURNING *;
 SELECT 1 AS ready WHERE EXISTS (
     SELECT 1 FROM runs
     WHERE queue = :queue AND status IN ('pending', 'running')
-      AND (lease_expires_at IS NULL OR lease_expires_at <= :now)
+      AND (lease_expires_at IS NULL OR lease_expires_at <=
+          COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0))
       AND (workflow || '@' || version) IN (SELECT value FROM json_each(:hosted))
       AND run_id NOT IN (SELECT value FROM json_each(:exclude))
 ) OR EXISTS (
@@ -628,10 +647,12 @@ SELECT 1 AS ready WHERE EXISTS (
 -- this worker's), and its runs first claimed since :since (its rate window).
 SELECT
     (SELECT count(*) FROM runs
-     WHERE queue = :queue AND lease_owner IS NOT NULL AND lease_expires_at > :now
+     WHERE queue = :queue AND lease_owner IS NOT NULL AND lease_expires_at >
+         COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0)
        AND status = 'running') AS active,
     (SELECT count(*) FROM runs
-     WHERE queue = :queue AND lease_owner = :worker_id AND lease_expires_at > :now
+     WHERE queue = :queue AND lease_owner = :worker_id AND lease_expires_at >
+         COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0)
        AND status = 'running') AS mine,
     (SELECT count(*) FROM runs
      WHERE queue = :queue AND started_at IS NOT NULL AND started_at > :since) AS recent;
@@ -641,7 +662,8 @@ SELECT
 -- priority number first, then oldest; due sleepers of the queue come from
 -- runs_queue_waking. A run's first claim sets started_at, which the rate counts.
 UPDATE runs
-SET epoch = epoch + 1, lease_owner = :worker_id, lease_expires_at = :expires,
+SET epoch = epoch + 1, lease_owner = :worker_id, lease_expires_at =
+    COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0) + :lease_seconds,
     status = 'running', wake_at = NULL, updated_at = :now,
     started_at = COALESCE(started_at, :now)
 WHERE run_id IN (
@@ -649,7 +671,8 @@ WHERE run_id IN (
         SELECT * FROM (
             SELECT run_id, priority, created_at FROM runs
             WHERE queue = :queue AND status IN ('pending', 'running')
-              AND (lease_expires_at IS NULL OR lease_expires_at <= :now)
+              AND (lease_expires_at IS NULL OR lease_expires_at <=
+                  COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0))
               AND (workflow || '@' || version) IN (SELECT value FROM json_each(:hosted))
               AND run_id NOT IN (SELECT value FROM json_each(:exclude))
             ORDER BY priority, created_at LIMIT :limit)
@@ -665,12 +688,15 @@ WHERE run_id IN (
 )
 RETURNING *;
 
+-- name: lease_now
+-- The time leases are judged at (see the top of this file).
+SELECT COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0) AS now;
+
 -- name: claimed_by
--- The runs leased to this worker by one claim (its lease end is unique to it).
+-- The runs leased to this worker by one claim (its time, updated_at, is its own).
 -- SQLite never needs it as a read-back (a local commit returns or raises).
 SELECT * FROM runs
-WHERE lease_owner = :worker_id AND lease_expires_at = :expires
-  AND updated_at = :now AND status = 'running'
+WHERE lease_owner = :worker_id AND updated_at = :now AND status = 'running'
   AND run_id NOT IN (SELECT value FROM json_each(:exclude))
 ORDER BY created_at;
 
