@@ -181,8 +181,9 @@ def test_policy_demo_tells_the_loop_story_a_policy_change_a_decision_a_lapse_a_r
     assert "run paused before its next model call: every grant of the run expired (the " \
            "last, for 'dispatch_refund'" in text
     b = _lines(text, "B")
-    assert [ln.split()[1] for ln in b] == ["approval", "propose", "dispatch_refund",
-                                           "dispatch_refund"]
+    assert [ln.split()[:2] for ln in b] == [
+        ["wait", "approval"], ["llm", "propose"], ["policy", "dispatch_refund"],
+        ["effect", "dispatch_refund"], ["effect", "dispatch_refund"]]
     assert 'the model calls dispatch_refund(order_id="123", amount=1000)' in b[1]
     assert 'policy_version: ["refunds@7", "refunds@8"]' in text
     assert "the payment service's own ledger: 1 refund(s) [1000]" in text

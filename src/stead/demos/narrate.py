@@ -60,6 +60,9 @@ def describe(rec: Record) -> str:
         if tree:
             parts.insert(0, f"tree {str(tree)[:8]}…")
         return "made in: " + ", ".join(parts)
+    if rec.kind == RecordKind.DECISION:
+        said = f"{data.get('decision')} (policy {data.get('policy_version')})"
+        return f"{said}: {compact(data['reason'])}" if data.get("reason") else said
     if rec.kind == RecordKind.STATE and "version" in data:
         return f"version {data['version']}: {timeline.shorten(compact(data.get('data')))}"
     return timeline.summary(rec)
@@ -80,7 +83,9 @@ class Tail:
         journal = await self.client.journal(self.run_id)
         for rec in journal[self.seen:]:
             who = self.labels.get(rec.epoch, f"epoch {rec.epoch}")
-            self.echo(f"    {who} | {rec.kind:<6} {rec.name:<22} {describe(rec)}")
+            # a decision is the policy's, judging the call it names
+            kind = "policy" if rec.kind == RecordKind.DECISION else rec.kind
+            self.echo(f"    {who} | {kind:<6} {rec.name:<22} {describe(rec)}")
         self.seen = max(self.seen, len(journal))
 
 
