@@ -128,6 +128,8 @@ class Execution:
         self._marks = threading.Lock()
         self._lock = asyncio.Lock()
         self._resume_pending = takeover
+        # Written before the takeover's judgement: to be written again after it.
+        self._resume_unjudged = False
         self.taken_over = takeover
         # Whether this takeover's intent diff says something changed: a call
         # marked fresh="on_resume" is then asked again (see `Run.step`).
@@ -381,7 +383,12 @@ class Execution:
         return [r.numbered(self._next_seq + i) for i, r in enumerate(batch)]
 
     def _resume(self) -> ResumeRecord | None:
-        if not self._resume_pending:
+        """The resume record this write carries: the first write of a takeover
+        carries it, and, if the takeover's judgement was still to come then,
+        the first write after that judgement carries it again, judged (the
+        store keeps one record per epoch: the later one replaces its detail)."""
+        judged = self.judge is None or not self.judge.pending
+        if not (self._resume_pending or (self._resume_unjudged and judged)):
             return None
         return ResumeRecord(
             run_id=self.fence.run_id, epoch=self.fence.epoch, worker_id=self.fence.worker_id,
@@ -406,7 +413,11 @@ class Execution:
                 self._buffer[:] = [r for r in self._buffer
                                    if not any(r is c for c in carried)]
         if resume is not None:
+            first = self._resume_pending
             self._resume_pending = False
+            self._resume_unjudged = self.judge is not None and self.judge.pending
+            if not first:
+                return
             log.info(
                 "run %s resumed by %s at epoch %d from seq %d, %d record(s) reused",
                 resume.run_id, resume.worker_id, resume.epoch, resume.from_seq, resume.reused,
@@ -440,11 +451,11 @@ class Execution:
                 self.unbuffer(drop)
             carried = list(self._buffer)
             batch = self._numbered(recs)
-            # The resume record waits for the policy's judgement while the run
-            # only receives (an event, a child's outcome); a write that ends
-            # the attempt carries it as it is.
-            held = bool(recs) and self.judge is not None and self.judge.pending
-            resume = None if held else self._resume()
+            # A write made while the run only receives (an event, a child's
+            # outcome) comes before the policy's judgement: it carries the
+            # record as it stands ("not asked" yet), so a crash right after it
+            # still leaves this takeover its record; the judgement rewrites it.
+            resume = self._resume()
             self._inflight += 1
             try:
                 result = await send(batch, resume)

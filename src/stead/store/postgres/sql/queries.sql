@@ -249,6 +249,8 @@ WITH fence AS MATERIALIZED (
         AS r (n int, epoch bigint, worker_id text, at float8, from_seq bigint,
               code_version text, reused int, detail text)
     JOIN fence ON fence.n = r.n
+    -- a record written before the takeover's judgement is written again with it
+    ON CONFLICT (run_id, epoch) DO UPDATE SET detail = EXCLUDED.detail
 ), finished AS (
     UPDATE runs
     SET status = f.status, result = f.result, error = f.error, lease_owner = NULL,
@@ -305,7 +307,8 @@ SELECT %(run_id)s, r.epoch, r.worker_id, r.at, r.from_seq, r.code_version, r.reu
        r.detail
 FROM json_to_recordset(%(resumes)s::json)
     AS r (epoch bigint, worker_id text, at float8, from_seq bigint, code_version text,
-          reused int, detail text);
+          reused int, detail text)
+ON CONFLICT (run_id, epoch) DO UPDATE SET detail = EXCLUDED.detail;
 
 -- name: insert_record
 -- One record (a human's decision on a stopped run, see resume_stopped).
@@ -638,7 +641,8 @@ VALUES (%(wait_id)s, %(run_id)s, %(addr)s, %(kind)s, %(bind)s, %(schema)s, %(tok
 -- One resume record on its own (a person's migration or rollback).
 INSERT INTO resumes (run_id, epoch, worker_id, at, from_seq, code_version, reused, detail)
 VALUES (%(run_id)s, %(epoch)s, %(worker_id)s, %(at)s, %(from_seq)s, %(code_version)s,
-        %(reused)s, %(detail)s);
+        %(reused)s, %(detail)s)
+ON CONFLICT (run_id, epoch) DO UPDATE SET detail = EXCLUDED.detail;
 
 -- name: load_archive
 -- A run's journal as it was before migration %(migration)s.

@@ -149,7 +149,9 @@ VALUES (:run_id, :seq, :addr, :attempt, :kind, :name, :digest, :status,
 INSERT INTO resumes (run_id, epoch, worker_id, at, from_seq, code_version,
                      reused, detail)
 VALUES (:run_id, :epoch, :worker_id, :at, :from_seq, :code_version, :reused,
-        :detail);
+        :detail)
+-- a record written before the takeover's judgement is written again with it
+ON CONFLICT (run_id, epoch) DO UPDATE SET detail = excluded.detail;
 
 -- name: finish
 UPDATE runs
