@@ -177,3 +177,19 @@ async def test_the_trace_of_a_run_taken_over_marks_the_takeover(
     assert f"epoch {resume.epoch} by {resume.worker_id}" in html
     assert html.count('class="takeover"/>') == 2  # the mark, on each bar's lane
     assert "<rect " in html and "style=" not in html.split("<main>")[1]
+
+
+async def test_the_runs_list_polls_with_its_filters_and_answers_204_until_a_run_changes(
+    web: httpx.AsyncClient, store: stead.Store,
+) -> None:
+    client = stead.Client(store, trace_app.app)
+    await client.start("long", 1, task_id="ticks-1")
+    page = (await web.get("/runs", params={"q": "ticks", "limit": "5"})).text
+    poll = re.search(r'<div id="runs" hx-get="([^"]+)" hx-trigger="every', page)
+    assert poll
+    url = poll.group(1).replace("&amp;", "&")
+    assert "q=ticks" in url and "limit=5" in url
+    assert (await web.get(url)).status_code == 204
+    await _settle(store)  # the run completes: the list shows it
+    changed = await web.get(url)
+    assert changed.status_code == 200 and "completed" in changed.text

@@ -140,10 +140,13 @@ class Dashboard:
             limit=q.limit + 1)
         runs, more = found[:q.limit], len(found) > q.limit
         after = searches.Cursor(runs[-1].created_at, runs[-1].run_id) if more else None
-        counts = await self.client.count_runs()
-        return await self.render(request, "_runs.html" if fragment else "runs.html",
-                                 runs=runs, counts=counts, q=q,
-                                 next=None if after is None else q.link(after))
+        shown = await self.html(request, "_runs.html", runs=runs, q=q,
+                                counts=await self.client.count_runs(),
+                                next=None if after is None else q.link(after))
+        if fragment and live.unchanged(request.query_params, shown):
+            return Response(status_code=204, headers=_HEADERS)
+        return await self.render(request, "_runs_live.html" if fragment else "runs.html",
+                                 q=q, shown=Markup(shown), seen=live.digest(shown))
 
     async def attention(self, request: Request) -> Response:
         fragment = request.query_params.get("fragment") == "1"
