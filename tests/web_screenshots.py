@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from playwright.async_api import async_playwright
 
@@ -25,6 +26,15 @@ from tests import trace_app, web_app
 from tests.web_app import UI_TOKEN, serving, settle
 
 CHROMIUM = "/usr/bin/chromium"
+
+
+async def _log_in(page: Any, base: str) -> None:
+    """Log in as alice; lands on "needs a human"."""
+    await page.goto(f"{base}/login")
+    await page.fill("input[name=who]", "alice")
+    await page.fill("input[name=token]", UI_TOKEN)
+    await page.click("form.login button")
+    await page.wait_for_url(f"{base}/attention")
 
 
 async def main(out: Path) -> None:
@@ -50,11 +60,7 @@ async def main(out: Path) -> None:
                 browser = await pw.chromium.launch(executable_path=CHROMIUM,
                                                    args=["--no-sandbox"])
                 page = await browser.new_page(viewport={"width": 1280, "height": 860})
-                await page.goto(f"{base}/login")
-                await page.fill("input[name=who]", "alice")
-                await page.fill("input[name=token]", UI_TOKEN)
-                await page.click("form.login button")
-                await page.wait_for_url(f"{base}/attention")
+                await _log_in(page, base)
                 await page.screenshot(path=out / "ui-attention.png", full_page=True)
                 await page.goto(f"{base}/runs")
                 await page.screenshot(path=out / "ui-runs.png", full_page=True)
@@ -82,11 +88,7 @@ async def _traced(scratch: str, out: Path) -> None:
         async with async_playwright() as pw:
             browser = await pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
             page = await browser.new_page(viewport={"width": 1280, "height": 860})
-            await page.goto(f"{base}/login")
-            await page.fill("input[name=who]", "alice")
-            await page.fill("input[name=token]", UI_TOKEN)
-            await page.click("form.login button")
-            await page.wait_for_url(f"{base}/attention")
+            await _log_in(page, base)
             await page.goto(f"{base}/runs/{shipped.run_id}")
             await page.click("details.arguments summary")
             await page.screenshot(path=out / "ui-run-effect.png", full_page=True)
