@@ -76,7 +76,7 @@ async def test_the_runs_list_filters_searches_and_pages_with_the_filters_kept(
     "status=nope", "workflow=ship@x", "workflow=ship@-1", "workflow=ship@99999999999",
     "limit=0", "limit=-3", "limit=NaN", "limit=99999999999999999999", "limit=1e3",
     "since=yesterday", "until=2026-13-45", "after=nan~abc", "after=-5~abc", "after=1e300~a",
-    "after=12", "q=" + "x" * 300,
+    "after=12", "q=" + "x" * 300, "q=a%00b", "task_id=%00", "after=1.5~a%00",
 ])
 async def test_a_runs_query_it_cannot_take_is_refused_with_400(
     web: httpx.AsyncClient, query: str,

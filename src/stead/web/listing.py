@@ -92,6 +92,10 @@ def parse(query: Mapping[str, str]) -> RunsQuery:
     too_long = [k for k, v in values.items() if len(v) > TEXT]
     if too_long:
         raise errors.InvalidInput(f"{too_long[0]} is longer than {TEXT} characters")
+    # No stored name holds a control character, and PostgreSQL refuses NUL in text.
+    if any(not c.isprintable() for v in (*values.values(), query.get("after", ""))
+           for c in v):
+        raise errors.InvalidInput("a filter holds a control character; type it again")
     status = values["status"] or None
     if status is not None and status not in RunStatus.__members__.values():
         raise errors.InvalidInput(f"unknown status {status!r}; one of: {', '.join(RunStatus)}")
