@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
+import unicodedata
 import urllib.parse
 from collections.abc import Mapping
 
@@ -92,8 +93,9 @@ def parse(query: Mapping[str, str]) -> RunsQuery:
     too_long = [k for k, v in values.items() if len(v) > TEXT]
     if too_long:
         raise errors.InvalidInput(f"{too_long[0]} is longer than {TEXT} characters")
-    # No stored name holds a control character, and PostgreSQL refuses NUL in text.
-    if any(not c.isprintable() for v in (*values.values(), query.get("after", ""))
+    # PostgreSQL refuses NUL in text, and no name an operator types holds a
+    # control character (format characters, bidi ones too, are searched for).
+    if any(unicodedata.category(c) == "Cc" for v in (*values.values(), query.get("after", ""))
            for c in v):
         raise errors.InvalidInput("a filter holds a control character; type it again")
     status = values["status"] or None
