@@ -190,16 +190,16 @@ def _one_accepted(r: dict[str, Any]) -> bool:
         for v in r["verdicts"].values())
 
 
-def _record(text: str, path: Path) -> None:
-    """Put `text` in RESULTS.md as its own section, replacing an earlier one."""
+def record(text: str, path: Path, section: str = SECTION) -> None:
+    """Put `text` in RESULTS.md as its own `section`, replacing an earlier one."""
     old = path.read_text() if path.exists() else ""
-    pattern = re.compile(re.escape(SECTION) + r".*?(?=\n## |\Z)", re.DOTALL)
-    new = pattern.sub(text.rstrip("\n"), old) if SECTION in old else (
+    pattern = re.compile(re.escape(section) + r".*?(?=\n## |\Z)", re.DOTALL)
+    new = pattern.sub(text.rstrip("\n"), old) if section in old else (
         old.rstrip("\n") + "\n\n" + text)
     path.write_text(new if new.endswith("\n") else new + "\n")
 
 
-def _drop_schema(url: str, schema: str) -> None:
+def drop_schema(url: str, schema: str) -> None:
     import psycopg
     from psycopg import sql
 
@@ -230,11 +230,11 @@ def main() -> None:
                 r = asyncio.run(measure(url, waits=ns.waits, per_wait=ns.per_wait))
             finally:
                 if db == "PostgreSQL":
-                    _drop_schema(pg, schema)
+                    drop_schema(pg, schema)
             print(f"{db}: {r['deliveries']} deliveries in {r['wall_seconds']:.2f} s, "
                   f"p50 {r['p50']:.0f} ms, p99 {r['p99']:.0f} ms, max {r['max']:.0f} ms")
             results[db] = r
-    _record(_markdown(results, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), load),
+    record(_markdown(results, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), load),
             ROOT / "bench" / "RESULTS.md")
 
 

@@ -4,24 +4,37 @@ system Chromium: `PYTHONPATH=. .venv/bin/python -m tests.web_screenshots docs/`.
 It builds a small shop on a fresh database (a completed run, two refunds whose
 outcome is unknown, a review about to expire, a run paused on an expired
 grant), has an operator reconcile one of them, and captures the runs list,
-"needs a human" and the refund's run page."""
+"needs a human" and the refund's run page; then, on a second app's runs, a
+shipment's run page with its arguments expanded and the trace of a run that
+was taken over."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 from playwright.async_api import async_playwright
 
 import stead
 from stead import operator
 from stead.web import create_app
-from tests import web_app
+from tests import trace_app, web_app
 from tests.web_app import UI_TOKEN, serving, settle
 
 CHROMIUM = "/usr/bin/chromium"
+
+
+async def _log_in(page: Any, base: str) -> None:
+    """Log in as alice; lands on "needs a human"."""
+    await page.goto(f"{base}/login")
+    await page.fill("input[name=who]", "alice")
+    await page.fill("input[name=token]", UI_TOKEN)
+    await page.click("form.login button")
+    await page.wait_for_url(f"{base}/attention")
 
 
 async def main(out: Path) -> None:
@@ -47,11 +60,7 @@ async def main(out: Path) -> None:
                 browser = await pw.chromium.launch(executable_path=CHROMIUM,
                                                    args=["--no-sandbox"])
                 page = await browser.new_page(viewport={"width": 1280, "height": 860})
-                await page.goto(f"{base}/login")
-                await page.fill("input[name=who]", "alice")
-                await page.fill("input[name=token]", UI_TOKEN)
-                await page.click("form.login button")
-                await page.wait_for_url(f"{base}/attention")
+                await _log_in(page, base)
                 await page.screenshot(path=out / "ui-attention.png", full_page=True)
                 await page.goto(f"{base}/runs")
                 await page.screenshot(path=out / "ui-runs.png", full_page=True)
@@ -59,6 +68,33 @@ async def main(out: Path) -> None:
                 await page.screenshot(path=out / "ui-run.png", full_page=True)
                 await browser.close()
         await store.close()
+        await _traced(scratch, out)
+
+
+async def _traced(scratch: str, out: Path) -> None:
+    url = f"sqlite:///{scratch}/traced.db"
+    clock = stead.FakeClock(time.time())  # moved by hand to let the lease lapse
+    store = await stead.open_store(url, clock=clock)
+    client = stead.Client(store, trace_app.app)
+    shipped = await client.start("ship", "o-31", {"city": "Lyon", "street": "12 rue de la Paix"},
+                                 task_id="order-31")
+    crashed = await client.start("crashy", "o-32", task_id="order-32")
+    await stead.Worker(trace_app.app, store).run_until_idle()  # dies in `charge`
+    clock.advance(45)
+    await stead.Worker(trace_app.app, store).run_until_idle()  # taken over, finished
+    await store.close()
+    asgi = create_app(trace_app.app, db_url=url, token=UI_TOKEN, poll_seconds=60)
+    with serving(asgi) as base:
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = await browser.new_page(viewport={"width": 1280, "height": 860})
+            await _log_in(page, base)
+            await page.goto(f"{base}/runs/{shipped.run_id}")
+            await page.click("details.arguments summary")
+            await page.screenshot(path=out / "ui-run-effect.png", full_page=True)
+            await page.goto(f"{base}/runs/{crashed.run_id}/trace")
+            await page.screenshot(path=out / "ui-trace.png", full_page=True)
+            await browser.close()
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from stead import (
     queues,
     records,
     revisions,
+    searches,
     takeover,
     waits,
     workspaces,
@@ -666,17 +667,20 @@ class Client:
 
     async def search_runs(
         self, *, status: str | None = None, workflow: str | None = None,
-        version: int | None = None, task_id: str | None = None,
-        since: float | None = None, until: float | None = None, limit: int = 100,
+        version: int | None = None, task_id: str | None = None, queue: str | None = None,
+        since: float | None = None, until: float | None = None, text: str | None = None,
+        after: searches.Cursor | None = None, limit: int = 100,
     ) -> list[RunInfo]:
         """Runs, newest first, filtered by each criterion given (`since`,
-        `until`: creation time, epoch seconds)."""
+        `until`: creation time, epoch seconds; `text`: the start of a run id,
+        a piece of a task id or workflow), after the run `after` names."""
         bounds.integer(limit, "limit", least=1)
         if version is not None:
             bounds.version(version)
-        rows = await self.store.search_runs(
+        rows = await self.store.search_runs(searches.RunSearch(
             status=None if status is None else _status(status), workflow=workflow,
-            version=version, task_id=task_id, since=since, until=until, limit=limit)
+            version=version, task_id=task_id, queue=queue, since=since, until=until,
+            text=text, after=after, limit=limit))
         return [RunInfo.from_row(r) for r in rows]
 
     async def count_runs(self) -> dict[RunStatus, int]:
@@ -702,6 +706,15 @@ class Client:
     async def journal(self, run_id: str) -> list[Record]:
         await self.store.get_run(run_id)
         return await self.store.load_journal(run_id)
+
+    async def journal_page(self, run_id: str, *, start: int = 0,
+                           limit: int = 200) -> list[Record]:
+        """At most `limit` of the run's records from seq `start` on, by seq."""
+        return await self.store.journal_page(run_id, start, limit)
+
+    async def journal_size(self, run_id: str) -> tuple[int, int]:
+        """How many records the run's journal holds, and its last seq (-1: none)."""
+        return await self.store.journal_size(run_id)
 
     async def resumes(self, run_id: str) -> list[ResumeRecord]:
         return await self.store.list_resumes(run_id)

@@ -160,6 +160,9 @@ class EffectView:
     history: tuple[str, ...]  # the phase of each of its records, in journal order
     detail: str
     external_id: str | None = None
+    arguments: Any = None  # what its intent recorded it was sent with
+    # Each of its records: (phase, when, attempt, epoch), in journal order.
+    steps: tuple[tuple[str, float, int, int], ...] = ()
 
 
 def _fields(rec: Record) -> dict[str, Any]:
@@ -179,11 +182,12 @@ def _decision(data: dict[str, Any]) -> str:
 
 
 def _effect_view(recs: Sequence[Record]) -> EffectView:
-    key, external, decided = "", None, ""
+    key, external, decided, arguments = "", None, "", None
     for r in recs:
         data = _fields(r)
         if r.status == RecordStatus.INTENT:
             key = str(data.get("key", key))
+            arguments = data.get("arguments", arguments)
         elif r.status == RecordStatus.ACCEPTED:
             external = str(data.get("external_id"))
         elif r.status == RecordStatus.RECONCILED:
@@ -207,7 +211,8 @@ def _effect_view(recs: Sequence[Record]) -> EffectView:
     return EffectView(
         name=last.name, key=key, addr=last.addr, phase=PHASES.get(last.status, last.status),
         attempt=last.attempt, history=tuple(PHASES.get(r.status, r.status) for r in recs),
-        detail=detail, external_id=external,
+        detail=detail, external_id=external, arguments=arguments,
+        steps=tuple((PHASES.get(r.status, r.status), r.at, r.attempt, r.epoch) for r in recs),
     )
 
 

@@ -38,6 +38,7 @@ from stead.records import (
     WaitRow,
     WaitState,
 )
+from stead.searches import RunSearch
 from stead.store import _rejections, _rows
 from stead.store import _transactions as tx
 from stead.store.seam import Claim, Database, FencedWrite, Finish, Writing
@@ -138,16 +139,10 @@ class Store:
         return await self.database.read(lambda: tx.read_all(
             "list_runs", {"status": status, "workflow": workflow, "limit": limit}, _rows.run))
 
-    async def search_runs(
-        self, *, status: str | None = None, workflow: str | None = None,
-        version: int | None = None, task_id: str | None = None,
-        since: float | None = None, until: float | None = None, limit: int = 100,
-    ) -> list[RunRow]:
-        """Runs, newest first, filtered by each criterion given (`since` and
-        `until` bound the creation time)."""
-        params = {"status": status, "workflow": workflow, "version": version,
-                  "task_id": task_id, "since": since, "until": until, "limit": limit}
-        return await self.database.read(lambda: tx.read_all("search_runs", params, _rows.run))
+    async def search_runs(self, search: RunSearch) -> list[RunRow]:
+        """Runs, newest first, filtered by each criterion `search` gives."""
+        return await self.database.read(
+            lambda: tx.read_all("search_runs", search.params(), _rows.run))
 
     async def count_runs(self) -> dict[RunStatus, int]:
         """How many runs are in each status (statuses with none left out)."""
@@ -315,6 +310,23 @@ class Store:
         """The whole journal in one query, ordered by seq."""
         return await self.database.read(
             lambda: tx.read_all("load_journal", {"run_id": run_id}, _rows.record))
+
+    async def journal_page(self, run_id: str, start: int, limit: int) -> list[Record]:
+        """At most `limit` records from seq `start` on, ordered by seq."""
+        return await self.database.read(lambda: tx.read_all(
+            "journal_page", {"run_id": run_id, "start": start, "limit": limit}, _rows.record))
+
+    async def journal_size(self, run_id: str) -> tuple[int, int]:
+        """How many records the journal holds, and its last seq (-1: none)."""
+        size = await self.database.read(lambda: tx.read_one(
+            "journal_size", {"run_id": run_id},
+            lambda row: (int(row["records"]), int(row["last_seq"]))))
+        return size or (0, -1)
+
+    async def journal_summaries(self, run_id: str) -> list[Record]:
+        """The journal's effect, model-call and workspace records, by seq."""
+        return await self.database.read(lambda: tx.read_all(
+            "journal_summaries", {"run_id": run_id}, _rows.record))
 
     async def append(
         self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None = None

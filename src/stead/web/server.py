@@ -26,11 +26,11 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from stead import display, errors, operator, records
+from stead import display, errors, operator, records, searches
 from stead.app import App
 from stead.client import Client
 from stead.store import Store, open_store
-from stead.web import edge, hooks, security, signatures, throttle, views
+from stead.web import edge, hooks, listing, live, security, signatures, throttle, views, window
 
 HERE = Path(__file__).parent
 _HEADERS = {
@@ -58,7 +58,8 @@ def _templates() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined,
                              finalize=_shown)
-    env.filters.update(clip=views.clip, clip_json=views.clip_json, when=views.when)
+    env.filters.update(clip=views.clip, clip_json=views.clip_json, when=views.when,
+                       pretty=views.pretty, pretty_json=views.pretty_json)
     env.globals.update(left=views.left, statuses=list(records.RunStatus))
     return env
 
@@ -97,14 +98,17 @@ class Dashboard:
                 self.store = None
 
     # -- rendering -----------------------------------------------------------------
-    async def render(self, request: Request, name: str, status: int = 200,
-                     **context: Any) -> HTMLResponse:
+    async def html(self, request: Request, name: str, **context: Any) -> str:
         who = await self.guard.operator(request)
-        html = self.env.get_template(name).render(
+        return self.env.get_template(name).render(
             request=request, who=who, read_only=self.read_only,
             can_act=who is not None and not self.read_only,
             can_log_in=self.guard.can_log_in, csrf=self.guard.csrf_token(request),
             poll=self.poll, **context)
+
+    async def render(self, request: Request, name: str, status: int = 200,
+                     **context: Any) -> HTMLResponse:
+        html = await self.html(request, name, **context)
         response = HTMLResponse(html, status_code=status, headers=_HEADERS)
         self.guard.issue(request, response)
         return response
@@ -120,17 +124,29 @@ class Dashboard:
 
         return guarded
 
+    async def _bad_query(self, request: Request, exc: errors.InvalidInput) -> Response:
+        return await self.render(request, "message.html", 400, title="Not a query this page takes",
+                                 message=str(exc), ok=False, run_id=None)
+
     async def runs(self, request: Request) -> Response:
         try:
-            f = views.filters(request.query_params)
-        except errors.InvalidValue as exc:
-            return await self.render(request, "message.html", 400, title="Bad filter",
-                                     message=str(exc), ok=False, run_id=None)
+            q = listing.parse(request.query_params)
+        except errors.InvalidInput as exc:
+            return await self._bad_query(request, exc)
         fragment = request.query_params.get("fragment") == "1"
-        runs = await self.client.search_runs(**f, limit=200)
-        counts = await self.client.count_runs()
-        return await self.render(request, "_runs.html" if fragment else "runs.html",
-                                 runs=runs, counts=counts, f=f, query=request.url.query)
+        found = await self.client.search_runs(
+            status=q.status, workflow=q.workflow, version=q.version, task_id=q.task_id,
+            queue=q.queue, since=q.since, until=q.until, text=q.text, after=q.after,
+            limit=q.limit + 1)
+        runs, more = found[:q.limit], len(found) > q.limit
+        after = searches.Cursor(runs[-1].created_at, runs[-1].run_id) if more else None
+        shown = await self.html(request, "_runs.html", runs=runs, q=q,
+                                counts=await self.client.count_runs(),
+                                next=None if after is None else q.link(after))
+        if fragment and live.unchanged(request.query_params, shown):
+            return Response(status_code=204, headers=_HEADERS)
+        return await self.render(request, "_runs_live.html" if fragment else "runs.html",
+                                 q=q, shown=Markup(shown), seen=live.digest(shown))
 
     async def attention(self, request: Request) -> Response:
         fragment = request.query_params.get("fragment") == "1"
@@ -139,19 +155,42 @@ class Dashboard:
                                  items=items, now=self.client.store.clock.now(),
                                  nonce=secrets.token_urlsafe(12))
 
-    async def run(self, request: Request) -> Response:
+    async def _page(self, request: Request, make: Callable[[window.Window], Awaitable[Any]]
+                    ) -> Any:
+        """The page `make` builds for the window the URL asks for, or the
+        answer to a query it cannot take (400) or a run there is not (404)."""
         run_id = request.path_params["run_id"]
-        fragment = request.query_params.get("fragment") == "1"
         try:
-            page = await views.run_page(self.client, run_id)
+            return await make(window.parse(request.query_params))
+        except errors.InvalidInput as exc:
+            return await self._bad_query(request, exc)
         except errors.UnknownRun:
             return await self.render(request, "message.html", 404, title="No such run",
                                      message=f"There is no run {run_id}.", ok=False,
                                      run_id=None)
-        drawn = request.query_params.get("drawn", "")
+
+    async def run(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        page = await self._page(request, lambda w: views.run_page(self.client, run_id, w))
+        if isinstance(page, Response):
+            return page
+        drawn = request.query_params.get("drawn", "")[:80]
         moved = bool(drawn) and drawn != f"{page.run.status}@{page.run.epoch}"
-        return await self.render(request, "_run.html" if fragment else "run.html",
-                                 p=page, moved=moved, nonce=secrets.token_urlsafe(12))
+        shown = await self.html(request, "_run.html", p=page, moved=moved)
+        if request.query_params.get("fragment") != "1":
+            return await self.render(request, "run.html", p=page, shown=Markup(shown),
+                                     seen=live.digest(shown), nonce=secrets.token_urlsafe(12))
+        if live.unchanged(request.query_params, shown):
+            return Response(status_code=204, headers=_HEADERS)
+        return await self.render(request, "_live.html", p=page, shown=Markup(shown),
+                                 seen=live.digest(shown), drawn=drawn)
+
+    async def trace(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        page = await self._page(request, lambda w: views.trace_page(self.client, run_id, w))
+        if isinstance(page, Response):
+            return page
+        return await self.render(request, "trace.html", t=page)
 
     # -- login -----------------------------------------------------------------------
     async def _cross_site(self, request: Request, form: Any) -> Response | None:
@@ -271,6 +310,7 @@ def create_app(
         Route("/runs", d.readable(d.runs)),
         Route("/attention", d.readable(d.attention)),
         Route("/runs/{run_id}", d.readable(d.run)),
+        Route("/runs/{run_id}/trace", d.readable(d.trace)),
         Route("/runs/{run_id}/actions/{action}", d.act, methods=["POST"]),
         Route("/login", d.login, methods=["GET", "POST"]),
         Route("/logout", d.logout, methods=["POST"]),

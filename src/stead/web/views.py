@@ -1,21 +1,21 @@
-"""What the dashboard's pages show, read through `Client`: a run's timeline
-(journal records with model turns, effects, waits, events, resumes), its
-decision context and audit, and the filters that render values.
+"""What the dashboard's pages show, read through `Client`: a page of a run's
+timeline (journal records with model turns, effects, waits, events, resumes),
+its trace, its decision context and audit, and the filters that render values.
 
-Values are shown clipped (`clip`): a payload is never rendered in full, and
-anything shaped like a wait token is replaced before it is clipped, so a token
-is never rendered at all. Jinja2's autoescape escapes the rest.
+A row shows its value clipped (`clip`); the full value is one click away,
+pretty-printed (`pretty`), in a `<details>` that the page renders closed.
+Anything shaped like a wait token is replaced before either, so a token is
+never rendered at all. Jinja2's autoescape escapes the rest.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from stead import bounds, decisions, errors, operator, records, timeline, waits, workspace_view
+from stead import bounds, decisions, errors, operator, timeline, waits, workspace_view
 from stead.client import Client, RunInfo
 from stead.intent import Intent
 from stead.records import (
@@ -30,6 +30,7 @@ from stead.records import (
     StateRow,
     WaitRow,
 )
+from stead.web import trace, window
 
 CLIP = 160
 
@@ -47,6 +48,23 @@ def clip(value: Any, width: int = CLIP) -> str:
     if len(text) <= width:
         return text
     return f"{text[:width - 1]}… ({len(text):,} chars)"
+
+
+def pretty(value: Any) -> str:
+    """`value` as indented JSON (text as is), tokens redacted: the whole of it."""
+    text = value if isinstance(value, str) else json.dumps(
+        value, indent=2, ensure_ascii=False, default=str)
+    return redact(text)
+
+
+def pretty_json(text: str | None) -> str:
+    """Stored JSON text, indented; text that is not JSON as it is."""
+    if text is None:
+        return ""
+    try:
+        return pretty(json.loads(text))
+    except ValueError:
+        return redact(text)
 
 
 def clip_json(text: str | None, width: int = CLIP) -> str:
@@ -83,6 +101,7 @@ class Entry:
     summary: str
     extra: str  # model tokens and tool calls, an effect's key, a retry's time
     resumed: ResumeRecord | None  # a takeover resumed here
+    payload: str  # the whole payload, indented
 
 
 def _entry(r: Record, start: float, resumed: ResumeRecord | None) -> Entry:
@@ -108,7 +127,7 @@ def _entry(r: Record, start: float, resumed: ResumeRecord | None) -> Entry:
         elif data.get("retry_at") is not None:
             extra = f"retry at {when(float(data['retry_at']))}"
     return Entry(r, timeline.offset(r.at - start), clip(timeline.summary(r), CLIP),
-                 redact(extra), resumed)
+                 redact(extra), resumed, pretty(data) if data is not None else redact(r.payload))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,7 +163,11 @@ class RunPage:
     """Everything the run page shows."""
 
     run: RunInfo
+    input: str  # the run's arguments, indented
     now: float
+    window: window.Window  # the part of the journal `entries` shows
+    records: int  # how many records the whole journal holds
+    last_seq: int
     entries: tuple[Entry, ...]
     effects: tuple[timeline.EffectView, ...]
     waits: tuple[WaitRow, ...]
@@ -163,54 +186,34 @@ class RunPage:
     workspaces: str  # the workspaces, their snapshots and restores, as `stead runs show` prints
 
 
-def filters(query: Mapping[str, str]) -> dict[str, Any]:
-    """The run list's filters from its query (`Client.search_runs` keywords):
-    an unknown status or an unreadable date is no filter; text no store
-    keeps or a version out of range is `InvalidValue` (the page answers 400)."""
-    code = query.get("workflow", "").strip()
-    name, _, version = code.partition("@")
-    since = query.get("since", "").strip()
-    try:
-        start = (dt.datetime.fromisoformat(since).replace(tzinfo=dt.UTC).timestamp()
-                 if since else None)
-    except ValueError:
-        start = None
-    status = query.get("status") or None
-    task_id = query.get("task_id", "").strip() or None
-    bounds.text(name, "the workflow filter")
-    bounds.optional_text(task_id, "the task_id filter")
-    return {
-        "status": status if status in records.RunStatus.__members__.values() else None,
-        "workflow": name or None,
-        "version": bounds.version(int(version), "the workflow filter's version")
-        if version.isdigit() else None,
-        "task_id": task_id,
-        "since": start,
-    }
-
-
-async def run_page(client: Client, run_id: str) -> RunPage:
+async def run_page(client: Client, run_id: str, shown: window.Window) -> RunPage:
+    """The run page with the records of `shown`: what it sums up over the
+    whole run (effects, model calls, workspaces) reads only those records."""
     try:
         bounds.text(run_id, "a run id")
     except errors.InvalidValue:
         raise errors.UnknownRun(f"no run {run_id!a}") from None  # none could be stored
     s = await operator.situation(client, run_id)
     info = s.run
-    journal = await client.journal(run_id)
+    row = await client.store.get_run(run_id)
+    page = await client.journal_page(run_id, start=shown.start, limit=shown.limit)
+    records, last_seq = await client.journal_size(run_id)
+    summed = await client.store.journal_summaries(run_id)
     resumes = await client.resumes(run_id)
     intents = await client.intents(run_id)
     marks = {r.from_seq: r for r in resumes}
     key = info.task_id if info.task_id is not None else f"run:{run_id}"
     error = "" if info.error is None else clip(info.error.get("message", info.error), 600)
     return RunPage(
-        run=info, now=s.now,
-        entries=tuple(_entry(r, info.created_at, marks.get(r.seq)) for r in journal),
-        effects=tuple(timeline.effect_views(journal)),
+        run=info, input=pretty_json(row.input), now=s.now, window=shown, records=records,
+        last_seq=last_seq,
+        entries=tuple(_entry(r, info.created_at, marks.get(r.seq)) for r in page),
+        effects=tuple(timeline.effect_views(summed)),
         waits=tuple(await client.waits(run_id=run_id, state=None, limit=1000)),
         events=tuple(await client.events(run_id)),
         resumes=tuple(resumes), revalidations=_revalidations(resumes),
         intents=tuple(intents),
-        intent_lines=tuple(redact(x) for x in decisions.intent_lines(intents, journal, s.now))
+        intent_lines=tuple(redact(x) for x in decisions.intent_lines(intents, summed, s.now))
         if intents else (),
         intent=Intent.loads(intents[-1].intent) if intents else None,
         state=tuple(await client.state_history(key)),
@@ -219,5 +222,23 @@ async def run_page(client: Client, run_id: str) -> RunPage:
         error=error,
         lineage=await client.lineage(run_id),
         migrations=tuple(await client.migrations(run_id)),
-        workspaces=workspace_view.render(journal, await client.snapshots(run_id), resumes).strip(),
+        workspaces=workspace_view.render(summed, await client.snapshots(run_id),
+                                         resumes).strip(),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class TracePage:
+    run: RunInfo
+    window: window.Window
+    last_seq: int
+    trace: trace.Trace
+
+
+async def trace_page(client: Client, run_id: str, shown: window.Window) -> TracePage:
+    info = await client.get(run_id)
+    page = await client.journal_page(run_id, start=shown.start, limit=shown.limit)
+    _, last_seq = await client.journal_size(run_id)
+    drawn = trace.trace(page, await client.resumes(run_id), created_at=info.created_at,
+                        now=client.store.clock.now(), live=not info.done)
+    return TracePage(info, shown, last_seq, drawn)

@@ -493,16 +493,39 @@ SELECT * FROM lineage WHERE run_id = %(run_id)s;
 SELECT * FROM lineage WHERE parent_id = %(run_id)s ORDER BY created_at, run_id;
 
 -- name: search_runs
--- The dashboard's runs list: each filter applies when given.
+-- The dashboard's runs list: each filter applies when given. :prefix matches
+-- the start of a run id, :pattern a piece of its task id or workflow (LIKE
+-- patterns whose wildcards the caller escaped). The page after a cursor (:before_at,
+-- :before_id) is the runs strictly older in (created_at, run_id) order.
 SELECT * FROM runs
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
   AND (%(version)s::integer IS NULL OR version = %(version)s::integer)
   AND (%(task_id)s::text IS NULL OR task_id = %(task_id)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(since)s::double precision IS NULL OR created_at >= %(since)s::double precision)
   AND (%(until)s::double precision IS NULL OR created_at < %(until)s::double precision)
+  AND (%(prefix)s::text IS NULL OR run_id LIKE %(prefix)s::text ESCAPE '\'
+       OR task_id LIKE %(pattern)s::text ESCAPE '\' OR workflow LIKE %(pattern)s::text ESCAPE '\')
+  AND (%(before_at)s::double precision IS NULL OR created_at < %(before_at)s::double precision
+       OR (created_at = %(before_at)s::double precision AND run_id < %(before_id)s::text))
 ORDER BY created_at DESC, run_id DESC
 LIMIT %(limit)s;
+
+-- name: journal_page
+-- A run's records from seq :start on, in seq order: one page of its timeline.
+SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at
+FROM journal WHERE run_id = %(run_id)s AND seq >= %(start)s ORDER BY seq LIMIT %(limit)s;
+
+-- name: journal_size
+SELECT COUNT(*) AS records, COALESCE(MAX(seq), -1) AS last_seq
+FROM journal WHERE run_id = %(run_id)s;
+
+-- name: journal_summaries
+-- The records a run page sums up over the whole run (its effects, model
+-- calls and workspaces), without the rest of a long journal.
+SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at
+FROM journal WHERE run_id = %(run_id)s AND kind IN ('effect', 'llm', 'workspace') ORDER BY seq;
 
 -- name: count_runs_by_status
 SELECT status, COUNT(*) AS runs FROM runs GROUP BY status;

@@ -333,16 +333,39 @@ SELECT * FROM lineage WHERE run_id = :run_id;
 SELECT * FROM lineage WHERE parent_id = :run_id ORDER BY created_at, run_id;
 
 -- name: search_runs
--- The dashboard's runs list: each filter applies when given.
+-- The dashboard's runs list: each filter applies when given. :prefix matches
+-- the start of a run id, :pattern a piece of its task id or workflow (LIKE
+-- patterns whose wildcards the caller escaped). The page after a cursor (:before_at,
+-- :before_id) is the runs strictly older in (created_at, run_id) order.
 SELECT * FROM runs
 WHERE (:status IS NULL OR status = :status)
   AND (:workflow IS NULL OR workflow = :workflow)
   AND (:version IS NULL OR version = :version)
   AND (:task_id IS NULL OR task_id = :task_id)
+  AND (:queue IS NULL OR queue = :queue)
   AND (:since IS NULL OR created_at >= :since)
   AND (:until IS NULL OR created_at < :until)
+  AND (:prefix IS NULL OR run_id LIKE :prefix ESCAPE '\'
+       OR task_id LIKE :pattern ESCAPE '\' OR workflow LIKE :pattern ESCAPE '\')
+  AND (:before_at IS NULL OR created_at < :before_at
+       OR (created_at = :before_at AND run_id < :before_id))
 ORDER BY created_at DESC, run_id DESC
 LIMIT :limit;
+
+-- name: journal_page
+-- A run's records from seq :start on, in seq order: one page of its timeline.
+SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at
+FROM journal WHERE run_id = :run_id AND seq >= :start ORDER BY seq LIMIT :limit;
+
+-- name: journal_size
+SELECT COUNT(*) AS records, COALESCE(MAX(seq), -1) AS last_seq
+FROM journal WHERE run_id = :run_id;
+
+-- name: journal_summaries
+-- The records a run page sums up over the whole run (its effects, model
+-- calls and workspaces), without the rest of a long journal.
+SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at
+FROM journal WHERE run_id = :run_id AND kind IN ('effect', 'llm', 'workspace') ORDER BY seq;
 
 -- name: count_runs_by_status
 SELECT status, COUNT(*) AS runs FROM runs GROUP BY status;
