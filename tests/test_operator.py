@@ -22,19 +22,23 @@ def _d(run_id: str, target: str = "", why: str = "because", **values: str) -> De
     return Decision(run_id=run_id, target=target, values=values, by="ops", why=why)
 
 
-async def test_needs_a_human_lists_each_stop_and_expiring_wait_with_its_actions(
+async def test_needs_a_human_lists_each_stop_and_every_open_approval_with_its_actions(
     store: stead.Store,
 ) -> None:
     client = stead.Client(store, web_app.app)
     unknown = await client.start("refund", "1")
     paused = await client.start("granted", "2", intent=web_app.expired_grant())
     expiring = await client.start("expiring", "T-1", task_id="ticket-T-1")
-    await client.start("approval", "3")  # waits without expiry: nothing to do yet
+    lasting = await client.start("approval", "3")  # no expiry: listed all the same, last
     await settle(store)
-    found = {a.run.run_id: a for a in await operator.needs_a_human(client)}
+    listed = await operator.needs_a_human(client)
+    found = {a.run.run_id: a for a in listed}
     assert {a.kind for a in found.values()} == {
-        AttentionKind.OUTCOME_UNKNOWN, AttentionKind.PAUSED, AttentionKind.WAIT_EXPIRING}
-    assert [a.name for a, _ in found[unknown.run_id].actions] == ["reconcile", "retry"]
+        AttentionKind.OUTCOME_UNKNOWN, AttentionKind.PAUSED, AttentionKind.APPROVAL}
+    assert [a.run.run_id for a in listed][-2:] == [expiring.run_id, lasting.run_id]
+    assert found[lasting.run_id].summary.endswith("no expiry")
+    # The refund's effect has no check: a retry would only stop on it again.
+    assert [a.name for a, _ in found[unknown.run_id].actions] == ["reconcile"]
     assert {a.name for a, _ in found[paused.run_id].actions} == {
         "resume", "terminate", "renew_grant", "deny_grant"}
     assert {a.name for a, _ in found[expiring.run_id].actions} == {

@@ -19,6 +19,7 @@ from stead.errors import (
     KeysUnavailable,
     MigrationRefused,
     NonDeterminism,
+    NotAllowed,
     NotStopped,
     OutcomeUncertain,
     RunEnded,
@@ -75,6 +76,7 @@ from stead.records import (
 )
 from stead.retention import PruneReport, prune
 from stead.retry import Retry
+from stead.roles import Role
 from stead.run import Run
 from stead.starts import Start
 from stead.state import Facts
@@ -128,6 +130,7 @@ __all__ = [
     "Missed",
     "Model",
     "NonDeterminism",
+    "NotAllowed",
     "NotStopped",
     "Operation",
     "Operator",
@@ -141,6 +144,7 @@ __all__ = [
     "ResumeDetails",
     "ResumeRecord",
     "Retry",
+    "Role",
     "Run",
     "RunEnded",
     "RunFailed",
