@@ -312,7 +312,7 @@ def _here(request: Request) -> str:
     """The page this request draws (its live fragment's: the page itself),
     for a form's `next`."""
     kept = [(k, v) for k, v in request.query_params.multi_items()
-            if k not in ("fragment", "drawn")]
+            if v and k not in ("fragment", "drawn")]
     query = urllib.parse.urlencode(kept)
     return request.url.path + (f"?{query}" if query else "")
 

@@ -7,7 +7,7 @@
 // the run moved on). New rows are added in the queue's order.
 (function () {
   "use strict";
-  const queue = document.getElementById("queue");
+  const queue = document.getElementById("attention");
   if (!queue) { return; }
   const url = queue.dataset.pollUrl;
   const every = Number(queue.dataset.pollMs) || 2000;
