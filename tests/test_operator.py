@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import pytest
 
@@ -175,3 +176,31 @@ async def test_a_stranded_run_needs_a_human_who_migrates_it_and_can_roll_back(
     assert (await client.get(started.run_id)).version == 1
     audit = await store.list_actions(started.run_id)
     assert [a.action for a in audit] == ["migrate", "migrate", "rollback"]
+
+
+async def test_retry_is_offered_on_an_unknown_effect_only_where_its_check_is_asked_again(
+    store: stead.Store,
+) -> None:
+    app = stead.App("asked")
+    answers = ["the bank does not say", "done"]
+
+    def check(op: stead.Operation) -> stead.Outcome:
+        said = answers.pop(0)
+        return stead.Outcome.done("rf_9") if said == "done" else stead.Outcome.unknown(said)
+
+    @app.workflow()
+    async def pay(run: stead.Run, amount: int) -> Any:
+        def charge(op: stead.Operation, n: int) -> str:
+            raise stead.OutcomeUncertain("timed out")
+
+        return await run.effect("charge", charge, amount, check=check)
+
+    client = stead.Client(store, app)
+    info = await client.start(pay, 9)
+    await stead.Worker(app, store).run_until_idle()
+    [found] = await operator.needs_a_human(client)
+    assert found.kind == AttentionKind.OUTCOME_UNKNOWN
+    assert [a.name for a, _ in found.actions] == ["reconcile", "retry"]
+    await operator.act(client, "retry", _d(info.run_id, why="the bank's API is back"))
+    await stead.Worker(app, store).run_until_idle()
+    assert await client.result(info.run_id, timeout=5) == "rf_9"

@@ -13,12 +13,14 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import stead
 from stead import operator
 from stead.records import RunStatus
 from stead.roles import Role
-from stead.web import Identity, create_app, sso_proxy
+from stead.web import Identity, create_app, queue, sso_proxy
 from tests import web_app
 from tests.ops_app import cli
 from tests.web_app import UI_TOKEN, csrf_of, log_in, settle
@@ -242,3 +244,36 @@ def test_runs_show_lists_the_operator_audit(db_url: str) -> None:
     data = json.loads(cli(db_url, "runs", "show", run_id, "--json").output)
     assert [(a["action"], a["author"], a["outcome"]) for a in data["operator_actions"]] == [
         ("cancel", "olga", "refused"), ("cancel", "olga", "done")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from("ab cd,;:é"), max_size=400))
+def test_a_short_summary_is_cut_at_a_word_and_within_bounds(text: str) -> None:
+    brief = queue.short(text, 60)
+    if len(text) <= 60:
+        assert brief == text
+        return
+    assert brief.endswith(" …") and len(brief) <= 62
+    kept = brief[:-2]
+    assert text.startswith(kept)
+    if " " in text[:60]:  # cut where a word ends, never inside one
+        assert text[len(kept)] in " ,;:" or text[len(kept) - 1] in " ,;:"
+
+
+def test_a_message_is_shown_without_the_commands_it_names() -> None:
+    paused = ("policy 1 paused the run: amount over 100. Decide: stead runs resume RUN "
+              "--by WHO --why WHY [--intent FILE], stead grants renew RUN TOOL ..., or "
+              "stead runs terminate RUN --by WHO --why WHY")
+    assert queue.without_commands(paused) == "policy 1 paused the run: amount over 100."
+    retry = "the code changed; deploy it, then `stead runs retry RUN`; or cancel the run."
+    assert queue.without_commands(retry) == "the code changed; deploy it"
+    assert queue.without_commands("nothing to run here") == "nothing to run here"
+
+
+def test_stead_ui_takes_only_known_roles_for_proxy_groups(sqlite_url: str) -> None:
+    assert cli(sqlite_url, "db", "migrate").exit_code == 0
+    bad = cli(sqlite_url, "ui", "tests.web_app:app", "--trusted-proxy", "127.0.0.1",
+              "--proxy-group", "ops=root")
+    assert bad.exit_code != 0 and "ROLE one of viewer, approver, operator, admin" in bad.output
+    alone = cli(sqlite_url, "ui", "tests.web_app:app", "--proxy-group", "ops=admin")
+    assert alone.exit_code != 0 and "needs --trusted-proxy" in alone.output

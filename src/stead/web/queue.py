@@ -30,6 +30,8 @@ SHORT = 200  # characters of a summary shown before it is expanded
 AGES: dict[str, float] = {"5m": 300.0, "1h": 3600.0, "1d": 86400.0, "7d": 7 * 86400.0}
 # A command-line command in a message: the page offers its form instead.
 _COMMAND = re.compile(r"`?\bstead (?:runs|reconcile|grants|events|state|workspace|db)\b")
+# What led up to a command, left dangling once it is cut: ", then", ": ".
+_DANGLING = re.compile(r"[\s,;:(`]*(?:\b(?:then|with|run|use)\b)?[\s,;:(`]*$")
 
 
 def without_commands(text: str) -> str:
@@ -39,7 +41,9 @@ def without_commands(text: str) -> str:
         return text
     head = text[:found.start()]
     end = head.rfind(". ")
-    return (head[:end + 1] if end >= 0 else head.rstrip(" :;,(`")).strip()
+    if end >= 0:
+        return head[:end + 1].strip()
+    return _DANGLING.sub("", head).strip()
 
 
 def short(text: str, width: int = SHORT) -> str:
