@@ -159,6 +159,10 @@ async def test_a_bulk_action_decides_each_picked_run_with_one_why(
     blank = await web.post("/attention/actions/bulk", data={
         "csrf": csrf_of(page), "action": "retry", "why": " ", "pick": picks})
     assert blank.status_code == 400
+    unconfirmed = await web.post("/attention/actions/bulk", data={
+        "csrf": csrf_of(page), "action": "cancel", "why": "wrong batch", "pick": picks})
+    assert unconfirmed.status_code == 400 and "Nothing was done" in unconfirmed.text
+    assert (await client.get(first.run_id)).status != RunStatus.CANCELLED
 
 
 async def test_each_action_needs_its_role_and_a_refusal_is_audited(store: stead.Store) -> None:
@@ -173,6 +177,8 @@ async def test_each_action_needs_its_role_and_a_refusal_is_audited(store: stead.
                                  base_url=BASE) as web:
         page = (await web.get(f"/runs/{run.run_id}")).text
         assert "needs the role approver" in page and "<fieldset disabled>" in page
+        queued = (await web.get("/attention")).text  # no bulk action a viewer may take
+        assert 'id="bulk"' not in queued and 'name="pick"' not in queued
         form = {"csrf": csrf_of(page), "target": wait.wait_id, "why": "looks fine",
                 "expect_status": "waiting"}
         r = await web.post(f"/runs/{run.run_id}/actions/approve", data=form)

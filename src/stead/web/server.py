@@ -62,6 +62,7 @@ def _templates() -> jinja2.Environment:
                              finalize=_shown)
     env.filters.update(clip=views.clip, clip_json=views.clip_json, when=views.when)
     env.globals.update(left=views.left, statuses=list(records.RunStatus))
+    env.tests["allowed_to"] = lambda action, held: roles.allows(held, action.role)
     return env
 
 
