@@ -245,7 +245,7 @@ def test_runs_show_lists_the_operator_audit(db_url: str) -> None:
     shown = cli(db_url, "runs", "show", run_id)
     assert shown.exit_code == 0, shown.output
     text = shown.output
-    assert "operator actions (2):" in text and "customer asked" in text
+    assert "operator actions (2)\n" in text and "customer asked" in text
     assert text.index("refused") < text.index("done")
     data = json.loads(cli(db_url, "runs", "show", run_id, "--json").output)
     assert [(a["action"], a["author"], a["outcome"]) for a in data["operator_actions"]] == [

@@ -20,7 +20,7 @@ def render(rows: Sequence[ActionRow]) -> str:
     """The audit as lines ("" when there is none)."""
     if not rows:
         return ""
-    lines = [f"operator actions ({len(rows)}):"]
+    lines = [f"operator actions ({len(rows)})"]
     for r in sorted(rows, key=lambda r: r.at):
         on = f" {r.target}" if r.target else ""
         lines += [f"  {timeline.clock_time(r.at)}  {r.action}{on}  by {r.author}  {r.outcome}",
