@@ -155,3 +155,22 @@ async def test_a_viewer_is_refused_an_action(queue: Queue, roles: dict[str, Any]
     [audit] = await queue.store.list_actions(info.run_id)
     assert (audit.author, audit.outcome) == ("vera", "refused")
     assert await queue.client.events(info.run_id) == []
+
+
+async def test_a_row_resolved_elsewhere_while_typed_in_stays_marked_and_is_refused(
+    queue: Queue,
+) -> None:
+    info = await queue.client.start("approval", "15")
+    await settle(queue.store)
+    await queue.log_in("fred")
+    row = queue.row(info.run_id)
+    why = row.locator("form.action[data-action=approve] input[name=why]")
+    await why.press_sequentially("approved on the call", delay=TYPING)
+    await queue.client.cancel(info.run_id)  # someone else decided meanwhile
+    await queue.page.locator(f"section.item.gone[data-run='{info.run_id}']").wait_for()
+    assert await why.input_value() == "approved on the call"
+    await queue.page.screenshot(path="/tmp/queue-gone.png", full_page=True)
+    await row.locator("form.action[data-action=approve] button").click()
+    message = await queue.page.locator("h1.refused + p.message").inner_text()
+    assert "moved on" in message and "cancelled" in message, message
+    assert await queue.client.events(info.run_id) == []

@@ -47,9 +47,10 @@
         if (previous === null) { rows.prepend(row); } else { previous.after(row); }
         previous = row;
       } else if (old.dataset.version === row.dataset.version) {
-        old.classList.remove("changed");
+        old.classList.remove("changed", "gone");
         previous = old;
       } else if (editing(old)) {
+        old.classList.remove("gone");
         old.classList.add("changed");
         previous = old;
       } else {
