@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import urllib.parse
 from collections.abc import AsyncIterator
 
 import httpx
@@ -20,7 +21,7 @@ import stead
 from stead import operator
 from stead.records import RunStatus
 from stead.roles import Role
-from stead.web import Identity, create_app, queue, sso_proxy
+from stead.web import Identity, actions, create_app, queue, sso_proxy
 from tests import web_app
 from tests.ops_app import cli
 from tests.web_app import UI_TOKEN, csrf_of, log_in, settle
@@ -283,3 +284,13 @@ def test_stead_ui_takes_only_known_roles_for_proxy_groups(sqlite_url: str) -> No
     assert bad.exit_code != 0 and "ROLE one of viewer, approver, operator, admin" in bad.output
     alone = cli(sqlite_url, "ui", "tests.web_app:app", "--proxy-group", "ops=admin")
     assert alone.exit_code != 0 and "needs --trusted-proxy" in alone.output
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=60), st.text(alphabet="/\\:.@?#%&=ahtps-_", max_size=40)))
+def test_the_way_back_never_leaves_the_dashboard(text: str) -> None:
+    back = actions.safe_next(text)
+    parts = urllib.parse.urlsplit(back)
+    assert back.startswith("/") and not back.startswith("//")
+    assert (parts.scheme, parts.netloc) == ("", "") and "\\" not in back
+    assert back in (text, actions.HOME)
