@@ -2,7 +2,10 @@
 
 Pages are rendered on the server (Jinja2, autoescaped, every value through
 `display.neutral`); live parts poll a fragment with htmx (vendored in
-`static/`, no CDN). Every request first passes `web.edge` (its Host, its
+`static/`, no CDN), the needs-a-human queue row by row (`static/queue.js`,
+`web.queue`) so that no form being filled in is redrawn. Actions go through
+`web.actions` (confirmation, the way back, bulk) to `operator.act`, with the
+operator's roles. Every request first passes `web.edge` (its Host, its
 body's size); reading a page needs a logged-in operator unless the dashboard
 is `public`. The store is opened in the app's lifespan (or handed in), and
 every read and write goes through `Client` and `stead.operator`, as any other
