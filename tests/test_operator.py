@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import pytest
 
@@ -22,19 +23,23 @@ def _d(run_id: str, target: str = "", why: str = "because", **values: str) -> De
     return Decision(run_id=run_id, target=target, values=values, by="ops", why=why)
 
 
-async def test_needs_a_human_lists_each_stop_and_expiring_wait_with_its_actions(
+async def test_needs_a_human_lists_each_stop_and_every_open_approval_with_its_actions(
     store: stead.Store,
 ) -> None:
     client = stead.Client(store, web_app.app)
     unknown = await client.start("refund", "1")
     paused = await client.start("granted", "2", intent=web_app.expired_grant())
     expiring = await client.start("expiring", "T-1", task_id="ticket-T-1")
-    await client.start("approval", "3")  # waits without expiry: nothing to do yet
+    lasting = await client.start("approval", "3")  # no expiry: listed all the same, last
     await settle(store)
-    found = {a.run.run_id: a for a in await operator.needs_a_human(client)}
+    listed = await operator.needs_a_human(client)
+    found = {a.run.run_id: a for a in listed}
     assert {a.kind for a in found.values()} == {
-        AttentionKind.OUTCOME_UNKNOWN, AttentionKind.PAUSED, AttentionKind.WAIT_EXPIRING}
-    assert [a.name for a, _ in found[unknown.run_id].actions] == ["reconcile", "retry"]
+        AttentionKind.OUTCOME_UNKNOWN, AttentionKind.PAUSED, AttentionKind.APPROVAL}
+    assert [a.run.run_id for a in listed][-2:] == [expiring.run_id, lasting.run_id]
+    assert found[lasting.run_id].summary.endswith("no expiry")
+    # The refund's effect has no check: a retry would only stop on it again.
+    assert [a.name for a, _ in found[unknown.run_id].actions] == ["reconcile"]
     assert {a.name for a, _ in found[paused.run_id].actions} == {
         "resume", "terminate", "renew_grant", "deny_grant"}
     assert {a.name for a, _ in found[expiring.run_id].actions} == {
@@ -171,3 +176,31 @@ async def test_a_stranded_run_needs_a_human_who_migrates_it_and_can_roll_back(
     assert (await client.get(started.run_id)).version == 1
     audit = await store.list_actions(started.run_id)
     assert [a.action for a in audit] == ["migrate", "migrate", "rollback"]
+
+
+async def test_retry_is_offered_on_an_unknown_effect_only_where_its_check_is_asked_again(
+    store: stead.Store,
+) -> None:
+    app = stead.App("asked")
+    answers = ["the bank does not say", "done"]
+
+    def check(op: stead.Operation) -> stead.Outcome:
+        said = answers.pop(0)
+        return stead.Outcome.done("rf_9") if said == "done" else stead.Outcome.unknown(said)
+
+    @app.workflow()
+    async def pay(run: stead.Run, amount: int) -> Any:
+        def charge(op: stead.Operation, n: int) -> str:
+            raise stead.OutcomeUncertain("timed out")
+
+        return await run.effect("charge", charge, amount, check=check)
+
+    client = stead.Client(store, app)
+    info = await client.start(pay, 9)
+    await stead.Worker(app, store).run_until_idle()
+    [found] = await operator.needs_a_human(client)
+    assert found.kind == AttentionKind.OUTCOME_UNKNOWN
+    assert [a.name for a, _ in found.actions] == ["reconcile", "retry"]
+    await operator.act(client, "retry", _d(info.run_id, why="the bank's API is back"))
+    await stead.Worker(app, store).run_until_idle()
+    assert await client.result(info.run_id, timeout=5) == "rf_9"

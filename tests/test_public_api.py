@@ -18,7 +18,7 @@ EXPECTED = {
     "Intent", "Grant", "Budget", "InvalidIntent", "GrantWidening", "GrantRefused",
     "Continue", "Pause", "Terminate", "Action",
     "Compensation", "ForkRefused", "TaskMismatch", "Lineage", "LineageKind", "Link",
-    "Operator", "RunMovedOn", "UnknownAction",
+    "Operator", "RunMovedOn", "UnknownAction", "NotAllowed", "Role",
     # deploys: migrations, exported histories, workers' heartbeats
     "Migrated", "MigrationView", "MigrationReport", "MigrationRow", "MigrationRefused",
     "StoredRun", "HostRow",

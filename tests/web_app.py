@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import re
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import uvicorn
 
 import stead
@@ -43,6 +45,14 @@ async def expiring(run: stead.Run, ticket: str) -> Any:
                                    expect_version=0)
     w = await run.wait("review", bind={"ticket": ticket, "state_version": facts.version},
                        expires_in=dt.timedelta(minutes=20))
+    return await w
+
+
+@app.workflow()
+async def long_review(run: stead.Run, order_id: str) -> Any:
+    """An approval that is due in two days: a normal one, not an urgent one."""
+    w = await run.wait("approval", bind={"order_id": order_id},
+                       expires_in=dt.timedelta(hours=48))
     return await w
 
 
@@ -90,3 +100,18 @@ def serving(asgi: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(20)
+
+
+def csrf_of(html: str) -> str:
+    """The CSRF token of the first form on a dashboard page."""
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found, "the page has no CSRF field"
+    return found.group(1)
+
+
+async def log_in(http: httpx.AsyncClient, who: str = "alice") -> str:
+    """Log `who` in with the dashboard's token; returns the CSRF token."""
+    csrf = csrf_of((await http.get("/login")).text)
+    r = await http.post("/login", data={"csrf": csrf, "who": who, "token": UI_TOKEN})
+    assert r.status_code == 303, r.text
+    return csrf

@@ -3,10 +3,11 @@ system Chromium: `PYTHONPATH=. .venv/bin/python -m tests.web_screenshots docs/`.
 
 It builds a small shop on a fresh database (a completed run, two refunds whose
 outcome is unknown, a review about to expire, a run paused on an expired
-grant), has an operator reconcile one of them, and captures the runs list,
-"needs a human" and the refund's run page; then, on a second app's runs, a
-shipment's run page with its arguments expanded and the trace of a run that
-was taken over."""
+grant, an approval due in two days), has an operator reconcile one of the
+refunds, and captures the runs list, "needs a human" (with the other
+refund's arguments open) and the refund's run page; then, on a second app's
+runs, a shipment's run page with its arguments expanded and the trace of a
+run that was taken over."""
 
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ async def main(out: Path) -> None:
         await client.start("expiring", "T-77", task_id="ticket-T-77")
         await client.start("granted", "9", task_id="order-9", intent=web_app.expired_grant())
         await client.start("approval", "456", task_id="order-456")
+        await client.start("long_review", "789", task_id="order-789")
         await settle(store)
         await operator.act(client, "reconcile", operator.Decision(
             run_id=refund.run_id, target=f"{refund.run_id}:0",
@@ -61,6 +63,7 @@ async def main(out: Path) -> None:
                                                    args=["--no-sandbox"])
                 page = await browser.new_page(viewport={"width": 1280, "height": 860})
                 await _log_in(page, base)
+                await page.click("dl.effect details summary")  # the unknown effect's arguments
                 await page.screenshot(path=out / "ui-attention.png", full_page=True)
                 await page.goto(f"{base}/runs")
                 await page.screenshot(path=out / "ui-runs.png", full_page=True)

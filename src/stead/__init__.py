@@ -20,6 +20,7 @@ from stead.errors import (
     KeysUnavailable,
     MigrationRefused,
     NonDeterminism,
+    NotAllowed,
     NotStopped,
     OutcomeUncertain,
     RunEnded,
@@ -77,6 +78,7 @@ from stead.records import (
 )
 from stead.retention import PruneReport, prune
 from stead.retry import Retry
+from stead.roles import Role
 from stead.run import Run
 from stead.starts import Start
 from stead.state import Facts
@@ -131,6 +133,7 @@ __all__ = [
     "Missed",
     "Model",
     "NonDeterminism",
+    "NotAllowed",
     "NotStopped",
     "Operation",
     "Operator",
@@ -144,6 +147,7 @@ __all__ = [
     "ResumeDetails",
     "ResumeRecord",
     "Retry",
+    "Role",
     "Run",
     "RunEnded",
     "RunFailed",

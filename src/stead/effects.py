@@ -405,5 +405,7 @@ class Effect:
             "attempt": attempt,
             "arguments": self.args_json,
             "known": known,
+            # Whether a retry asks the effect's check again (without one it stops again).
+            "checked": self.spec.check is not None,
         })
 

@@ -303,6 +303,11 @@ class RunMovedOn(SteadError):
     message says what the run is now."""
 
 
+class NotAllowed(SteadError):
+    """An operator's action needs a role the operator does not hold
+    (`stead.roles`): it is refused, audited, and nothing changed."""
+
+
 class UnknownAction(SteadError):
     """An operator action that does not exist, or that does not apply to what
     it names (a wait, an effect, a grant) as the run is now."""

@@ -21,7 +21,7 @@ import enum
 import hashlib
 import json
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from stead import bounds, errors, timeline, waits
@@ -36,6 +36,7 @@ from stead.records import (
     WaitRow,
     WaitState,
 )
+from stead.roles import Role, allows
 
 # Open waits that expire within this many seconds need a human.
 NEAR_EXPIRY = 3600.0
@@ -99,7 +100,8 @@ class Action:
     targets: Callable[[Situation], Sequence[str]]
     perform: Callable[[Client, Decision], Awaitable[str]]
     fields: tuple[Field, ...] = ()
-    danger: bool = False  # ends the run or withdraws something
+    danger: bool = False  # ends the run or withdraws something: asked to confirm
+    role: Role = Role.OPERATOR  # the least role that may take it (`stead.roles`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,9 +165,13 @@ def _grants(s: Situation) -> Sequence[str]:
 
 
 def _retryable(s: Situation) -> Sequence[str]:
-    store_failure = (s.run.status == RunStatus.FAILED and isinstance(s.run.error, dict)
-                     and s.run.error.get("type") in ("StoreError", "StoreUnavailable",
-                                                     "DatabaseMissing"))
+    error = s.run.error if isinstance(s.run.error, dict) else {}
+    store_failure = (s.run.status == RunStatus.FAILED
+                     and error.get("type") in ("StoreError", "StoreUnavailable",
+                                               "DatabaseMissing"))
+    if s.run.status == RunStatus.OUTCOME_UNKNOWN:
+        # A retry asks the effect's check again; without a check it only stops again.
+        return [""] if error.get("checked") is True else []
     return [""] if s.run.status in RETRYABLE or store_failure else []
 
 
@@ -335,10 +341,10 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
     )),
     Action("approve", "Approve (as operator)", _open_waits, _approve, (
         Field("payload", "More payload fields", FieldKind.JSON, hint="a JSON object"),
-    )),
+    ), role=Role.APPROVER),
     Action("reject", "Reject (as operator)", _open_waits, _reject, (
         Field("reason", "Reason given to the workflow"),
-    ), danger=True),
+    ), danger=True, role=Role.APPROVER),
     Action("renew_grant", "Renew the grant", _grants, _renew, (
         Field("expires_in", "Lasts (seconds)", FieldKind.SECONDS, required=True),
         Field("scope", "Narrower scope (optional)", FieldKind.JSON,
@@ -359,8 +365,9 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
     Action("revoke_wait", "Revoke the wait", _open_waits, _revoke, danger=True),
     Action("migrate", "Migrate to the new version", _migratable, _migrate, (
         Field("dry_run", "Only check", FieldKind.CHOICE, required=True, choices=("yes", "no")),
-    )),
-    Action("rollback", "Roll back the last migration", _rollbackable, _rollback, danger=True),
+    ), role=Role.ADMIN),
+    Action("rollback", "Roll back the last migration", _rollbackable, _rollback, danger=True,
+           role=Role.ADMIN),
     Action("cancel", "Cancel the run", _live, _cancel, danger=True),
     Action("fork", "Fork a new run from its journal", lambda s: [""], _fork, (
         Field("at", "Keep the first N journal records", required=True,
@@ -410,19 +417,27 @@ def _check_view(s: Situation, status: str | None, epoch: int | None) -> None:
 
 
 async def act(client: Client, name: str, decision: Decision, *,
-              expect_status: str | None = None, expect_epoch: int | None = None) -> Done:
+              expect_status: str | None = None, expect_epoch: int | None = None,
+              roles: Iterable[Role] | None = None) -> Done:
     """Do the action `name` as `decision` says, if it still applies: the run
-    is as the decider saw it (`expect_status`, `expect_epoch`, when given)
-    and the action is offered on its target. Every attempt is audited; a
-    refusal is audited and raised (`RunMovedOn`, `UnknownAction`, or the
+    is as the decider saw it (`expect_status`, `expect_epoch`, when given),
+    the action is offered on its target and, when the decider's `roles` are
+    given, one of them allows it. Every attempt is audited; a refusal is
+    audited and raised (`NotAllowed`, `RunMovedOn`, `UnknownAction`, or the
     client's own error)."""
     if not decision.by.strip() or not decision.why.strip():
         raise errors.InvalidInput("an operator's action says who decided it and why: give both")
     action = ACTIONS.get(name)
     if action is None:
         raise errors.UnknownAction(f"no action {name!r}; one of: {', '.join(ACTIONS)}")
+    held = None if roles is None else frozenset(roles)
     try:
         s = await situation(client, decision.run_id)
+        if held is not None and not allows(held, action.role):
+            raise errors.NotAllowed(
+                f"{action.label.lower()} needs the role {action.role} or above; "
+                f"{decision.by} holds {', '.join(sorted(held)) or 'no role'}: ask someone "
+                "who holds it")
         _check_view(s, expect_status, expect_epoch)
         if decision.target not in action.targets(s):
             raise errors.UnknownAction(
@@ -450,7 +465,8 @@ class AttentionKind(enum.StrEnum):
     OUTCOME_UNKNOWN = "outcome_unknown"
     PAUSED = "paused"
     INCOMPATIBLE = "incompatible_checkpoint"
-    WAIT_EXPIRING = "wait_expiring"
+    APPROVAL = "approval"  # an open wait that takes a token: a person answers it
+    WAIT_EXPIRING = "wait_expiring"  # any other wait, near its expiry
     WAIT_LOCKED = "wait_locked"
     STRANDED = "stranded"
 
@@ -465,6 +481,12 @@ class Attention:
     summary: str
     actions: tuple[tuple[Action, str], ...]
     due: float | None = None  # when it gets worse (a wait's expiry)
+    since: float | None = None  # since when it waits for a person (None: the run's update)
+    target: str = ""  # the wait it is about ("" for the run)
+
+    @property
+    def waiting_since(self) -> float:
+        return self.run.updated_at if self.since is None else self.since
 
 
 Finder = Callable[[Client, float], Awaitable[list[Attention]]]
@@ -492,28 +514,39 @@ async def _stopped(client: Client, now: float) -> list[Attention]:
     return found
 
 
+def _due(w: WaitRow, now: float) -> str:
+    if w.expires_at is None:
+        return "no expiry"
+    left = w.expires_at - now
+    if left <= 0:
+        return "has expired"
+    return f"expires in {left / 60:.0f} min" if left < 3600 else \
+        f"expires in {left / 3600:.1f} h"
+
+
 async def _waits(client: Client, now: float) -> list[Attention]:
+    """Locked waits; every open wait that takes a token (one a person
+    answers: an approval), whenever it expires; other waits near expiry."""
     found = []
     for w in await client.waits(state=WaitState.OPEN, limit=1000):
         locked = w.locked_at is not None
+        human = w.token_hash is not None
         near = w.expires_at is not None and w.expires_at - now <= NEAR_EXPIRY
-        if not (locked or near):
+        if not (locked or human or near):
             continue
         s = await situation(client, w.run_id)
         if locked:
             found.append(Attention(
                 AttentionKind.WAIT_LOCKED, s.run,
                 f"wait {w.kind} ({w.wait_id}) locked after {w.bad_tokens} bad tokens",
-                _resolving(s, "unlock_wait", "revoke_wait", target=w.wait_id), w.expires_at))
+                _resolving(s, "unlock_wait", "revoke_wait", target=w.wait_id), w.expires_at,
+                w.created_at, w.wait_id))
         else:
-            assert w.expires_at is not None
-            left = w.expires_at - now
             found.append(Attention(
-                AttentionKind.WAIT_EXPIRING, s.run,
-                f"wait {w.kind} ({w.wait_id}) " + (
-                    f"expires in {left / 60:.0f} min" if left > 0 else "has expired"),
+                AttentionKind.APPROVAL if human else AttentionKind.WAIT_EXPIRING, s.run,
+                f"wait {w.kind} ({w.wait_id}) {_due(w, now)}",
                 _resolving(s, "approve", "reject", "revoke_wait", target=w.wait_id),
-                w.expires_at))
+                w.expires_at, w.created_at, w.wait_id))
     return found
 
 
@@ -533,9 +566,9 @@ FINDERS: list[Finder] = [_stopped, _waits, _stranded]
 
 async def needs_a_human(client: Client) -> list[Attention]:
     """Everything that waits for a person's decision, the most pressing
-    first: stopped runs, then waits by expiry."""
+    first: stopped runs, then waits by expiry (those that never expire last)."""
     now = client.store.clock.now()
     found = [a for finder in FINDERS for a in await finder(client, now)]
     order = list(AttentionKind)
-    return sorted(found, key=lambda a: (a.due is not None, a.due or 0.0, order.index(a.kind),
-                                        -a.run.updated_at))
+    return sorted(found, key=lambda a: (a.target != "", a.due is None, a.due or 0.0,
+                                        order.index(a.kind), -a.run.updated_at))

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from stead import decisions, errors, records, timeline, workspace_view
+from stead import audit_view, decisions, errors, records, timeline, workspace_view
 from stead.app import App
 from stead.cli import common
 from stead.client import RunInfo
@@ -170,7 +170,8 @@ def runs_ls(ctx: click.Context, status: str | None, workflow: str | None, limit:
 @click.pass_context
 def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
     """Show a run: status, result or error, the journal as a timeline, and
-    every takeover (who resumed it, at which epoch, from where, what was reused)."""
+    every takeover (who resumed it, at which epoch, from where, what was reused),
+    and the operator actions taken or refused on it (who, why, outcome)."""
     db = common.database_url(ctx)
     common.require_database(db)
 
@@ -180,15 +181,17 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
             return (info, await client.journal(run_id), await client.resumes(run_id),
                     await client.intents(run_id), await client.lineage(run_id),
                     await client.migrations(run_id), client.store.clock.now(),
-                    await client.snapshots(run_id))
+                    await client.snapshots(run_id), await client.store.list_actions(run_id))
 
-    info, journal, resumes, intents, lineage, migrated, now, snapshots = common.run_async(go())
+    (info, journal, resumes, intents, lineage, migrated, now, snapshots,
+     actions) = common.run_async(go())
     if as_json:
         shown = timeline.show_json(info, journal, resumes)
         shown["intents"] = [dataclasses.asdict(i) for i in intents]
         shown["lineage"] = timeline.lineage_json(lineage)
         shown["migrations"] = [dataclasses.asdict(m) for m in migrated]
         shown["snapshots"] = [workspace_view.snapshot_json(s) for s in snapshots]
+        shown["operator_actions"] = audit_view.audit_json(actions)
         click.echo(json.dumps(shown, indent=2))
     else:
         common.echo(timeline.render_run(_shown(info), journal, resumes, now=now))
@@ -201,6 +204,8 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
         workspaces = workspace_view.render(journal, snapshots, resumes)
         if workspaces:
             common.echo(workspaces)
+        if actions:
+            common.echo(audit_view.render(actions))
 
 
 @runs.command("cancel")

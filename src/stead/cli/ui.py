@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from stead import roles
 from stead.cli import common
 
 TOKEN_ENV = "STEAD_UI_TOKEN"
@@ -23,6 +24,19 @@ def _auth_hook(spec: str) -> Any:
     if not callable(hook):
         raise click.BadParameter(f"{spec!r} is not callable", param_hint="'--auth'")
     return hook
+
+
+def _groups(specs: tuple[str, ...]) -> dict[str, roles.Role]:
+    found = {}
+    for spec in specs:
+        group, _, role = spec.rpartition("=")
+        held = roles.parse([role])
+        if not group.strip() or not held:
+            raise click.BadParameter(
+                f"{spec[:80]!r}: give GROUP=ROLE, ROLE one of {', '.join(roles.Role)}",
+                param_hint="'--proxy-group'")
+        [found[group.strip()]] = held
+    return found
 
 
 @click.command(short_help="Serve the operator's dashboard and the event webhook.")
@@ -46,12 +60,20 @@ def _auth_hook(spec: str) -> Any:
 @click.option("--auth", "auth_spec", metavar="MODULE:FUNCTION", default=None,
               help="A function(request) returning the operator's name (or None): "
                    "your proxy's or SSO's login instead of the token.")
+@click.option("--trusted-proxy", "proxies", metavar="ADDRESS", multiple=True,
+              help="The address of an SSO proxy whose X-Forwarded-User and "
+                   "X-Forwarded-Groups headers name the operator; repeat for more. "
+                   "Requests from other addresses are not believed.")
+@click.option("--proxy-group", "proxy_groups", metavar="GROUP=ROLE", multiple=True,
+              help="The role (viewer, approver, operator, admin) a proxy group gives; "
+                   "repeat for more. An operator in no such group is a viewer.")
 @click.option("--poll", type=common.Seconds(least=0.2), default=2.0, show_default=True,
               help="Seconds between live updates of a page.")
 @click.pass_context
 def ui(ctx: click.Context, app_spec: str, host: str, port: int, read_only: bool,
        public: bool, allowed: tuple[str, ...], signature_tolerance: float,
-       auth_spec: str | None, poll: float) -> None:
+       auth_spec: str | None, proxies: tuple[str, ...], proxy_groups: tuple[str, ...],
+       poll: float) -> None:
     """Serve the dashboard for MODULE:APP: runs, what needs a human, each run's
     timeline, and the actions that decide (each recorded with who and why).
 
@@ -64,7 +86,7 @@ def ui(ctx: click.Context, app_spec: str, host: str, port: int, read_only: bool,
     try:
         import uvicorn
 
-        from stead.web import create_app
+        from stead.web import create_app, sso_proxy
     except ImportError as exc:
         raise click.ClickException(
             f"the dashboard needs stead's web extra: pip install 'stead[web]' ({exc})") from exc
@@ -75,6 +97,12 @@ def ui(ctx: click.Context, app_spec: str, host: str, port: int, read_only: bool,
     if token is not None and len(token) < 16:
         raise click.ClickException(f"{TOKEN_ENV} is too short: use 16 characters or more")
     auth = None if auth_spec is None else _auth_hook(auth_spec)
+    if proxies:
+        if auth is not None:
+            raise click.UsageError("give --auth or --trusted-proxy, not both")
+        auth = sso_proxy(proxies, _groups(proxy_groups))
+    elif proxy_groups:
+        raise click.UsageError("--proxy-group needs --trusted-proxy ADDRESS")
     # The address it listens on is a name it is reached by (but a wildcard,
     # which no browser sends).
     hosts = (*allowed, *([] if host in ("0.0.0.0", "::", "") else [host]))

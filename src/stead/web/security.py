@@ -4,8 +4,11 @@
   an operator: a session made by logging in with the token from
   `STEAD_UI_TOKEN` (compared in constant time) and a name, or the name an auth
   hook returns for the request (`create_app(auth=...)`: your reverse proxy's
-  header, your SSO). Without either, nobody can. Failed logins are counted per
-  source address (`web.throttle`).
+  header, your SSO; `web.proxy` reads an SSO proxy's headers). Without either,
+  nobody can. Failed logins are counted per source address (`web.throttle`).
+- **Roles.** An auth hook may return an `Identity` (a name and its roles,
+  `stead.roles`) instead of a name; each action needs a role
+  (`operator.Action.role`). A name alone, and a token login, hold every role.
 - **CSRF.** Every form carries the browser's CSRF token, also kept in a
   `SameSite=Strict`, `HttpOnly` cookie; a POST whose field does not match it
   (compared in constant time), or whose `Origin` is another site, is refused
@@ -27,13 +30,28 @@ from collections.abc import Awaitable, Callable
 from starlette.requests import Request
 from starlette.responses import Response
 
+from stead.roles import Role
+
 SESSION_COOKIE = "stead_session"
 CSRF_COOKIE = "stead_csrf"
 CSRF_FIELD = "csrf"
 SESSION_SECONDS = 8 * 3600
 
-# An auth hook: the operator's name for this request, or None (not logged in).
-AuthHook = Callable[[Request], "str | Awaitable[str | None] | None"]
+EVERY_ROLE = frozenset(Role)
+
+
+@dataclasses.dataclass(frozen=True)
+class Identity:
+    """Who makes a request: the operator's `name` (recorded with every
+    action) and the `roles` they hold."""
+
+    name: str
+    roles: frozenset[Role] = EVERY_ROLE
+
+
+# An auth hook: the operator's name (holding every role) or Identity for this
+# request, or None (not logged in).
+AuthHook = Callable[[Request], "str | Identity | Awaitable[str | Identity | None] | None"]
 
 
 def same(given: str, expected: str) -> bool:
@@ -64,12 +82,19 @@ class Guard:
     # -- who -----------------------------------------------------------------------
     async def operator(self, request: Request) -> str | None:
         """The operator making this request (None: nobody is logged in)."""
+        found = await self.identity(request)
+        return None if found is None else found.name
+
+    async def identity(self, request: Request) -> Identity | None:
+        """Who makes this request, with their roles (None: nobody is logged in)."""
         if self.auth is not None:
             who = self.auth(request)
             if inspect.isawaitable(who):
                 who = await who
-            if who:
-                return str(who)
+            if isinstance(who, Identity) and who.name.strip():
+                return who
+            if who and not isinstance(who, Identity):
+                return Identity(str(who))
         sid = request.cookies.get(SESSION_COOKIE, "")
         session = self._sessions.get(sid)
         if session is None:
@@ -77,7 +102,7 @@ class Guard:
         if session.expires_at < time.time():
             del self._sessions[sid]
             return None
-        return session.who
+        return Identity(session.who)
 
     def log_in(self, token: str, who: str, response: Response, secure: bool) -> bool:
         """Open a session if `token` is the dashboard's token."""

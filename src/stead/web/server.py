@@ -2,7 +2,10 @@
 
 Pages are rendered on the server (Jinja2, autoescaped, every value through
 `display.neutral`); live parts poll a fragment with htmx (vendored in
-`static/`, no CDN). Every request first passes `web.edge` (its Host, its
+`static/`, no CDN), the needs-a-human queue row by row (`static/queue.js`,
+`web.queue`) so that no form being filled in is redrawn. Actions go through
+`web.actions` (confirmation, the way back, bulk) to `operator.act`, with the
+operator's roles. Every request first passes `web.edge` (its Host, its
 body's size); reading a page needs a logged-in operator unless the dashboard
 is `public`. The store is opened in the app's lifespan (or handed in), and
 every read and write goes through `Client` and `stead.operator`, as any other
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,11 +30,23 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from stead import display, errors, operator, records, searches
+from stead import display, errors, operator, records, roles, searches
 from stead.app import App
 from stead.client import Client
 from stead.store import Store, open_store
-from stead.web import edge, hooks, listing, live, security, signatures, throttle, views, window
+from stead.web import (
+    actions,
+    edge,
+    hooks,
+    listing,
+    live,
+    queue,
+    security,
+    signatures,
+    throttle,
+    views,
+    window,
+)
 
 HERE = Path(__file__).parent
 _HEADERS = {
@@ -61,6 +77,7 @@ def _templates() -> jinja2.Environment:
     env.filters.update(clip=views.clip, clip_json=views.clip_json, when=views.when,
                        pretty=views.pretty, pretty_json=views.pretty_json)
     env.globals.update(left=views.left, statuses=list(records.RunStatus))
+    env.tests["allowed_to"] = lambda action, held: roles.allows(held, action.role)
     return env
 
 
@@ -99,10 +116,12 @@ class Dashboard:
 
     # -- rendering -----------------------------------------------------------------
     async def html(self, request: Request, name: str, **context: Any) -> str:
-        who = await self.guard.operator(request)
+        ident = await self.guard.identity(request)
+        held = frozenset() if ident is None else ident.roles
         return self.env.get_template(name).render(
-            request=request, who=who, read_only=self.read_only,
-            can_act=who is not None and not self.read_only,
+            request=request, who=None if ident is None else ident.name, held=held,
+            may=lambda action: roles.allows(held, action.role), read_only=self.read_only,
+            can_act=ident is not None and not self.read_only, here=_here(request),
             can_log_in=self.guard.can_log_in, csrf=self.guard.csrf_token(request),
             poll=self.poll, **context)
 
@@ -150,9 +169,12 @@ class Dashboard:
 
     async def attention(self, request: Request) -> Response:
         fragment = request.query_params.get("fragment") == "1"
-        items = await operator.needs_a_human(self.client)
+        f = queue.Filter.read(request.query_params)
+        now = self.client.store.clock.now()
         return await self.render(request, "_attention.html" if fragment else "attention.html",
-                                 items=items, now=self.client.store.clock.now(),
+                                 q=await queue.read(self.client, f, now), f=f, now=now,
+                                 kinds=list(operator.AttentionKind), ages=queue.AGES,
+                                 bulk=[operator.ACTIONS[n] for n in actions.BULK],
                                  nonce=secrets.token_urlsafe(12))
 
     async def _page(self, request: Request, make: Callable[[window.Window], Awaitable[Any]]
@@ -233,43 +255,85 @@ class Dashboard:
         return response
 
     # -- actions -----------------------------------------------------------------------
-    async def act(self, request: Request) -> Response:
-        run_id, name = request.path_params["run_id"], request.path_params["action"]
+    async def _acting(self, request: Request) -> tuple[dict[str, str], security.Identity
+                                                       | Response]:
+        """The form's values, and who sends it (or the refusal: read-only,
+        cross-site, nobody logged in)."""
         form = await request.form()
         values = {k: str(v) for k, v in form.items() if isinstance(v, str)}
-
-        async def refuse(status: int, title: str, message: str) -> Response:
-            return await self.render(request, "message.html", status, title=title,
-                                     message=message, ok=False, run_id=run_id)
-
+        values["pick"] = "\n".join(str(v) for v in form.getlist("pick"))
+        back = actions.safe_next(values.get("next"))
         if self.read_only:
-            return await refuse(403, "Read-only", "This dashboard is read-only "
-                                "(--read-only): it takes no action.")
+            return values, await self.refuse(request, 403, "Read-only", "This dashboard is "
+                                             "read-only (--read-only): it takes no action.", back)
         refused = self.guard.cross_site(request, values.get(security.CSRF_FIELD, ""))
         if refused:
-            return await refuse(403, "Refused", refused)
-        who = await self.guard.operator(request)
-        if who is None:
-            return await refuse(401, "Log in first", "Actions need an operator: log in.")
+            return values, await self.refuse(request, 403, "Refused", refused, back)
+        ident = await self.guard.identity(request)
+        if ident is None:
+            return values, await self.refuse(request, 401, "Log in first",
+                                             "Actions need an operator: log in.", back)
+        return values, ident
+
+    async def refuse(self, request: Request, status: int, title: str, message: str,
+                     back: str, run_id: str | None = None) -> Response:
+        return await self.render(request, "message.html", status, title=title, message=message,
+                                 ok=False, run_id=run_id, back=back)
+
+    async def act(self, request: Request) -> Response:
+        run_id, name = request.path_params["run_id"], request.path_params["action"]
+        values, ident = await self._acting(request)
+        back = actions.safe_next(values.get("next"))
+        if isinstance(ident, Response):
+            return ident
+
+        async def refuse(status: int, title: str, message: str) -> Response:
+            return await self.refuse(request, status, title, message, back, run_id)
+
         epoch = values.get("expect_epoch", "")
         # str.isdigit() also admits '¹' and other digits int() refuses; 18 digits fit an epoch.
         if epoch and not (epoch.isascii() and epoch.isdigit() and len(epoch) <= 18):
             return await refuse(400, "Refused", "expect_epoch must be a whole number.")
+        action = operator.ACTIONS.get(name)
+        if action is not None and not actions.confirmed(action, values):
+            return await refuse(400, "Not confirmed", actions.unconfirmed(action))
         decision = operator.Decision(run_id=run_id, target=values.get("target", ""),
-                                     values=values, by=who, why=values.get("why", ""))
+                                     values=values, by=ident.name, why=values.get("why", ""))
         try:
             done = await operator.act(
                 self.client, name, decision, expect_status=values.get("expect_status") or None,
-                expect_epoch=int(epoch) if epoch else None)
+                expect_epoch=int(epoch) if epoch else None, roles=ident.roles)
         except errors.UnknownRun:
             return await refuse(404, "No such run", f"There is no run {run_id}.")
+        except errors.NotAllowed as exc:
+            return await refuse(403, "Not allowed", str(exc))
         except (errors.RunMovedOn, errors.NotStopped, errors.UnknownAction,
                 errors.WaitNotOpen) as exc:
             return await refuse(409, "Refused: the run moved on", str(exc))
         except errors.SteadError as exc:
             return await refuse(400, "Refused", str(exc))
-        return await self.render(request, "message.html", title="Done",
-                                 message=done.message, ok=True, run_id=run_id)
+        return await self.render(request, "message.html", title="Done", message=done.message,
+                                 ok=True, run_id=run_id, back=back)
+
+    async def act_on_many(self, request: Request) -> Response:
+        values, ident = await self._acting(request)
+        back = actions.safe_next(values.get("next"))
+        if isinstance(ident, Response):
+            return ident
+        name = values.get("action", "")
+        action = operator.ACTIONS.get(name) if name in actions.BULK else None
+        if action is None:
+            return await self.refuse(request, 400, "Refused", "Pick one of the actions "
+                                     f"{', '.join(actions.BULK)}.", back)
+        if not actions.confirmed(action, values):
+            return await self.refuse(request, 400, "Not confirmed",
+                                     actions.unconfirmed(action), back)
+        picks = [p for p in map(actions.Pick.read, values["pick"].splitlines()) if p]
+        if not picks or not values.get("why", "").strip():
+            return await self.refuse(request, 400, "Refused", "Pick the runs on the queue "
+                                     "(their boxes) and say why, then send it again.", back)
+        done = await actions.bulk(self.client, name, picks, values, ident.name, ident.roles)
+        return await self.render(request, "bulk.html", action=action, done=done, back=back)
 
     async def hook(self, request: Request) -> Response:
         return await self.webhook.deliver(request, self.client,
@@ -281,6 +345,15 @@ class Dashboard:
             return JSONResponse({"error": f"the store is unavailable: {exc}"}, 503)
         return await self.render(request, "message.html", 503, title="Store unavailable",
                                  message=str(exc), ok=False, run_id=None)
+
+
+def _here(request: Request) -> str:
+    """The page this request draws (its live fragment's: the page itself),
+    for a form's `next`."""
+    kept = [(k, v) for k, v in request.query_params.multi_items()
+            if v and k not in ("fragment", "drawn")]
+    query = urllib.parse.urlencode(kept)
+    return request.url.path + (f"?{query}" if query else "")
 
 
 def create_app(
@@ -312,6 +385,7 @@ def create_app(
         Route("/runs/{run_id}", d.readable(d.run)),
         Route("/runs/{run_id}/trace", d.readable(d.trace)),
         Route("/runs/{run_id}/actions/{action}", d.act, methods=["POST"]),
+        Route("/attention/actions/bulk", d.act_on_many, methods=["POST"]),
         Route("/login", d.login, methods=["GET", "POST"]),
         Route("/logout", d.logout, methods=["POST"]),
         Route("/hooks/runs/{run_id}/events", d.hook, methods=["POST"]),

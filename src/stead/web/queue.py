@@ -1,0 +1,153 @@
+"""The needs-a-human queue as the dashboard shows it: every item of
+`operator.needs_a_human`, filtered (kind, workflow, task, age), counted per
+kind, each with a stable key and a version.
+
+The page updates itself row by row (`static/queue.js`): a row is keyed by
+what it is about (its kind, run and wait) and versioned by what it shows, so
+a poll replaces only the rows whose version changed and that no operator is
+editing. An error's text is shown whole (a short form first, cut at a word),
+without the command-line commands it names: on the page, the forms below it
+are what decide. A run stopped on an effect whose outcome is unknown shows
+the effect's arguments, key and external id, so the operator can look it up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any
+
+from stead import operator, timeline, waits
+from stead.client import Client
+from stead.operator import Attention, AttentionKind
+
+SHORT = 200  # characters of a summary shown before it is expanded
+# Ages an item may be filtered by: it has waited for a person at least this long.
+AGES: dict[str, float] = {"5m": 300.0, "1h": 3600.0, "1d": 86400.0, "7d": 7 * 86400.0}
+# A command-line command in a message: the page offers its form instead.
+_COMMAND = re.compile(r"`?\bstead (?:runs|reconcile|grants|events|state|workspace|db)\b")
+# What led up to a command, left dangling once it is cut: ", then", ": ".
+_DANGLING = re.compile(r"[\s,;:(`]*(?:\b(?:then|with|run|use)\b)?[\s,;:(`]*$")
+
+
+def without_commands(text: str) -> str:
+    """`text` up to the sentence that names a `stead ...` command."""
+    found = _COMMAND.search(text)
+    if found is None:
+        return text
+    head = text[:found.start()]
+    end = head.rfind(". ")
+    if end >= 0:
+        return head[:end + 1].strip()
+    return _DANGLING.sub("", head).strip()
+
+
+def short(text: str, width: int = SHORT) -> str:
+    """`text` in at most `width` characters, cut at a word, with `…`."""
+    if len(text) <= width:
+        return text
+    cut = text[:width].rsplit(" ", 1)[0] if " " in text[:width] else text[:width]
+    return cut.rstrip(" ,;:") + " …"
+
+
+def pretty(value: Any) -> str:
+    """A value as indented JSON, tokens redacted."""
+    return waits.TOKEN_TEXT.sub("[token]", json.dumps(
+        value, indent=2, ensure_ascii=False, sort_keys=True, default=str))
+
+
+@dataclasses.dataclass(frozen=True)
+class Filter:
+    kind: AttentionKind | None = None
+    workflow: str | None = None  # a name, or name@version
+    task: str | None = None
+    age: str | None = None  # a key of AGES
+
+    @classmethod
+    def read(cls, q: Mapping[str, str]) -> Filter:
+        kind = q.get("kind", "")
+        age = q.get("age", "")
+        return cls(AttentionKind(kind) if kind in AttentionKind.__members__.values() else None,
+                   q.get("workflow", "").strip()[:200] or None,
+                   q.get("task", "").strip()[:200] or None,
+                   age if age in AGES else None)
+
+    def matches(self, a: Attention, now: float, *, kind: bool = True) -> bool:
+        if kind and self.kind is not None and a.kind != self.kind:
+            return False
+        if self.workflow is not None:
+            name, at, version = self.workflow.partition("@")
+            if a.run.workflow != name or (at and str(a.run.version) != version):
+                return False
+        if self.task is not None and a.run.task_id != self.task:
+            return False
+        return self.age is None or now - a.waiting_since >= AGES[self.age]
+
+    def query(self, **changed: str) -> str:
+        """This filter as a query string, with `changed` fields."""
+        fields = {"kind": self.kind or "", "workflow": self.workflow or "",
+                  "task": self.task or "", "age": self.age or "", **changed}
+        return "&".join(f"{k}={urllib.parse.quote(v, safe='@')}" for k, v in fields.items() if v)
+
+
+@dataclasses.dataclass(frozen=True)
+class Unknown:
+    """The effect a run stopped on, as the operator looks it up outside."""
+
+    name: str
+    key: str
+    attempt: int
+    external_id: str | None
+    arguments: str  # pretty JSON
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    key: str  # what it is about: stable while it needs a human
+    version: str  # what it shows: changes when the row would read differently
+    item: Attention
+    summary: str
+    brief: str  # `summary`, short
+    unknown: Unknown | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Queue:
+    rows: tuple[Row, ...]
+    counts: dict[AttentionKind, int]  # per kind, under the other filters
+    total: int
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]
+
+
+async def _unknown(client: Client, a: Attention) -> Unknown | None:
+    stop = a.run.outcome_unknown
+    if stop is None:
+        return None
+    views = timeline.effect_views(await client.journal(a.run.run_id))
+    external = next((v.external_id for v in views if v.key == stop.key), None)
+    return Unknown(stop.name, stop.key, stop.attempt, external, pretty(stop.arguments))
+
+
+async def read(client: Client, f: Filter, now: float) -> Queue:
+    found = await operator.needs_a_human(client)
+    around = [a for a in found if f.matches(a, now, kind=False)]
+    counts = {k: sum(a.kind == k for a in around) for k in AttentionKind}
+    rows = []
+    for a in around:
+        if f.kind is not None and a.kind != f.kind:
+            continue
+        summary = without_commands(a.summary)
+        actions = [(x.name, t) for x, t in a.actions]
+        rows.append(Row(
+            key="q-" + _digest(a.kind, a.run.run_id, a.target),
+            version=_digest(a.run.status, a.run.epoch, a.run.updated_at, summary, a.due,
+                            actions, int((a.due or now) - now) // 60),
+            item=a, summary=summary, brief=short(summary), unknown=await _unknown(client, a)))
+    return Queue(tuple(rows), counts, len(found))
