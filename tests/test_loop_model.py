@@ -169,7 +169,8 @@ class LoopMachine(RuleBasedStateMachine):
         super().__init__()
         self.loop = asyncio.new_event_loop()
         self.clock = stead.FakeClock()
-        self.store = self.loop.run_until_complete(stead.open_store(self.url, clock=self.clock))
+        self.store = self.loop.run_until_complete(stead.open_store(self.url, clock=self.clock,
+                                                                      lease_clock=self.clock))
         self.world = World(self.store, self.clock, self.store_name)
         self.app = stead.App("loop", policy=self.world.policy, policy_version="pay@1",
                              tools=["pay"])

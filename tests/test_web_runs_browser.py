@@ -43,7 +43,7 @@ class Browser:
 @pytest.fixture
 async def browser(sqlite_url: str) -> AsyncIterator[Browser]:
     clock = stead.FakeClock()
-    store = await stead.open_store(sqlite_url, clock=clock)
+    store = await stead.open_store(sqlite_url, clock=clock, lease_clock=clock)
     asgi = create_app(trace_app.app, db_url=sqlite_url, token=UI_TOKEN, poll_seconds=0.3)
     try:
         with serving(asgi) as url:

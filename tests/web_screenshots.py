@@ -77,7 +77,7 @@ async def main(out: Path) -> None:
 async def _traced(scratch: str, out: Path) -> None:
     url = f"sqlite:///{scratch}/traced.db"
     clock = stead.FakeClock(time.time())  # moved by hand to let the lease lapse
-    store = await stead.open_store(url, clock=clock)
+    store = await stead.open_store(url, clock=clock, lease_clock=clock)
     client = stead.Client(store, trace_app.app)
     shipped = await client.start("ship", "o-31", {"city": "Lyon", "street": "12 rue de la Paix"},
                                  task_id="order-31")
