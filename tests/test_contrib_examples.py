@@ -31,7 +31,7 @@ def test_the_example_refunds_once_after_an_approval(
     [message] = user.ledger("mailbox")["messages"]
     body = message["body"]
     args = [body["wait_id"] if a == "WAIT" else a for a in approve]
-    assert user("approve", run_id, *args, "--token", body["token"]).startswith("accepted:")
+    assert user("approve", run_id, *args, "--token", body["token"]).startswith("Accepted:")
     user("worker", app, "--until-idle", "--log-level", "warning")
 
     show = user.show(run_id)
