@@ -28,6 +28,8 @@ EXPECTED = {
     "WorkspaceUnsafe",
     "ChildFailed", "InvalidSchedule", "Missed", "PruneReport", "prune",
     "Queue", "Start", "InvalidStart", "UnknownQueue",
+    # durable streams
+    "Stream", "StreamEntry", "EntryKind", "StreamClosed",
 }
 
 

@@ -34,6 +34,7 @@ from stead.errors import (
     StepError,
     StoreError,
     StoreUnavailable,
+    StreamClosed,
     TaskMismatch,
     TokenHidden,
     UnknownAction,
@@ -79,6 +80,8 @@ from stead.run import Run
 from stead.starts import Start
 from stead.state import Facts
 from stead.store import Store, open_store
+from stead.stream_records import EntryKind, StreamEntry
+from stead.streams import Stream
 from stead.waits import Accepted, Delivery, Duplicate, Operator, Rejected, Token, Wait
 from stead.worker import Worker, WorkerOptions
 from stead.workspaces import Snapshot, Workspace, WorkspacePath
@@ -102,6 +105,7 @@ __all__ = [
     "Duplicate",
     "EffectCompensated",
     "EffectFailed",
+    "EntryKind",
     "Facts",
     "FakeClock",
     "Fingerprint",
@@ -161,6 +165,9 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "StoredRun",
+    "Stream",
+    "StreamClosed",
+    "StreamEntry",
     "SystemClock",
     "TaskMismatch",
     "Terminate",
