@@ -7,6 +7,7 @@ test_stream_processes.py."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -193,3 +194,43 @@ async def test_retention_removes_a_run_s_streams_with_it(
     report = await stead.prune(fstore, 30 * DAY)
     assert report.deleted == 1
     assert await fstore.read_stream(info.run_id, "s") == []
+
+
+async def test_the_dashboard_serves_a_stream_as_sse_from_last_event_id(
+    store: stead.Store,
+) -> None:
+    import httpx
+
+    from stead.web import create_app
+    from tests.web_app import UI_TOKEN
+
+    app = stead.App("t")
+
+    @app.workflow(version=1)
+    async def wf(run: stead.Run) -> None:
+        for word in ("one", "two", "three"):
+            await run.stream("answer").append(word)
+        await run.stream("answer").close()
+
+    client = stead.Client(store, app)
+    info = await client.start(wf)
+    await stead.Worker(app, store).run_until_idle()
+    asgi = create_app(app, store=store, token=UI_TOKEN)
+    path = f"/runs/{info.run_id}/streams/answer"
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
+                                 base_url="http://127.0.0.1:8484") as http:
+        assert (await http.get(path)).status_code == 401  # reading needs a login
+        login = await http.get("/login")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', login.text)
+        assert csrf is not None
+        r = await http.post("/login", data={"csrf": csrf.group(1), "who": "alice",
+                                            "token": UI_TOKEN})
+        assert r.status_code == 303
+        r = await http.get(path, headers={"Last-Event-ID": "1"})
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        events = [block.splitlines() for block in r.text.strip().split("\n\n")]
+        assert [e[:2] for e in events] == [["id: 2", "event: value"], ["id: 3", "event: value"],
+                                          ["id: 4", "event: closed"]]
+        assert events[0][2].startswith('data: {"offset":2,"kind":"value","value":"two"')
+        assert (await http.get(path, headers={"Last-Event-ID": "x"})).status_code == 400
+        assert (await http.get("/runs/nope/streams/answer")).status_code == 404

@@ -31,7 +31,7 @@ from stead import display, errors, operator, records
 from stead.app import App
 from stead.client import Client
 from stead.store import Store, open_store
-from stead.web import edge, hooks, security, signatures, throttle, views
+from stead.web import edge, hooks, security, signatures, streams, throttle, views
 
 HERE = Path(__file__).parent
 _HEADERS = {
@@ -169,6 +169,9 @@ class Dashboard:
         return await self.render(request, "_run.html" if fragment else "run.html",
                                  p=page, moved=moved, nonce=secrets.token_urlsafe(12))
 
+    async def stream(self, request: Request) -> Response:
+        return await streams.sse(self.client, request)
+
     # -- login -----------------------------------------------------------------------
     async def _cross_site(self, request: Request, form: Any) -> Response | None:
         """A 403 page if this form is cross-site (see `Guard.cross_site`)."""
@@ -287,6 +290,7 @@ def create_app(
         Route("/runs", d.readable(d.runs)),
         Route("/attention", d.readable(d.attention)),
         Route("/runs/{run_id}", d.readable(d.run)),
+        Route("/runs/{run_id}/streams/{name}", d.readable(d.stream)),
         Route("/runs/{run_id}/actions/{action}", d.act, methods=["POST"]),
         Route("/login", d.login, methods=["GET", "POST"]),
         Route("/logout", d.logout, methods=["POST"]),
