@@ -18,6 +18,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("stead.llm.openai needs the openai SDK: pip install 'stead[openai]'"
                       ) from exc
 
+from stead import warmups
 from stead.llm import _provider
 from stead.llm._provider import OnText, number
 from stead.llm.model import Completion, ToolCall, Usage
@@ -230,6 +231,14 @@ def tool_output(call: ToolCall, output: str) -> dict[str, Any]:
     """The Responses input item answering `call` with `output`."""
     return {"type": "function_call_output", "call_id": call.id, "output": output}
 
+
+def _warm() -> None:
+    """The typed answers' schemas, which the SDK builds on first use."""
+    for cls in (ChatCompletion, Response):
+        cls.model_rebuild()
+
+
+warmups.register(_warm)
 
 __all__ = ["TRANSIENT", "OpenAIChat", "OpenAIResponses", "assistant_message", "chat_completion",
            "output_items", "response", "tool_message", "tool_output"]
