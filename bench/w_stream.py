@@ -8,8 +8,9 @@ print the rows of bench/RESULTS.md's section 7).
   difference, per step, is what an append costs a workflow.
 - **Reader latency.** A run appends `values` values `gap` seconds apart, each
   holding the time it was appended; a reader in another process tails the
-  stream with `Client.read_stream` (the default poll) and notes when each
-  arrives. Append (before the commit) → receipt, p50 and p99.
+  stream with `Client.read_stream` (the default poll), ready before the run
+  starts, and notes when each arrives. Append (before its commit) → receipt,
+  p50 and p99.
 """
 
 from __future__ import annotations
@@ -65,9 +66,9 @@ async def _timed(store: stead.Store, n: int, append: bool) -> float:
 
 async def reader(url: str, run_id: str) -> None:
     store = await stead.open_store(url)
-    lags = [common.now() - e.value async for e in
-            stead.Client(store, app).read_stream(run_id, "s")
-            if e.kind == stead.EntryKind.VALUE]
+    entries = stead.Client(store, app).read_stream(run_id, "s")
+    common.emit("READY", {})  # the run starts once its reader reads
+    lags = [common.now() - e.value async for e in entries if e.kind == stead.EntryKind.VALUE]
     await store.close()
     common.result({"lags": lags})
 
@@ -81,6 +82,8 @@ async def main_async(job: dict[str, Any]) -> dict[str, Any]:
     info = await client.start(paced, job["values"], job["gap"])
     read = subprocess.Popen([sys.executable, "-m", "bench.w_stream", "--reader", job["url"],
                              info.run_id], stdout=subprocess.PIPE, text=True)
+    assert read.stdout is not None
+    assert (await asyncio.to_thread(read.stdout.readline)).startswith("READY")
     await stead.Worker(app, store, stead.WorkerOptions(concurrency=1)).run_until_idle()
     out, _ = read.communicate(timeout=600)
     lags = json.loads(out.split("RESULT ", 1)[1])["lags"]
@@ -91,20 +94,28 @@ async def main_async(job: dict[str, Any]) -> dict[str, Any]:
             "p99_ms": q[98] * 1e3, "values": len(lags)}
 
 
-def _table() -> None:
+def _cell(values: list[float], digits: int) -> str:
+    return (f"{statistics.median(values):.{digits}f} "
+            f"({min(values):.{digits}f}-{max(values):.{digits}f})")
+
+
+def _table(repeat: int = 3) -> None:
+    """The rows of RESULTS.md's section 7: `median (min-max)` of `repeat` runs."""
     job = {"steps": 500, "values": 300, "gap": 0.01}
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        urls = {"SQLite": f"sqlite:///{tmp}/stream.db",
-                "PostgreSQL": os.environ.get("STEAD_BENCH_PG",
-                                             "postgresql://127.0.0.1:5432/test")}
-        for db, url in urls.items():
-            got = asyncio.run(main_async({**job, "url": url}))
-            rows.append(f"|  | {db} | step alone: µs per step | {got['step_us']:.0f} |")
-            rows.append(f"|  | {db} | an append after each step: µs per append | "
-                        f"{got['append_us']:.0f} |")
-            rows.append(f"|  | {db} | reader, append → receipt p50 (ms) | {got['p50_ms']:.1f} |")
-            rows.append(f"|  | {db} | reader, append → receipt p99 (ms) | {got['p99_ms']:.1f} |")
+    for db in ("SQLite", "PostgreSQL"):
+        got: list[dict[str, Any]] = []
+        for _ in range(repeat):
+            with tempfile.TemporaryDirectory() as tmp:
+                url = (f"sqlite:///{tmp}/stream.db" if db == "SQLite" else
+                       os.environ.get("STEAD_BENCH_PG", "postgresql://127.0.0.1:5432/test"))
+                got.append(asyncio.run(main_async({**job, "url": url})))
+        for key, label, digits in (
+                ("step_us", "a step alone: µs per step", 0),
+                ("append_us", "an append after each step: µs per append", 0),
+                ("p50_ms", "reader in another process, append → receipt p50 (ms)", 1),
+                ("p99_ms", "reader in another process, append → receipt p99 (ms)", 1)):
+            rows.append(f"|  | {db} | {label} | {_cell([g[key] for g in got], digits)} |")
     print("\n".join(rows))
 
 

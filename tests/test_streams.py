@@ -234,3 +234,26 @@ async def test_the_dashboard_serves_a_stream_as_sse_from_last_event_id(
         assert events[0][2].startswith('data: {"offset":2,"kind":"value","value":"two"')
         assert (await http.get(path, headers={"Last-Event-ID": "x"})).status_code == 400
         assert (await http.get("/runs/nope/streams/answer")).status_code == 404
+
+
+async def test_an_append_is_fenced_kept_once_per_key_and_refused_after_close(
+    store: stead.Store,
+) -> None:
+    from stead.records import Fence, NewRun
+    from stead.stream_records import NewEntry
+
+    await store.create_run(NewRun("r1", "wf", 1, None, '{"args":[],"kwargs":{}}'))
+    [row] = await store.claim("w1", ["wf@1"], 30.0, 1)
+    fence = Fence("r1", row.epoch, "w1")
+    value = stead.EntryKind.VALUE
+    assert await store.append_stream(fence, "s", NewEntry("0", value, '"a"', 1.0)) == 1
+    assert await store.append_stream(fence, "s", NewEntry("0", value, '"b"', 2.0)) == 1
+    with pytest.raises(stead.StaleLease):
+        await store.append_stream(Fence("r1", row.epoch + 1, "w2"), "s",
+                                  NewEntry("1", value, '"stale"', 3.0))
+    assert await store.append_stream(fence, "s", NewEntry("2", stead.EntryKind.CLOSED,
+                                                          "null", 4.0)) == 2
+    with pytest.raises(stead.StreamClosed):
+        await store.append_stream(fence, "s", NewEntry("3", value, '"late"', 5.0))
+    assert [(e.offset, e.kind, e.value) for e in await store.read_stream("r1", "s")] == [
+        (1, "value", "a"), (2, "closed", None)]

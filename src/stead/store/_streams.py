@@ -37,16 +37,31 @@ def entry(row: Any) -> StreamEntry:
                        row["value"], bool(row["superseded"]), float(row["at"]))
 
 
+def _params(fence: Fence, name: str, new: NewEntry) -> dict[str, Any]:
+    return {"run_id": fence.run_id, "name": name, "entry_key": new.key,
+            "kind": str(new.kind), "value": new.text, "call_addr": new.call,
+            "call_try": new.attempt_of, "epoch": fence.epoch, "at": new.at}
+
+
 def _insert(fence: Fence, name: str, pos: int, new: NewEntry) -> Flow[None]:
-    yield execute("insert_stream_entry", {
-        "run_id": fence.run_id, "name": name, "pos": pos, "entry_key": new.key,
-        "kind": str(new.kind), "value": new.text, "call_addr": new.call,
-        "call_try": new.attempt_of, "epoch": fence.epoch, "at": new.at})
+    yield execute("insert_stream_entry", {**_params(fence, name, new), "pos": pos})
+
+
+def one_statement(new: NewEntry) -> bool:
+    """Whether appending `new` writes with one statement alone (all but the
+    first entry of a call's try, which may supersede others first)."""
+    return not new.first
 
 
 def append(fence: Fence, name: str, new: NewEntry) -> Flow[int]:
     """Append `new` to the stream; its offset (a replayed append: the offset
-    it was given the first time)."""
+    it was given the first time). Most appends are one statement; when it
+    writes nothing, the reads after it say why."""
+    if one_statement(new):
+        row = yield one("append_stream_entry", {**_params(fence, name, new),
+                                                "worker_id": fence.worker_id})
+        if row is not None:
+            return int(row["pos"])
     if (yield one("fence", fence_params(fence))) is None:
         raise stale(fence)
     stream = {"run_id": fence.run_id, "name": name}

@@ -425,7 +425,8 @@ class Store:
         after the stream's `closed` entry."""
         return await self.database.write(
             lambda: _streams.append(fence, name, new),
-            Writing(landed=lambda _: _streams.appended(fence.run_id, name, new.key)))
+            Writing(landed=lambda _: _streams.appended(fence.run_id, name, new.key),
+                    one_statement=_streams.one_statement(new)))
 
     async def read_stream(self, run_id: str, name: str, after: int = 0,
                           limit: int = _streams.PAGE) -> list[StreamEntry]:

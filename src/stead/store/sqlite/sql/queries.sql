@@ -717,6 +717,24 @@ DELETE FROM rejected_tally WHERE last_at < :cutoff;
 DELETE FROM rejected_tally WHERE run_id IN (SELECT value FROM json_each(:run_ids));
 
 -- durable streams (see store/_streams.py) ------------------------------------
+-- name: append_stream_entry
+-- The common append in one statement: only while the fence holds, not after
+-- the stream's closed entry, not twice with one key. No row: one of those
+-- (the flow then finds out which).
+INSERT INTO stream_entries (run_id, name, pos, entry_key, kind, value, call_addr, call_try,
+                            epoch, at)
+SELECT :run_id, :name,
+       COALESCE((SELECT max(pos) FROM stream_entries
+                 WHERE run_id = :run_id AND name = :name), 0) + 1,
+       :entry_key, :kind, :value, :call_addr, :call_try, :epoch, :at
+WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :epoch
+              AND lease_owner = :worker_id AND status = 'running')
+  AND COALESCE((SELECT kind FROM stream_entries WHERE run_id = :run_id AND name = :name
+                ORDER BY pos DESC LIMIT 1), '') <> 'closed'
+  AND NOT EXISTS (SELECT 1 FROM stream_entries
+                  WHERE run_id = :run_id AND name = :name AND entry_key = :entry_key)
+RETURNING pos;
+
 -- name: stream_entry_by_key
 SELECT pos FROM stream_entries
 WHERE run_id = :run_id AND name = :name AND entry_key = :entry_key;
