@@ -257,3 +257,29 @@ async def test_an_append_is_fenced_kept_once_per_key_and_refused_after_close(
         await store.append_stream(fence, "s", NewEntry("3", value, '"late"', 5.0))
     assert [(e.offset, e.kind, e.value) for e in await store.read_stream("r1", "s")] == [
         (1, "value", "a"), (2, "closed", None)]
+
+
+async def test_a_value_the_workflow_drew_is_journaled_before_it_is_streamed(
+    fstore: stead.Store, clock: stead.FakeClock,
+) -> None:
+    app = stead.App("t")
+    crashed = [False]
+
+    async def boom() -> None:
+        if not crashed[0]:
+            crashed[0] = True
+            raise Crash()
+
+    @app.workflow(version=1)
+    async def wf(run: stead.Run) -> str:
+        drawn = run.now().isoformat()  # buffered: it rides with the next write
+        await run.stream("s").append(drawn)
+        await run.step("boom", boom)
+        return drawn
+
+    client = stead.Client(fstore, app)
+    info = await client.start(wf)
+    await crash_then_resume(app, fstore, clock)
+    # The replay drew the same time as the stream holds: it was journaled first.
+    [entry] = await _all(client, info.run_id, "s")
+    assert entry.value == await client.result(info.run_id)
