@@ -283,3 +283,29 @@ async def test_a_value_the_workflow_drew_is_journaled_before_it_is_streamed(
     # The replay drew the same time as the stream holds: it was journaled first.
     [entry] = await _all(client, info.run_id, "s")
     assert entry.value == await client.result(info.run_id)
+
+
+async def test_a_dry_replay_of_a_streaming_run_writes_nothing_and_finds_it_fits(
+    store: stead.Store,
+) -> None:
+    from stead import dryrun, takeover
+
+    app = stead.App("t")
+
+    @app.workflow(version=1)
+    async def wf(run: stead.Run) -> int:
+        await run.stream("s").append("a")
+        n = await run.step("one", tick)
+        await run.stream("s").append("b")
+        return n
+
+    async def tick() -> int:
+        return 1
+
+    client = stead.Client(store, app)
+    info = await client.start(wf)
+    await stead.Worker(app, store).run_until_idle()
+    stored = await takeover.load_stored(store, await store.get_run(info.run_id))
+    [replayed] = await dryrun.replay_all(app, [stored])
+    assert replayed.finding is None
+    assert [e.value for e in await _all(client, info.run_id, "s")] == ["a", "b"]
