@@ -91,14 +91,12 @@ class Stream:
         live = _live.get()
         now = self._x.clock.now()
         if live is None:
-            addr = addresses.reserve()
+            addr = addresses.reserve()  # reserved in a dry replay too: addresses stay aligned
             if self._x.dry:
                 return None
             self._x.check_live()
-            new = NewEntry(f"{addr}", kind, text, now)
-        else:
-            if self._x.dry:
-                return None
+            new = NewEntry(addr, kind, text, now)
+        else:  # a live call: never in a dry replay, which stops before any
             addr, attempt = live
             tried = f"{self._x.fence.epoch}.{attempt}"
             index = self._counts.get((addr, tried), 0)
