@@ -78,10 +78,10 @@ def test_approve_reject_and_list(url: str) -> None:
     assert mismatch.exit_code == 1 and "bound value mismatch (order_id)" in mismatch.output
     ok = stead_("approve", a, "--wait", wait_a, "--token", token_a, "--payload", '{"note": "go"}')
     assert ok.exit_code == 0, ok.output
-    assert "accepted" in ok.output and 'order_id="123"' in ok.output
+    assert ok.output.startswith("Accepted: ") and 'order_id="123"' in ok.output
     again = stead_("approve", a, "--wait", wait_a, "--token", token_a, "--payload",
                    '{"note": "go"}')
-    assert again.exit_code == 0 and "duplicate" in again.output
+    assert again.exit_code == 0 and again.output.startswith("Duplicate: ")
 
     no = stead_("reject", b, "--kind", "user_confirmation", "--token", token_b,
                 "--reason", "changed my mind")

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize(("module", "approve", "record"), [
     ("openai_agents_refund", ["--wait", "WAIT"], "refund"),
     ("pydantic_ai_refund", ["--kind", "approve", "--payload", '{"approvals": {"call_1": true}}'],
-     "support__function_toolset__<agent>.call_tool:refund"),
+     "refund"),
 ])
 def test_the_example_refunds_once_after_an_approval(
     tmp_path: Path, module: str, approve: list[str], record: str,
@@ -31,7 +31,7 @@ def test_the_example_refunds_once_after_an_approval(
     [message] = user.ledger("mailbox")["messages"]
     body = message["body"]
     args = [body["wait_id"] if a == "WAIT" else a for a in approve]
-    assert user("approve", run_id, *args, "--token", body["token"]).startswith("accepted:")
+    assert user("approve", run_id, *args, "--token", body["token"]).startswith("Accepted:")
     user("worker", app, "--until-idle", "--log-level", "warning")
 
     show = user.show(run_id)

@@ -65,7 +65,7 @@ async def test_an_approval_is_a_bound_wait_and_the_approved_call_runs_once(
     assert (await client.get(info.run_id)).status == "waiting"
     asked = json.loads((sdk_dir / "approval.json").read_text())
     assert asked["tool"] == "refund" and asked["call_id"] == "call_refund"
-    assert json.loads(asked["arguments"]) == {"order_id": "123", "amount": 4200}
+    assert asked["arguments"] == {"order_id": "123", "amount": 4200}  # decoded, not text
     [w] = await client.waits(run_id=info.run_id)
     bind = json.loads(w.bind)
     assert bind["call_id"] == "call_refund" and len(bind["arguments_sha256"]) == 64

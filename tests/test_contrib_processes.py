@@ -90,7 +90,7 @@ class Sdk:
 SDKS = {
     "openai_agents": Sdk("tests.workers.agents_app:app", "model ScriptedModel", "forecast", {}),
     "pydantic_ai": Sdk("tests.workers.pydantic_app:app", "weather__model.request",
-                       "weather__function_toolset__<agent>.call_tool:forecast",
+                       "forecast",
                        {"approvals": {"call_refund": True}}),
 }
 
@@ -143,11 +143,11 @@ async def test_an_approval_through_the_cli_while_no_worker_lives_runs_the_tool_o
     approve = ("approve", info.run_id, "--wait", w.wait_id, "--token-file", str(token),
                "--payload", json.dumps(sdk.approval))
     ok = _stead(db_url, *approve)
-    assert ok.returncode == 0 and ok.stdout.startswith("accepted"), ok.stdout + ok.stderr
+    assert ok.returncode == 0 and ok.stdout.startswith("Accepted"), ok.stdout + ok.stderr
 
     await _finish(procs, store, sdk.app, info.run_id)
     again = _stead(db_url, *approve)
-    assert again.returncode == 0 and again.stdout.startswith("duplicate"), again.stdout
+    assert again.returncode == 0 and again.stdout.startswith("Duplicate"), again.stdout
     assert await stead.Client(store).result(info.run_id) == "done: refunded 4200 on order 123"
     [sent] = agents_app.lines("ledger.log")  # the approved tool ran exactly once
     assert sent.startswith("123 4200")

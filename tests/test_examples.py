@@ -68,8 +68,8 @@ def test_refund_agent_waits_for_approval_then_refunds_once(tmp_path: Path) -> No
     body = messages[0]["body"]
     assert body["bound"] == {"order_id": "123", "amount": 4200, "state_version": 1}
     approve = ["approve", run_id, "--wait", body["wait_id"], "--token", body["token"]]
-    assert user(*approve).startswith("accepted:")
-    assert user(*approve).startswith("duplicate:")  # clicked twice: one event
+    assert user(*approve).startswith("Accepted:")
+    assert user(*approve).startswith("Duplicate:")  # clicked twice: one event
     user("worker", app, "--until-idle", "--log-level", "warning")
 
     show = user.show(run_id)

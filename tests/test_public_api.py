@@ -30,6 +30,8 @@ EXPECTED = {
     "Queue", "Start", "InvalidStart", "UnknownQueue",
     # refused at the door, refused by the database for good
     "InvalidValue", "StoreRejected",
+    # durable streams
+    "Stream", "StreamEntry", "EntryKind", "StreamClosed",
 }
 
 

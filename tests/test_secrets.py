@@ -568,7 +568,7 @@ def test_approve_reads_the_token_from_a_file_stdin_or_the_environment(
     by_env = _ran(runner.invoke(main, ["--db", url, "approve", r3, "--wait", w3],
                                 env={"STEAD_TOKEN": t3}))
     for out in (by_file, by_stdin, by_env):
-        assert out.startswith("accepted")
+        assert out.startswith("Accepted")
     missing = runner.invoke(main, ["--db", url, "approve", r1, "--wait", w1],
                             env={"STEAD_TOKEN": ""})
     assert missing.exit_code == 1 and "--token-file" in missing.output

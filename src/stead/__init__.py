@@ -37,6 +37,7 @@ from stead.errors import (
     StoreError,
     StoreRejected,
     StoreUnavailable,
+    StreamClosed,
     TaskMismatch,
     TokenHidden,
     UnknownAction,
@@ -83,6 +84,8 @@ from stead.run import Run
 from stead.starts import Start
 from stead.state import Facts
 from stead.store import Store, open_store
+from stead.stream_records import EntryKind, StreamEntry
+from stead.streams import Stream
 from stead.waits import Accepted, Delivery, Duplicate, Operator, Rejected, Token, Wait
 from stead.worker import Worker, WorkerOptions
 from stead.workspaces import Snapshot, Workspace, WorkspacePath
@@ -106,6 +109,7 @@ __all__ = [
     "Duplicate",
     "EffectCompensated",
     "EffectFailed",
+    "EntryKind",
     "Facts",
     "FakeClock",
     "Fingerprint",
@@ -169,6 +173,9 @@ __all__ = [
     "StoreRejected",
     "StoreUnavailable",
     "StoredRun",
+    "Stream",
+    "StreamClosed",
+    "StreamEntry",
     "SystemClock",
     "TaskMismatch",
     "Terminate",

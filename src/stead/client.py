@@ -10,7 +10,7 @@ import datetime as dt
 import json
 import os
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
 from stead import (
@@ -24,6 +24,7 @@ from stead import (
     records,
     revisions,
     searches,
+    streams,
     takeover,
     waits,
     workspaces,
@@ -44,6 +45,7 @@ from stead.records import (
 from stead.starts import Start
 from stead.state import Facts
 from stead.store.base import Store
+from stead.stream_records import StreamEntry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -664,6 +666,16 @@ class Client:
     async def events(self, run_id: str) -> list[records.EventRow]:
         """Every event delivered to the run, with its verdict."""
         return await self.store.list_events(run_id)
+
+    def read_stream(self, run_id: str, name: str, *, after: int = 0,
+                    poll: float = streams.POLL_SLOW) -> AsyncIterator[StreamEntry]:
+        """The entries of the run's stream `name` after offset `after`, in
+        order, as they are appended, until the stream is closed or the run
+        ends (`async for entry in client.read_stream(run_id, "answer")`). To
+        reconnect, pass the last offset seen: nothing is missed or seen twice.
+        An entry of kind `superseded` says that the entries it names belong to
+        a call's try that died or failed (see `stead.streams`)."""
+        return streams.tail(self.store, run_id, name, after, poll=poll)
 
     async def search_runs(
         self, *, status: str | None = None, workflow: str | None = None,

@@ -399,3 +399,7 @@ class InvalidStart(InvalidInput):
     """An item of a batch start (`Client.start_many`, a line given to `stead
     start -`) is malformed or does not fit its workflow; the message names it.
     Nothing of the batch was started."""
+
+
+class StreamClosed(SteadError):
+    """A value was appended to a stream after it was closed (see `stead.streams`)."""

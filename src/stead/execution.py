@@ -37,6 +37,8 @@ from stead.store.base import Store
 
 log = logging.getLogger("stead.run")
 T = TypeVar("T")
+# The buffered records a workflow's later writes may depend on.
+_VALUES = frozenset({RecordKind.NOW, RecordKind.UUID, RecordKind.RANDOM})
 
 
 class Drain(BaseException):
@@ -456,21 +458,41 @@ class Execution:
             # record as it stands ("not asked" yet), so a crash right after it
             # still leaves this takeover its record; the judgement rewrites it.
             resume = self._resume()
-            self._inflight += 1
-            try:
-                result = await send(batch, resume)
-            except errors.StaleLease as exc:
-                self._lost = exc
-                raise
-            except errors.CorruptRecord:
-                raise
-            except errors.StoreError as exc:
-                self._store_failed = exc
-                raise
-            finally:
-                self._idle()
+            result = await self._send(lambda: send(batch, resume))
             self._committed(batch, resume, carried)
             return result
+
+    async def _send(self, send: Callable[[], Awaitable[T]]) -> T:
+        """Make a store write of this run: a lost lease or a store error stops
+        every write after it (see `lost`, `store_failed`)."""
+        self._inflight += 1
+        try:
+            return await send()
+        except errors.StaleLease as exc:
+            self._lost = exc
+            raise
+        except errors.CorruptRecord:
+            raise
+        except errors.StoreError as exc:
+            self._store_failed = exc
+            raise
+        finally:
+            self._idle()
+
+    async def write_beside(self, send: Callable[[], Awaitable[T]]) -> T:
+        """A fenced write beside the journal (a stream's append, see
+        `stead.streams`), ordered with the journal's writes. The values the
+        buffer holds (`run.now()`, `run.uuid()`, `run.random()`) are journaled
+        first: what is written may depend on them, and nothing that does may
+        leave the process before them. Started markers stay buffered."""
+        if any(r.kind in _VALUES for r in self._buffer):
+            await self.commit(())
+        async with self._lock:
+            if self._lost is not None:
+                raise self._lost
+            if self._store_failed is not None:
+                raise self._store_failed
+            return await self._send(send)
 
     async def commit(self, recs: Sequence[Record], *, drop: Record | None = None) -> None:
         """Journal `recs` (with the buffered records, but `drop`: see `write`)

@@ -29,6 +29,7 @@ from stead import (
     proposals,
     records,
     schema_check,
+    streams,
     tracing,
     waits,
     workspaces,
@@ -81,6 +82,7 @@ class Run:
         self.version = row.version
         self.epoch = row.epoch
         self._row = row
+        self._streams: dict[str, streams.Stream] = {}
 
     # -- recorded calls -----------------------------------------------------
     async def _recorded(
@@ -151,7 +153,7 @@ class Run:
                                      "{}")
             self._x.buffer(started)
             try:
-                with self._x.busy():
+                with self._x.busy(), streams.live_call(addr, attempt):
                     value = await call()
             except Exception as exc:
                 retry_at = retry.retry_at(attempt, exc, self._x.clock.now())
@@ -320,16 +322,21 @@ class Run:
         """Ask `model` once, ever: the completion is journaled, and a resumed run
         gets the recorded answer instead of asking again; unless `fresh` says
         the answer is a proposal to ask again after a changed intent (see
-        `step`). `reason` (why the call is made) is journaled with the
-        completion, under the key `"reason"` of the record's payload, for a
-        validator to read; it is not sent to the model. The policy sees it in
-        the pending `Action` when it judges the call: at a takeover whose
-        first live call this is, and before every model call under
-        `App(policy_on=("effect", "llm"))`."""
+        `step`). `on_text=run.stream(name)` hands the model (a provider
+        adapter) a stream to append its text deltas to as they come (see
+        `stead.streams` for a try that dies mid-answer). `reason` (why the
+        call is made) is journaled with the completion, under the key
+        `"reason"` of the record's payload, for a validator to read; it is not
+        sent to the model. The policy sees it in the pending `Action` when it
+        judges the call: at a takeover whose first live call this is, and
+        before every model call under `App(policy_on=("effect", "llm"))`."""
         _fresh(fresh)
         bounds.text(name, "a model call's name")
         if reason is not None and not isinstance(reason, str):
             raise TypeError("run.llm's reason is a string")
+        # Where the model's text deltas go as they come (a `Stream`): not part
+        # of the request, so not of its digest; a replayed answer sends none.
+        on_text = params.pop("on_text", None)
         # A provider adapter says what its requests are (model, defaults, no
         # sentinels): that enters the digest in place of the bare parameters.
         shape = getattr(model, "digest_params", None)
@@ -341,7 +348,8 @@ class Run:
         async def call() -> Completion:
             with tracing.model_call(name, model, messages, params) as span, \
                     addresses.outside_branches():
-                answer = await model.complete(messages, **params)
+                answer = await (model.complete(messages, **params) if on_text is None
+                                else model.complete(messages, on_text=on_text, **params))
                 span.answered(answer)
                 return answer
 
@@ -679,6 +687,16 @@ class Run:
                 addr, 1, RecordKind.SLEEP, "sleep", digest, RecordStatus.OPEN,
                 codec.dumps({"until": until}, what="a timer"))])
         await self._x.sleep_until(until)
+
+    def stream(self, name: str) -> streams.Stream:
+        """The run's durable stream `name`, for a screen to follow
+        (`Client.read_stream`, the dashboard): `await run.stream("answer").append(v)`;
+        a model adapter feeds it its deltas with `on_text=run.stream("answer")`.
+        A replayed append is not appended again (see `stead.streams`)."""
+        found = self._streams.get(name)
+        if found is None:
+            found = self._streams[name] = streams.Stream(self._x, name)
+        return found
 
     @property
     def state(self) -> TaskState:

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
-from stead import addresses, bounds, codec, errors, leases, logs, takeover, tracing
+from stead import addresses, bounds, codec, errors, leases, logs, takeover, tracing, warmups
 from stead.app import App
 from stead.clock import Clock, SystemClock
 from stead.execution import Continued, Drain, Execution, ExecutionOptions, Stop
@@ -181,6 +181,7 @@ class Worker:
         nothing was claimed. `wait_for_runs`: while runs execute, idle until one
         ends rather than polling the store."""
         addresses.install(asyncio.get_running_loop())
+        await warmups.ready()  # the SDKs' schemas, built off the loop before any run
         await self._leases.start()
         await self._beat()
         beating = asyncio.create_task(self._heartbeats(), name=f"stead heartbeat {self.id}")

@@ -58,10 +58,10 @@ def _decide(ctx: click.Context, run_id: str, wait_id: str | None, kind: str | No
                         or "nothing")
     event, run = common.safe(verdict.event_id), common.safe(run_id)
     if isinstance(verdict, waits.Accepted):
-        click.echo(f"accepted: event {event} resumes run {run} at wait "
+        click.echo(f"Accepted: event {event} resumes run {run} at wait "
                    f"{common.safe(verdict.wait_id)} (bound to {shown})")
     elif isinstance(verdict, waits.Duplicate):
-        click.echo(f"duplicate: event {event} was delivered before "
+        click.echo(f"Duplicate: event {event} was delivered before "
                    f"(accepted for wait {common.safe(verdict.wait_id)}); nothing happened again")
     else:
         raise click.ClickException(f"{common.safe(verdict)} — event {event} stored; "

@@ -6,6 +6,7 @@ response as the SDK's typed object without validating it."""
 from __future__ import annotations
 
 import abc
+import contextvars
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -13,6 +14,9 @@ from typing import Any, TypeVar
 from stead.llm.model import Completion
 
 OnText = Callable[[str], Awaitable[None] | None]
+# Where one call's text deltas go, when the call names a sink of its own.
+_sink: contextvars.ContextVar[OnText | None] = contextvars.ContextVar(
+    "stead_on_text", default=None)
 M = TypeVar("M")
 
 # Parameters that change how an answer travels or how long it may take, not
@@ -66,16 +70,25 @@ class Adapter(abc.ABC):
         return {"provider": self.provider, "api": self.api, "request": request}
 
     async def text(self, delta: str) -> None:
-        if self.on_text is not None and delta:
-            result = self.on_text(delta)
+        sink = _sink.get() or self.on_text
+        if sink is not None and delta:
+            result = sink(delta)
             if inspect.isawaitable(result):
                 await result
 
-    async def complete(self, messages: Sequence[Mapping[str, Any]], **params: Any) -> Completion:
+    async def complete(self, messages: Sequence[Mapping[str, Any]], *,
+                       on_text: OnText | None = None, **params: Any) -> Completion:
+        """Send the request; streamed if the adapter streams or this call
+        passes `on_text` (`run.llm(..., on_text=run.stream("answer"))`), which
+        then gets this call's text deltas in place of the adapter's."""
         request = self.request(params)
-        if self.stream:
+        if on_text is None and not self.stream:
+            return await self._created(list(messages), request)
+        token = _sink.set(on_text)
+        try:
             return await self._streamed(list(messages), request)
-        return await self._created(list(messages), request)
+        finally:
+            _sink.reset(token)
 
     @abc.abstractmethod
     async def _created(self, messages: list[Mapping[str, Any]], request: dict[str, Any]

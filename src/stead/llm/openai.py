@@ -18,6 +18,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("stead.llm.openai needs the openai SDK: pip install 'stead[openai]'"
                       ) from exc
 
+from stead import warmups
 from stead.llm import _provider
 from stead.llm._provider import OnText, number
 from stead.llm.model import Completion, ToolCall, Usage
@@ -77,11 +78,7 @@ class OpenAIChat(_OpenAI):
                 if event.type == "content.delta":
                     await self.text(event.delta)
             final = await stream.get_final_completion()
-        raw = final.to_dict(mode="json")
-        for choice in raw.get("choices") or ():  # the helper's own field, not the API's
-            if isinstance(choice.get("message"), dict):
-                choice["message"].pop("parsed", None)
-        return _chat(raw, _stream_request_id(stream))
+        return _chat(_chat_json(final.to_dict(mode="json")), _stream_request_id(stream))
 
 
 class OpenAIResponses(_OpenAI):
@@ -103,12 +100,45 @@ class OpenAIResponses(_OpenAI):
                 if event.type == "response.output_text.delta":
                     await self.text(event.delta)
             final = await stream.get_final_response()
-        raw = final.to_dict(mode="json")
-        for item in raw.get("output") or ():  # the helper's own field, not the API's
-            for part in item.get("content") or () if isinstance(item, dict) else ():
-                if isinstance(part, dict):
-                    part.pop("parsed", None)
-        return _response(raw, _stream_request_id(stream))
+        return _response(_responses_json(final.to_dict(mode="json")), _stream_request_id(stream))
+
+
+# The streaming helpers' own fields, which the API never sends and a request
+# must not send back: the parsed message and arguments (parsing is the
+# caller's), and a tool call's place in the chunks it was streamed in.
+def _chat_json(raw: dict[str, Any]) -> dict[str, Any]:
+    """A streamed Chat Completions answer as the API's JSON."""
+    for choice in raw.get("choices") or ():
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if isinstance(message, dict):
+            message.pop("parsed", None)
+            for call in message.get("tool_calls") or ():
+                _tool_call_json(call)
+    return raw
+
+
+def _tool_call_json(call: Any) -> Any:
+    if isinstance(call, dict):
+        call.pop("index", None)
+        if isinstance(call.get("function"), dict):
+            call["function"].pop("parsed_arguments", None)
+    return call
+
+
+def _responses_json(raw: dict[str, Any]) -> dict[str, Any]:
+    """A streamed Responses answer as the API's JSON."""
+    for item in raw.get("output") or ():
+        _item_json(item)
+    return raw
+
+
+def _item_json(item: Any) -> Any:
+    if isinstance(item, dict):
+        item.pop("parsed_arguments", None)
+        for part in item.get("content") or ():
+            if isinstance(part, dict):
+                part.pop("parsed", None)
+    return item
 
 
 def _chat(raw: dict[str, Any], request_id: str | None) -> Completion:
@@ -178,8 +208,9 @@ def assistant_message(completion: Completion) -> dict[str, Any]:
         raise ValueError("this completion holds no OpenAI response")
     message = dict((completion.raw.get("choices") or [{}])[0].get("message") or {})
     sent: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
-    if message.get("tool_calls"):
-        sent["tool_calls"] = message["tool_calls"]
+    if message.get("tool_calls"):  # as the API sent them (a record may predate `_chat_json`)
+        sent["tool_calls"] = [_tool_call_json(dict(call) if isinstance(call, dict) else call)
+                              for call in message["tool_calls"]]
     return sent
 
 
@@ -192,13 +223,22 @@ def output_items(completion: Completion) -> list[dict[str, Any]]:
     """The output items of a Responses answer, to append to the next `input`."""
     if completion.raw is None:
         raise ValueError("this completion holds no OpenAI response")
-    return [dict(item) for item in completion.raw.get("output") or ()]
+    # As the API sent them (a record may predate `_responses_json`).
+    return [_item_json(dict(item)) for item in completion.raw.get("output") or ()]
 
 
 def tool_output(call: ToolCall, output: str) -> dict[str, Any]:
     """The Responses input item answering `call` with `output`."""
     return {"type": "function_call_output", "call_id": call.id, "output": output}
 
+
+def _warm() -> None:
+    """The typed answers' schemas, which the SDK builds on first use."""
+    for cls in (ChatCompletion, Response):
+        cls.model_rebuild()
+
+
+warmups.register(_warm)
 
 __all__ = ["TRANSIENT", "OpenAIChat", "OpenAIResponses", "assistant_message", "chat_completion",
            "output_items", "response", "tool_message", "tool_output"]

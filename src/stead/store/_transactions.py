@@ -1009,7 +1009,7 @@ def delete_runs(cutoff: float, run_ids: Sequence[str]) -> Flow[list[str]]:
         for query in ("delete_journals", "delete_resumes", "delete_waits", "delete_events",
                       "delete_intents", "delete_migrations", "delete_journal_archive",
                       "delete_lineage", "delete_snapshots", "delete_operator_actions",
-                      "delete_rejected_tally", "delete_runs"):
+                      "delete_rejected_tally", "delete_streams", "delete_runs"):
             yield execute(query, ids)
     return keep
 # -- batch starts and queues ------------------------------------------------------

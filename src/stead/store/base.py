@@ -39,9 +39,10 @@ from stead.records import (
     WaitState,
 )
 from stead.searches import RunSearch
-from stead.store import _rejections, _rows
+from stead.store import _rejections, _rows, _streams
 from stead.store import _transactions as tx
 from stead.store.seam import Claim, Database, FencedWrite, Finish, Writing
+from stead.stream_records import NewEntry, StreamEntry
 
 Judge = tx.Judge
 StateChange = tx.StateChange
@@ -438,6 +439,22 @@ class Store:
     async def list_events(self, run_id: str, limit: int = 1000) -> list[EventRow]:
         return await self.database.read(lambda: tx.read_all(
             "list_events", {"run_id": run_id, "limit": limit}, _rows.event))
+
+    # -- durable streams ----------------------------------------------------
+    async def append_stream(self, fence: Fence, name: str, new: NewEntry) -> int:
+        """Append `new` to run `fence.run_id`'s stream `name` while `fence`
+        holds (else `StaleLease`); its offset. An entry whose key is there
+        already is not appended again: its offset is returned. `StreamClosed`
+        after the stream's `closed` entry."""
+        return await self.database.write(
+            lambda: _streams.append(fence, name, new),
+            Writing(landed=lambda _: _streams.appended(fence.run_id, name, new.key),
+                    one_statement=_streams.one_statement(new)))
+
+    async def read_stream(self, run_id: str, name: str, after: int = 0,
+                          limit: int = _streams.PAGE) -> list[StreamEntry]:
+        """Up to `limit` entries of the stream after offset `after`, in order."""
+        return await self.database.read(lambda: _streams.read(run_id, name, after, limit))
 
     # -- the operator's audit ----------------------------------------------
     async def record_action(self, row: ActionRow) -> ActionRow:

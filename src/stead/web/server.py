@@ -43,6 +43,7 @@ from stead.web import (
     queue,
     security,
     signatures,
+    streams,
     throttle,
     views,
     window,
@@ -214,6 +215,9 @@ class Dashboard:
             return page
         return await self.render(request, "trace.html", t=page)
 
+    async def stream(self, request: Request) -> Response:
+        return await streams.sse(self.client, request)
+
     # -- login -----------------------------------------------------------------------
     async def _cross_site(self, request: Request, form: Any) -> Response | None:
         """A 403 page if this form is cross-site (see `Guard.cross_site`)."""
@@ -384,6 +388,7 @@ def create_app(
         Route("/attention", d.readable(d.attention)),
         Route("/runs/{run_id}", d.readable(d.run)),
         Route("/runs/{run_id}/trace", d.readable(d.trace)),
+        Route("/runs/{run_id}/streams/{name}", d.readable(d.stream)),
         Route("/runs/{run_id}/actions/{action}", d.act, methods=["POST"]),
         Route("/attention/actions/bulk", d.act_on_many, methods=["POST"]),
         Route("/login", d.login, methods=["GET", "POST"]),

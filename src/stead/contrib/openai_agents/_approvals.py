@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,12 +29,23 @@ def _field(raw: Any, name: str) -> Any:
     return raw.get(name) if isinstance(raw, dict) else getattr(raw, name, None)
 
 
+def _decoded(raw: Any) -> Any:
+    """The call's arguments as the model wrote them, a JSON text, decoded; a
+    text that is not JSON (a model may write anything) is handed as it is."""
+    if not isinstance(raw, str):
+        return raw
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
 def request(item: ToolApprovalItem) -> dict[str, Any]:
-    """What a person is asked to decide: the tool, the call and its arguments."""
-    arguments = _field(item.raw_item, "arguments")
+    """What a person is asked to decide: the tool, the call and its arguments
+    (decoded from the JSON text the model wrote)."""
     return {"tool": item.tool_name or _field(item.raw_item, "name"),
             "call_id": _field(item.raw_item, "call_id") or _field(item.raw_item, "id"),
-            "arguments": arguments}
+            "arguments": _decoded(_field(item.raw_item, "arguments"))}
 
 
 async def decide(session: Session, items: Sequence[ToolApprovalItem], ask: Ask | None,
@@ -45,9 +57,11 @@ async def decide(session: Session, items: Sequence[ToolApprovalItem], ask: Ask |
     opened: list[stead.Wait[Any]] = []
     for item in items:
         asked = request(item)
+        # Bound to the model's own text, so a wait's binding never depends on
+        # how the decoded arguments are written out again.
+        raw = _field(item.raw_item, "arguments")
         bind = {"tool": asked["tool"], "call_id": asked["call_id"],
-                "arguments_sha256": hashlib.sha256(
-                    str(asked["arguments"] or "").encode()).hexdigest()}
+                "arguments_sha256": hashlib.sha256(str(raw or "").encode()).hexdigest()}
         with session.scope.at("a:" + safe_key(str(asked["call_id"]))):
             w: stead.Wait[Any] = await run.wait(KIND, bind=bind, expires_in=expires_in,
                                                 schema=SCHEMA, token=ask is not None)

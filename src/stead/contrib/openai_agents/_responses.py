@@ -13,8 +13,11 @@ from typing import Any
 import openai
 from agents import ModelResponse
 from agents.items import TResponseOutputItem
+from agents.tracing import get_trace_provider
 from agents.usage import deserialize_usage, serialize_usage
 from pydantic import BaseModel
+
+from stead import warmups
 
 
 class _Output(openai.BaseModel):
@@ -37,6 +40,24 @@ def dump(response: ModelResponse) -> dict[str, Any]:
     }
 
 
+# A run's first model answer builds `_Output`'s schema and the type adapter
+# of the output items' union (a tenth of a second, more on a busy machine):
+# built before the worker's first claim instead, off the loop (`stead.warmups`).
+_SAMPLE = {"output": [
+    {"type": "message", "id": "m", "role": "assistant", "status": "completed",
+     "content": [{"type": "output_text", "text": "", "annotations": []}]},
+    {"type": "function_call", "id": "f", "call_id": "c", "name": "n", "arguments": "{}"},
+], "usage": {}}
+
+
+def _warm() -> None:
+    _Output.model_rebuild()
+    load(_SAMPLE)
+    # The SDK's trace provider, made on a run's first trace: its exporter's
+    # HTTP client builds an SSL context.
+    get_trace_provider()
+
+
 def load(data: dict[str, Any]) -> ModelResponse:
     output = _Output.construct(output=data.get("output", [])).output
     return ModelResponse(
@@ -44,3 +65,6 @@ def load(data: dict[str, Any]) -> ModelResponse:
         response_id=data.get("response_id"), request_id=data.get("request_id"),
         raw_usage=data.get("raw_usage"),
     )
+
+
+warmups.register(_warm)

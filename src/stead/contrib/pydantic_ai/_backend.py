@@ -26,16 +26,21 @@ from stead.contrib.pydantic_ai import _binding
 
 
 def _tool_call(operation_id: DurableOperationId, cache_key: tuple[object, ...]
-               ) -> tuple[str, Any] | None:
-    """For a tool call (or its argument validation): its address and its arguments."""
+               ) -> tuple[str, Any, str | None] | None:
+    """For a tool call (or its argument validation): its address, its
+    arguments and its step's name. The name is the tool's (`forecast`, or
+    `validate forecast`), not pydantic-ai's operation name, which spells out
+    its toolset's internals and may change between its versions."""
     if not isinstance(operation_id, ToolsetCallToolId | ToolsetValidateToolArgumentsId):
         return None
-    call_id = next((c.tool_call_id for c in cache_key if isinstance(c, RunContext)), None)
-    if not call_id:
+    ctx = next((c for c in cache_key if isinstance(c, RunContext)), None)
+    if ctx is None or not ctx.tool_call_id:
         return None
-    prefix = "t:" if isinstance(operation_id, ToolsetCallToolId) else "v:"
+    calls = isinstance(operation_id, ToolsetCallToolId)
     arguments = cache_key[1] if len(cache_key) > 1 else None
-    return prefix + safe_key(call_id), arguments
+    tool = ctx.tool_name
+    name = None if not tool else tool if calls else f"validate {tool}"
+    return ("t:" if calls else "v:") + safe_key(ctx.tool_call_id), arguments, name
 
 
 class Backend(JournalCallableOperationBackend[None]):
@@ -57,8 +62,11 @@ class Backend(JournalCallableOperationBackend[None]):
                 return await body()
 
         call = _tool_call(operation_id, cache_key)
-        key, digested = (call[0], (call[1],)) if call is not None else (
-            "o:" + binding.scope.next(name), ())
+        digested: tuple[Any, ...] = ()
+        if call is not None:
+            key, digested, name = call[0], (call[1],), call[2] or name
+        else:
+            key = "o:" + binding.scope.next(name)
         with binding.scope.at(key):
             result = await binding.run.step(name, live, *digested)
         # pydantic-ai's instrumentation leaves out the spans and token metrics

@@ -940,3 +940,58 @@ DELETE FROM rejected_tally WHERE last_at < %(cutoff)s;
 
 -- name: delete_rejected_tally
 DELETE FROM rejected_tally WHERE run_id = ANY(%(run_ids)s::text[]);
+
+-- durable streams (see store/_streams.py) ------------------------------------
+-- name: append_stream_entry
+-- The common append in one statement that commits on its own: only while
+-- the fence holds (the run row locked, as the fence query does), not after
+-- the stream's closed entry, not twice with one key. No row: one of those
+-- (the flow then finds out which).
+WITH fenced AS (
+    SELECT 1 FROM runs
+    WHERE run_id = %(run_id)s AND epoch = %(epoch)s AND lease_owner = %(worker_id)s
+      AND status = 'running'
+    FOR NO KEY UPDATE
+), last AS (
+    SELECT pos, kind FROM stream_entries WHERE run_id = %(run_id)s AND name = %(name)s
+    ORDER BY pos DESC LIMIT 1
+)
+INSERT INTO stream_entries (run_id, name, pos, entry_key, kind, value, call_addr, call_try,
+                            epoch, at)
+SELECT %(run_id)s, %(name)s, COALESCE((SELECT pos FROM last), 0) + 1, %(entry_key)s,
+       %(kind)s, %(value)s, %(call_addr)s, %(call_try)s, %(epoch)s, %(at)s
+FROM fenced
+WHERE COALESCE((SELECT kind FROM last), '') <> 'closed'
+  AND NOT EXISTS (SELECT 1 FROM stream_entries WHERE run_id = %(run_id)s
+                  AND name = %(name)s AND entry_key = %(entry_key)s)
+RETURNING pos;
+
+-- name: stream_entry_by_key
+SELECT pos FROM stream_entries
+WHERE run_id = %(run_id)s AND name = %(name)s AND entry_key = %(entry_key)s;
+
+-- name: last_stream_entry
+SELECT pos, kind FROM stream_entries
+WHERE run_id = %(run_id)s AND name = %(name)s
+ORDER BY pos DESC LIMIT 1;
+
+-- name: supersede_stream_call
+-- The entries of a call's earlier tries, not yet superseded, marked so.
+UPDATE stream_entries SET superseded = 1
+WHERE run_id = %(run_id)s AND name = %(name)s AND call_addr = %(call_addr)s
+  AND call_try <> %(call_try)s AND superseded = 0
+RETURNING pos;
+
+-- name: insert_stream_entry
+INSERT INTO stream_entries (run_id, name, pos, entry_key, kind, value, call_addr, call_try,
+                            epoch, at)
+VALUES (%(run_id)s, %(name)s, %(pos)s, %(entry_key)s, %(kind)s, %(value)s,
+        %(call_addr)s, %(call_try)s, %(epoch)s, %(at)s);
+
+-- name: read_stream
+SELECT run_id, name, pos, kind, value, superseded, at FROM stream_entries
+WHERE run_id = %(run_id)s AND name = %(name)s AND pos > %(after)s
+ORDER BY pos LIMIT %(limit)s;
+
+-- name: delete_streams
+DELETE FROM stream_entries WHERE run_id = ANY(%(run_ids)s::text[]);

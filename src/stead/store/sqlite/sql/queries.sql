@@ -766,3 +766,52 @@ DELETE FROM rejected_tally WHERE last_at < :cutoff;
 
 -- name: delete_rejected_tally
 DELETE FROM rejected_tally WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- durable streams (see store/_streams.py) ------------------------------------
+-- name: append_stream_entry
+-- The common append in one statement: only while the fence holds, not after
+-- the stream's closed entry, not twice with one key. No row: one of those
+-- (the flow then finds out which).
+INSERT INTO stream_entries (run_id, name, pos, entry_key, kind, value, call_addr, call_try,
+                            epoch, at)
+SELECT :run_id, :name,
+       COALESCE((SELECT max(pos) FROM stream_entries
+                 WHERE run_id = :run_id AND name = :name), 0) + 1,
+       :entry_key, :kind, :value, :call_addr, :call_try, :epoch, :at
+WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :epoch
+              AND lease_owner = :worker_id AND status = 'running')
+  AND COALESCE((SELECT kind FROM stream_entries WHERE run_id = :run_id AND name = :name
+                ORDER BY pos DESC LIMIT 1), '') <> 'closed'
+  AND NOT EXISTS (SELECT 1 FROM stream_entries
+                  WHERE run_id = :run_id AND name = :name AND entry_key = :entry_key)
+RETURNING pos;
+
+-- name: stream_entry_by_key
+SELECT pos FROM stream_entries
+WHERE run_id = :run_id AND name = :name AND entry_key = :entry_key;
+
+-- name: last_stream_entry
+SELECT pos, kind FROM stream_entries
+WHERE run_id = :run_id AND name = :name
+ORDER BY pos DESC LIMIT 1;
+
+-- name: supersede_stream_call
+-- The entries of a call's earlier tries, not yet superseded, marked so.
+UPDATE stream_entries SET superseded = 1
+WHERE run_id = :run_id AND name = :name AND call_addr = :call_addr
+  AND call_try <> :call_try AND superseded = 0
+RETURNING pos;
+
+-- name: insert_stream_entry
+INSERT INTO stream_entries (run_id, name, pos, entry_key, kind, value, call_addr, call_try,
+                            epoch, at)
+VALUES (:run_id, :name, :pos, :entry_key, :kind, :value,
+        :call_addr, :call_try, :epoch, :at);
+
+-- name: read_stream
+SELECT run_id, name, pos, kind, value, superseded, at FROM stream_entries
+WHERE run_id = :run_id AND name = :name AND pos > :after
+ORDER BY pos LIMIT :limit;
+
+-- name: delete_streams
+DELETE FROM stream_entries WHERE run_id IN (SELECT value FROM json_each(:run_ids));

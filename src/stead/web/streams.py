@@ -1,0 +1,74 @@
+"""A run's durable stream as server-sent events: `GET /runs/RUN/streams/NAME`.
+
+Each entry is one event: `id:` its offset, `event:` its kind (`value`,
+`superseded`, `closed`), `data:` the entry as JSON (`StreamEntry.to_json`).
+A browser's `EventSource` reconnects with `Last-Event-ID`, the last offset
+it got, and is sent only what came after it (`?after=N` does the same for a
+first connection), so nothing is missed or sent twice. The response ends
+with the stream (closed, or the run ended), or after `MAX_SECONDS`, when the
+browser reconnects from where it was. Reading needs a logged-in operator
+unless the dashboard is public, as every page does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
+
+from stead import errors
+from stead.client import Client
+from stead.streams import check_name
+
+# How long one response follows a stream before the browser reconnects: no
+# connection is held without end.
+MAX_SECONDS = 300.0
+# How often the stream's reader asks the store for new entries, at the slowest.
+POLL = 0.25
+_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no",
+            "X-Content-Type-Options": "nosniff"}
+
+
+def _offset(text: str | None) -> int | None:
+    """A `Last-Event-ID` or `after`: a whole number of at most 18 digits."""
+    if text is None or text == "":
+        return 0
+    text = text.strip()
+    if not (text.isascii() and text.isdigit() and len(text) <= 18):
+        return None
+    return int(text)
+
+
+async def events(client: Client, run_id: str, name: str, after: int,
+                 seconds: float = MAX_SECONDS) -> AsyncIterator[bytes]:
+    """The stream's entries after `after` as SSE events, for `seconds` at most."""
+    entries = client.read_stream(run_id, name, after=after, poll=POLL)
+    try:
+        async with asyncio.timeout(seconds):
+            async for entry in entries:
+                data = json.dumps(entry.to_json(), separators=(",", ":"))
+                yield f"id: {entry.offset}\nevent: {entry.kind}\ndata: {data}\n\n".encode()
+    except TimeoutError:
+        yield b": reconnect with Last-Event-ID\n\n"
+    finally:
+        await entries.aclose()  # type: ignore[attr-defined]
+
+
+async def sse(client: Client, request: Request) -> Response:
+    run_id, name = request.path_params["run_id"], request.path_params["name"]
+    after = _offset(request.headers.get("last-event-id", request.query_params.get("after")))
+    if after is None:
+        return PlainTextResponse("Last-Event-ID (or after) is an offset: a whole number.",
+                                 400, headers=_HEADERS)
+    try:
+        check_name(name)
+        await client.get(run_id)
+    except errors.InvalidInput as exc:
+        return PlainTextResponse(str(exc), 400, headers=_HEADERS)
+    except errors.UnknownRun:
+        return PlainTextResponse(f"There is no run {run_id}.", 404, headers=_HEADERS)
+    return StreamingResponse(events(client, run_id, name, after),
+                             media_type="text/event-stream", headers=_HEADERS)
