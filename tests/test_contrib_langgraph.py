@@ -1,0 +1,142 @@
+"""stead.contrib.langgraph, in process: a graph's nodes and a program's tasks
+as journaled steps, `interrupt()` as a bound, single-use stead wait, an effect
+node sent at most once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, TypedDict
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+
+import stead
+from stead.contrib import langgraph as lg
+from tests.workers import agents_app, langgraph_app
+
+pytestmark = pytest.mark.usefixtures("sdk_dir")
+
+
+def _names(journal: list[stead.Record]) -> list[str]:
+    return [r.name for r in journal if r.status != stead.records.RecordStatus.STARTED]
+
+
+async def _waiting(client: stead.Client, run_id: str) -> stead.WaitInfo:
+    await stead.Worker(langgraph_app.app, client.store).run_until_idle()
+    assert (await client.get(run_id)).status == "waiting"  # suspended: no worker held
+    [w] = await client.waits(run_id=run_id)
+    return w
+
+
+async def test_nodes_are_journaled_and_an_interrupt_is_a_bound_single_use_wait(
+    store: stead.Store, sdk_dir: Path,
+) -> None:
+    client = stead.Client(store, langgraph_app.app)
+    info = await client.start(langgraph_app.refund_order, "123")
+    w = await _waiting(client, info.run_id)
+    assert w.kind == lg.INTERRUPT
+    assert json.loads(w.bind)["node"] == "review"
+    # lookup and history ran side by side, each once
+    ran = agents_app.lines("nodes.log")
+    assert sorted(ran) == ["history", "lookup", "lookup started", "plan", "review"]
+    names = _names(await store.load_journal(info.run_id))
+    assert names[0] == "node plan" and names[3] == "node review"
+    assert sorted(names[1:3]) == ["node history", "node lookup"]
+    asked = json.loads((sdk_dir / "interrupt.json").read_text())
+    assert asked["node"] == "review"
+    assert asked["value"] == {"question": "refund?",
+                              "facts": ["no refund before", "order 123", "paid 4200"]}
+
+    bind = json.loads(w.bind)
+    wrong = await client.deliver(info.run_id, wait_id=w.wait_id, event_id="e0",
+                                 token=asked["token"], payload={"approved": True},
+                                 bind={**bind, "node": "refund"})
+    assert isinstance(wrong, stead.Rejected)
+    ok = await client.deliver(info.run_id, wait_id=w.wait_id, event_id="e1",
+                              token=asked["token"], payload={"approved": True}, bind=bind)
+    assert isinstance(ok, stead.Accepted)
+    again = await client.deliver(info.run_id, wait_id=w.wait_id, event_id="e1",
+                                 token=asked["token"], payload={"approved": True}, bind=bind)
+    assert isinstance(again, stead.Duplicate)
+    await stead.Worker(langgraph_app.app, store).run_until_idle()
+    result = await client.result(info.run_id, timeout=5)
+    assert result["receipt"] == "refunded 4200 on order 123"
+    assert result["decision"] == {"approved": True}  # the event's payload, as resume value
+    # the answered node ran again from its start (LangGraph's rule), nothing else did
+    assert agents_app.lines("nodes.log")[5:] == ["review", "reviewed"]
+    [sent] = agents_app.lines("ledger.log")
+    [intent] = [r for r in await store.load_journal(info.run_id)
+                if r.name == "node refund" and r.status == "intent"]
+    assert sent.split()[-1] == json.loads(intent.payload)["key"]  # op.key, journaled first
+
+
+async def test_a_refusal_ends_the_graph_without_the_effect(store: stead.Store) -> None:
+    client = stead.Client(store, langgraph_app.app)
+    info = await client.start(langgraph_app.refund_order, "7", False)
+    w = await _waiting(client, info.run_id)
+    assert w.token_hash is None  # no one to hand a token to: whoever reaches the database
+    await client.deliver(info.run_id, wait_id=w.wait_id, event_id="e1",
+                         payload={"approved": False}, bind=json.loads(w.bind))
+    await stead.Worker(langgraph_app.app, store).run_until_idle()
+    result = await client.result(info.run_id, timeout=5)
+    assert result["receipt"] is None and result["decision"] == {"approved": False}
+    assert agents_app.lines("ledger.log") == []
+
+
+async def test_functional_tasks_are_journaled_and_reused(store: stead.Store) -> None:
+    client = stead.Client(store, langgraph_app.app)
+    info = await client.start(langgraph_app.forecasts, ["Paris", "Oslo"])
+    w = await _waiting(client, info.run_id)
+    assert agents_app.lines("nodes.log") == ["fetch Paris", "fetch Oslo", "summarize"]
+    await client.deliver(info.run_id, wait_id=w.wait_id, event_id="e1",
+                         payload={"publish": True}, bind=json.loads(w.bind))
+    await stead.Worker(langgraph_app.app, store).run_until_idle()
+    assert await client.result(info.run_id, timeout=5) == {
+        "summary": "Paris: rain / Oslo: rain", "answer": {"publish": True}}
+    # the entrypoint ran again from its input; its recorded tasks were not
+    assert agents_app.lines("nodes.log") == ["fetch Paris", "fetch Oslo", "summarize",
+                                             "summarize"]
+    names = _names(await store.load_journal(info.run_id))
+    assert names.count("task fetch") == 2 and names.count("task summarize") == 2
+
+
+class _S(TypedDict):
+    n: int
+
+
+def _one_node(**compile_options: Any) -> Any:
+    builder = StateGraph(_S)
+    builder.add_node("bump", lambda s: {"n": s["n"] + 1})
+    builder.add_edge(START, "bump")
+    builder.add_edge("bump", END)
+    return builder.compile(**compile_options)
+
+
+async def test_a_graph_with_its_own_checkpointer_is_refused(store: stead.Store) -> None:
+    app = stead.App("lg-refused")
+
+    @app.workflow(version=1)
+    async def flow(run: stead.Run) -> Any:
+        return await lg.run(run, _one_node(checkpointer=InMemorySaver()), {"n": 1})
+
+    client = stead.Client(store, app)
+    info = await client.start(flow)
+    await stead.Worker(app, store).run_until_idle()
+    failed = await client.get(info.run_id)
+    assert failed.status == "failed" and "without a checkpointer" in str(failed.error)
+
+
+async def test_outside_a_stead_run_tasks_are_langgraph_tasks_and_effects_refuse() -> None:
+    program = langgraph_app.forecast.copy({"checkpointer": InMemorySaver()})
+    out = await program.ainvoke(["Rome"], {"configurable": {"thread_id": "t"}})
+    [asked] = out["__interrupt__"]  # LangGraph's own interrupt, no stead wait
+    assert asked.value == {"publish": "Rome: rain"}
+    assert agents_app.lines("nodes.log") == ["fetch Rome", "summarize"]
+
+    builder = StateGraph(_S)
+    builder.add_node("send", lg.effect(lambda op, s: {"n": 0}))
+    builder.add_edge(START, "send")
+    with pytest.raises(stead.SteadError, match="acts only in a stead run"):
+        await builder.compile().ainvoke({"n": 1})
