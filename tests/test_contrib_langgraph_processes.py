@@ -1,0 +1,95 @@
+"""stead.contrib.langgraph against real worker processes: a graph SIGKILLed
+mid-way is finished by a fresh worker without running a recorded node again,
+and an interrupt answered with `stead approve` while no worker lives resumes
+the graph once; the same answer again is a duplicate."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import stead
+from tests.test_contrib_processes import DEADLINE, Procs, _stead
+from tests.workers import agents_app
+from tests.workers.procs import KILLED, wait_until
+
+pytestmark = pytest.mark.slow
+APP = "tests.workers.langgraph_app:app"
+
+
+@pytest.fixture
+def procs(sdk_dir: Path, db_url: str) -> Procs:
+    return Procs(sdk_dir, db_url)
+
+
+def _recorded_nodes(journal: list[stead.Record]) -> list[str]:
+    return [r.name.removeprefix("node ") for r in journal
+            if r.kind == "step" and r.status == "ok"]
+
+
+async def _waiting(store: stead.Store, run_id: str) -> bool:
+    return (await store.get_run(run_id)).status == "waiting"
+
+
+async def test_killed_mid_graph_a_fresh_worker_runs_no_recorded_node_again(
+    procs: Procs, store: stead.Store,
+) -> None:
+    client = stead.Client(store)
+    info = await client.start("refund_order", "123", False, version=1)
+    try:
+        first = procs.start(APP, "--crash", "after:1:node history")
+        assert await procs.exit_code(first) == KILLED, procs.output()
+        recorded = _recorded_nodes(await store.load_journal(info.run_id))
+        assert "plan" in recorded and "history" in recorded and "review" not in recorded
+
+        second = procs.start(APP)  # stops once the run waits for its interrupt
+        assert await procs.exit_code(second) == 0, procs.output()
+        assert await _waiting(store, info.run_id)
+        ran = Counter(agents_app.lines("nodes.log"))
+        for node in recorded:
+            assert ran[node] == 1, (node, ran)  # recorded before the kill: never run again
+        assert ran["lookup"] <= 2 and ran["review"] == 1
+        [resume] = await client.resumes(info.run_id)
+        assert resume.epoch == 2 and resume.details.classes["reuse"] >= len(recorded)
+    finally:
+        procs.stop_all()
+
+
+async def test_an_interrupt_answered_while_no_worker_lives_resumes_once(
+    procs: Procs, store: stead.Store, sdk_dir: Path, db_url: str,
+) -> None:
+    info = await stead.Client(store).start("refund_order", "123", version=1)
+    try:
+        first = procs.start(APP, "--stay")
+
+        async def asked() -> bool:
+            return (sdk_dir / "interrupt.json").exists() and await _waiting(store, info.run_id)
+
+        await wait_until("the run to wait on its interrupt", asked, DEADLINE)
+        first.kill()  # a crash while the run waits
+        assert await procs.exit_code(first) == KILLED
+        request = json.loads((sdk_dir / "interrupt.json").read_text())
+        token = sdk_dir / "token"
+        token.write_text(request["token"])
+        approve = ("approve", info.run_id, "--wait", request["wait_id"], "--token-file",
+                   str(token), "--payload", json.dumps({"note": "ok by Ann"}))
+        ok = _stead(db_url, *approve)
+        assert ok.returncode == 0 and ok.stdout.lower().startswith("accepted"), ok.stdout
+
+        fresh = procs.start(APP)
+        assert await procs.exit_code(fresh) == 0, procs.output()
+        result = await stead.Client(store).result(info.run_id)
+        assert result["decision"] == {"approved": True, "note": "ok by Ann"}
+        assert result["receipt"] == "refunded 4200 on order 123"
+        again = _stead(db_url, *approve)
+        assert again.returncode == 0 and again.stdout.lower().startswith("duplicate"), \
+            again.stdout
+        assert len(agents_app.lines("ledger.log")) == 1  # the effect node sent once
+        ran = Counter(agents_app.lines("nodes.log"))
+        assert ran["plan"] == ran["history"] == ran["lookup"] == 1
+        assert ran["review"] == 2 and ran["reviewed"] == 1  # rerun from its start, once
+    finally:
+        procs.stop_all()
