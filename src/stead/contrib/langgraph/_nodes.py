@@ -16,7 +16,6 @@ so the graph stops exactly where it stopped live, without running the node."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import json
@@ -31,22 +30,10 @@ from langgraph.types import interrupt
 
 import stead
 from stead import errors, threads
+from stead.contrib._effect import Effect
 from stead.contrib._scope import json_digest, safe_key
 from stead.contrib.langgraph import _session, _values
 from stead.contrib.langgraph._session import Session
-
-
-@dataclasses.dataclass(frozen=True)
-class Effect:
-    """How an effect node is sent: the options of `run.effect`."""
-
-    key: str | None = None
-    check: Any = None
-    idempotent: bool = False
-    tool: str | None = None
-    reason: str | None = None
-    retry: stead.Retry | None = None
-    timeout: float | None = None
 
 
 class EffectNode:
@@ -119,15 +106,12 @@ async def journal(session: Session, kind: str, name: str, config: RunnableConfig
         if effect_node is None:
             data = await run.step(f"{kind} {name}", live, digest)
         else:
-            o = effect_node.options
-
             async def send(op: stead.Operation, _state: Any) -> dict[str, Any]:
                 with _session.bound(None):
                     return _values.dump(await effect_node.send(op, state), what)
 
-            data = await run.effect(f"{kind} {name}", send, _values.plain(state), key=o.key,
-                                    check=o.check, idempotent=o.idempotent, tool=o.tool,
-                                    reason=o.reason, retry=o.retry, timeout=o.timeout)
+            data = await effect_node.options.send(run, f"{kind} {name}", send,
+                                                  _values.plain(state))
     if "interrupt" not in data:
         return _values.revive(data)
     seen = session.interrupts.setdefault(execution, [])

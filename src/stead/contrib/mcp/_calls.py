@@ -13,23 +13,19 @@ from mcp import types
 
 import stead
 from stead import errors
+from stead.contrib import _effect
 
 # The `_meta` key a side-effecting call's idempotency key is sent under.
 KEY_META = "stead/idempotency-key"
 
 
 @dataclasses.dataclass(frozen=True)
-class Effect:
-    """How a side-effecting tool is called: the options of `run.effect`, and
-    the tool argument that takes the idempotency key, if the tool has one."""
+class Effect(_effect.Effect):
+    """How a side-effecting tool is called: the options of `run.effect`
+    (`key=` a fixed idempotency key, else one stead makes per call), and the
+    tool argument that takes the key, if the tool has one."""
 
     key_argument: str | None = None
-    check: Any = None
-    idempotent: bool = False
-    tool: str | None = None
-    reason: str | None = None
-    retry: stead.Retry | None = None
-    timeout: float | None = None
 
 
 def side_effecting(tool: types.Tool) -> Effect | None:
@@ -76,6 +72,4 @@ async def call(run: stead.Run, session: mcp.ClientSession, server: str, name: st
         meta = cast(types.RequestParamsMeta, {KEY_META: op.key})
         return result(await session.call_tool(name, sent, meta=meta, **options), name)
 
-    return revive(await run.effect(
-        label, send, name, arguments, check=effect.check, idempotent=effect.idempotent,
-        tool=effect.tool, reason=effect.reason, retry=effect.retry, timeout=effect.timeout))
+    return revive(await effect.send(run, label, send, name, arguments))
