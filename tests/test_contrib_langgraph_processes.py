@@ -93,3 +93,35 @@ async def test_an_interrupt_answered_while_no_worker_lives_resumes_once(
         assert ran["review"] == 2 and ran["reviewed"] == 1  # rerun from its start, once
     finally:
         procs.stop_all()
+
+
+@pytest.mark.parametrize("idempotent", [True, False])
+async def test_an_effect_node_killed_after_sending_is_never_silently_repeated(
+    procs: Procs, store: stead.Store, sdk_dir: Path, idempotent: bool,
+) -> None:
+    """Killed between the refund going out and its outcome being journaled: an
+    idempotent effect node is resent under the same key; one that is not
+    stops the run for a person, nothing sent again."""
+    client = stead.Client(store)
+    info = await client.start("refund_order", "123", False, idempotent, version=1)
+    try:
+        first = procs.start(APP)
+        assert await procs.exit_code(first) == 0, procs.output()
+        [w] = await client.waits(run_id=info.run_id)
+        (sdk_dir / "die-after-sending").touch()
+        assert isinstance(await client.deliver(info.run_id, wait_id=w.wait_id, event_id="e1",
+                                               payload={"approved": True},
+                                               bind=json.loads(w.bind)), stead.Accepted)
+        dying = procs.start(APP)
+        assert await procs.exit_code(dying) == KILLED, procs.output()
+        fresh = procs.start(APP)
+        assert await procs.exit_code(fresh) == 0, procs.output()
+        sent = agents_app.lines("ledger.log")
+        if idempotent:
+            assert (await client.get(info.run_id)).status == "completed"
+            assert len(sent) == 2 and sent[0] == sent[1]  # resent once, under the same key
+        else:
+            assert (await client.get(info.run_id)).status == "outcome_unknown"
+            assert len(sent) == 1  # not sent again: `stead reconcile` decides
+    finally:
+        procs.stop_all()

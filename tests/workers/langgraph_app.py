@@ -16,6 +16,7 @@ from langgraph.types import interrupt
 
 import stead
 from stead.contrib import langgraph as lg
+from stead.testing import kill_process
 from tests.workers.agents_app import folder, log
 
 app = stead.App("langgraph-tests")
@@ -55,17 +56,20 @@ def review(state: Order) -> Order:
 
 def send_refund(op: stead.Operation, state: Order) -> Order:
     log("ledger.log", f"{state['order_id']} 4200 {op.key}")
+    die = folder() / "die-after-sending"
+    if die.exists():  # the worker dies once the refund went out, before its outcome is journaled
+        die.unlink()
+        kill_process()
     return {"receipt": f"refunded 4200 on order {state['order_id']}"}
 
 
-def graph(*, effect: bool = True) -> Any:
+def graph(*, idempotent: bool = True) -> Any:
     builder = StateGraph(Order)
     builder.add_node("plan", plan)
     builder.add_node("lookup", lookup)
     builder.add_node("history", history)
     builder.add_node("review", review)
-    builder.add_node("refund", lg.effect(send_refund, idempotent=True) if effect else
-                     (lambda s: {"receipt": "not sent"}))
+    builder.add_node("refund", lg.effect(send_refund, idempotent=idempotent))
     builder.add_edge(START, "plan")
     builder.add_edge("plan", "lookup")
     builder.add_edge("plan", "history")
@@ -84,8 +88,9 @@ def hand_over(op: stead.Operation, wait: stead.Wait[Any], request: dict[str, Any
 
 
 @app.workflow(version=1)
-async def refund_order(run: stead.Run, order_id: str, notify: bool = True) -> dict[str, Any]:
-    out = await lg.run(run, graph(), {"order_id": order_id},
+async def refund_order(run: stead.Run, order_id: str, notify: bool = True,
+                       idempotent: bool = True) -> dict[str, Any]:
+    out = await lg.run(run, graph(idempotent=idempotent), {"order_id": order_id},
                        on_interrupt=hand_over if notify else None)
     return {"facts": sorted(out["facts"]), "receipt": out.get("receipt"),
             "decision": out.get("decision")}

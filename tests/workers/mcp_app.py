@@ -65,3 +65,14 @@ async def refund_order(run: stead.Run, order_id: str) -> dict[str, Any]:
         await tools.list_tools()
         result = await tools.call_tool("refund", {"order_id": order_id, "amount": 4200})
     return {"text": _text(result), "error": result.is_error}
+
+
+@app.workflow(version=1)
+async def refund_as_annotated(run: stead.Run, order_id: str, key: str) -> str:
+    """No `effects=`: the server's annotations say the refund is destructive."""
+    async with session() as s:
+        tools = smcp.journaled(run, s, server="tests")
+        await tools.list_tools()
+        result = await tools.call_tool("refund", {"order_id": order_id, "amount": 4200,
+                                                  "idempotency_key": key})
+    return _text(result)
