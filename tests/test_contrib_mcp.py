@@ -44,3 +44,16 @@ async def test_an_annotated_destructive_tool_is_journaled_as_an_effect(
                if r.name == "mcp tests.refund"]
     assert journal == [("effect", "intent"), ("effect", "ok")]  # its intent before it ran
     assert agents_app.lines("mcp.log") == ["refund 9 4200 k-9"]
+
+
+@pytest.mark.usefixtures("sdk_dir")
+async def test_a_side_effecting_tool_is_not_handed_to_an_agent_as_a_step(
+    store: stead.Store,
+) -> None:
+    client = stead.Client(store, mcp_app.app)
+    info = await client.start(mcp_app.every_tool_to_an_agent)
+    await stead.Worker(mcp_app.app, store).run_until_idle()
+    failed = await client.get(info.run_id)
+    assert failed.status == "failed"
+    assert failed.error is not None  # raised inside the stdio client's task group
+    assert "MCP tool 'refund' is side-effecting" in failed.error["traceback"]

@@ -13,10 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import mcp
+from agents import Agent, ModelResponse, Usage
+from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 from mcp.client.stdio import stdio_client
 
 import stead
 from stead.contrib import mcp as smcp
+from stead.contrib import openai_agents
+from stead.contrib.mcp import agents_sdk
 from tests.workers.agents_app import log
 
 app = stead.App("mcp-tests")
@@ -76,3 +80,37 @@ async def refund_as_annotated(run: stead.Run, order_id: str, key: str) -> str:
         result = await tools.call_tool("refund", {"order_id": order_id, "amount": 4200,
                                                   "idempotency_key": key})
     return _text(result)
+
+
+def agent_answer(call: ModelCall) -> ModelResponse:
+    """First turn: call the MCP forecast; then answer from its output."""
+    log("model.log", "asked")
+    items = call.input if isinstance(call.input, list) else []
+    done = [str(i["output"]) for i in items
+            if isinstance(i, dict) and i.get("type") == "function_call_output"]
+    usage = Usage(requests=1, input_tokens=20, output_tokens=5, total_tokens=25)
+    if done:
+        return ModelResponse(output=[assistant_message(f"tomorrow: {done[0]}")], usage=usage,
+                             response_id="resp_2")
+    return ModelResponse(output=[function_call("forecast", {"city": "Paris"},
+                                               call_id="call_sky")],
+                         usage=usage, response_id="resp_1")
+
+
+@app.workflow(version=1)
+async def weather_agent(run: stead.Run, city: str) -> str:
+    """The OpenAI Agents SDK path: the server's tools as the agent's function tools."""
+    async with session() as s:
+        tools = smcp.journaled(run, s, server="tests")
+        agent = Agent(name="weather", instructions="Answer with the weather.",
+                      model=ScriptedModel([ModelStep.respond(agent_answer)] * 9),
+                      tools=await agents_sdk.function_tools(tools, names=["forecast"]))
+        result = await openai_agents.run(run, agent, city)
+    return str(result.final_output)
+
+
+@app.workflow(version=1)
+async def every_tool_to_an_agent(run: stead.Run) -> int:
+    """The refund is destructive: handed to an agent as a step, it is refused."""
+    async with session() as s:
+        return len(await agents_sdk.function_tools(smcp.journaled(run, s, server="tests")))

@@ -14,6 +14,8 @@ wraps an `mcp.ClientSession` in a stead workflow, and
 - `await tools.list_tools()` is journaled too, so a replay sees the tools
   (and their annotations) the first attempt saw.
 
+`stead.contrib.mcp.agents_sdk.function_tools(tools)` hands the listed tools
+to an OpenAI Agents SDK agent, journaled by `stead.contrib.openai_agents.run`.
 See docs/architecture.md.
 
 Needs `pip install 'stead[mcp]'`."""
