@@ -11,6 +11,7 @@ from typing import Any, TypedDict
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
+from langgraph.types import RetryPolicy, interrupt
 
 import stead
 from stead.contrib import langgraph as lg
@@ -140,3 +141,43 @@ async def test_outside_a_stead_run_tasks_are_langgraph_tasks_and_effects_refuse(
     builder.add_edge(START, "send")
     with pytest.raises(stead.SteadError, match="acts only in a stead run"):
         await builder.compile().ainvoke({"n": 1})
+
+
+async def test_a_retry_policy_calls_a_failed_node_again_each_call_journaled(
+    store: stead.Store,
+) -> None:
+    def flaky(state: _S) -> _S:
+        tries = agents_app.lines("nodes.log")
+        agents_app.log("nodes.log", "flaky")
+        if len(tries) < 2:
+            raise ConnectionError("the service hung up")
+        return {"n": state["n"] + 1}
+
+    def ask(state: _S) -> _S:
+        return {"n": state["n"] + int(interrupt("more?")["more"])}
+
+    builder = StateGraph(_S)
+    builder.add_node("flaky", flaky, retry_policy=RetryPolicy(max_attempts=3,
+                                                              initial_interval=0.01))
+    builder.add_node("ask", ask)
+    builder.add_edge(START, "flaky")
+    builder.add_edge("flaky", "ask")
+    graph = builder.compile()
+    app = stead.App("lg-retry")
+
+    @app.workflow(version=1)
+    async def flow(run: stead.Run) -> Any:
+        return await lg.run(run, graph, {"n": 1})
+
+    client = stead.Client(store, app)
+    info = await client.start(flow)
+    await stead.Worker(app, store).run_until_idle()
+    [w] = await client.waits(run_id=info.run_id)
+    await client.deliver(info.run_id, wait_id=w.wait_id, event_id="e1", payload={"more": 5},
+                         bind=json.loads(w.bind))
+    await stead.Worker(app, store).run_until_idle()
+    assert await client.result(info.run_id, timeout=5) == {"n": 7}
+    assert agents_app.lines("nodes.log") == ["flaky"] * 3  # the replay ran none again
+    flaky_calls = [r.status for r in await store.load_journal(info.run_id)
+                   if r.name == "node flaky" and r.status != "started"]
+    assert flaky_calls == ["error", "error", "ok"]

@@ -102,7 +102,10 @@ async def journal(session: Session, kind: str, name: str, config: RunnableConfig
 
     run = session.run
     digest = json_digest(_values.plain(state))
-    with session.scope.at("n:" + safe_key(f"{session.passes}|{execution}")):
+    called = f"{session.passes}|{execution}"
+    attempt = session.calls[called]
+    session.calls[called] += 1
+    with session.scope.at("n:" + safe_key(f"{called}|{attempt}")):
         if effect_node is None:
             data = await run.step(f"{kind} {name}", live, digest)
         else:

@@ -5,6 +5,7 @@ pass of the graph this is, and the interrupts each node has raised so far."""
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -24,6 +25,9 @@ class Session:
     # By node execution (its step and path): the values of the interrupts it
     # raised, in order, so a replayed one raises its last again (see `_nodes`).
     interrupts: dict[str, list[Any]] = dataclasses.field(default_factory=dict)
+    # By pass and node execution: how many times LangGraph called it (its
+    # retry policy calls a failed node again), each call journaled apart.
+    calls: Counter[str] = dataclasses.field(default_factory=Counter)
 
 
 # Set by `run` around the graph, and cleared inside each journaled node: code
