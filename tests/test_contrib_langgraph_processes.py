@@ -58,6 +58,31 @@ async def test_killed_mid_graph_a_fresh_worker_runs_no_recorded_node_again(
         procs.stop_all()
 
 
+async def test_killed_mid_program_a_fresh_worker_runs_no_recorded_task_again(
+    procs: Procs, store: stead.Store,
+) -> None:
+    """The Functional API: the entrypoint runs again, its recorded tasks do not."""
+    client = stead.Client(store)
+    info = await client.start("forecasts", ["Paris", "Oslo"], version=1)
+    try:
+        first = procs.start(APP, "--crash", "after:1:task fetch")
+        assert await procs.exit_code(first) == KILLED, procs.output()
+        fetched = [json.loads(r.payload)["value"].split(":")[0]
+                   for r in await store.load_journal(info.run_id)
+                   if r.name == "task fetch" and r.status == "ok"]
+        assert fetched  # at least the first fetch's result committed before the kill
+
+        second = procs.start(APP)
+        assert await procs.exit_code(second) == 0, procs.output()
+        assert await _waiting(store, info.run_id)
+        ran = Counter(agents_app.lines("nodes.log"))
+        for city in fetched:
+            assert ran[f"fetch {city}"] == 1, ran  # recorded before the kill: never again
+        assert ran["summarize"] == 1
+    finally:
+        procs.stop_all()
+
+
 async def test_an_interrupt_answered_while_no_worker_lives_resumes_once(
     procs: Procs, store: stead.Store, sdk_dir: Path, db_url: str,
 ) -> None:
