@@ -181,3 +181,36 @@ async def test_a_retry_policy_calls_a_failed_node_again_each_call_journaled(
     flaky_calls = [r.status for r in await store.load_journal(info.run_id)
                    if r.name == "node flaky" and r.status != "started"]
     assert flaky_calls == ["error", "error", "ok"]
+
+
+async def test_a_node_asking_twice_gets_each_answer_in_order(store: stead.Store) -> None:
+    """Each answer is a wake-up, and each wake-up replays the graph: the node's
+    first interrupt is raised again from the journal and takes its answer."""
+    def ask_twice(state: _S) -> _S:
+        first = interrupt("first?")["n"]
+        second = interrupt("second?")["n"]
+        agents_app.log("nodes.log", f"answered {first} {second}")
+        return {"n": state["n"] * 100 + first * 10 + second}
+
+    builder = StateGraph(_S)
+    builder.add_node("ask", ask_twice)
+    builder.add_edge(START, "ask")
+    graph = builder.compile()
+    app = stead.App("lg-twice")
+
+    @app.workflow(version=1)
+    async def flow(run: stead.Run) -> Any:
+        return await lg.run(run, graph, {"n": 1})
+
+    client = stead.Client(store, app)
+    info = await client.start(flow)
+    for n, question in ((2, "first?"), (3, "second?")):
+        await stead.Worker(app, store).run_until_idle()
+        [w] = [w for w in await client.waits(run_id=info.run_id) if w.state == "open"]
+        assert json.loads(w.bind)["pass"] == n - 2
+        assert isinstance(await client.deliver(info.run_id, wait_id=w.wait_id,
+                                               event_id=question, payload={"n": n},
+                                               bind=json.loads(w.bind)), stead.Accepted)
+    await stead.Worker(app, store).run_until_idle()
+    assert await client.result(info.run_id, timeout=5) == {"n": 123}
+    assert agents_app.lines("nodes.log") == ["answered 2 3"]

@@ -125,8 +125,10 @@ async def journal(session: Session, kind: str, name: str, config: RunnableConfig
     # answers and raises the last, as the node did.
     for value in seen:
         interrupt(value)
-    raise errors.SteadError(f"{what} was journaled as interrupted, and every interrupt it "
-                            "raised now has an answer: the graph changed under the run")
+    raise errors.SteadError(
+        f"{what} was journaled as interrupted, and every interrupt it raised now has an "
+        "answer: the graph changed under the run. Register the old version alongside the "
+        "new one, then `stead runs retry RUN`; or cancel the run.")
 
 
 class JournaledNode(Runnable[Any, Any]):
