@@ -115,12 +115,19 @@ def _one_node(**compile_options: Any) -> Any:
     return builder.compile(**compile_options)
 
 
-async def test_a_graph_with_its_own_checkpointer_is_refused(store: stead.Store) -> None:
-    app = stead.App("lg-refused")
+def _running(graph: Any) -> tuple[stead.App, Any]:
+    """An app whose one workflow runs `graph` from `{"n": 1}`."""
+    app = stead.App("lg-graph")
 
     @app.workflow(version=1)
     async def flow(run: stead.Run) -> Any:
-        return await lg.run(run, _one_node(checkpointer=InMemorySaver()), {"n": 1})
+        return await lg.run(run, graph, {"n": 1})
+
+    return app, flow
+
+
+async def test_a_graph_with_its_own_checkpointer_is_refused(store: stead.Store) -> None:
+    app, flow = _running(_one_node(checkpointer=InMemorySaver()))
 
     client = stead.Client(store, app)
     info = await client.start(flow)
@@ -162,12 +169,7 @@ async def test_a_retry_policy_calls_a_failed_node_again_each_call_journaled(
     builder.add_node("ask", ask)
     builder.add_edge(START, "flaky")
     builder.add_edge("flaky", "ask")
-    graph = builder.compile()
-    app = stead.App("lg-retry")
-
-    @app.workflow(version=1)
-    async def flow(run: stead.Run) -> Any:
-        return await lg.run(run, graph, {"n": 1})
+    app, flow = _running(builder.compile())
 
     client = stead.Client(store, app)
     info = await client.start(flow)
@@ -195,12 +197,7 @@ async def test_a_node_asking_twice_gets_each_answer_in_order(store: stead.Store)
     builder = StateGraph(_S)
     builder.add_node("ask", ask_twice)
     builder.add_edge(START, "ask")
-    graph = builder.compile()
-    app = stead.App("lg-twice")
-
-    @app.workflow(version=1)
-    async def flow(run: stead.Run) -> Any:
-        return await lg.run(run, graph, {"n": 1})
+    app, flow = _running(builder.compile())
 
     client = stead.Client(store, app)
     info = await client.start(flow)
