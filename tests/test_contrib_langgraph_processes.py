@@ -6,18 +6,26 @@ the graph once; the same answer again is a duplicate."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 import stead
-from tests.test_contrib_processes import DEADLINE, Procs, _stead
+from tests.test_contrib_processes import DEADLINE, Procs
 from tests.workers import agents_app
 from tests.workers.procs import KILLED, wait_until
 
 pytestmark = pytest.mark.slow
 APP = "tests.workers.langgraph_app:app"
+
+
+def approve(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`stead approve ARGS` as a person runs it: a process of its own."""
+    return subprocess.run([sys.executable, "-m", "stead", "--db", db_url, "approve", *args],
+                          capture_output=True, text=True, timeout=DEADLINE)
 
 
 @pytest.fixture
@@ -99,9 +107,9 @@ async def test_an_interrupt_answered_while_no_worker_lives_resumes_once(
         request = json.loads((sdk_dir / "interrupt.json").read_text())
         token = sdk_dir / "token"
         token.write_text(request["token"])
-        approve = ("approve", info.run_id, "--wait", request["wait_id"], "--token-file",
-                   str(token), "--payload", json.dumps({"note": "ok by Ann"}))
-        ok = _stead(db_url, *approve)
+        answer = (info.run_id, "--wait", request["wait_id"], "--token-file", str(token),
+                  "--payload", json.dumps({"note": "ok by Ann"}))
+        ok = approve(db_url, *answer)
         assert ok.returncode == 0 and ok.stdout.lower().startswith("accepted"), ok.stdout
 
         fresh = procs.start(APP)
@@ -109,7 +117,7 @@ async def test_an_interrupt_answered_while_no_worker_lives_resumes_once(
         result = await stead.Client(store).result(info.run_id)
         assert result["decision"] == {"approved": True, "note": "ok by Ann"}
         assert result["receipt"] == "refunded 4200 on order 123"
-        again = _stead(db_url, *approve)
+        again = approve(db_url, *answer)
         assert again.returncode == 0 and again.stdout.lower().startswith("duplicate"), \
             again.stdout
         assert len(agents_app.lines("ledger.log")) == 1  # the effect node sent once
