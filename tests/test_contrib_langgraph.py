@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
+from langchain_core.messages import AIMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import RetryPolicy, interrupt
 
 import stead
@@ -24,8 +25,9 @@ def _names(journal: list[stead.Record]) -> list[str]:
     return [r.name for r in journal if r.status != stead.records.RecordStatus.STARTED]
 
 
-async def _waiting(client: stead.Client, run_id: str) -> stead.WaitInfo:
-    await stead.Worker(langgraph_app.app, client.store).run_until_idle()
+async def _waiting(client: stead.Client, run_id: str,
+                   app: stead.App = langgraph_app.app) -> stead.WaitInfo:
+    await stead.Worker(app, client.store).run_until_idle()
     assert (await client.get(run_id)).status == "waiting"  # suspended: no worker held
     [w] = await client.waits(run_id=run_id)
     return w
@@ -211,3 +213,40 @@ async def test_a_node_asking_twice_gets_each_answer_in_order(store: stead.Store)
     await stead.Worker(app, store).run_until_idle()
     assert await client.result(info.run_id, timeout=5) == {"n": 123}
     assert agents_app.lines("nodes.log") == ["answered 2 3"]
+
+
+async def test_a_messages_graph_replays_though_its_messages_get_new_ids(
+    store: stead.Store,
+) -> None:
+    """`add_messages` gives each message without an id a random one, on every
+    run of the graph: a replay's node inputs differ from the live ones only
+    there, and that is not a change of what the node was asked."""
+    def model(state: MessagesState) -> dict[str, Any]:
+        agents_app.log("nodes.log", "model")
+        return {"messages": [AIMessage("Refund order 123?")]}
+
+    def confirm(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [AIMessage(f"confirmed: {interrupt('ok?')['approved']}")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("model", model)
+    builder.add_node("confirm", confirm)
+    builder.add_edge(START, "model")
+    builder.add_edge("model", "confirm")
+    graph = builder.compile()
+    app = stead.App("lg-messages")
+
+    @app.workflow(version=1)
+    async def flow(run: stead.Run) -> list[str]:
+        out = await lg.run(run, graph, {"messages": [{"role": "user", "content": "hi"}]})
+        return [str(m.content) for m in out["messages"]]
+
+    client = stead.Client(store, app)
+    info = await client.start(flow)
+    w = await _waiting(client, info.run_id, app)
+    await client.deliver(info.run_id, wait_id=w.wait_id, event_id="e1",
+                         payload={"approved": True}, bind=json.loads(w.bind))
+    await stead.Worker(app, store).run_until_idle()
+    assert await client.result(info.run_id, timeout=5) == [
+        "hi", "Refund order 123?", "confirmed: True"]
+    assert agents_app.lines("nodes.log") == ["model"]  # replayed, not asked again

@@ -14,6 +14,7 @@ from typing import Any
 
 from langchain_core._api import LangChainBetaWarning
 from langchain_core.load import dumpd, load
+from langchain_core.messages import BaseMessage
 from langgraph.types import Command, Send
 from pydantic_core import to_jsonable_python
 
@@ -26,9 +27,22 @@ def _type_name(value: Any) -> str:
     return type(value).__qualname__
 
 
+def _without_ids(value: Any) -> Any:
+    if isinstance(value, BaseMessage):
+        return value.model_dump(mode="json", exclude={"id"})
+    if isinstance(value, dict):
+        return {k: _without_ids(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_without_ids(v) for v in value]
+    return value
+
+
 def plain(value: Any) -> Any:
-    """`value` as JSON for a digest or an effect's arguments (not to be revived)."""
-    return to_jsonable_python(value, fallback=_type_name)
+    """`value` as JSON for a digest or an effect's arguments (not to be
+    revived). A message's `id` is left out: LangGraph's `add_messages` gives a
+    message without one a random id each time the graph runs, a replay
+    included, and the id says nothing of what the node was asked."""
+    return to_jsonable_python(_without_ids(value), fallback=_type_name)
 
 
 def _dump(value: Any, what: str) -> Any:
