@@ -9,13 +9,16 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
-from langchain_core.messages import AIMessage
+from hypothesis import given
+from hypothesis import strategies as st
+from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.types import RetryPolicy, interrupt
+from langgraph.types import Command, RetryPolicy, Send, interrupt
 
 import stead
 from stead.contrib import langgraph as lg
+from stead.contrib.langgraph import _values
 from tests.workers import agents_app, langgraph_app
 
 pytestmark = pytest.mark.usefixtures("sdk_dir")
@@ -250,3 +253,31 @@ async def test_a_messages_graph_replays_though_its_messages_get_new_ids(
     assert await client.result(info.run_id, timeout=5) == [
         "hi", "Refund order 123?", "confirmed: True"]
     assert agents_app.lines("nodes.log") == ["model"]  # replayed, not asked again
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.text(max_size=5).filter(lambda k: k != "lc"), inner, max_size=3),
+    max_leaves=10)
+messages = st.builds(lambda text, ai: AIMessage(text) if ai else HumanMessage(text),
+                     st.text(max_size=10), st.booleans())
+
+
+@given(update=st.dictionaries(st.text(max_size=5), json_values | st.lists(messages,
+                                                                           max_size=3),
+                              max_size=4))
+def test_a_node_update_comes_back_from_its_json_as_it_was(update: dict[str, Any]) -> None:
+    data = _values.dump(update, "node 'n'")
+    assert _values.revive(json.loads(json.dumps(data))) == update
+
+
+def test_a_command_comes_back_with_its_update_and_where_it_goes() -> None:
+    command = Command(update={"n": 1}, goto=["a", Send("b", {"x": [1]})])
+    back = _values.revive(json.loads(json.dumps(_values.dump(command, "node 'n'"))))
+    assert back.update == {"n": 1} and back.goto == ["a", Send("b", {"x": [1]})]
+
+
+def test_an_update_with_no_json_form_is_refused_when_it_is_made() -> None:
+    with pytest.raises(stead.SteadError, match="no JSON form"):
+        _values.dump({"n": object()}, "node 'n'")
