@@ -17,6 +17,7 @@ pytestmark = pytest.mark.slow
     ("openai_agents_refund", ["--wait", "WAIT"], "refund"),
     ("pydantic_ai_refund", ["--kind", "approve", "--payload", '{"approvals": {"call_1": true}}'],
      "refund"),
+    ("langgraph_refund", ["--wait", "WAIT"], "node refund"),
 ])
 def test_the_example_refunds_once_after_an_approval(
     tmp_path: Path, module: str, approve: list[str], record: str,

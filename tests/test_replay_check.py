@@ -26,6 +26,7 @@ from stead.examples import (
     anthropic_agent,
     broken,
     ci_agent,
+    langgraph_refund,
     openai_agent,
     openai_agents_refund,
     policy_agent,
@@ -98,7 +99,8 @@ async def _record(folder: Path) -> dict[str, stead.StoredRun]:
 
         # The SDK integrations' agents, up to the approval they wait for.
         for name, module in (("openai_agents_refund", openai_agents_refund),
-                             ("pydantic_ai_refund", pydantic_ai_refund)):
+                             ("pydantic_ai_refund", pydantic_ai_refund),
+                             ("langgraph_refund", langgraph_refund)):
             client = stead.Client(store, module.app)
             run = await client.start("refund_order", "123")
             await _finish(client, module.app, run.run_id)
@@ -131,7 +133,7 @@ APPS = {"refund_agent": refund_agent.app, "ci_agent": ci_agent.app, "triage": tr
         "broken": broken.app, "policy_agent": policy_agent.app,
         "openai_agent": openai_agent.app, "anthropic_agent": anthropic_agent.app,
         "openai_agents_refund": openai_agents_refund.app,
-        "pydantic_ai_refund": pydantic_ai_refund.app}
+        "pydantic_ai_refund": pydantic_ai_refund.app, "langgraph_refund": langgraph_refund.app}
 
 
 def _app_of(name: str) -> stead.App:

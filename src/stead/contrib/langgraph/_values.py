@@ -1,0 +1,93 @@
+"""What a node or task returns, as JSON, and back.
+
+A node's update is the state's own values: plain JSON, or LangChain objects
+(messages) kept in LangChain's JSON form (`langchain_core.load.dumpd`) and
+revived by `load` with only LangChain's core classes allowed, so a journal row
+can never name a class to build. A `Command` a node returns (an update and
+where to go next) is kept as its fields. A value with no JSON form is refused
+when it is made, not when it is replayed."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from langchain_core._api import LangChainBetaWarning
+from langchain_core.load import dumpd, load
+from langchain_core.messages import BaseMessage
+from langgraph.types import Command, Send
+from pydantic_core import to_jsonable_python
+
+from stead import errors
+
+
+def _type_name(value: Any) -> str:
+    """A value with no JSON form enters a digest by its type, never by its repr
+    (a repr may carry a memory address, different on every replay)."""
+    return type(value).__qualname__
+
+
+def _without_ids(value: Any) -> Any:
+    if isinstance(value, BaseMessage):
+        return value.model_dump(mode="json", exclude={"id"})
+    if isinstance(value, dict):
+        return {k: _without_ids(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_without_ids(v) for v in value]
+    return value
+
+
+def plain(value: Any) -> Any:
+    """`value` as JSON for a digest or an effect's arguments (not to be
+    revived). A message's `id` is left out: LangGraph's `add_messages` gives a
+    message without one a random id each time the graph runs, a replay
+    included, and the id says nothing of what the node was asked."""
+    return to_jsonable_python(_without_ids(value), fallback=_type_name)
+
+
+def _dump(value: Any, what: str) -> Any:
+    data = dumpd(value)
+    if _unserializable(data):
+        raise errors.SteadError(
+            f"{what} holds a value with no JSON form ({_type_name(value)}): a journaled node "
+            "returns JSON values or LangChain messages; return plain data from it")
+    return data
+
+
+def _unserializable(data: Any) -> bool:
+    if isinstance(data, dict):
+        if data.get("lc") == 1 and data.get("type") == "not_implemented":
+            return True
+        return any(_unserializable(v) for v in data.values())
+    if isinstance(data, list):
+        return any(_unserializable(v) for v in data)
+    return False
+
+
+def dump(value: Any, what: str) -> dict[str, Any]:
+    if isinstance(value, Command):
+        if value.graph is not None:
+            raise errors.SteadError(
+                f"{what} returns a Command to another graph: a journaled node's Command "
+                "stays in its own graph")
+        goto = value.goto if isinstance(value.goto, list | tuple) else [value.goto]
+        return {"command": {
+            "update": _dump(value.update, what),
+            "goto": [{"send": g.node, "arg": _dump(g.arg, what)} if isinstance(g, Send)
+                     else g for g in goto if g != ()]}}
+    return {"value": _dump(value, what)}
+
+
+def _load(data: Any) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LangChainBetaWarning)
+        return load(data, allowed_objects="core")
+
+
+def revive(data: dict[str, Any]) -> Any:
+    if "command" in data:
+        command = data["command"]
+        goto = [Send(g["send"], _load(g["arg"])) if isinstance(g, dict) else g
+                for g in command["goto"]]
+        return Command(update=_load(command["update"]), goto=goto)
+    return _load(data["value"])
