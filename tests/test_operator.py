@@ -70,7 +70,7 @@ async def test_each_action_applies_where_it_should_and_is_audited(store: stead.S
     [wait] = await client.waits(run_id=waiting.run_id)
     done = await operator.act(client, "reject", _d(waiting.run_id, wait.wait_id,
                                                    reason="not this one"))
-    assert done.message.startswith("accepted")
+    assert done.message.startswith("Accepted")
     await settle(store)
     assert await client.result(waiting.run_id) == {
         "decision": {"approved": False, "reason": "not this one"}}

@@ -139,7 +139,7 @@ async def test_an_operator_approval_is_an_audited_operator_delivery(
             "expect_status": "waiting", "expect_epoch": str((await client.get(run_id)).epoch),
             "nonce": "n1", "payload": '{"note": "by phone"}'}
     r = await web.post(f"/runs/{run_id}/actions/approve", data=form)
-    assert r.status_code == 200 and "accepted" in r.text, r.text
+    assert r.status_code == 200 and "Accepted: event" in r.text, r.text
     [event] = await client.events(run_id)
     assert (event.delivered_by, event.delivered_why) == ("alice", "called the customer")
     assert json.loads(event.payload) == {"note": "by phone", "approved": True}

@@ -113,7 +113,7 @@ async def test_approve_a_wait(dash: Dashboard) -> None:
     await settle(dash.store)
     await dash.log_in("carol")
     await dash.page.goto(f"{dash.url}/runs/{info.run_id}")
-    assert "accepted" in await dash.submit("approve", "the customer confirmed by phone")
+    assert "Accepted: event" in await dash.submit("approve", "the customer confirmed by phone")
     await dash.finishes(info.run_id)
     events = await dash.page.locator("#live").inner_text()
     assert "operator carol" in events and "confirmed by phone" in events

@@ -193,7 +193,7 @@ async def test_each_action_needs_its_role_and_a_refusal_is_audited(store: stead.
                            data={**form, "target": "", "confirm": "yes"})
         assert r.status_code == 403 and "needs the role operator" in r.text
         r = await web.post(f"/runs/{run.run_id}/actions/approve", data=form)
-        assert r.status_code == 200 and "accepted" in r.text, r.text
+        assert r.status_code == 200 and "Accepted: event" in r.text, r.text
 
 
 async def test_an_sso_proxys_headers_name_the_operator_only_from_the_proxy(

@@ -226,9 +226,9 @@ async def _deliver(client: Client, d: Decision, payload: dict[str, Any]) -> str:
         event_id=event_id(d.run_id, d.target, d.by, payload, d.values.get("nonce", "")),
         operator=waits.Operator(d.by, d.why))
     if isinstance(verdict, waits.Accepted):
-        return f"accepted: event {verdict.event_id} resumes the run (delivered by {d.by})"
+        return f"Accepted: event {verdict.event_id} resumes the run (delivered by {d.by})"
     if isinstance(verdict, waits.Duplicate):
-        return f"duplicate: event {verdict.event_id} was accepted before; nothing happened again"
+        return f"Duplicate: event {verdict.event_id} was accepted before; nothing happened again"
     raise errors.RunMovedOn(f"the event was stored and {verdict}")
 
 
