@@ -127,7 +127,7 @@ def test_the_cli_refuses_numbers_out_of_range_as_a_usage_error(
     args: list[str], sqlite_url: str,
 ) -> None:
     result = CliRunner().invoke(main, ["--db", sqlite_url, *args])
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == 1, result.output
     assert "Invalid value for" in result.output
     assert "Traceback" not in result.output
     assert isinstance(result.exception, SystemExit)
