@@ -413,10 +413,9 @@ class Client:
         bounds.integer(limit, "limit", least=1)
         bounds.seconds(grace, "grace", zero=True)
         if stranded:
-            found = await self.store.stranded_runs(grace, limit)
+            found = await self.store.stranded_runs(grace, limit, workflow)
             return [dataclasses.replace(RunInfo.from_row(s.run), stranded=True,
-                                        hosted_at=s.hosted_at)
-                    for s in found if workflow is None or s.run.workflow == workflow]
+                                        hosted_at=s.hosted_at) for s in found]
         if status is not None:
             try:
                 status = RunStatus(status)

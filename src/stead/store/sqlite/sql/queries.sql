@@ -422,6 +422,7 @@ DELETE FROM worker_hosts WHERE seen_at < :before;
 -- name: stranded_runs
 -- Runnable runs no worker has served (hosted or migrated) since :since, and
 -- that have waited for one at least as long; `hosted_at` is the last time one did.
+-- The workflow filter comes before the LIMIT: a filtered page is never short.
 SELECT runs.*, h.seen_at AS hosted_at FROM runs
 LEFT JOIN (SELECT code, MAX(seen_at) AS seen_at FROM worker_hosts GROUP BY code) AS h
   ON h.code = runs.workflow || '@' || runs.version
@@ -431,6 +432,7 @@ WHERE (runs.status = 'pending'
        OR (runs.status = 'waiting' AND runs.wake_at <= :now))
   AND (h.seen_at IS NULL OR h.seen_at <= :since)
   AND runs.updated_at <= :since
+  AND (:workflow IS NULL OR runs.workflow = :workflow)
 ORDER BY runs.created_at
 LIMIT :limit;
 
