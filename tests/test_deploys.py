@@ -33,6 +33,7 @@ class Deploy:
     def __init__(self, db_url: str, tmp: Path) -> None:
         self.db_url, self.tmp = db_url, tmp
         self.ledger = tmp / "notify.log"
+        self.module = "tests.deploy_app"  # where `worker(app, ...)` finds `app`
         self.procs: list[subprocess.Popen[bytes]] = []
         self.env = {**os.environ, "PYTHONPATH": str(ROOT), "DEPLOY_LEDGER": str(self.ledger),
                     "PYTHONUNBUFFERED": "1"}
@@ -41,7 +42,7 @@ class Deploy:
         with open(self.tmp / f"{name}.log", "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "stead", "--db", self.db_url, "worker",
-                 f"tests.deploy_app:{app}", "--worker-id", name, "--heartbeat", "0.2",
+                 f"{self.module}:{app}", "--worker-id", name, "--heartbeat", "0.2",
                  "--poll", "0.05", *args],
                 cwd=self.tmp, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(proc)
@@ -119,6 +120,29 @@ async def test_a_run_goes_back_to_its_version_while_a_worker_hosts_it(
     assert (await client.resumes(run_id))[-1].worker_id == "old-worker"
     assert await client.migrations(run_id) == []
     assert deploy.sends() == 1
+    await deploy.stop(old, "old-worker")
+    await deploy.stop(new, "new-worker")
+
+
+async def test_a_migrating_worker_judges_the_old_host_by_its_own_heartbeat_interval(
+    store: stead.Store, deploy: Deploy,
+) -> None:
+    """The old worker beats every 3 s, the migrating one every 0.2 s: the old
+    one is alive all along (by the interval it published), so no run moves."""
+    client = stead.Client(store, deploy_app.v1)
+    ids = [(await client.start("refund", f"o-{n}", version=1)).run_id for n in range(6)]
+    first = deploy.worker("v1", "v1-worker", "--until-done", *ids)
+    assert await deploy.exited(first, "v1-worker") == 0, deploy.log("v1-worker")
+    old = deploy.worker("v1", "old-worker", "--heartbeat", "3")
+    await deploy.heard_from(client, "old-worker")
+    new = deploy.worker("v2_migrating", "new-worker")
+    await deploy.heard_from(client, "new-worker")
+    for run_id in ids:
+        await _approve(client, run_id)
+    for run_id in ids:
+        info = await client.wait_for(run_id, ["completed"], timeout=DEADLINE)
+        assert info.version == 1 and info.result["version"] == 1
+        assert await client.migrations(run_id) == [], deploy.log("new-worker")
     await deploy.stop(old, "old-worker")
     await deploy.stop(new, "new-worker")
 
