@@ -372,7 +372,10 @@ class Client:
 
         info = await asyncio.wait_for(wait(), timeout)
         if info.status != RunStatus.COMPLETED:
-            raise errors.RunFailed(run_id, info.status, (info.error or {}).get("message"))
+            error = info.error or {}
+            kind = (errors.DeadlineExceeded if error.get("type") == "DeadlineExceeded"
+                    else errors.RunFailed)
+            raise kind(run_id, info.status, error.get("message"))
         return info.result
 
     async def wait_for(
