@@ -72,6 +72,8 @@ class RunInfo:
     cancel_requested: bool = False  # asked to stop at its next call boundary
     queue: str | None = None
     priority: int = 0
+    # The arguments it was started with, as stored: {"args": [...], "kwargs": {...}}.
+    input: Any = None
 
     @property
     def code(self) -> str:
@@ -101,7 +103,7 @@ class RunInfo:
             created=created, lease_expires_at=row.lease_expires_at,
             parent_id=row.parent_id, deadline=row.deadline,
             cancel_requested=row.cancel_requested is not None, queue=row.queue,
-            priority=row.priority,
+            priority=row.priority, input=_loads(row.input, row.run_id),
         )
 
 
@@ -357,6 +359,13 @@ class Client:
 
     async def get(self, run_id: str) -> RunInfo:
         return RunInfo.from_row(await self.store.get_run(run_id))
+
+    async def children(self, run_id: str, *, limit: int = 100) -> list[RunInfo]:
+        """The runs `run_id` started with `run.child` (live or ended), oldest
+        first. Raises `UnknownRun` if there is no such run."""
+        bounds.integer(limit, "limit", least=1)
+        await self.store.get_run(run_id)
+        return [RunInfo.from_row(r) for r in await self.store.children(run_id, limit)]
 
     async def result(self, run_id: str, *, timeout: float | None = None,
                      poll: float = 0.05) -> Any:

@@ -139,6 +139,11 @@ class Store:
         return await self.database.read(lambda: tx.read_all(
             "list_runs", {"status": status, "workflow": workflow, "limit": limit}, _rows.run))
 
+    async def children(self, run_id: str, limit: int = 100) -> list[RunRow]:
+        """The runs `run_id` started with `run.child`, oldest first."""
+        return await self.database.read(lambda: tx.read_all(
+            "children", {"run_id": run_id, "limit": limit}, _rows.run))
+
     async def search_runs(self, search: RunSearch) -> list[RunRow]:
         """Runs, newest first, filtered by each criterion `search` gives."""
         return await self.database.read(

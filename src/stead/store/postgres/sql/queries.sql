@@ -700,6 +700,10 @@ SELECT * FROM workspace_snapshots WHERE run_id = %(run_id)s AND seq = %(seq)s;
 -- A child run's parent and a run's deadline (schema 13), set as it is created.
 UPDATE runs SET parent_id = %(parent_id)s, deadline = %(deadline)s WHERE run_id = %(run_id)s;
 
+-- name: children
+-- Every run `run.child` started from this one, live or ended, oldest first.
+SELECT * FROM runs WHERE parent_id = %(run_id)s ORDER BY created_at, run_id LIMIT %(limit)s;
+
 -- name: live_children
 SELECT * FROM runs
 WHERE parent_id = %(run_id)s

@@ -532,6 +532,10 @@ SELECT * FROM workspace_snapshots WHERE run_id = :run_id AND seq = :seq;
 -- A child run's parent and a run's deadline (schema 13), set as it is created.
 UPDATE runs SET parent_id = :parent_id, deadline = :deadline WHERE run_id = :run_id;
 
+-- name: children
+-- Every run `run.child` started from this one, live or ended, oldest first.
+SELECT * FROM runs WHERE parent_id = :run_id ORDER BY created_at, run_id LIMIT :limit;
+
 -- name: live_children
 SELECT * FROM runs
 WHERE parent_id = :run_id
