@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import stead
-from stead.testing import check_migration_async
+from stead.testing import check_migration, check_migration_async
 from tests import deploy_app
 
 pytestmark = pytest.mark.slow
@@ -160,6 +160,10 @@ async def test_a_registered_migration_moves_the_run_keeps_its_journal_and_rolls_
     assert checked.reused == len(before) and checked.finding is None
     with pytest.raises(AssertionError, match="would lose 2 record"):
         await check_migration_async(deploy_app.v2_lossy, exported)
+    # The sync form works inside a running loop too (on a loop of its own).
+    assert check_migration(deploy_app.v2_migrating, exported).reused == len(before)
+    with pytest.raises(AssertionError, match="would lose 2 record"):
+        check_migration(deploy_app.v2_lossy, exported)
 
     app = "tests.deploy_app:v2_migrating"
     dry = deploy.cli("runs", "migrate", run_id, "--app", app, "--to", "2", "--dry-run",
