@@ -23,3 +23,21 @@ async def held(name: str) -> str:
 @app.workflow()
 async def hold(run: stead.Run, name: str) -> str:
     return await run.step("held", held, name)
+
+
+def tick(i: int) -> int:
+    return i + 1  # a sync step: it runs on a thread of the worker's
+
+
+async def atick(i: int) -> int:
+    await asyncio.sleep(0)
+    return i + 1
+
+
+@app.workflow()
+async def churn(run: stead.Run, steps: int) -> int:
+    """Work that keeps a worker busy: sync and async steps, one after another."""
+    n = 0
+    for i in range(steps):
+        n = await run.step(f"s{i}", tick if i % 2 else atick, n)
+    return n

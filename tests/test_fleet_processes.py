@@ -62,3 +62,32 @@ async def test_a_burst_of_runs_spreads_across_two_live_workers(
         assert (await client.wait_for(run_id, ["completed"], timeout=DEADLINE)).status
     await fleet.stop(a, "worker-a")
     await fleet.stop(b, "worker-b")
+
+
+ROUNDS = 10
+
+
+async def test_a_worker_under_load_exits_soon_after_sigterm_every_time(
+    store: stead.Store, fleet: Deploy,
+) -> None:
+    """SIGTERM lands while runs execute sync and async steps: each time the
+    process exits 0 within the deadline (which has room for a slow box: the
+    worker's shutdown grace is 10 s), its runs released for the next one."""
+    client = stead.Client(store, fleet_app.app)
+    ids = [(await client.start(fleet_app.churn, 100_000)).run_id for _ in range(6)]
+    for n in range(ROUNDS):
+        name = f"worker-{n}"
+        proc = fleet.worker("app", name)
+        deadline = time.monotonic() + DEADLINE
+        # Under load: it holds runs and has journaled steps of its own.
+        while name not in {i.lease_owner for i in await _infos(client, ids)}:
+            assert time.monotonic() < deadline, fleet.log(name)
+            await asyncio.sleep(0.05)
+        await fleet.stop(proc, name)  # exit 0 within DEADLINE, or the test fails
+        assert f"worker {name} stopped" in fleet.log(name)
+    ended = await _infos(client, ids)
+    assert all(i.status != "completed" and i.lease_owner is None for i in ended), ended
+
+
+async def _infos(client: stead.Client, ids: list[str]) -> list[stead.RunInfo]:
+    return [await client.get(run_id) for run_id in ids]

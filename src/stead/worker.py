@@ -498,6 +498,10 @@ class Worker:
             task = self._active.get(row.run_id)
             if task is not None:
                 self._active[row.run_id] = (task[0], ready.execution)
+            if self._stopping.is_set():
+                # The stop came while the run was being taken over: `stop()`
+                # had no execution to drain, so it would run on to the end.
+                ready.execution.drain()
             self._leases.track(fence, ready.execution.in_flight)
             await self._advance(row, ready)
             self._backoff.pop(row.run_id, None)
