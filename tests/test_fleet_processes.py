@@ -70,14 +70,16 @@ ROUNDS = 10
 async def test_a_worker_under_load_exits_soon_after_sigterm_every_time(
     store: stead.Store, fleet: Deploy,
 ) -> None:
-    """SIGTERM lands while runs execute sync and async steps: each time the
-    process exits 0 within the deadline (which has room for a slow box: the
-    worker's shutdown grace is 10 s), its runs released for the next one."""
+    """SIGTERM lands while runs execute sync and async steps (some still being
+    taken over): each time the process exits 0 within the deadline, its runs
+    released at their next call boundary for the next one. The worker's grace
+    (120 s) is longer than the deadline, so a run the stop never reached, cut
+    off only when the grace ends, fails the test."""
     client = stead.Client(store, fleet_app.app)
     ids = [(await client.start(fleet_app.churn, 100_000)).run_id for _ in range(6)]
     for n in range(ROUNDS):
         name = f"worker-{n}"
-        proc = fleet.worker("app", name)
+        proc = fleet.worker("app", name, "--grace", "120")
         deadline = time.monotonic() + DEADLINE
         # Under load: it holds runs and has journaled steps of its own.
         while name not in {i.lease_owner for i in await _infos(client, ids)}:
