@@ -59,8 +59,17 @@ async def test_a_parent_fans_out_and_reads_each_child_result_once(store: stead.S
 
     assert await client.result(info.run_id, timeout=5) == [0, 1, 4]
     assert calls == {"leaf0": 1, "leaf1": 1, "leaf2": 1}
-    kids = [r for r in await client.list_runs(workflow="leaf") if r.parent_id == info.run_id]
+    kids = await client.children(info.run_id)
     assert sorted(k.task_id or "" for k in kids) == ["leaf-0", "leaf-1", "leaf-2"]
+    assert {k.run_id for k in kids} == {r.run_id for r in await client.list_runs(
+        workflow="leaf") if r.parent_id == info.run_id}
+    assert all(k.status == "completed" and k.parent_id == info.run_id for k in kids)
+    assert sorted(k.input["args"][0] for k in kids) == [0, 1, 2]
+    assert (await client.get(info.run_id)).input == {"args": [3], "kwargs": {}}
+    assert len(await client.children(info.run_id, limit=2)) == 2
+    assert await client.children(kids[0].run_id) == []
+    with pytest.raises(stead.UnknownRun):
+        await client.children("no-such-run")
     journal = await client.journal(info.run_id)
     opened = [r for r in journal if r.kind == "child" and r.status == "open"]
     done = [r for r in journal if r.kind == "child" and r.status == "ok"]

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import stead
-from stead.testing import check_migration_async
+from stead.testing import check_migration, check_migration_async
 from tests import deploy_app
 
 pytestmark = pytest.mark.slow
@@ -33,6 +33,7 @@ class Deploy:
     def __init__(self, db_url: str, tmp: Path) -> None:
         self.db_url, self.tmp = db_url, tmp
         self.ledger = tmp / "notify.log"
+        self.module = "tests.deploy_app"  # where `worker(app, ...)` finds `app`
         self.procs: list[subprocess.Popen[bytes]] = []
         self.env = {**os.environ, "PYTHONPATH": str(ROOT), "DEPLOY_LEDGER": str(self.ledger),
                     "PYTHONUNBUFFERED": "1"}
@@ -41,7 +42,7 @@ class Deploy:
         with open(self.tmp / f"{name}.log", "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "stead", "--db", self.db_url, "worker",
-                 f"tests.deploy_app:{app}", "--worker-id", name, "--heartbeat", "0.2",
+                 f"{self.module}:{app}", "--worker-id", name, "--heartbeat", "0.2",
                  "--poll", "0.05", *args],
                 cwd=self.tmp, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(proc)
@@ -123,6 +124,29 @@ async def test_a_run_goes_back_to_its_version_while_a_worker_hosts_it(
     await deploy.stop(new, "new-worker")
 
 
+async def test_a_migrating_worker_judges_the_old_host_by_its_own_heartbeat_interval(
+    store: stead.Store, deploy: Deploy,
+) -> None:
+    """The old worker beats every 3 s, the migrating one every 0.2 s: the old
+    one is alive all along (by the interval it published), so no run moves."""
+    client = stead.Client(store, deploy_app.v1)
+    ids = [(await client.start("refund", f"o-{n}", version=1)).run_id for n in range(6)]
+    first = deploy.worker("v1", "v1-worker", "--until-done", *ids)
+    assert await deploy.exited(first, "v1-worker") == 0, deploy.log("v1-worker")
+    old = deploy.worker("v1", "old-worker", "--heartbeat", "3")
+    await deploy.heard_from(client, "old-worker")
+    new = deploy.worker("v2_migrating", "new-worker")
+    await deploy.heard_from(client, "new-worker")
+    for run_id in ids:
+        await _approve(client, run_id)
+    for run_id in ids:
+        info = await client.wait_for(run_id, ["completed"], timeout=DEADLINE)
+        assert info.version == 1 and info.result["version"] == 1
+        assert await client.migrations(run_id) == [], deploy.log("new-worker")
+    await deploy.stop(old, "old-worker")
+    await deploy.stop(new, "new-worker")
+
+
 async def test_a_registered_migration_moves_the_run_keeps_its_journal_and_rolls_back(
     store: stead.Store, deploy: Deploy,
 ) -> None:
@@ -136,6 +160,10 @@ async def test_a_registered_migration_moves_the_run_keeps_its_journal_and_rolls_
     assert checked.reused == len(before) and checked.finding is None
     with pytest.raises(AssertionError, match="would lose 2 record"):
         await check_migration_async(deploy_app.v2_lossy, exported)
+    # The sync form works inside a running loop too (on a loop of its own).
+    assert check_migration(deploy_app.v2_migrating, exported).reused == len(before)
+    with pytest.raises(AssertionError, match="would lose 2 record"):
+        check_migration(deploy_app.v2_lossy, exported)
 
     app = "tests.deploy_app:v2_migrating"
     dry = deploy.cli("runs", "migrate", run_id, "--app", app, "--to", "2", "--dry-run",

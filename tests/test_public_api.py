@@ -6,11 +6,12 @@ import stead
 
 EXPECTED = {
     "__version__", "Accepted", "App", "Client", "Clock", "Completion", "CorruptRecord",
-    "Delivery", "Duplicate", "EffectCompensated", "EffectFailed", "Facts", "FakeClock",
+    "DeadlineExceeded", "Delivery", "Duplicate", "EffectCompensated", "EffectFailed", "Facts",
+    "FakeClock",
     "InvalidInput", "Model", "NonDeterminism", "NotStopped", "open_store", "Operation",
     "Outcome", "OutcomeUncertain", "Record", "Rejected", "ResumeRecord", "Retry", "Run",
     "RunFailed", "RunInfo", "RunEnded", "ScriptedModel", "ScriptExhausted", "SerializationError",
-    "StaleLease", "StateConflict", "SteadError", "StepError", "Store", "StoreError",
+    "StaleLease", "StateConflict", "SteadError", "StepError", "StepTimeout", "Store", "StoreError",
     "StoreUnavailable", "SystemClock", "Token", "ToolCall", "UnknownRun", "UnknownWorkflow",
     "Usage", "Wait", "WaitExpired", "WaitNotOpen", "WaitRevoked", "Worker", "WorkerOptions",
     "WaitPolicyChanged", "Workflow", "Keyring", "KeysUnavailable", "SecretInJournal", "TokenHidden",

@@ -39,7 +39,8 @@ async def test_a_step_that_takes_too_long_fails_with_a_timeout(store: stead.Stor
         for name, fn in (("async", slow), ("sync", slow_sync)):
             try:
                 await run.step(name, fn, timeout=0.05)
-            except stead.StepError as exc:
+            except stead.StepTimeout as exc:  # a StepError of its own type
+                assert isinstance(exc, stead.StepError) and exc.error_type == "TimeoutError"
                 seen.append(f"{exc}")
         seen.append(await run.step("quick", lambda: "on time", timeout=5))
         return seen
@@ -90,6 +91,9 @@ async def test_a_run_past_its_deadline_fails_at_its_next_boundary(
     row = await client.get(info.run_id)
     assert row.status == "failed" and row.error is not None
     assert row.error["type"] == "DeadlineExceeded"
+    with pytest.raises(stead.DeadlineExceeded, match="passed its deadline") as raised:
+        await client.result(info.run_id, timeout=5)
+    assert isinstance(raised.value, stead.RunFailed) and raised.value.status == "failed"
     assert calls == {"before": 1}
     assert row.updated_at - row.created_at < deadline + 5.5
 

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+import logging
+
+import pytest
 
 import stead
 
@@ -193,3 +197,20 @@ async def test_an_idle_worker_wakes_on_a_commit_long_before_its_next_poll(
         await asyncio.wait_for(task, 10)
         await worker_store.close()
         await other_store.close()
+
+
+async def test_the_worker_log_shows_a_suspended_runs_wake_up_in_iso(
+    store: stead.Store, caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = stead.App("t")
+
+    @app.workflow()
+    async def wf(run: stead.Run) -> None:
+        await run.sleep(3600)
+
+    info = await stead.Client(store, app).start(wf)
+    with caplog.at_level(logging.INFO, logger="stead"):
+        await stead.Worker(app, store).run_until_idle()
+    [line] = [r.getMessage() for r in caplog.records if "suspended until" in r.getMessage()]
+    at = line.split("until ", 1)[1].split(" or ", 1)[0]
+    assert info.run_id in line and dt.datetime.fromisoformat(at).tzinfo == dt.UTC

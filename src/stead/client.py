@@ -74,6 +74,8 @@ class RunInfo:
     cancel_requested: bool = False  # asked to stop at its next call boundary
     queue: str | None = None
     priority: int = 0
+    # The arguments it was started with, as stored: {"args": [...], "kwargs": {...}}.
+    input: Any = None
 
     @property
     def code(self) -> str:
@@ -103,7 +105,7 @@ class RunInfo:
             created=created, lease_expires_at=row.lease_expires_at,
             parent_id=row.parent_id, deadline=row.deadline,
             cancel_requested=row.cancel_requested is not None, queue=row.queue,
-            priority=row.priority,
+            priority=row.priority, input=_loads(row.input, row.run_id),
         )
 
 
@@ -360,6 +362,13 @@ class Client:
     async def get(self, run_id: str) -> RunInfo:
         return RunInfo.from_row(await self.store.get_run(run_id))
 
+    async def children(self, run_id: str, *, limit: int = 100) -> list[RunInfo]:
+        """The runs `run_id` started with `run.child` (live or ended), oldest
+        first. Raises `UnknownRun` if there is no such run."""
+        bounds.integer(limit, "limit", least=1)
+        await self.store.get_run(run_id)
+        return [RunInfo.from_row(r) for r in await self.store.children(run_id, limit)]
+
     async def result(self, run_id: str, *, timeout: float | None = None,
                      poll: float = 0.05) -> Any:
         """Wait for the run to end; return its result or raise `RunFailed`."""
@@ -374,7 +383,10 @@ class Client:
 
         info = await asyncio.wait_for(wait(), timeout)
         if info.status != RunStatus.COMPLETED:
-            raise errors.RunFailed(run_id, info.status, (info.error or {}).get("message"))
+            error = info.error or {}
+            kind = (errors.DeadlineExceeded if error.get("type") == "DeadlineExceeded"
+                    else errors.RunFailed)
+            raise kind(run_id, info.status, error.get("message"))
         return info.result
 
     async def wait_for(
@@ -415,10 +427,9 @@ class Client:
         bounds.integer(limit, "limit", least=1)
         bounds.seconds(grace, "grace", zero=True)
         if stranded:
-            found = await self.store.stranded_runs(grace, limit)
+            found = await self.store.stranded_runs(grace, limit, workflow)
             return [dataclasses.replace(RunInfo.from_row(s.run), stranded=True,
-                                        hosted_at=s.hosted_at)
-                    for s in found if workflow is None or s.run.workflow == workflow]
+                                        hosted_at=s.hosted_at) for s in found]
         if status is not None:
             try:
                 status = RunStatus(status)

@@ -166,6 +166,12 @@ class StepError(SteadError):
         return f"step {step!r} failed after {attempts} attempt(s): {error_type}: {message}"
 
 
+class StepTimeout(StepError):
+    """A step's attempts ran out of their `timeout=` (`error_type` stays
+    "TimeoutError", as journaled): catch it to handle a slow step apart from
+    one that raised."""
+
+
 class EffectFailed(StepError):
     """The outside said no (a known failure), after every allowed attempt. `step`
     is the effect's name."""
@@ -228,6 +234,11 @@ class RunFailed(SteadError):
         self.run_id = run_id
         self.status = status
         self.error = error
+
+
+class DeadlineExceeded(RunFailed):
+    """The run passed the `deadline=` it was started with before it ended: it
+    failed at its next call boundary (`Client.result` raises this)."""
 
 
 class KeysUnavailable(StoreError):

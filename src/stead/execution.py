@@ -17,7 +17,7 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
-from stead import addresses, codec, digests, errors, keys
+from stead import addresses, codec, digests, errors, keys, logs
 from stead.clock import Clock
 from stead.guard import Guard
 from stead.intent import Matcher
@@ -625,7 +625,7 @@ class Execution:
             return
         self._suspended = True
         log.info("run %s suspended until %s", self.fence.run_id,
-                 "an event" if wake_at is None else f"{wake_at:.3f} or an event")
+                 "an event" if wake_at is None else f"{logs.iso(wake_at)} or an event")
         if self._body is not None:
             self._body.cancel()
 

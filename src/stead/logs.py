@@ -42,14 +42,18 @@ class TextFormatter(logging.Formatter):
         return one_line(text)
 
 
+def iso(at: float) -> str:
+    """An epoch time as log lines show times: ISO 8601, UTC, milliseconds."""
+    return datetime.datetime.fromtimestamp(at, datetime.UTC).isoformat(timespec="milliseconds")
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time (ISO 8601, UTC), level, logger, message,
     run_id when known, and the exception when there is one."""
 
     def format(self, record: logging.LogRecord) -> str:
         data: dict[str, object] = {
-            "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC)
-            .isoformat(timespec="milliseconds"),
+            "time": iso(record.created),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),

@@ -195,10 +195,9 @@ class Run:
     @staticmethod
     def _raise(name: str, payload: str, attempts: int) -> None:
         err = codec.loads(payload)
-        raise errors.StepError(
-            name, str(err.get("type", "Exception")), str(err.get("message", "")),
-            attempts=attempts,
-        )
+        error_type = str(err.get("type", "Exception"))
+        kind = errors.StepTimeout if error_type == "TimeoutError" else errors.StepError
+        raise kind(name, error_type, str(err.get("message", "")), attempts=attempts)
 
     async def _fingerprint(self, name: str, fingerprint: Fingerprint) -> None:
         """Journal the environment a step's result is made in, just before it

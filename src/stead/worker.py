@@ -35,6 +35,7 @@ from stead.records import (
     Backlog,
     Fence,
     HostRole,
+    HostRow,
     RunRow,
     RunStatus,
     WaitState,
@@ -122,6 +123,9 @@ class Worker:
         # migrate to one of them that no other live worker hosts (refreshed
         # at each heartbeat).
         self._claimable: list[str] = app.hosted()
+        # Other live workers that claim some of the same versions (refreshed
+        # at each heartbeat): with any, claims come in small batches (`_batch`).
+        self._peers = 0
         # Each schedule's next tick as last read: firing is tried once it is due.
         self._next_ticks: dict[str, float] = {}
         self._queue_turn = 0  # which of the app's queues the next claim starts with
@@ -189,11 +193,12 @@ class Worker:
             while not self._stopping.is_set():
                 await self._fire_schedules()
                 free = self.options.concurrency - len(self._active)
+                batch = self._batch(free)
                 claimed: list[RunRow] = []
                 backing_off = self._backing_off()
                 if free > 0:
                     try:
-                        claimed = await self._claim(free, [*self._active, *backing_off])
+                        claimed = await self._claim(batch, [*self._active, *backing_off])
                         self._claim_pause = 0.0
                     except errors.DatabaseMissing as exc:
                         log.error("worker %s stops: %s", self.id, exc)
@@ -205,6 +210,12 @@ class Worker:
                 for row in claimed:
                     self._spawn(row)
                 if claimed and len(claimed) == free:
+                    continue
+                if claimed and batch < free:
+                    # A small batch taken while peers are live: step aside until
+                    # the store changes (a peer claims, a run is started) or the
+                    # next poll, so that a burst of runs spreads across the fleet.
+                    await self._idle(False)
                     continue
                 if (finished is not None and not claimed and not backing_off
                         and await self._ask(finished)):
@@ -238,13 +249,18 @@ class Worker:
         on its own version while one does)."""
         migrated = self.app.migrated()
         try:
-            if migrated:
-                live = self.clock.now() - 3 * self.options.heartbeat
-                others = {h.code for h in await self.store.worker_hosts()
-                          if h.role == HostRole.HOSTS and h.seen_at > live
-                          and h.stopped_at is None and h.worker_id != self.id}
-                migrated = [code for code in migrated if code not in others]
+            now = self.clock.now()
+            live = [h for h in await self.store.worker_hosts()
+                    if h.worker_id != self.id and self._alive(h, now)]
+            others = {h.code for h in live if h.role == HostRole.HOSTS}
+            migrated = [code for code in migrated if code not in others]
             self._claimable = [*self.app.hosted(), *migrated]
+            claimable = set(self._claimable)
+            peers = len({h.worker_id for h in live if h.code in claimable})
+            if peers != self._peers:
+                log.info("worker %s shares its versions with %d other live worker(s)",
+                         self.id, peers)
+            self._peers = peers
             policy = self.app.current_policy
             await self.store.heartbeat(
                 self.id, [*((c, HostRole.HOSTS) for c in self.app.hosted()),
@@ -253,6 +269,26 @@ class Worker:
                 live_for=3 * self.options.heartbeat)
         except errors.StoreError as exc:
             log.warning("worker %s could not send its heartbeat: %s", self.id, exc)
+
+    def _alive(self, host: HostRow, now: float) -> bool:
+        """Whether `host` is live, judged by the interval it published (its own
+        `live_until`): workers of one fleet may beat at different rates. A row
+        without one (written before workers published it) falls back to this
+        worker's own interval."""
+        if host.stopped_at is not None:
+            return False
+        if host.live_until is not None:
+            return host.live_until > now
+        return host.seen_at > now - 3 * self.options.heartbeat
+
+    def _batch(self, free: int) -> int:
+        """How many runs one claim takes: every free slot when this worker is
+        alone; with live peers a quarter of its fair share of the free slots
+        (at least one), so that the first worker to wake does not take a
+        whole burst while the others stay idle."""
+        if self._peers == 0:
+            return free
+        return max(1, free // (4 * (self._peers + 1)))
 
     async def _claim(self, free: int, exclude: list[str]) -> list[RunRow]:
         """Runs of the app's queues first (each under its limits), then runs
@@ -463,6 +499,10 @@ class Worker:
             task = self._active.get(row.run_id)
             if task is not None:
                 self._active[row.run_id] = (task[0], ready.execution)
+            if self._stopping.is_set():
+                # The stop came while the run was being taken over: `stop()`
+                # had no execution to drain, so it would run on to the end.
+                ready.execution.drain()
             self._leases.track(fence, ready.execution.in_flight)
             await self._advance(row, ready)
             self._backoff.pop(row.run_id, None)

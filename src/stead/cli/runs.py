@@ -262,8 +262,9 @@ def runs_retry(ctx: click.Context, run_id: str) -> None:
 @common.run_argument
 @click.option("--at", "at", type=common.POSITION, required=True, metavar="SEQ",
               help="Keep the first SEQ records of RUN's journal (0: none).")
+@common.json_option
 @click.pass_context
-def runs_fork(ctx: click.Context, run_id: str, at: int) -> None:
+def runs_fork(ctx: click.Context, run_id: str, at: int, as_json: bool) -> None:
     """Start a new run that replays the first SEQ records of RUN's journal
     and goes on live from there (its own task state, as the prefix last saw
     it; its own waits; new effect keys). Refused past an effect whose outcome
@@ -275,7 +276,12 @@ def runs_fork(ctx: click.Context, run_id: str, at: int) -> None:
         async with common.opened_client(db) as client:
             return await client.fork(run_id, at=at)
 
-    info = _shown(common.run_async(go()))
+    forked = common.run_async(go())
+    if as_json:
+        click.echo(json.dumps({**timeline.run_json(forked), "forked_from": run_id, "at": at},
+                              indent=2))
+        return
+    info = _shown(forked)
     click.echo(f"forked run {common.safe(run_id)} at {at}: run {info.run_id} "
                f"({info.workflow}@{info.version}); a worker hosting it replays the "
                f"{at} record(s) and goes on live")

@@ -649,10 +649,10 @@ def host_stopped(worker_id: str, now: float) -> Flow[None]:
     yield execute("host_stopped", {"worker_id": worker_id, "now": now})
 
 
-def stranded(now: float, since: float, limit: int, lease_now: float | None
-             ) -> Flow[list[Stranded]]:
+def stranded(now: float, since: float, limit: int, lease_now: float | None,
+             workflow: str | None = None) -> Flow[list[Stranded]]:
     found = yield rows("stranded_runs", {"now": now, "since": since, "limit": limit,
-                                         "lease_now": lease_now})
+                                         "lease_now": lease_now, "workflow": workflow})
     return [Stranded(_rows.run(r), r["hosted_at"]) for r in found]
 
 

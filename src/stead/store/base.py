@@ -140,6 +140,11 @@ class Store:
         return await self.database.read(lambda: tx.read_all(
             "list_runs", {"status": status, "workflow": workflow, "limit": limit}, _rows.run))
 
+    async def children(self, run_id: str, limit: int = 100) -> list[RunRow]:
+        """The runs `run_id` started with `run.child`, oldest first."""
+        return await self.database.read(lambda: tx.read_all(
+            "children", {"run_id": run_id, "limit": limit}, _rows.run))
+
     async def search_runs(self, search: RunSearch) -> list[RunRow]:
         """Runs, newest first, filtered by each criterion `search` gives."""
         return await self.database.read(
@@ -582,11 +587,13 @@ class Store:
         """Every worker's last heartbeat per version it serves, latest first."""
         return await self.database.read(lambda: tx.hosts(limit))
 
-    async def stranded_runs(self, grace: float, limit: int = 100) -> list[Stranded]:
-        """Runnable runs that no worker has served for `grace` seconds (and
-        that have waited at least that long), oldest first."""
+    async def stranded_runs(self, grace: float, limit: int = 100,
+                            workflow: str | None = None) -> list[Stranded]:
+        """Runnable runs (of `workflow`, if given) that no worker has served
+        for `grace` seconds (and that have waited at least that long), oldest first."""
         now, lease_now = self.clock.now(), self.database.lease_now()
-        return await self.database.read(lambda: tx.stranded(now, now - grace, limit, lease_now))
+        return await self.database.read(
+            lambda: tx.stranded(now, now - grace, limit, lease_now, workflow))
 
     async def migrate_run(self, plan: MigrationPlan, *, fence: Fence | None = None,
                           resume: ResumeRecord | None = None) -> tuple[RunRow, MigrationRow]:

@@ -584,6 +584,7 @@ DELETE FROM worker_hosts WHERE seen_at < %(before)s;
 -- name: stranded_runs
 -- Runnable runs no worker has served (hosted or migrated) since %(since)s, and
 -- that have waited for one at least as long; `hosted_at` is the last time one did.
+-- The workflow filter comes before the LIMIT: a filtered page is never short.
 SELECT runs.*, h.seen_at AS hosted_at FROM runs
 LEFT JOIN (SELECT code, MAX(seen_at) AS seen_at FROM worker_hosts GROUP BY code) AS h
   ON h.code = runs.workflow || '@' || runs.version::text
@@ -593,6 +594,7 @@ WHERE (runs.status = 'pending'
        OR (runs.status = 'waiting' AND runs.wake_at <= %(now)s))
   AND (h.seen_at IS NULL OR h.seen_at <= %(since)s)
   AND runs.updated_at <= %(since)s
+  AND (%(workflow)s::text IS NULL OR runs.workflow = %(workflow)s::text)
 ORDER BY runs.created_at
 LIMIT %(limit)s;
 
@@ -697,6 +699,10 @@ SELECT * FROM workspace_snapshots WHERE run_id = %(run_id)s AND seq = %(seq)s;
 -- name: set_run_links
 -- A child run's parent and a run's deadline (schema 13), set as it is created.
 UPDATE runs SET parent_id = %(parent_id)s, deadline = %(deadline)s WHERE run_id = %(run_id)s;
+
+-- name: children
+-- Every run `run.child` started from this one, live or ended, oldest first.
+SELECT * FROM runs WHERE parent_id = %(run_id)s ORDER BY created_at, run_id LIMIT %(limit)s;
 
 -- name: live_children
 SELECT * FROM runs

@@ -422,6 +422,7 @@ DELETE FROM worker_hosts WHERE seen_at < :before;
 -- name: stranded_runs
 -- Runnable runs no worker has served (hosted or migrated) since :since, and
 -- that have waited for one at least as long; `hosted_at` is the last time one did.
+-- The workflow filter comes before the LIMIT: a filtered page is never short.
 SELECT runs.*, h.seen_at AS hosted_at FROM runs
 LEFT JOIN (SELECT code, MAX(seen_at) AS seen_at FROM worker_hosts GROUP BY code) AS h
   ON h.code = runs.workflow || '@' || runs.version
@@ -431,6 +432,7 @@ WHERE (runs.status = 'pending'
        OR (runs.status = 'waiting' AND runs.wake_at <= :now))
   AND (h.seen_at IS NULL OR h.seen_at <= :since)
   AND runs.updated_at <= :since
+  AND (:workflow IS NULL OR runs.workflow = :workflow)
 ORDER BY runs.created_at
 LIMIT :limit;
 
@@ -529,6 +531,10 @@ SELECT * FROM workspace_snapshots WHERE run_id = :run_id AND seq = :seq;
 -- name: set_run_links
 -- A child run's parent and a run's deadline (schema 13), set as it is created.
 UPDATE runs SET parent_id = :parent_id, deadline = :deadline WHERE run_id = :run_id;
+
+-- name: children
+-- Every run `run.child` started from this one, live or ended, oldest first.
+SELECT * FROM runs WHERE parent_id = :run_id ORDER BY created_at, run_id LIMIT :limit;
 
 -- name: live_children
 SELECT * FROM runs
