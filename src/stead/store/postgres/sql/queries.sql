@@ -940,3 +940,35 @@ DELETE FROM rejected_tally WHERE last_at < %(cutoff)s;
 
 -- name: delete_rejected_tally
 DELETE FROM rejected_tally WHERE run_id = ANY(%(run_ids)s::text[]);
+
+-- == dead lease holders: leases whose holder's process is gone (leases.py) ==
+-- name: record_process
+INSERT INTO worker_processes (worker_id, machine, pid, started, at)
+VALUES (%(worker_id)s, %(machine)s, %(pid)s, %(started)s, %(now)s)
+ON CONFLICT (worker_id) DO UPDATE
+SET machine = excluded.machine, pid = excluded.pid, started = excluded.started, at = excluded.at;
+
+-- name: forget_process
+DELETE FROM worker_processes WHERE worker_id = %(worker_id)s;
+
+-- name: lease_holders
+-- The processes of the other workers that hold leases not ended yet.
+SELECT DISTINCT p.worker_id, p.machine, p.pid, p.started FROM runs
+JOIN worker_processes AS p ON p.worker_id = runs.lease_owner
+WHERE runs.status = 'running' AND runs.lease_owner <> %(worker_id)s
+  AND runs.lease_expires_at >
+      COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8
+LIMIT %(limit)s;
+
+-- name: end_leases_of
+-- The holder is dead: its leases end now, so the next claim takes its runs
+-- (the epoch the claim bumps fences anything the holder might still write);
+-- idle workers are woken as by a release.
+WITH ended AS (
+    UPDATE runs SET lease_expires_at =
+        COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8
+    WHERE status = 'running' AND lease_owner = %(worker_id)s AND lease_expires_at >
+        COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8
+    RETURNING run_id
+)
+SELECT pg_notify('stead_work', current_schema()) FROM (SELECT 1 FROM ended LIMIT 1) AS any_ended;

@@ -766,3 +766,28 @@ DELETE FROM rejected_tally WHERE last_at < :cutoff;
 
 -- name: delete_rejected_tally
 DELETE FROM rejected_tally WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- == dead lease holders: leases whose holder's process is gone (leases.py) ==
+-- name: record_process
+INSERT INTO worker_processes (worker_id, machine, pid, started, at)
+VALUES (:worker_id, :machine, :pid, :started, :now)
+ON CONFLICT (worker_id) DO UPDATE
+SET machine = excluded.machine, pid = excluded.pid, started = excluded.started, at = excluded.at;
+
+-- name: forget_process
+DELETE FROM worker_processes WHERE worker_id = :worker_id;
+
+-- name: lease_holders
+-- The processes of the other workers that hold leases not ended yet.
+SELECT DISTINCT p.worker_id, p.machine, p.pid, p.started FROM runs
+JOIN worker_processes AS p ON p.worker_id = runs.lease_owner
+WHERE runs.status = 'running' AND runs.lease_owner <> :worker_id
+  AND runs.lease_expires_at > COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0)
+LIMIT :limit;
+
+-- name: end_leases_of
+-- The holder is dead: its leases end now, so the next claim takes its runs
+-- (the epoch the claim bumps fences anything the holder might still write).
+UPDATE runs SET lease_expires_at = COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0)
+WHERE status = 'running' AND lease_owner = :worker_id
+  AND lease_expires_at > COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0);

@@ -1,0 +1,39 @@
+"""Flows for dead lease holders: a worker records its process, and a
+claimer on the same machine ends the leases of holders whose process is gone
+(see stead/processes.py), so their runs are taken at the next claim instead
+of after the lease. Holders on other machines, or whose process cannot be
+judged, keep their leases until they end."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from stead.processes import Process
+from stead.store.seam import Flow, execute, rows
+
+
+def record(worker_id: str, process: Process, now: float) -> Flow[None]:
+    yield execute("record_process", {
+        "worker_id": worker_id, "machine": process.machine, "pid": process.pid,
+        "started": process.started, "now": now})
+
+
+def forget(worker_id: str) -> Flow[None]:
+    yield execute("forget_process", {"worker_id": worker_id})
+
+
+def dead_holders(worker_id: str, lease_now: float | None, dead: Callable[[Process], bool],
+                 limit: int) -> Flow[list[str]]:
+    """The (at most `limit`) other workers holding leases whose process
+    `dead` says has ended."""
+    holders = yield rows("lease_holders", {
+        "worker_id": worker_id, "lease_now": lease_now, "limit": limit})
+    return [str(h["worker_id"]) for h in holders
+            if dead(Process(str(h["machine"]), int(h["pid"]), str(h["started"])))]
+
+
+def end_leases(holders: list[str], lease_now: float | None) -> Flow[None]:
+    """End every lease `holders` still hold, and forget their processes."""
+    for holder in holders:
+        yield execute("end_leases_of", {"worker_id": holder, "lease_now": lease_now})
+        yield execute("forget_process", {"worker_id": holder})
