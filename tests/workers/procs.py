@@ -15,11 +15,10 @@ from pathlib import Path
 
 import stead
 from stead.testing import CrashingStore, CrashPoint
+from tests import stress
 
 SCRIPT = Path(__file__).with_name("crash_worker.py")
-# How much slower than a quiet developer box this one is (STEAD_TEST_SLOW, e.g.
-# 3 under a CPU-hog load): every deadline the process tests wait on scales by it.
-SLOW = max(1.0, float(os.environ.get("STEAD_TEST_SLOW", "1") or 1))
+SLOW = stress.slow()  # every deadline the process tests wait on scales by it
 DEADLINE = 30.0 * SLOW  # generous: a slow CI box must not fail these, a hang still does
 
 
