@@ -121,3 +121,38 @@ async def test_only_the_leases_of_dead_holders_end_early(
     assert await store.end_dead_leases("claimer") == []
     # The old holder is fenced off: its epoch lost the run.
     assert await store.renew([Fence(dead_run, 1, "dead")], 30.0) == [Fence(dead_run, 1, "dead")]
+
+
+async def test_on_postgres_a_holder_is_dead_once_its_presence_lock_is_free(
+    store: stead.Store, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not db_url.startswith("postgres"):
+        pytest.skip("presence locks are PostgreSQL's")
+    # As if the holder ran on another machine: its process cannot be judged.
+    monkeypatch.setattr(processes, "dead", lambda process: False)
+    run_id = await _leased_to(store, "remote")
+    script = (
+        "import asyncio, sys, stead\n"
+        "async def main():\n"
+        f"    s = await stead.open_store({db_url!r})\n"
+        "    await s.record_process('remote')\n"
+        "    await s.keep_presence('remote')\n"
+        "    print('held', flush=True)\n"
+        "    sys.stdin.readline()\n"
+        "asyncio.run(main())\n")
+    with subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE) as holder:
+        assert holder.stdout is not None
+        try:
+            assert holder.stdout.readline().strip() == b"held"
+            assert await store.end_dead_leases("claimer") == []
+        finally:
+            holder.kill()
+            holder.wait()
+
+    async def freed() -> bool:  # the server notices the session ended
+        return await store.end_dead_leases("claimer") == ["remote"]
+
+    await wait_until("the holder's lock to be free", freed, timeout=10 * SLOW)
+    [row] = await store.claim("claimer", ["w@1"], 30.0, 1, exclude=[])
+    assert (row.run_id, row.epoch) == (run_id, 2)

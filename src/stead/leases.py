@@ -15,9 +15,11 @@ under the same fence, the started markers of the calls each held run has in
 flight and has not journaled (see `track`): a worker that dies mid-call
 leaves its attempt counted, at no commit of its own.
 
-The same thread records the worker's process and, every half second, ends
-the leases of other workers whose process it can tell has died (same machine:
-see stead/processes.py and `Store.end_dead_leases`), then wakes its worker:
+The same thread records the worker's process, holds its presence lock where
+the database has one (PostgreSQL: freed by the server when the worker's
+session ends), and every half second ends the leases of other workers it can
+tell have died (their presence lock free, or on this machine their process
+gone: see stead/processes.py and `Store.end_dead_leases`), then wakes its worker:
 a SIGKILLed worker's runs are taken over within about a second, not after
 their lease. Holders it cannot judge keep their leases until they run out.
 
@@ -228,6 +230,7 @@ class LeaseKeeper:
             twin = await self._open_twin()
         store = twin if twin is not None else self._store
         try:
+            await self._on(store, store.keep_presence(self._worker_id))
             gone = await self._on(store, store.end_dead_leases(self._worker_id))
         except errors.StoreError as exc:
             log.warning("could not look for dead lease holders: %s", exc)

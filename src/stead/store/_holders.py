@@ -1,8 +1,9 @@
 """Flows for dead lease holders: a worker records its process, and a
-claimer on the same machine ends the leases of holders whose process is gone
-(see stead/processes.py), so their runs are taken at the next claim instead
-of after the lease. Holders on other machines, or whose process cannot be
-judged, keep their leases until they end."""
+claimer ends the leases of holders whose presence lock the server freed
+(PostgreSQL, any machine: see postgres/presence.py) or, on the same machine,
+whose process is gone (see stead/processes.py), so their runs are taken at
+the next claim instead of after the lease. Holders it cannot judge keep
+their leases until they end."""
 
 from __future__ import annotations
 
@@ -18,18 +19,22 @@ def record(worker_id: str, process: Process, now: float) -> Flow[None]:
         "started": process.started, "now": now})
 
 
+def mark_locks(worker_id: str) -> Flow[None]:
+    yield execute("mark_locks", {"worker_id": worker_id})
+
+
 def forget(worker_id: str) -> Flow[None]:
     yield execute("forget_process", {"worker_id": worker_id})
 
 
 def dead_holders(worker_id: str, lease_now: float | None, dead: Callable[[Process], bool],
                  limit: int) -> Flow[list[str]]:
-    """The (at most `limit`) other workers holding leases whose process
-    `dead` says has ended."""
+    """The (at most `limit`) other workers holding leases whose presence
+    lock is free or whose process `dead` says has ended."""
     holders = yield rows("lease_holders", {
         "worker_id": worker_id, "lease_now": lease_now, "limit": limit})
     return [str(h["worker_id"]) for h in holders
-            if dead(Process(str(h["machine"]), int(h["pid"]), str(h["started"])))]
+            if h["lock_free"] or dead(Process(str(h["machine"]), int(h["pid"]), str(h["started"])))]
 
 
 def end_leases(holders: list[str], lease_now: float | None) -> Flow[None]:

@@ -86,6 +86,7 @@ class Store:
         self.key_file: str | None = None
         self._legacy: bytes | None = None
         self._legacy_read = False
+        self._present: set[str] = set()  # workers whose presence lock is marked held
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -310,6 +311,14 @@ class Store:
         on this machine can tell when it has died (see `end_dead_leases`)."""
         me, now = processes.this_process(), self.clock.now()
         await self.database.write(lambda: _holders.record(worker_id, me, now), Writing())
+
+    async def keep_presence(self, worker_id: str) -> None:
+        """Hold `worker_id`'s presence lock, where the database has one
+        (PostgreSQL: see store/postgres/presence.py), and say so in its
+        process row, so claimers on any machine can tell when it died."""
+        if await self.database.keep_presence(worker_id) and worker_id not in self._present:
+            await self.database.write(lambda: _holders.mark_locks(worker_id), Writing())
+            self._present.add(worker_id)
 
     async def forget_process(self, worker_id: str) -> None:
         await self.database.write(lambda: _holders.forget(worker_id), Writing())

@@ -772,14 +772,16 @@ DELETE FROM rejected_tally WHERE run_id IN (SELECT value FROM json_each(:run_ids
 INSERT INTO worker_processes (worker_id, machine, pid, started, at)
 VALUES (:worker_id, :machine, :pid, :started, :now)
 ON CONFLICT (worker_id) DO UPDATE
-SET machine = excluded.machine, pid = excluded.pid, started = excluded.started, at = excluded.at;
+SET machine = excluded.machine, pid = excluded.pid, started = excluded.started, at = excluded.at,
+    locks = FALSE;
 
 -- name: forget_process
 DELETE FROM worker_processes WHERE worker_id = :worker_id;
 
 -- name: lease_holders
--- The processes of the other workers that hold leases not ended yet.
-SELECT DISTINCT p.worker_id, p.machine, p.pid, p.started FROM runs
+-- The processes of the other workers that hold leases not ended yet
+-- (lock_free: SQLite has no presence locks, see the PostgreSQL query).
+SELECT DISTINCT p.worker_id, p.machine, p.pid, p.started, 0 AS lock_free FROM runs
 JOIN worker_processes AS p ON p.worker_id = runs.lease_owner
 WHERE runs.status = 'running' AND runs.lease_owner <> :worker_id
   AND runs.lease_expires_at > COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0)
