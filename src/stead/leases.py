@@ -173,7 +173,7 @@ class LeaseKeeper:
         interval = self._lease / 3
         due = time.monotonic() + interval
         asked = time.monotonic() + _CANCEL_CHECK
-        looked = time.monotonic() + _DEAD_CHECK
+        looked = time.monotonic()  # at once: a worker may start to take a dead one's runs
         try:
             while not halt.is_set():
                 with contextlib.suppress(TimeoutError):
