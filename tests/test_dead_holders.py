@@ -104,14 +104,7 @@ async def test_only_the_leases_of_dead_holders_end_early(
     alive_run = await _leased_to(store, "alive")
     unknown_run = await _leased_to(store, "unrecorded")
     await store.record_process("alive")  # this process, alive
-    # A process that records itself as worker "dead", then ends.
-    subprocess.run([sys.executable, "-c", (
-        "import asyncio, stead\n"
-        "async def main():\n"
-        f"    s = await stead.open_store({db_url!r})\n"
-        "    await s.record_process('dead')\n"
-        "    await s.close()\n"
-        "asyncio.run(main())\n")], check=True, timeout=60 * SLOW)
+    _recorded_by_a_process_that_ended(db_url, "dead", stead.SystemClock().now())
 
     assert await store.end_dead_leases("claimer") == ["dead"]
     taken = await store.claim("claimer", ["w@1"], 30.0, 10, exclude=[])
@@ -156,3 +149,28 @@ async def test_on_postgres_a_holder_is_dead_once_its_presence_lock_is_free(
     await wait_until("the holder's lock to be free", freed, timeout=10 * SLOW)
     [row] = await store.claim("claimer", ["w@1"], 30.0, 1, exclude=[])
     assert (row.run_id, row.epoch) == (run_id, 2)
+
+
+def _recorded_by_a_process_that_ended(db_url: str, worker_id: str, at: float) -> None:
+    """A process records itself as `worker_id` (at business time `at`), then ends."""
+    subprocess.run([sys.executable, "-c", (
+        "import asyncio, stead\n"
+        "async def main():\n"
+        f"    s = await stead.open_store({db_url!r}, clock=stead.FakeClock({at!r}))\n"
+        f"    await s.record_process({worker_id!r})\n"
+        "    await s.close()\n"
+        "asyncio.run(main())\n")], check=True, timeout=60 * SLOW)
+
+
+async def test_a_process_row_is_dropped_once_no_heartbeat_names_its_worker(
+    fstore: stead.Store, clock: stead.FakeClock, db_url: str
+) -> None:
+    day = 24 * 3600.0
+    _recorded_by_a_process_that_ended(db_url, "forgotten", clock.now())
+    clock.advance(2 * day)
+    _recorded_by_a_process_that_ended(db_url, "recent", clock.now())
+    for owner in ("forgotten", "recent"):
+        await _leased_to(fstore, owner)
+    await fstore.record_process("newcomer")  # drops the rows a day stale
+    # Both holders are dead; only the one whose row is left can be told so.
+    assert await fstore.end_dead_leases("claimer") == ["recent"]

@@ -12,11 +12,15 @@ from collections.abc import Callable
 from stead.processes import Process
 from stead.store.seam import Flow, execute, rows
 
+# A process row this old whose worker no heartbeat names any more is dropped.
+_STALE_AFTER = 24 * 3600.0
+
 
 def record(worker_id: str, process: Process, now: float) -> Flow[None]:
     yield execute("record_process", {
         "worker_id": worker_id, "machine": process.machine, "pid": process.pid,
         "started": process.started, "now": now})
+    yield execute("forget_gone_processes", {"before": now - _STALE_AFTER})
 
 
 def mark_locks(worker_id: str) -> Flow[None]:

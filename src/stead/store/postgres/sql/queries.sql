@@ -953,22 +953,31 @@ SET machine = excluded.machine, pid = excluded.pid, started = excluded.started, 
 DELETE FROM worker_processes WHERE worker_id = %(worker_id)s;
 
 -- name: lease_holders
--- The processes of the other workers that hold leases not ended yet;
--- lock_free: the holder took its presence lock (presence_lock) and no
--- session holds it any more, so its process is gone, on whatever machine.
-SELECT DISTINCT p.worker_id, p.machine, p.pid, p.started,
+-- The processes of the other workers that hold leases not ended yet (from
+-- the few process rows, each looked up in runs_lease_owner); lock_free: the
+-- holder took its presence lock (presence_lock) and no session holds it any
+-- more, so its process is gone, on whatever machine.
+SELECT p.worker_id, p.machine, p.pid, p.started,
     (p.locks AND NOT EXISTS (
         SELECT 1 FROM pg_locks AS l
         WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
           AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
           AND l.classid = 1937007980
           AND l.objid = hashtext(current_schema() || '/' || p.worker_id)::oid)) AS lock_free
-FROM runs
-JOIN worker_processes AS p ON p.worker_id = runs.lease_owner
-WHERE runs.status = 'running' AND runs.lease_owner <> %(worker_id)s
-  AND runs.lease_expires_at >
-      COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8
+FROM worker_processes AS p
+WHERE p.worker_id <> %(worker_id)s AND EXISTS (
+    SELECT 1 FROM runs
+    WHERE runs.lease_owner = p.worker_id AND runs.status = 'running'
+      AND runs.lease_expires_at >
+          COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8)
 LIMIT %(limit)s;
+
+-- name: forget_gone_processes
+-- Process rows of workers whose heartbeats were forgotten (forget_hosts) are
+-- history too. Only rows recorded before %(before)s (a day ago): a worker records
+-- its process just before its first heartbeat, and must not lose it meanwhile.
+DELETE FROM worker_processes
+WHERE at < %(before)s AND worker_id NOT IN (SELECT worker_id FROM worker_hosts);
 
 -- name: end_leases_of
 -- The holder is dead: its leases end now, so the next claim takes its runs
