@@ -245,7 +245,7 @@ def crash_point(text: str) -> CrashPoint:
     raise SystemExit(f"bad --crash {text!r}: use before:N[:name] or after:N[:name]")
 
 
-async def _until_done(store: stead.Store, worker: stead.Worker) -> None:
+async def until_done(store: stead.Store, worker: stead.Worker) -> None:
     """Stop the worker once no run is pending or running. One read counts
     both: read one status after the other, a continue-as-new committing in
     between (its run leaves running, its successor enters pending) slips
@@ -300,7 +300,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
 
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, on_sigterm)
-    watcher = asyncio.create_task(_until_done(inner, worker)) if args.until_done else None
+    watcher = asyncio.create_task(until_done(inner, worker)) if args.until_done else None
     event(f"ready {worker.id}")
     try:
         while args.wait_for_gate and not (CONFIG.gate is not None and CONFIG.gate.exists()):
