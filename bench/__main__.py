@@ -60,7 +60,9 @@ METHOD = """\
   re-invokes the thread, which resumes from its last checkpoint (no step replay: the
   node restarts). Times are from spawning the fresh process: start-up (imports and
   opening the store / launching), first live step, result. Replay is from the workflow
-  function's entry in the fresh process to its first live step.
+  function's entry in the fresh process to its first live step. A stead row more
+  kills a worker holding the default 30 s lease and starts the fresh process at
+  once: SIGKILL → first live step (the fresh worker sees the holder is gone).
 - **4. growth.** An agent loop of 1,000 turns: each turn passes the whole conversation
   to a model call that returns a 1 KB message, appended to the conversation (stead
   `run.llm` with a model object; DBOS a step; LangGraph a node over a state with an

@@ -149,6 +149,10 @@ def targets(ctx: Context) -> list[Target]:
         add("recovery: fresh process to result under 0.5 s", db,
             None if tot is None else tot < 0.5, f"{tot or 0:.2f} s",
             f"missed by {(tot or 0) - 0.5:.2f} s", rec)
+        took = med("3.", db, "SIGKILL → first live step", "stead")
+        add("recovery: SIGKILL → taken over within 2 s with the default lease", db,
+            None if took is None else took < 2, f"{took or 0:.2f} s",
+            f"missed by {(took or 0) - 2:.2f} s", rec)
         if tot and totd:
             add("recovery: fresh process to result >= 6x DBOS", db, totd / tot >= 6,
                 f"{totd / tot:.1f}x", f"missed: {totd / tot:.1f}x of 6x", rec)

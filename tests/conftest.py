@@ -14,15 +14,25 @@ import pytest
 
 import stead
 import stead.keys
-from tests import ops_app, pg
+from tests import ops_app, pg, stress
 
 BACKENDS = ("sqlite", "postgres")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    stress.add_option(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "sqlite_only: a test of SQLite itself; db_url is only ever a SQLite URL"
     )
+    if stress.wanted(config):
+        stress.start(config)
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    return stress.report(config)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import stead
-from tests.workers.procs import KILLED, Workers
+from tests.workers.procs import KILLED, SLOW, Workers
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ async def test_a_child_is_started_exactly_once_across_a_sigkill(
 
     fresh = workers.start("--lease", "1.0", "--until-done")
     assert await workers.exit_code(fresh) == 0, workers.output(fresh)
-    assert await client.result(run_id, timeout=5) == [100, 101, 102]
+    assert await client.result(run_id, timeout=5 * SLOW) == [100, 101, 102]
     kids = await _children(store, run_id)
     assert len(kids) == 3 and {k.status for k in kids} == {"completed"}
     assert {k.run_id for k in kids} >= named  # the one started before the crash is kept

@@ -30,7 +30,7 @@ import stead
 import stead.testing
 from stead.records import Fence, NewRun, Record
 from stead.testing import CrashingStore, CrashPoint, DelegatingStore
-from tests.workers.procs import KILLED, Workers, check_journal, wait_until
+from tests.workers.procs import KILLED, SLOW, Workers, check_journal, wait_until
 
 STEPS = ("fetch", "plan", "part0", "part1", "part2", "combine")
 
@@ -119,7 +119,7 @@ async def test_a_delegating_store_serves_a_worker(store: stead.Store) -> None:
     wrapped = DelegatingStore(store)
     info = await stead.Client(wrapped, app).start(wf, 21)
     await stead.Worker(app, wrapped).run_until_idle()
-    assert await stead.Client(store).result(info.run_id, timeout=1) == 42
+    assert await stead.Client(store).result(info.run_id, timeout=SLOW) == 42
     assert wrapped.commits == store.commits > 0
 
 
@@ -159,7 +159,7 @@ async def _uninterrupted(tmp: Path) -> Baseline:
         assert workers.step_names(info.run_id) == {s: 1 for s in STEPS if s != "plan"}
         assert workers.model_calls() == 1
         assert await store.list_resumes(info.run_id) == []
-        result = await stead.Client(store).result(info.run_id, timeout=1)
+        result = await stead.Client(store).result(info.run_id, timeout=SLOW)
         return Baseline(result, _calls(await store.load_journal(info.run_id)))
     finally:
         await store.close()
@@ -236,7 +236,7 @@ async def test_a_killed_worker_is_resumed_not_rerun(
     fresh = workers.start("--lease", "1.0", "--until-done")
     assert await workers.exit_code(fresh) == 0, workers.output(fresh)
 
-    assert await stead.Client(store).result(run_id, timeout=1) == baseline.result
+    assert await stead.Client(store).result(run_id, timeout=SLOW) == baseline.result
     ran = workers.step_names(run_id)
     for name in STEPS:
         if name == "plan":
@@ -283,7 +283,7 @@ async def _finish_and_check(workers: Workers, store: stead.Store, run_id: str) -
     workers.open_gate()
     fresh = workers.start("--lease", "30", "--until-done")
     assert await workers.exit_code(fresh) == 0, workers.output(fresh)
-    assert await stead.Client(store).result(run_id, timeout=1) == ["first", "gated", "last"]
+    assert await stead.Client(store).result(run_id, timeout=SLOW) == ["first", "gated", "last"]
     check_journal(await store.load_journal(run_id))
 
 
@@ -384,7 +384,7 @@ async def test_a_step_killed_mid_flight_counts_as_an_attempt(
 
     fresh = workers.start("--lease", "1.0", "--until-done")
     assert await workers.exit_code(fresh) == 0, workers.output(fresh)
-    assert await stead.Client(store).result(run_id, timeout=1) == baseline.result
+    assert await stead.Client(store).result(run_id, timeout=SLOW) == baseline.result
     part1 = [(r.attempt, r.status, r.epoch) for r in await store.load_journal(run_id)
              if r.name == "part1"]
     assert part1[0] == (1, "started", 1) and part1[-1] == (2, "ok", 2)
@@ -413,7 +413,7 @@ async def _finish(workers: Workers, store: stead.Store, run_id: str) -> Any:
     """A fresh worker takes the run over and finishes it: its result."""
     fresh = workers.start("--lease", "1.5", "--until-done")
     assert await workers.exit_code(fresh) == 0, workers.output(fresh)
-    return await stead.Client(store).result(run_id, timeout=1)
+    return await stead.Client(store).result(run_id, timeout=SLOW)
 
 
 @pytest.mark.slow

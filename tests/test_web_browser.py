@@ -17,7 +17,7 @@ import pytest
 
 import stead
 from stead.web import create_app
-from tests import web_app
+from tests import stress, web_app
 from tests.web_app import UI_TOKEN, serving, settle
 
 playwright_api = pytest.importorskip("playwright.async_api",
@@ -74,7 +74,7 @@ class Dashboard:
 
     async def status(self, wanted: str) -> None:
         """Wait until the run page's live part shows `wanted` (it polls)."""
-        await self.page.locator("#status", has_text=wanted).wait_for(timeout=15_000)
+        await self.page.locator("#status", has_text=wanted).wait_for(timeout=15_000 * stress.slow())
 
 
 @pytest.fixture
@@ -87,6 +87,7 @@ async def dash(sqlite_url: str) -> AsyncIterator[Dashboard]:
                 browser = await pw.chromium.launch(executable_path=CHROMIUM,
                                                    args=["--no-sandbox"])
                 page = await browser.new_page()
+                page.set_default_timeout(30_000 * stress.slow())
                 yield Dashboard(url, store, page)
                 await browser.close()
     finally:

@@ -15,6 +15,14 @@ under the same fence, the started markers of the calls each held run has in
 flight and has not journaled (see `track`): a worker that dies mid-call
 leaves its attempt counted, at no commit of its own.
 
+The same thread records the worker's process, holds its presence lock where
+the database has one (PostgreSQL: freed by the server when the worker's
+session ends), and every half second ends the leases of other workers it can
+tell have died (their presence lock free, or on this machine their process
+gone: see stead/processes.py and `Store.end_dead_leases`), then wakes its worker:
+a SIGKILLed worker's runs are taken over within about a second, not after
+their lease. Holders it cannot judge keep their leases until they run out.
+
 The same thread watches the loop: a probe it posts every tick must run within
 `blocked_after` seconds, or it logs which run holds the loop and in which
 call. CPU-bound work belongs in a sync step (it runs in a thread) or a process
@@ -50,6 +58,9 @@ _TICK = 0.1
 _CANCEL_CHECK = 1.0
 # Frames of these files are machinery, not the call that blocks.
 _MACHINERY = (os.path.dirname(asyncio.__file__), os.path.dirname(__file__))
+# How often it looks for leases held by workers whose process has died (on
+# this machine: see stead/processes.py), which end then rather than run out.
+_DEAD_CHECK = 0.5
 # Prefix of the names of the tasks that execute a run (see `task_name`).
 _RUN_TASK = "stead run "
 
@@ -64,8 +75,14 @@ class LeaseKeeper:
         self, store: Store, lease_seconds: float, *,
         on_lost: Callable[[list[Fence]], None], blocked_after: float = 1.0,
         on_cancel: Callable[[list[str]], None] | None = None,
+        worker_id: str | None = None, on_freed: Callable[[], None] | None = None,
     ) -> None:
         self._store = store
+        # The worker these leases are for: with it, the keeper records the
+        # worker's process and ends the leases of dead holders, then tells
+        # the worker (`on_freed`, on its loop) that their runs are claimable.
+        self._worker_id = worker_id
+        self._on_freed = on_freed
         self._lease = lease_seconds
         self._on_lost = on_lost
         # Told, on the worker's loop, which held runs someone asked to cancel.
@@ -110,6 +127,11 @@ class LeaseKeeper:
         self._loop_thread = threading.get_ident()
         ready: asyncio.Future[None] = loop.create_future()
         self._finished = loop.create_future()
+        if self._worker_id is not None:
+            try:
+                await self._store.record_process(self._worker_id)
+            except errors.StoreError as exc:  # its leases then run out as before
+                log.warning("could not record worker %s's process: %s", self._worker_id, exc)
         threading.Thread(target=self._main, args=(ready,), name="stead-leases",
                          daemon=True).start()
         await ready
@@ -121,6 +143,9 @@ class LeaseKeeper:
         with contextlib.suppress(RuntimeError):  # its loop has ended already
             own.call_soon_threadsafe(halt.set)
         await asyncio.shield(finished)
+        if self._worker_id is not None:
+            with contextlib.suppress(errors.StoreError):
+                await self._store.forget_process(self._worker_id)
 
     # -- the thread's side ------------------------------------------------------
     def _main(self, ready: asyncio.Future[None]) -> None:
@@ -148,6 +173,7 @@ class LeaseKeeper:
         interval = self._lease / 3
         due = time.monotonic() + interval
         asked = time.monotonic() + _CANCEL_CHECK
+        looked = time.monotonic()  # at once: a worker may start to take a dead one's runs
         try:
             while not halt.is_set():
                 with contextlib.suppress(TimeoutError):
@@ -161,6 +187,9 @@ class LeaseKeeper:
                 elif time.monotonic() >= asked and not halt.is_set():
                     asked = time.monotonic() + _CANCEL_CHECK
                     twin = await self._renew(twin, extend=False)
+                if time.monotonic() >= looked and not halt.is_set():
+                    looked = time.monotonic() + _DEAD_CHECK
+                    twin = await self._end_dead(twin)
         finally:
             if twin is not None:
                 with contextlib.suppress(errors.SteadError):
@@ -191,6 +220,25 @@ class LeaseKeeper:
             self._post(self._on_lost, lost)
         if cancelled and self._on_cancel is not None:
             self._post(self._on_cancel, cancelled)
+        return twin
+
+    async def _end_dead(self, twin: Store | None) -> Store | None:
+        """End the leases of holders found dead, and wake the worker if any."""
+        if self._worker_id is None:
+            return twin
+        if twin is None:
+            twin = await self._open_twin()
+        store = twin if twin is not None else self._store
+        try:
+            await self._on(store, store.keep_presence(self._worker_id))
+            gone = await self._on(store, store.end_dead_leases(self._worker_id))
+        except errors.StoreError as exc:
+            log.warning("could not look for dead lease holders: %s", exc)
+            return twin
+        if gone:
+            log.info("ended the leases of %d dead worker(s): %s", len(gone), ", ".join(gone))
+            if self._on_freed is not None:
+                self._post(self._on_freed)
         return twin
 
     async def _on(self, store: Store, call: Coroutine[Any, Any, T]) -> T:

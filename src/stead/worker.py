@@ -114,7 +114,8 @@ class Worker:
         )
         self._leases = LeaseKeeper(store, self.options.lease_seconds, on_lost=self._lost,
                                    blocked_after=self.options.blocked_after,
-                                   on_cancel=self._cancel_requested)
+                                   on_cancel=self._cancel_requested,
+                                   worker_id=self.id, on_freed=self._wake.set)
         # Runs this worker leaves alone for a while after a store error: run id
         # -> (until when, by loop time; the pause the next error starts).
         self._backoff: dict[str, tuple[float, float]] = {}

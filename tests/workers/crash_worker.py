@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import stead
-from stead.records import RunRow
+from stead.records import RunRow, RunStatus
 from stead.testing import CrashingStore, CrashPoint, DelegatingStore, kill_process
 
 app = stead.App("crash-tests")
@@ -245,14 +245,14 @@ def crash_point(text: str) -> CrashPoint:
     raise SystemExit(f"bad --crash {text!r}: use before:N[:name] or after:N[:name]")
 
 
-async def _until_done(store: stead.Store, worker: stead.Worker) -> None:
-    """Stop the worker once no run is pending or running."""
+async def until_done(store: stead.Store, worker: stead.Worker) -> None:
+    """Stop the worker once no run is pending or running. One read counts
+    both: read one status after the other, a continue-as-new committing in
+    between (its run leaves running, its successor enters pending) slips
+    past both reads and the worker stopped with the successor pending."""
     while True:
-        busy = [
-            r for status in ("pending", "running")
-            for r in await store.list_runs(status=status, limit=1)
-        ]
-        if not busy:
+        counts = await store.count_runs()
+        if not counts.get(RunStatus.PENDING) and not counts.get(RunStatus.RUNNING):
             worker.stop()
             return
         await asyncio.sleep(0.05)
@@ -300,7 +300,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
 
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, on_sigterm)
-    watcher = asyncio.create_task(_until_done(inner, worker)) if args.until_done else None
+    watcher = asyncio.create_task(until_done(inner, worker)) if args.until_done else None
     event(f"ready {worker.id}")
     try:
         while args.wait_for_gate and not (CONFIG.gate is not None and CONFIG.gate.exists()):

@@ -30,6 +30,7 @@ from stead.records import RunRow
 from stead.testing import CrashingStore, CrashPoint, DelegatingStore
 from tests.helpers import SkewedClock
 from tests.outside import CI, Mail, Payments
+from tests.workers.crash_worker import until_done
 
 app = stead.App("effect-tests")
 
@@ -227,17 +228,6 @@ def crash_point(text: str) -> CrashPoint:
     raise SystemExit(f"bad --crash {text!r}: use before:N:name or after:N:name")
 
 
-async def _until_done(store: stead.Store, worker: stead.Worker) -> None:
-    """Stop the worker once no run is pending or running."""
-    while True:
-        busy = [r for status in ("pending", "running")
-                for r in await store.list_runs(status=status, limit=1)]
-        if not busy:
-            worker.stop()
-            return
-        await asyncio.sleep(0.05)
-
-
 async def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--db", required=True, help="the database URL")
@@ -259,7 +249,7 @@ async def main() -> None:
         lease_seconds=args.lease, poll_interval=0.05, shutdown_grace=5.0,
     ))
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, worker.stop)
-    watcher = asyncio.create_task(_until_done(inner, worker)) if args.until_done else None
+    watcher = asyncio.create_task(until_done(inner, worker)) if args.until_done else None
     try:
         await worker.run()
     finally:

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import stead
 from stead.testing import CrashingStore, CrashPoint
+from tests import stress
 
 SCRIPT = Path(__file__).with_name("crash_worker.py")
-DEADLINE = 30.0  # generous: a slow CI box must not fail these, a hang still does
+SLOW = stress.slow()  # every deadline the process tests wait on scales by it
+DEADLINE = 30.0 * SLOW  # generous: a slow CI box must not fail these, a hang still does
 
 
 @dataclasses.dataclass

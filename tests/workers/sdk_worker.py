@@ -21,17 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import stead
 from stead.testing import CrashingStore
-from tests.workers.crash_worker import crash_point
-
-
-async def _until_done(store: stead.Store, worker: stead.Worker) -> None:
-    while True:
-        busy = [r for status in ("pending", "running")
-                for r in await store.list_runs(status=status, limit=1)]
-        if not busy:
-            worker.stop()
-            return
-        await asyncio.sleep(0.05)
+from tests.workers.crash_worker import crash_point, until_done
 
 
 async def main() -> None:
@@ -51,7 +41,7 @@ async def main() -> None:
     worker = stead.Worker(app, store, stead.WorkerOptions(
         lease_seconds=args.lease, poll_interval=0.05))
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, worker.stop)
-    watcher = None if args.stay else asyncio.create_task(_until_done(inner, worker))
+    watcher = None if args.stay else asyncio.create_task(until_done(inner, worker))
     try:
         await worker.run()
     finally:

@@ -11,7 +11,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from stead import addresses, errors, keys
+from stead import addresses, errors, keys, processes
 from stead.queues import Queue
 from stead.records import (
     ActionRow,
@@ -39,7 +39,7 @@ from stead.records import (
     WaitState,
 )
 from stead.searches import RunSearch
-from stead.store import _rejections, _rows, _streams
+from stead.store import _holders, _rejections, _rows, _streams
 from stead.store import _transactions as tx
 from stead.store.seam import Claim, Database, FencedWrite, Finish, Writing
 from stead.stream_records import NewEntry, StreamEntry
@@ -87,6 +87,7 @@ class Store:
         self.key_file: str | None = None
         self._legacy: bytes | None = None
         self._legacy_read = False
+        self._present: set[str] = set()  # workers whose presence lock is marked held
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -310,6 +311,35 @@ class Store:
             lambda: tx.release(fence, self.clock.now()),
             Writing(one_statement=True, releases=fence.run_id),
         )
+
+    async def record_process(self, worker_id: str) -> None:
+        """Record the process `worker_id` runs in (this one), so that claimers
+        on this machine can tell when it has died (see `end_dead_leases`)."""
+        me, now = processes.this_process(), self.clock.now()
+        await self.database.write(lambda: _holders.record(worker_id, me, now), Writing())
+
+    async def keep_presence(self, worker_id: str) -> None:
+        """Hold `worker_id`'s presence lock, where the database has one
+        (PostgreSQL: see store/postgres/presence.py), and say so in its
+        process row, so claimers on any machine can tell when it died."""
+        if await self.database.keep_presence(worker_id) and worker_id not in self._present:
+            await self.database.write(lambda: _holders.mark_locks(worker_id), Writing())
+            self._present.add(worker_id)
+
+    async def forget_process(self, worker_id: str) -> None:
+        await self.database.write(lambda: _holders.forget(worker_id), Writing())
+
+    async def end_dead_leases(self, worker_id: str, limit: int = 100) -> list[str]:
+        """End now the leases of the workers (other than `worker_id`) whose
+        process is known dead, so the next claim takes their runs without
+        waiting their leases out; the dead workers' ids. Holders this machine
+        cannot judge keep their leases (see stead/processes.py)."""
+        lease_now = self.database.lease_now()
+        gone = await self.database.read(
+            lambda: _holders.dead_holders(worker_id, lease_now, processes.dead, limit))
+        if gone:
+            await self.database.write(lambda: _holders.end_leases(gone, lease_now), Writing())
+        return gone
 
     # -- journal ------------------------------------------------------------
     async def load_journal(self, run_id: str) -> list[Record]:

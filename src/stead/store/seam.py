@@ -202,6 +202,13 @@ class Database(abc.ABC):
         This default sleeps (workers poll)."""
         await asyncio.sleep(timeout)
 
+    async def keep_presence(self, worker_id: str) -> bool:
+        """Hold (or take again) a lock that lives as long as this worker's
+        session, which claimers anywhere can see freed when it dies; whether
+        it is held. This default has none (a dead holder is then told by its
+        process, on its own machine only)."""
+        return False
+
     @property
     @abc.abstractmethod
     def commits(self) -> int:

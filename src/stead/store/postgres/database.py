@@ -30,6 +30,7 @@ from stead.store import _rows, seam, sql_files
 from stead.store.postgres import connection, journal
 from stead.store.postgres.connection import Conn
 from stead.store.postgres.group import GroupCommit
+from stead.store.postgres.presence import Presence
 
 T = TypeVar("T")
 Q = sql_files.queries("postgres")
@@ -46,6 +47,7 @@ class PostgresDatabase(seam.Database):
         self._db = connection.Connector(self.target, retry_for=retry_for)
         self._listener = connection.Listener(self._db)
         self._group = GroupCommit(self._db)
+        self._presence: Presence | None = None
 
     @property
     def commits(self) -> int:
@@ -76,6 +78,8 @@ class PostgresDatabase(seam.Database):
                     await conn.execute(Q["insert_version"], {"version": version})
 
     async def close(self) -> None:
+        if self._presence is not None:
+            await self._presence.close()
         await self._group.close()
         await self._listener.close()
         await self._db.close()
@@ -126,6 +130,11 @@ class PostgresDatabase(seam.Database):
     async def wait_for_work(self, timeout: float) -> None:
         """Return when a run may have become claimable (NOTIFY), or after `timeout`."""
         await self._listener.wait(timeout)
+
+    async def keep_presence(self, worker_id: str) -> bool:
+        if self._presence is None:
+            self._presence = Presence(self._db, worker_id)
+        return await self._presence.keep()
 
 
 async def _run(conn: Conn, flow: seam.FlowFactory[T]) -> T:

@@ -1001,3 +1001,71 @@ ORDER BY pos LIMIT %(limit)s;
 
 -- name: delete_streams
 DELETE FROM stream_entries WHERE run_id = ANY(%(run_ids)s::text[]);
+
+-- == dead lease holders: leases whose holder's process is gone (leases.py) ==
+-- name: record_process
+INSERT INTO worker_processes (worker_id, machine, pid, started, at)
+VALUES (%(worker_id)s, %(machine)s, %(pid)s, %(started)s, %(now)s)
+ON CONFLICT (worker_id) DO UPDATE
+SET machine = excluded.machine, pid = excluded.pid, started = excluded.started, at = excluded.at,
+    locks = FALSE;
+
+-- name: forget_process
+DELETE FROM worker_processes WHERE worker_id = %(worker_id)s;
+
+-- name: lease_holders
+-- The processes of the other workers that hold leases not ended yet (from
+-- the few process rows, each looked up in runs_lease_owner); lock_free: the
+-- holder took its presence lock (presence_lock) and no session holds it any
+-- more, so its process is gone, on whatever machine.
+SELECT p.worker_id, p.machine, p.pid, p.started,
+    (p.locks AND NOT EXISTS (
+        SELECT 1 FROM pg_locks AS l
+        WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+          AND l.classid = 1937007980
+          AND l.objid = hashtext(current_schema() || '/' || p.worker_id)::oid)) AS lock_free
+FROM worker_processes AS p
+WHERE p.worker_id <> %(worker_id)s AND EXISTS (
+    SELECT 1 FROM runs
+    WHERE runs.lease_owner = p.worker_id AND runs.status = 'running'
+      AND runs.lease_expires_at >
+          COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8)
+LIMIT %(limit)s;
+
+-- name: forget_gone_processes
+-- Process rows of workers whose heartbeats were forgotten (forget_hosts) are
+-- history too. Only rows recorded before %(before)s (a day ago): a worker records
+-- its process just before its first heartbeat, and must not lose it meanwhile.
+DELETE FROM worker_processes
+WHERE at < %(before)s AND worker_id NOT IN (SELECT worker_id FROM worker_hosts);
+
+-- name: end_leases_of
+-- The holder is dead: its leases end now, so the next claim takes its runs
+-- (the epoch the claim bumps fences anything the holder might still write);
+-- idle workers are woken as by a release.
+WITH ended AS (
+    UPDATE runs SET lease_expires_at =
+        COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8
+    WHERE status = 'running' AND lease_owner = %(worker_id)s AND lease_expires_at >
+        COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8
+    RETURNING run_id
+)
+SELECT pg_notify('stead_work', current_schema()) FROM (SELECT 1 FROM ended LIMIT 1) AS any_ended;
+
+-- name: presence_lock
+-- Held by a worker for as long as its session lives (on a connection of its
+-- own, see postgres/presence.py): key (1937007980, the schema and worker id).
+SELECT pg_try_advisory_lock(1937007980, hashtext(current_schema() || '/' || %(worker_id)s))
+    AS held;
+
+-- name: mark_locks
+UPDATE worker_processes SET locks = TRUE WHERE worker_id = %(worker_id)s;
+
+-- name: presence_held
+-- Whether this session still holds its presence lock (a round trip that
+-- also finds a connection that dropped).
+SELECT EXISTS (
+    SELECT 1 FROM pg_locks
+    WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid() AND classid = 1937007980
+) AS held;

@@ -821,3 +821,39 @@ ORDER BY pos LIMIT :limit;
 
 -- name: delete_streams
 DELETE FROM stream_entries WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- == dead lease holders: leases whose holder's process is gone (leases.py) ==
+-- name: record_process
+INSERT INTO worker_processes (worker_id, machine, pid, started, at)
+VALUES (:worker_id, :machine, :pid, :started, :now)
+ON CONFLICT (worker_id) DO UPDATE
+SET machine = excluded.machine, pid = excluded.pid, started = excluded.started, at = excluded.at,
+    locks = FALSE;
+
+-- name: forget_process
+DELETE FROM worker_processes WHERE worker_id = :worker_id;
+
+-- name: lease_holders
+-- The processes of the other workers that hold leases not ended yet (from
+-- the few process rows, each looked up among the running runs, runs_status);
+-- lock_free: SQLite has no presence locks (see the PostgreSQL query).
+SELECT p.worker_id, p.machine, p.pid, p.started, 0 AS lock_free FROM worker_processes AS p
+WHERE p.worker_id <> :worker_id AND EXISTS (
+    SELECT 1 FROM runs
+    WHERE runs.lease_owner = p.worker_id AND runs.status = 'running'
+      AND runs.lease_expires_at > COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0))
+LIMIT :limit;
+
+-- name: forget_gone_processes
+-- Process rows of workers whose heartbeats were forgotten (forget_hosts) are
+-- history too. Only rows recorded before :before (a day ago): a worker records
+-- its process just before its first heartbeat, and must not lose it meanwhile.
+DELETE FROM worker_processes
+WHERE at < :before AND worker_id NOT IN (SELECT worker_id FROM worker_hosts);
+
+-- name: end_leases_of
+-- The holder is dead: its leases end now, so the next claim takes its runs
+-- (the epoch the claim bumps fences anything the holder might still write).
+UPDATE runs SET lease_expires_at = COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0)
+WHERE status = 'running' AND lease_owner = :worker_id
+  AND lease_expires_at > COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0);

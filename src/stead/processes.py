@@ -1,0 +1,72 @@
+"""Whether a worker's process is alive, told from the same machine.
+
+A worker records who it is (`this_process`): the machine, as the host name,
+the boot and the process namespace (two containers sharing a host name never
+judge each other's processes), its pid and the time the kernel started it. A
+process on the same machine whose pid is gone, a zombie, or whose pid now
+belongs to a process started at another time is dead (`dead`). Anything this
+module cannot tell (another machine, no /proc, no permission to look) counts
+as alive: the lease decides then, as it always did. A wrong "dead" would only
+move a run early (the epoch still fences the old holder's writes); a wrong
+"alive" costs the lease time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+
+
+@dataclasses.dataclass(frozen=True)
+class Process:
+    machine: str
+    pid: int
+    started: str  # the kernel's start time of the pid ("" if it cannot tell)
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read(4096).strip()
+    except OSError:
+        return ""
+
+
+def _machine() -> str:
+    try:
+        namespace = str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        namespace = ""
+    return f"{socket.gethostname()}/{_read('/proc/sys/kernel/random/boot_id')}/{namespace}"
+
+
+def _stat(pid: int) -> tuple[str, str] | None:
+    """The state letter and start time of `pid` from /proc, or None."""
+    text = _read(f"/proc/{pid}/stat")
+    # The name, in parentheses, may hold spaces: fields count after its end.
+    fields = text[text.rfind(")") + 2:].split() if ")" in text else []
+    return (fields[0], fields[19]) if len(fields) > 19 else None
+
+
+def this_process() -> Process:
+    pid = os.getpid()
+    stat = _stat(pid)
+    return Process(_machine(), pid, stat[1] if stat else "")
+
+
+def dead(process: Process) -> bool:
+    """Whether `process` has surely ended (see the module docstring)."""
+    if process.machine != _machine() or process.pid <= 0:
+        return False
+    try:
+        os.kill(process.pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # no permission to signal it: it exists
+        pass
+    stat = _stat(process.pid)
+    if stat is None:
+        return False
+    state, started = stat
+    return state in ("Z", "X") or (bool(process.started) and started != process.started)
