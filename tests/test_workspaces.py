@@ -104,6 +104,8 @@ async def test_a_takeover_restores_the_saved_tree_into_a_fresh_directory(
     assert result["link"] == result["calc"]  # the link came back as a link
     assert (Path(result["path"]) / "run.sh").stat().st_mode & 0o111
     assert trees.scan(Path(result["path"])).sha256 == result["tree"]
+    # The edit step's snapshot rode with its result; the explicit save after
+    # it found the same tree and stored no second snapshot.
     [snap] = await client.snapshots(info.run_id)
     assert (snap.name, snap.tree, snap.epoch) == ("repo", result["tree"], 1)
     assert snap.files == 4 and snap.stored_bytes == snap.bytes - 256 * 64  # stored once
@@ -430,3 +432,49 @@ async def test_a_later_takeover_on_the_same_machine_removes_the_earlier_copy(
     copies = sorted(p.name.split(".")[1] for p in (dirs["b"] / info.run_id).iterdir())
     assert copies == ["3"] and Path(result["path"]).name.startswith("repo.3.")
     assert calls["edit"] == 1
+
+
+async def test_a_step_that_changes_the_tree_is_saved_with_its_result_incrementally(
+    fstore: stead.Store, clock: stead.FakeClock, dirs: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = Calls()
+    repo = make_repo(dirs["root"] / "repo")
+    app = stead.App("coder")
+
+    def write_note(path: Any, text: str) -> str:
+        calls.hit(f"note {text}")
+        Path(path, "note.txt").write_text(text)
+        return text
+
+    def crash_once() -> None:
+        if calls["crash"] < 1:
+            calls.hit("crash")
+            raise Crash()
+
+    @app.workflow()
+    async def notes(run: stead.Run, repo: str) -> dict[str, Any]:
+        ws = await run.workspace("repo", repo, root=dirs["root"])
+        await run.step("look", lambda: calls.hit("look"))  # changes nothing: no snapshot
+        await run.step("first", write_note, ws.path, "one")
+        await run.step("second", write_note, ws.path, "two")
+        await run.step("crash", crash_once)
+        return {"note": Path(ws.path, "note.txt").read_text(), "tree": ws.snapshot and
+                ws.snapshot.tree}
+
+    client = stead.Client(fstore, app)
+    info = await client.start(notes, str(repo))
+    await stead.Worker(app, fstore, stead.WorkerOptions(lease_seconds=30)).run_until_idle()
+    shutil.rmtree(dirs["root"])
+    monkeypatch.setenv("STEAD_WORKSPACE_DIR", str(dirs["b"]))
+    await take_over(app, fstore, clock)
+    result = await client.result(info.run_id, timeout=10)
+
+    assert result["note"] == "two"  # the last step's file, with no explicit save
+    assert (calls["note one"], calls["note two"], calls["look"]) == (1, 1, 1)  # none redone
+    journal = {r.seq: r for r in await client.journal(info.run_id)}
+    first, second = await client.snapshots(info.run_id)
+    assert [journal[s.seq - 1].name for s in (first, second)] == ["first", "second"]
+    assert second.tree == result["tree"]
+    assert first.stored_bytes == first.bytes - 256 * 64  # the duplicate blob once
+    assert second.stored_bytes == len("two")  # only the changed file's blob

@@ -81,6 +81,7 @@ class Run:
         self.version = row.version
         self.epoch = row.epoch
         self._row = row
+        self._saves = workspaces.StepSaves(execution)
 
     # -- recorded calls -----------------------------------------------------
     async def _recorded(
@@ -94,6 +95,7 @@ class Run:
         gate: Callable[[], None] | None = None,
         fresh: str | None = None,
         reason: str | None = None,
+        saves: workspaces.StepSaves | None = None,
     ) -> tuple[RecordStatus, str, int]:
         """Return `(status, payload, attempts)` of the call at the next address: from the
         journal if recorded, else by calling it live (with retries) and
@@ -129,6 +131,8 @@ class Run:
             last = prior[-1]
             self._x.classify(ResumeClass.REUSE)
             if last.status == RecordStatus.OK:
+                if saves is not None:
+                    saves.replayed(addr)
                 return RecordStatus.OK, last.payload, last.attempt
             retry_at = codec.loads(last.payload).get("retry_at")
             if retry_at is None:
@@ -172,9 +176,11 @@ class Run:
             except BaseException:
                 self._x.unbuffer(started)
                 raise
-            await self._x.commit(
-                [self._x.record(addr, attempt, kind, name, digest, RecordStatus.OK, payload)],
-                drop=started)
+            done = self._x.record(addr, attempt, kind, name, digest, RecordStatus.OK, payload)
+            if saves is not None:  # the files the step made ride with its result
+                await saves.commit(addr, done, started)
+            else:
+                await self._x.commit([done], drop=started)
             return RecordStatus.OK, payload, attempt
 
     async def _judged(self, action: policy.Action) -> None:
@@ -295,6 +301,7 @@ class Run:
             lambda v: codec.dumps(v, what=f"the result of step {name!r}",
                                   limit=self._x.max_result_bytes),
             retry or NO_RETRY, self._bound(), fresh,
+            saves=self._saves if self._saves.spaces else None,
         )
         if status == RecordStatus.ERROR:
             self._raise(name, payload, attempts)
@@ -564,11 +571,15 @@ class Run:
         `$STEAD_WORKSPACE_ROOT`, else the current directory) to the run as
         workspace `name`; `await ws.save()` snapshots it durably (its blobs in
         the run's database, or under the fsspec URL `blobs`), at most
-        `max_bytes` of files. After a takeover, `ws.path` is the fresh
+        `max_bytes` of files. Each step that changes it is saved with its
+        result, in one fenced transaction (`workspaces.StepSaves`): a takeover
+        restores what the step made and does not redo it. After a takeover, `ws.path` is the fresh
         directory its last snapshot was restored into, on this worker."""
         bounds.optional_text(name, "a workspace's name")
-        return await workspaces.attach(self._x, name, path, root=root, max_bytes=max_bytes,
-                                       blob_url=blobs)
+        ws = await workspaces.attach(self._x, name, path, root=root, max_bytes=max_bytes,
+                                     blob_url=blobs)
+        self._saves.attached(ws)
+        return ws
 
     # -- child runs ---------------------------------------------------------------
     async def child(
