@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import stead
-from stead import fingerprints
-from stead.records import RecordKind, ResumeClass, RunStatus
+from stead import fingerprints, timeline
+from stead.records import RecordKind, ResumeClass, RunStatus, StaleCause, StaleOutcome
 from tests.helpers import Calls, Crash
 
 
@@ -94,6 +94,19 @@ async def test_a_changed_lockfile_makes_the_result_stale_and_it_runs_again(
     assert [r.name for r in journal if r.kind == RecordKind.STEP].count("tests") == 2
     [resume] = await client.resumes(run_id)
     assert resume.details.classes.get(ResumeClass.REVALIDATE) == 1
+    # The record names the result it reran and the file that changed, old -> new.
+    [stale] = resume.details.reran or []
+    [fp] = [r for r in journal if r.kind == RecordKind.FINGERPRINT][:1]
+    assert (stale["call"], stale["seq"]) == ("tests", fp.seq)
+    assert (stale["cause"], stale["done"]) == (StaleCause.FINGERPRINT, StaleOutcome.RERUN)
+    [changed] = stale["changed"]
+    assert changed.startswith(f"files.{lock}: ") and " -> " in changed
+    # Reused: the attachment and the save before the cut, not the cut fingerprint.
+    assert resume.reused == 2
+    shown = timeline.render_run(await client.get(run_id), journal, [resume])
+    assert "reused 2 record(s)\n    calls: results no longer holding, made again 1" in shown
+    assert f"rerun: tests (seq {fp.seq}), its fingerprint changed: files.{lock}: " in shown
+    assert "2 record(s) above reused" in shown
     await _take_over(app, fstore, clock)  # nothing left to do
     assert calls["tests"] == 2
 
@@ -110,6 +123,10 @@ async def test_a_stale_result_an_effect_followed_pauses_the_run(
     message = str((info.error or {}).get("message"))
     assert "fingerprint changed" in message and "files." in message and "publish" in message
     assert (calls["tests"], sent) == (1, ["L1"])  # neither made again nor sent twice
+    [resume] = await client.resumes(run_id)
+    [stale] = resume.details.reran or []
+    assert (stale["call"], stale["done"]) == ("tests", StaleOutcome.PAUSED)
+    assert stale["changed"][0].startswith(f"files.{lock}: ")
 
 
 def test_what_differs_between_two_fingerprints_is_named() -> None:

@@ -186,6 +186,9 @@ async def test_a_changed_lockfile_makes_the_test_result_stale_and_it_reruns(
         assert [r.kind for r in journal].count(RecordKind.CUT) == 1
         [resume] = await client.resumes(run_id)
         assert resume.details.classes.get(ResumeClass.REVALIDATE) == 1
+        [stale] = resume.details.reran or []  # the record names the lockfile, old -> new
+        assert (stale["call"], stale["done"]) == ("run_tests", "rerun")
+        assert [c.split(":")[0] for c in stale["changed"]] == [f"files.{ci_agent.LOCKFILE}"]
         assert (await client.get(run_id)).status == RunStatus.COMPLETED
     finally:
         await store.close()

@@ -219,18 +219,22 @@ class Run:
                 return
             start = prior[0].seq
             acted = proposals.acted_after(self._x, addr, start)
+            changed = changes(before, now)
             if acted is not None:
+                self._x.reran.append({"call": name, "seq": start,
+                                      "cause": records.StaleCause.FINGERPRINT,
+                                      "changed": changed, "done": records.StaleOutcome.PAUSED})
                 raise Stop(records.RunStatus.PAUSED, {
                     "type": "Paused", "cause": "revalidate",
                     "message": f"step {name!r}'s fingerprint changed "
-                               f"({'; '.join(changes(before, now))}), but {acted.kind} "
+                               f"({'; '.join(changed)}), but {acted.kind} "
                                f"{acted.name!r} (seq {acted.seq}) already happened after it: its "
                                "result cannot simply be made again. Decide: stead runs resume RUN "
                                "--by WHO --why WHY [--intent FILE], or stead runs terminate RUN "
                                "--by WHO --why WHY",
                     "call": name, "after": acted.name, "after_seq": acted.seq,
                 })
-            proposals.cut(self._x, start, name)
+            proposals.cut(self._x, start, name, records.StaleCause.FINGERPRINT, changed)
         self._x.check_live()
         self._x.buffer(self._x.record(addr, 1, RecordKind.FINGERPRINT, name, "",
                                       RecordStatus.OK, codec.dumps(now, what="a fingerprint")))
