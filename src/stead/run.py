@@ -21,6 +21,7 @@ from stead import (
     digests,
     effects,
     errors,
+    fingerprints,
     guard,
     judgements,
     keys,
@@ -204,22 +205,30 @@ class Run:
             attempts=attempts,
         )
 
-    async def _fingerprint(self, name: str, fingerprint: Fingerprint) -> None:
+    async def _fingerprint(self, name: str, fingerprint: Fingerprint,
+                           reads: workspaces.Workspace | None, by_default: bool) -> None:
         """Journal the environment a step's result is made in, just before it
         (the record rides along with the step's); on replay, compare it with
         the environment now: if it changed, the recorded result no longer
-        holds and the journal is cut from it (see `proposals.cut`)."""
-        addr = addresses.reserve()
-        with self._x.busy():
-            now = await fingerprint.take()
+        holds and the journal is cut from it (see `proposals.cut`). A
+        fingerprint only the default binds (`by_default`) sits at the step's
+        address plus `/env`, so it shifts no call's address, and is not
+        added to a step journaled without one."""
+        step = addresses.peek()
+        addr = f"{step}/env" if by_default else addresses.reserve()
         prior = self._x.take(addr, RecordKind.FINGERPRINT, name, "")
+        if by_default and not prior and self._x.journal.first(step) is not None:
+            return
+        with self._x.busy():
+            now = await fingerprint.take(reads)
         if prior:
             before = codec.loads(prior[-1].payload)
-            if before == now:
+            judged = fingerprints.judged(before, now)
+            if before == judged:
                 return
             start = prior[0].seq
             acted = proposals.acted_after(self._x, addr, start)
-            changed = changes(before, now)
+            changed = changes(before, judged)
             if acted is not None:
                 self._x.reran.append({"call": name, "seq": start,
                                       "cause": records.StaleCause.FINGERPRINT,
@@ -286,9 +295,14 @@ class Run:
         bounds.text(name, "a step name")
         if timeout is not None:
             timeout = bounds.seconds(timeout, "a step's timeout")
+        # A step that reads a workspace is bound to its environment by default.
+        reads = fingerprints.read(args, kwargs, self._saves.spaces) \
+            if fresh is None or isinstance(fresh, Fingerprint) else None
         if isinstance(fresh, Fingerprint):
-            await self._fingerprint(name, fresh)
+            await self._fingerprint(name, fresh, reads, by_default=False)
             fresh = None
+        elif reads is not None:
+            await self._fingerprint(name, Fingerprint(), reads, by_default=True)
         digest = digests.contracted(
             self._x.digests.call(RecordKind.STEP, name, args, kwargs), contract)
 

@@ -177,8 +177,11 @@ async def fix_and_test(run: stead.Run, repo: str, issue: str) -> dict[str, Any]:
     # explicit `ws.save()`; one is made here only if no step changed anything.
     snap = ws.snapshot or await ws.save()
     sha = snap.commit or snap.tree[:12]
-    tests = await run.step("run_tests", run_tests, ws.path, fresh=stead.Fingerprint(
-        workspace=ws, files=[LOCKFILE]))
+    # Bound to the worker's lockfile (relative: the worker's directory), and,
+    # as every step that reads the workspace, to its environment (its tree,
+    # the Python version and platform, $STEAD_IMAGE) by default.
+    tests = await run.step("run_tests", run_tests, ws.path,
+                           fresh=stead.Fingerprint(files=[LOCKFILE]))
     note = await run.llm("write_message", MODEL, [
         {"role": "user", "content": f"Write the CI message for this test report: {tests}"}])
     ci: dict[str, Any] = await run.effect("run_ci", run_ci, sha, note.text, check=ci_check,
