@@ -74,6 +74,7 @@ from stead.records import (
     Record,
     ResumeDetails,
     ResumeRecord,
+    SnapshotRow,
     UnknownOutcome,
 )
 from stead.retention import PruneReport, prune
@@ -158,6 +159,7 @@ __all__ = [
     "SecretInJournal",
     "SerializationError",
     "Snapshot",
+    "SnapshotRow",
     "StaleLease",
     "Start",
     "StateConflict",
