@@ -162,7 +162,7 @@ class Workspace:
         with x.busy():
             scanned = await self._scanned()
         last = self._snapshot
-        if last is not None and scanned.tree.sha256 == last.tree:
+        if last is not None and scanned.sha256 == last.tree:
             # Saved already (a step's result carried it): the record says so,
             # and a takeover restores the snapshot that holds it.
             rec = x.record(addr, 1, RecordKind.WORKSPACE, self.name, _SAVE, RecordStatus.OK,
@@ -175,10 +175,9 @@ class Workspace:
 
     async def _scanned(self) -> _Scanned:
         """The tree now, its blobs uploaded if they go to a URL (off the loop)."""
-        tree, git = await asyncio.to_thread(self._scan)
-        scanned = _Scanned(tree, git)
+        scanned = await asyncio.to_thread(lambda: _Scanned.of(*self._scan()))
         if self.blob_url is not None:
-            await asyncio.to_thread(self._upload, tree, scanned.extra)
+            await asyncio.to_thread(self._upload, scanned)
         return scanned
 
     def _replayed(self, rec: Record) -> None:
@@ -190,10 +189,10 @@ class Workspace:
         git = gittrees.state(self.dir)
         return trees.scan(self.dir, self.max_bytes), git
 
-    def _upload(self, tree: trees.Tree, extra: dict[str, bytes]) -> None:
+    def _upload(self, scanned: _Scanned) -> None:
         assert self.blob_url is not None
         where = blobs.BlobDir(self.blob_url)
-        located = tree.blobs()
+        located, extra = scanned.located, scanned.extra
         for sha256 in where.missing([*located, *extra]):
             data = extra.get(sha256) or trees.read_blob(self.dir, located[sha256], sha256)
             where.put(sha256, data)
@@ -201,10 +200,21 @@ class Workspace:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Scanned:
-    """A workspace's tree as scanned, ready to be stored."""
+    """A workspace's tree as scanned, ready to be stored: what costs time in
+    a large tree (its manifest, hash, blob index) worked out once, in the
+    scanning thread, so the event loop never walks the entries."""
 
     tree: trees.Tree
     git: gittrees.GitState | None
+    manifest: str
+    sha256: str
+    located: dict[str, str]  # each blob's hash, and one path holding it
+    files: int
+    size: int  # bytes of files
+
+    @classmethod
+    def of(cls, tree: trees.Tree, git: gittrees.GitState | None) -> _Scanned:
+        return cls(tree, git, tree.manifest, tree.sha256, tree.blobs(), tree.files, tree.bytes)
 
     @property
     def extra(self) -> dict[str, bytes]:
@@ -212,8 +222,8 @@ class _Scanned:
         return {git.patch_sha256: git.patch} if git is not None and git.patch else {}
 
     def payload(self, name: str) -> str:
-        tree, git = self.tree, self.git
-        return codec.dumps({"tree": tree.sha256, "files": tree.files, "bytes": tree.bytes,
+        git = self.git
+        return codec.dumps({"tree": self.sha256, "files": self.files, "bytes": self.size,
                             "git": None if git is None else git.to_json()},
                            what=f"the snapshot of workspace {name!r}")
 
@@ -226,24 +236,24 @@ async def _commit(x: Execution, recs: list[Record],
     saved = [x.record(addr, 1, RecordKind.WORKSPACE, ws.name, _SAVE, RecordStatus.OK,
                       scanned.payload(ws.name)) for ws, addr, scanned in saves]
     into_db = [(ws, s) for ws, _a, s in saves if ws.blob_url is None]
-    hashes = [h for _ws, s in into_db for h in (*s.tree.blobs(), *s.extra)]
     where: dict[str, tuple[Workspace, _Scanned]] = {
-        h: (ws, s) for ws, s in into_db for h in (*s.tree.blobs(), *s.extra)}
+        h: (ws, s) for ws, s in into_db for h in (*s.located, *s.extra)}
+    hashes = list(where)
     numbered: list[Record] = []
 
     def read(sha256: str) -> bytes:
         ws, scanned = where[sha256]
         if sha256 in scanned.extra:
             return scanned.extra[sha256]
-        return trees.read_blob(ws.dir, scanned.tree.blobs()[sha256], sha256)
+        return trees.read_blob(ws.dir, scanned.located[sha256], sha256)
 
     def send(batch: list[Record], resume: ResumeRecord | None) -> Any:
         numbered[:] = batch[len(batch) - len(saved):]
         rows = [SnapshotRow(
             run_id=x.fence.run_id, name=ws.name, seq=rec.seq, epoch=x.fence.epoch,
-            worker_id=x.fence.worker_id, tree=s.tree.sha256, manifest=s.tree.manifest,
+            worker_id=x.fence.worker_id, tree=s.sha256, manifest=s.manifest,
             git=None if s.git is None else json.dumps({**s.git.to_json()}),
-            files=s.tree.files, bytes=s.tree.bytes, stored_bytes=0, blobs=ws.blob_url,
+            files=s.files, bytes=s.size, stored_bytes=0, blobs=ws.blob_url,
             source=str(ws.dir), at=rec.at) for (ws, _a, s), rec in zip(saves, batch[-len(saved):],
                                                                        strict=True)]
         return x.store.save_snapshot(x.fence, batch, resume, rows[-1], hashes, read,
@@ -284,7 +294,7 @@ class StepSaves:
         with x.busy():
             for ws in self.spaces:
                 scanned = await ws._scanned()
-                if scanned.tree.sha256 != ws.seen:
+                if scanned.sha256 != ws.seen:
                     saves.append((ws, f"{addr}/{ws.name}", scanned))
         if not saves:
             await x.commit([rec], drop=started)
