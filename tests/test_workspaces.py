@@ -478,3 +478,29 @@ async def test_a_step_that_changes_the_tree_is_saved_with_its_result_incremental
     assert second.tree == result["tree"]
     assert first.stored_bytes == first.bytes - 256 * 64  # the duplicate blob once
     assert second.stored_bytes == len("two")  # only the changed file's blob
+
+
+async def test_restored_copies_are_no_part_of_a_workspace_attached_as_dot(
+    fstore: stead.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    monkeypatch.chdir(repo)
+    monkeypatch.delenv("STEAD_WORKSPACE_DIR", raising=False)
+    # What an earlier takeover on this machine restored, by default here.
+    (repo / ".stead-workspaces" / "run" / "repo.1.x").mkdir(parents=True)
+    (repo / ".stead-workspaces" / "run" / "repo.1.x" / "calc.py").write_text("old copy\n")
+    app = stead.App("dot")
+
+    @app.workflow()
+    async def keep(run: stead.Run) -> str:
+        ws = await run.workspace("repo", ".")
+        return (await ws.save()).tree
+
+    client = stead.Client(fstore, app)
+    info = await client.start(keep)
+    await stead.Worker(app, fstore).run_until_idle()
+    tree = await client.result(info.run_id, timeout=10)
+    [snap] = await client.snapshots(info.run_id)
+    paths = [entry.path for entry in trees.Tree.loads(snap.manifest).entries]
+    assert snap.tree == tree and "calc.py" in paths
+    assert not [p for p in paths if p.startswith(".stead-workspaces")]

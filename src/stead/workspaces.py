@@ -57,6 +57,14 @@ def restore_base() -> Path:
     return Path(os.environ.get(DIR_ENV) or Path(os.getcwd(), ".stead-workspaces"))
 
 
+def _restores_inside(top: Path) -> Path | None:
+    """The restore base, if it lies in `top` (a workspace attached as `.`):
+    the copies takeovers put there are no part of the workspace, and a save
+    leaves them out."""
+    base = restore_base().resolve()
+    return base if top in base.parents else None
+
+
 class WorkspacePath(os.PathLike[str]):
     """Where a workspace (or a path in it) is on this worker: a path-like
     object (`open`, `Path(...)`, `os.fspath` and `str` give the real path),
@@ -187,7 +195,7 @@ class Workspace:
     def _scan(self) -> tuple[trees.Tree, gittrees.GitState | None]:
         # git first: asking it may refresh its index, which is part of the tree.
         git = gittrees.state(self.dir)
-        return trees.scan(self.dir, self.max_bytes), git
+        return trees.scan(self.dir, self.max_bytes, _restores_inside(self.dir)), git
 
     def _upload(self, scanned: _Scanned) -> None:
         assert self.blob_url is not None
