@@ -169,6 +169,48 @@ async def test_a_git_tree_records_commit_patch_and_untracked_files_and_restores(
     assert "a + b" in (dest / "calc.py").read_text()
     assert git(dest, "status", "--porcelain").splitlines() == [" M calc.py", "?? notes.txt"]
     assert snap.git is not None and '"patch_bytes": 0' not in snap.git
+    patch = await client.workspace_patch(info.run_id, "repo")
+    assert patch == subprocess.run(["git", "-C", str(repo), "diff", "--binary", "HEAD"],
+                                   capture_output=True, check=True).stdout
+    assert b"+    return a + b" in patch
+
+
+async def test_the_cli_prints_a_snapshots_patch_or_says_it_has_none(
+    store: stead.Store, dirs: dict[str, Path], db_url: str, tmp_path: Path,
+) -> None:
+    from click.testing import CliRunner
+
+    from stead.cli import main
+
+    repo = make_repo(dirs["root"] / "repo")
+    app = stead.App("patcher")
+
+    @app.workflow()
+    async def save(run: stead.Run, path: str) -> None:
+        ws = await run.workspace("repo", path, root=dirs["root"])
+        await ws.save()  # no git repository yet: no patch
+        for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "start"]):
+            git(repo, *args)
+        edit(str(repo))
+        await ws.save()
+
+    client = stead.Client(store, app)
+    info = await client.start(save, str(repo))
+    await stead.Worker(app, store).run_until_idle()
+    await client.result(info.run_id, timeout=10)
+    first, _second = await client.snapshots(info.run_id)
+
+    def stead_cli(*args: str) -> Any:
+        return CliRunner().invoke(main, ["--db", db_url, "workspace", "patch", *args])
+
+    shown = await asyncio.to_thread(stead_cli, info.run_id, "repo")
+    assert shown.exit_code == 0 and shown.stdout_bytes.startswith(b"diff --git a/calc.py")
+    into = tmp_path / "fix.patch"
+    wrote = await asyncio.to_thread(stead_cli, info.run_id, "repo", "-o", str(into))
+    assert wrote.exit_code == 0 and into.read_bytes() == shown.stdout_bytes
+    none = await asyncio.to_thread(stead_cli, info.run_id, "repo", "--seq", str(first.seq))
+    assert none.exit_code == 1 and "holds no uncommitted patch" in none.output
+    assert f"stead workspace restore {info.run_id} repo DIR" in none.output
 
 
 async def crashed_coder(store: stead.Store, dirs: dict[str, Path], calls: Calls, url: str

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import hashlib
 import json
 import os
 import uuid
@@ -497,10 +498,28 @@ async def _blob_source(store: Store, snap: SnapshotRow, tree: trees.Tree
     return get
 
 
-async def restore_to(store: Store, run_id: str, name: str, dest: str | os.PathLike[str],
-                     seq: int | None = None) -> SnapshotRow:
-    """Restore the latest snapshot of workspace `name` (or the one saved at
-    `seq`) into `dest`, a directory that must not exist yet: for a person."""
+async def patch_of(store: Store, run_id: str, name: str, seq: int | None = None) -> bytes:
+    """The uncommitted patch (`git diff --binary HEAD`) of workspace `name`'s
+    latest snapshot (or the one saved at `seq`), checked against its sha256."""
+    snap = await _snapshot_of(store, run_id, name, seq)
+    found = json.loads(snap.git) if snap.git is not None else None
+    sha256 = found.get("patch_sha256") if isinstance(found, dict) else None
+    if not isinstance(sha256, str):
+        raise errors.WorkspaceError(
+            f"the snapshot of workspace {name!r} at seq {snap.seq} of run {run_id} holds no "
+            "uncommitted patch (its tree is no git repository, or it had no change against "
+            f"its commit); restore the tree with `stead workspace restore {run_id} {name} DIR`")
+    if snap.blobs is not None:
+        return await asyncio.to_thread(blobs.BlobDir(snap.blobs).get, sha256)
+    data = (await store.read_blobs([sha256])).get(sha256)
+    if data is None or hashlib.sha256(data).hexdigest() != sha256:
+        raise errors.WorkspaceMismatch(
+            f"the patch of workspace {name!r} at seq {snap.seq} of run {run_id} is missing "
+            "from the store or does not hash as saved", [f"blob {sha256}: missing or changed"])
+    return data
+
+
+async def _snapshot_of(store: Store, run_id: str, name: str, seq: int | None) -> SnapshotRow:
     await store.get_run(run_id)
     snaps = [s for s in await store.list_snapshots(run_id)
              if s.name == name and (seq is None or s.seq == seq)]
@@ -508,5 +527,13 @@ async def restore_to(store: Store, run_id: str, name: str, dest: str | os.PathLi
         raise errors.WorkspaceError(
             f"run {run_id} has no snapshot of workspace {name!r}"
             + ("" if seq is None else f" at seq {seq}"))
-    await restore(store, snaps[-1], Path(dest).absolute())
     return snaps[-1]
+
+
+async def restore_to(store: Store, run_id: str, name: str, dest: str | os.PathLike[str],
+                     seq: int | None = None) -> SnapshotRow:
+    """Restore the latest snapshot of workspace `name` (or the one saved at
+    `seq`) into `dest`, a directory that must not exist yet: for a person."""
+    snap = await _snapshot_of(store, run_id, name, seq)
+    await restore(store, snap, Path(dest).absolute())
+    return snap
