@@ -127,8 +127,10 @@ def test_ci_demo_asks_ci_about_job_471_and_never_submits_a_second_job() -> None:
     d = _lines(text, "D")
     assert [ln.split()[1] for ln in d[:3]] == ["cut", "run_tests", "run_tests"]
     assert "test runs: under numpy==2.1.0 by worker-C, under numpy==2.2.0 by worker-D" in text
+    assert "the resume record: rerun run_tests, its fingerprint changed: files.uv.lock: " in text
     checks = _checks(text)
-    assert len(checks) == 12 and all(c.startswith("[ok]") for c in checks), checks
+    assert len(checks) == 14 and all(c.startswith("[ok]") for c in checks), checks
+    assert "[ok] the edit's snapshot rode in edit_file's own commit" in text
 
 
 def test_triage_demo_survives_a_sigkill_mid_step() -> None:
