@@ -216,9 +216,15 @@ class Run:
         added to a step journaled without one."""
         step = addresses.peek()
         addr = f"{step}/env" if by_default else addresses.reserve()
-        prior = self._x.take(addr, RecordKind.FINGERPRINT, name, "")
-        if by_default and not prior and self._x.journal.first(step) is not None:
+        journal = self._x.journal
+        if by_default and (self._x.dry or (journal.first(addr) is None
+                                           and journal.first(step) is not None)):
+            # A dry replay reads no files (the machine it runs on is not the
+            # run's); a step journaled without one is not judged on it.
+            if journal.first(addr) is not None:
+                self._x.take(addr, RecordKind.FINGERPRINT, name, "")
             return
+        prior = self._x.take(addr, RecordKind.FINGERPRINT, name, "")
         with self._x.busy():
             now = await fingerprint.take(reads)
         if prior:
