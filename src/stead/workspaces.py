@@ -8,7 +8,9 @@ commit, the uncommitted patch and the untracked files (`stead.gittrees`).
 The blobs nobody stored yet go to the run's database, or to an fsspec URL
 (`blobs=`, `stead.blobs`), and the snapshot is written with its journal
 record in one fenced transaction: a stale worker's save raises `StaleLease`
-and stores nothing.
+and stores nothing. Each `run.step` that changes an attached workspace is
+saved that way too, in its own result's transaction (`StepSaves`): no result
+is acknowledged ahead of the files it made.
 
 A takeover restores each workspace's latest snapshot before replay
 (`restore_all`, called by `stead.takeover`), into a fresh directory on the
