@@ -110,15 +110,15 @@ def test_ci_demo_asks_ci_about_job_471_and_never_submits_a_second_job() -> None:
     text = out.stdout
     a, b = _lines(text, "A"), _lines(text, "B")
     assert [ln.split()[1] for ln in a] == [
-        "repo", "read_repo", "plan_fix", "edit_file", "repo", "run_tests", "run_tests",
-        "write_message", "run_ci", "run_ci"]
+        "repo", "read_repo", "read_repo", "plan_fix", "edit_file", "edit_file", "repo",
+        "run_tests", "run_tests", "write_message", "run_ci", "run_ci"]
     assert a[-1].endswith("accepted outside as 471")
     assert "worker A is gone (exit -9), and so is machine-A/repo" in text
     assert b == ['effect run_ci                 done: {"job":471,"status":"passed"}']
     assert "B asked CI about job 471: pending" in text
     assert "history  intent > accepted > done" in text
     assert "classes   pending_external 1, reuse 5" in text
-    assert "restored  workspace repo, snapshot at seq 4" in text
+    assert "restored  workspace repo, snapshot at seq 6" in text
     assert "/machine-B/.stead-workspaces/" in text
     assert "the restored repository on machine B: calc.py says return a + b" in text
     ledger = text.split("the CI service's own ledger", 1)[1].split("[6]", 1)[0]
@@ -127,8 +127,10 @@ def test_ci_demo_asks_ci_about_job_471_and_never_submits_a_second_job() -> None:
     d = _lines(text, "D")
     assert [ln.split()[1] for ln in d[:3]] == ["cut", "run_tests", "run_tests"]
     assert "test runs: under numpy==2.1.0 by worker-C, under numpy==2.2.0 by worker-D" in text
+    assert "the resume record: rerun run_tests, its fingerprint changed: files.uv.lock: " in text
     checks = _checks(text)
-    assert len(checks) == 12 and all(c.startswith("[ok]") for c in checks), checks
+    assert len(checks) == 14 and all(c.startswith("[ok]") for c in checks), checks
+    assert "[ok] the edit's snapshot rode in edit_file's own commit" in text
 
 
 def test_triage_demo_survives_a_sigkill_mid_step() -> None:

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import stead
-from stead import fingerprints
-from stead.records import RecordKind, ResumeClass, RunStatus
+from stead import fingerprints, timeline, trees
+from stead.records import RecordKind, ResumeClass, RunStatus, StaleCause, StaleOutcome
 from tests.helpers import Calls, Crash
 
 
@@ -94,6 +94,19 @@ async def test_a_changed_lockfile_makes_the_result_stale_and_it_runs_again(
     assert [r.name for r in journal if r.kind == RecordKind.STEP].count("tests") == 2
     [resume] = await client.resumes(run_id)
     assert resume.details.classes.get(ResumeClass.REVALIDATE) == 1
+    # The record names the result it reran and the file that changed, old -> new.
+    [stale] = resume.details.reran or []
+    [fp] = [r for r in journal if r.kind == RecordKind.FINGERPRINT][:1]
+    assert (stale["call"], stale["seq"]) == ("tests", fp.seq)
+    assert (stale["cause"], stale["done"]) == (StaleCause.FINGERPRINT, StaleOutcome.RERUN)
+    [changed] = stale["changed"]
+    assert changed.startswith(f"files.{lock}: ") and " -> " in changed
+    # Reused: the attachment and the save before the cut, not the cut fingerprint.
+    assert resume.reused == 2
+    shown = timeline.render_run(await client.get(run_id), journal, [resume])
+    assert "reused 2 record(s)\n    calls: results no longer holding, made again 1" in shown
+    assert f"rerun: tests (seq {fp.seq}), its fingerprint changed: files.{lock}: " in shown
+    assert "2 record(s) above reused" in shown
     await _take_over(app, fstore, clock)  # nothing left to do
     assert calls["tests"] == 2
 
@@ -110,6 +123,10 @@ async def test_a_stale_result_an_effect_followed_pauses_the_run(
     message = str((info.error or {}).get("message"))
     assert "fingerprint changed" in message and "files." in message and "publish" in message
     assert (calls["tests"], sent) == (1, ["L1"])  # neither made again nor sent twice
+    [resume] = await client.resumes(run_id)
+    [stale] = resume.details.reran or []
+    assert (stale["call"], stale["done"]) == ("tests", StaleOutcome.PAUSED)
+    assert stale["changed"][0].startswith(f"files.{lock}: ")
 
 
 def test_what_differs_between_two_fingerprints_is_named() -> None:
@@ -124,3 +141,96 @@ def test_a_fingerprint_refuses_what_it_cannot_record() -> None:
         stead.Fingerprint(files="uv.lock")
     with pytest.raises(stead.SerializationError):
         stead.Fingerprint(extra={"x": object()})
+
+
+def make_reader(root: Path, calls: Calls, fresh: stead.Fingerprint | None) -> tuple[
+        stead.App, Any]:
+    app = stead.App("reader")
+
+    def crash_once() -> None:
+        if not calls["crash"]:
+            calls.hit("crash")
+            raise Crash()
+
+    def run_tests(path: Any) -> str:
+        calls.hit("tests")
+        return Path(path, "uv.lock").read_text()
+
+    @app.workflow()
+    async def check(run: stead.Run, repo: str) -> str:
+        ws = await run.workspace("repo", repo, root=root)
+        await run.step("plain", lambda: calls.hit("plain"))  # reads no workspace: unbound
+        report: str = await run.step("tests", run_tests, ws.path, fresh=fresh)
+        await run.step("crash", crash_once)
+        return report
+
+    return app, check
+
+
+async def _read_then_crash(store: stead.Store, tmp_path: Path,
+                           fresh: stead.Fingerprint | None
+                           ) -> tuple[stead.App, stead.Client, str, Path, Calls]:
+    root = tmp_path / "root"
+    (root / "repo").mkdir(parents=True)
+    (root / "repo" / "uv.lock").write_text("L1")
+    (root / "repo" / "requirements-dev.txt").write_text("pytest\n")
+    calls = Calls()
+    app, check = make_reader(root, calls, fresh)
+    client = stead.Client(store, app)
+    info = await client.start(check, str(root / "repo"))
+    await stead.Worker(app, store, stead.WorkerOptions(lease_seconds=30)).run_until_idle()
+    return app, client, info.run_id, root / "repo", calls
+
+
+async def test_a_step_that_reads_a_workspace_is_bound_to_its_environment_by_default(
+    fstore: stead.Store, clock: stead.FakeClock, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(fingerprints.IMAGE_ENV, "sha256:img1")
+    app, client, run_id, repo, calls = await _read_then_crash(fstore, tmp_path, None)
+    [fp] = [r for r in await client.journal(run_id) if r.kind == RecordKind.FINGERPRINT]
+    parts = stead.codec.loads(fp.payload)
+    assert sorted(parts["lockfiles"]) == ["requirements-dev.txt", "uv.lock"]
+    assert parts["runtime"]["image"] == "sha256:img1" and parts["runtime"]["python"]
+    # No snapshot yet (the step changed nothing): a takeover attaches the same
+    # directory, where someone changed the lockfile meanwhile.
+    (repo / "uv.lock").write_text("L2")
+    await _take_over(app, fstore, clock)
+    assert await client.result(run_id, timeout=10) == "L2"
+    assert (calls["tests"], calls["plain"]) == (2, 1)  # the bound result reran, alone
+    [resume] = await client.resumes(run_id)
+    [stale] = resume.details.reran or []
+    assert stale["call"] == "tests" and stale["done"] == StaleOutcome.RERUN
+    assert [c.split(":")[0] for c in stale["changed"]] == ["lockfiles.uv.lock"]
+
+
+async def test_a_step_opted_out_of_its_environment_is_reused(
+    fstore: stead.Store, clock: stead.FakeClock, tmp_path: Path,
+) -> None:
+    app, client, run_id, repo, calls = await _read_then_crash(
+        fstore, tmp_path, stead.Fingerprint(environment=False))
+    (repo / "uv.lock").write_text("L2")
+    await _take_over(app, fstore, clock)
+    assert await client.result(run_id, timeout=10) == "L1"  # the recorded result
+    assert calls["tests"] == 1
+
+
+async def test_relative_fingerprint_paths_resolve_against_the_workspace(
+    fstore: stead.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "Cargo.lock").write_text("C1")
+    monkeypatch.chdir(tmp_path)  # a Cargo.lock here would be another one
+    (tmp_path / "Cargo.lock").write_text("other")
+    app = stead.App("paths")
+
+    @app.workflow()
+    async def look(run: stead.Run) -> dict[str, Any]:
+        ws = await run.workspace("ws", tmp_path / "ws", root=tmp_path)
+        return await stead.Fingerprint(workspace=ws, files=["Cargo.lock"]).take()
+
+    client = stead.Client(fstore, app)
+    info = await client.start(look)
+    await stead.Worker(app, fstore).run_until_idle()
+    found = await client.result(info.run_id, timeout=10)
+    assert found["files"] == {"Cargo.lock": trees.file_sha256(tmp_path / "ws" / "Cargo.lock")}

@@ -23,7 +23,7 @@ EXPECTED = {
     # deploys: migrations, exported histories, workers' heartbeats
     "Migrated", "MigrationView", "MigrationReport", "MigrationRow", "MigrationRefused",
     "StoredRun", "HostRow",
-    "Workspace", "WorkspacePath", "Snapshot", "Fingerprint", "WorkspaceError",
+    "Workspace", "WorkspacePath", "Snapshot", "SnapshotRow", "Fingerprint", "WorkspaceError",
     "WorkspaceOutsideRoot",
     "WorkspaceEscape", "WorkspaceTooLarge", "WorkspaceChanged", "WorkspaceMismatch",
     "WorkspaceUnsafe",

@@ -24,10 +24,12 @@ from stead import trees
 from stead.examples import ci_agent, services
 from stead.records import RecordKind, RecordStatus, ResumeClass, RunStatus
 from tests.test_workspace_restore import chain, hostile_snapshot, state
+from tests.workers import edit_app
 from tests.workers.procs import KILLED, wait_until
 
 pytestmark = pytest.mark.slow
 APP = "stead.examples.ci_agent:app"
+TOP = Path(__file__).parent.parent  # where `tests.workers` imports from
 
 
 class Machines:
@@ -44,11 +46,12 @@ class Machines:
         (home / ci_agent.LOCKFILE).write_text(lock)
         return home
 
-    def worker(self, label: str, home: Path) -> subprocess.Popen[bytes]:
-        env = {**os.environ, services.ENV: str(self.services), "PYTHONUNBUFFERED": "1"}
+    def worker(self, label: str, home: Path, app: str = APP) -> subprocess.Popen[bytes]:
+        env = {**os.environ, services.ENV: str(self.services), "PYTHONUNBUFFERED": "1",
+               "PYTHONPATH": os.pathsep.join([str(TOP), os.environ.get("PYTHONPATH", "")])}
         with open(self.tmp / f"worker-{label}.log", "wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "stead", "--db", self.url, "worker", APP, "--lease", "1",
+                [sys.executable, "-m", "stead", "--db", self.url, "worker", app, "--lease", "1",
                  "--poll", "0.05", "--worker-id", f"worker-{label}"],
                 cwd=home, env=env, stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(proc)
@@ -110,7 +113,8 @@ async def test_the_ci_story_restores_the_tree_elsewhere_and_polls_job_471(
         assert list(ci.jobs()) == [471]  # 472 was never submitted
         assert [c["pid"] for c in ci.calls() if c["op"] == "submit"] == [a.pid]
         journal = await client.journal(run_id)
-        assert [r.epoch for r in journal if r.name == "edit_file"] == [1]  # not redone
+        assert [r.epoch for r in journal if r.name == "edit_file"
+                and r.kind == RecordKind.STEP] == [1]  # not redone
         assert [c["pid"] for c in services.TestRuns(machines.services).calls()] == [a.pid]
         [resume] = await client.resumes(run_id)
         assert resume.details.classes.get(ResumeClass.PENDING_EXTERNAL) == 1
@@ -120,6 +124,40 @@ async def test_the_ci_story_restores_the_tree_elsewhere_and_polls_job_471(
         assert home_b in where.parents and restored["seq"] == snap.seq
         assert trees.scan(where).sha256 == snap.tree == restored["tree"]
         assert "return a + b" in (where / "calc.py").read_text()
+    finally:
+        await store.close()
+
+
+async def test_an_edit_no_save_followed_survives_a_sigkill_and_is_not_redone(
+    machines: Machines, db_url: str,
+) -> None:
+    store = await stead.open_store(db_url)
+    try:
+        client = stead.Client(store, edit_app.app)
+        home_a = machines.folder("A", "L1")
+        repo = ci_agent.make_sample_repo(home_a / "repo")
+        ledger, gate = machines.tmp / "ledger", machines.tmp / "gate"
+        info = await client.start(edit_app.edit_then_hold, str(repo), str(ledger), str(gate))
+        a = machines.worker("A", home_a, "tests.workers.edit_app:app")
+        await wait_until("worker A to hold after its edit", lambda: ledger.is_file()
+                         and f"hold {a.pid}" in ledger.read_text())
+        assert await _kill(a) == KILLED  # no explicit save was ever made
+        shutil.rmtree(home_a)
+        gate.touch()
+        home_b = machines.folder("B", "L1")
+        b = machines.worker("B", home_b, "tests.workers.edit_app:app")
+        result = await client.result(info.run_id, timeout=30)
+
+        assert "return a + b" in result["calc"]
+        assert home_b in Path(result["path"]).parents  # restored on the new worker
+        edits = [line for line in ledger.read_text().splitlines() if line.startswith("edit")]
+        assert edits == [f"edit {a.pid}"]  # the step was not redone
+        assert f"hold {b.pid}" in ledger.read_text()
+        journal = await client.journal(info.run_id)
+        [edit] = [r for r in journal if r.name == "edit" and r.kind == RecordKind.STEP]
+        [snap] = await client.snapshots(info.run_id)
+        assert snap.seq == edit.seq + 1 and snap.epoch == 1  # in the step's own commit
+        assert trees.scan(Path(result["path"])).sha256 == snap.tree
     finally:
         await store.close()
 
@@ -149,6 +187,9 @@ async def test_a_changed_lockfile_makes_the_test_result_stale_and_it_reruns(
         assert [r.kind for r in journal].count(RecordKind.CUT) == 1
         [resume] = await client.resumes(run_id)
         assert resume.details.classes.get(ResumeClass.REVALIDATE) == 1
+        [stale] = resume.details.reran or []  # the record names the lockfile, old -> new
+        assert (stale["call"], stale["done"]) == ("run_tests", "rerun")
+        assert [c.split(":")[0] for c in stale["changed"]] == [f"files.{ci_agent.LOCKFILE}"]
         assert (await client.get(run_id)).status == RunStatus.COMPLETED
     finally:
         await store.close()

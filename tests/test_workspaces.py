@@ -104,6 +104,8 @@ async def test_a_takeover_restores_the_saved_tree_into_a_fresh_directory(
     assert result["link"] == result["calc"]  # the link came back as a link
     assert (Path(result["path"]) / "run.sh").stat().st_mode & 0o111
     assert trees.scan(Path(result["path"])).sha256 == result["tree"]
+    # The edit step's snapshot rode with its result; the explicit save after
+    # it found the same tree and stored no second snapshot.
     [snap] = await client.snapshots(info.run_id)
     assert (snap.name, snap.tree, snap.epoch) == ("repo", result["tree"], 1)
     assert snap.files == 4 and snap.stored_bytes == snap.bytes - 256 * 64  # stored once
@@ -167,6 +169,48 @@ async def test_a_git_tree_records_commit_patch_and_untracked_files_and_restores(
     assert "a + b" in (dest / "calc.py").read_text()
     assert git(dest, "status", "--porcelain").splitlines() == [" M calc.py", "?? notes.txt"]
     assert snap.git is not None and '"patch_bytes": 0' not in snap.git
+    patch = await client.workspace_patch(info.run_id, "repo")
+    assert patch == subprocess.run(["git", "-C", str(repo), "diff", "--binary", "HEAD"],
+                                   capture_output=True, check=True).stdout
+    assert b"+    return a + b" in patch
+
+
+async def test_the_cli_prints_a_snapshots_patch_or_says_it_has_none(
+    store: stead.Store, dirs: dict[str, Path], db_url: str, tmp_path: Path,
+) -> None:
+    from click.testing import CliRunner
+
+    from stead.cli import main
+
+    repo = make_repo(dirs["root"] / "repo")
+    app = stead.App("patcher")
+
+    @app.workflow()
+    async def save(run: stead.Run, path: str) -> None:
+        ws = await run.workspace("repo", path, root=dirs["root"])
+        await ws.save()  # no git repository yet: no patch
+        for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "start"]):
+            git(repo, *args)
+        edit(str(repo))
+        await ws.save()
+
+    client = stead.Client(store, app)
+    info = await client.start(save, str(repo))
+    await stead.Worker(app, store).run_until_idle()
+    await client.result(info.run_id, timeout=10)
+    first, _second = await client.snapshots(info.run_id)
+
+    def stead_cli(*args: str) -> Any:
+        return CliRunner().invoke(main, ["--db", db_url, "workspace", "patch", *args])
+
+    shown = await asyncio.to_thread(stead_cli, info.run_id, "repo")
+    assert shown.exit_code == 0 and shown.stdout_bytes.startswith(b"diff --git a/calc.py")
+    into = tmp_path / "fix.patch"
+    wrote = await asyncio.to_thread(stead_cli, info.run_id, "repo", "-o", str(into))
+    assert wrote.exit_code == 0 and into.read_bytes() == shown.stdout_bytes
+    none = await asyncio.to_thread(stead_cli, info.run_id, "repo", "--seq", str(first.seq))
+    assert none.exit_code == 1 and "holds no uncommitted patch" in none.output
+    assert f"stead workspace restore {info.run_id} repo DIR" in none.output
 
 
 async def crashed_coder(store: stead.Store, dirs: dict[str, Path], calls: Calls, url: str
@@ -430,3 +474,75 @@ async def test_a_later_takeover_on_the_same_machine_removes_the_earlier_copy(
     copies = sorted(p.name.split(".")[1] for p in (dirs["b"] / info.run_id).iterdir())
     assert copies == ["3"] and Path(result["path"]).name.startswith("repo.3.")
     assert calls["edit"] == 1
+
+
+async def test_a_step_that_changes_the_tree_is_saved_with_its_result_incrementally(
+    fstore: stead.Store, clock: stead.FakeClock, dirs: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = Calls()
+    repo = make_repo(dirs["root"] / "repo")
+    app = stead.App("coder")
+
+    def write_note(path: Any, text: str) -> str:
+        calls.hit(f"note {text}")
+        Path(path, "note.txt").write_text(text)
+        return text
+
+    def crash_once() -> None:
+        if calls["crash"] < 1:
+            calls.hit("crash")
+            raise Crash()
+
+    @app.workflow()
+    async def notes(run: stead.Run, repo: str) -> dict[str, Any]:
+        ws = await run.workspace("repo", repo, root=dirs["root"])
+        await run.step("look", lambda: calls.hit("look"))  # changes nothing: no snapshot
+        await run.step("first", write_note, ws.path, "one")
+        await run.step("second", write_note, ws.path, "two")
+        await run.step("crash", crash_once)
+        return {"note": Path(ws.path, "note.txt").read_text(), "tree": ws.snapshot and
+                ws.snapshot.tree}
+
+    client = stead.Client(fstore, app)
+    info = await client.start(notes, str(repo))
+    await stead.Worker(app, fstore, stead.WorkerOptions(lease_seconds=30)).run_until_idle()
+    shutil.rmtree(dirs["root"])
+    monkeypatch.setenv("STEAD_WORKSPACE_DIR", str(dirs["b"]))
+    await take_over(app, fstore, clock)
+    result = await client.result(info.run_id, timeout=10)
+
+    assert result["note"] == "two"  # the last step's file, with no explicit save
+    assert (calls["note one"], calls["note two"], calls["look"]) == (1, 1, 1)  # none redone
+    journal = {r.seq: r for r in await client.journal(info.run_id)}
+    first, second = await client.snapshots(info.run_id)
+    assert [journal[s.seq - 1].name for s in (first, second)] == ["first", "second"]
+    assert second.tree == result["tree"]
+    assert first.stored_bytes == first.bytes - 256 * 64  # the duplicate blob once
+    assert second.stored_bytes == len("two")  # only the changed file's blob
+
+
+async def test_restored_copies_are_no_part_of_a_workspace_attached_as_dot(
+    fstore: stead.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    monkeypatch.chdir(repo)
+    monkeypatch.delenv("STEAD_WORKSPACE_DIR", raising=False)
+    # What an earlier takeover on this machine restored, by default here.
+    (repo / ".stead-workspaces" / "run" / "repo.1.x").mkdir(parents=True)
+    (repo / ".stead-workspaces" / "run" / "repo.1.x" / "calc.py").write_text("old copy\n")
+    app = stead.App("dot")
+
+    @app.workflow()
+    async def keep(run: stead.Run) -> str:
+        ws = await run.workspace("repo", ".")
+        return (await ws.save()).tree
+
+    client = stead.Client(fstore, app)
+    info = await client.start(keep)
+    await stead.Worker(app, fstore).run_until_idle()
+    tree = await client.result(info.run_id, timeout=10)
+    [snap] = await client.snapshots(info.run_id)
+    paths = [entry.path for entry in trees.Tree.loads(snap.manifest).entries]
+    assert snap.tree == tree and "calc.py" in paths
+    assert not [p for p in paths if p.startswith(".stead-workspaces")]

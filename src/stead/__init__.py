@@ -77,6 +77,7 @@ from stead.records import (
     Record,
     ResumeDetails,
     ResumeRecord,
+    SnapshotRow,
     UnknownOutcome,
 )
 from stead.retention import PruneReport, prune
@@ -165,6 +166,7 @@ __all__ = [
     "SecretInJournal",
     "SerializationError",
     "Snapshot",
+    "SnapshotRow",
     "StaleLease",
     "Start",
     "StateConflict",

@@ -34,6 +34,9 @@ class Branch:
         self._calls += 1
         return f"{self.path}{index}"
 
+    def peek(self) -> str:
+        return f"{self.path}{self._calls}"
+
     def child(self) -> Branch:
         index = self._children
         self._children += 1
@@ -53,6 +56,14 @@ def reserve() -> str:
             "function, or from a task the runtime does not see): call it from the workflow"
         )
     return branch.next_address()
+
+
+def peek() -> str:
+    """The address the next `reserve` gives, reserving nothing."""
+    branch = current.get()
+    if branch is None:
+        return reserve()  # raises, saying where run.* may be called
+    return branch.peek()
 
 
 @contextmanager

@@ -846,6 +846,13 @@ class Client:
         not match, leaving nothing behind). Returns the snapshot restored."""
         return await workspaces.restore_to(self.store, run_id, name, dest, seq)
 
+    async def workspace_patch(self, run_id: str, name: str, *, seq: int | None = None
+                              ) -> bytes:
+        """The uncommitted patch (`git diff --binary HEAD`) the latest snapshot
+        of the run's workspace `name` (or the one at journal `seq`) recorded:
+        `git apply` it on that commit. `WorkspaceError` if it holds none."""
+        return await workspaces.patch_of(self.store, run_id, name, seq)
+
     # -- the decision context -----------------------------------------------------
     async def intents(self, run_id: str) -> list[records.IntentRow]:
         """Every version of the run's intent, oldest first, with who and why."""

@@ -175,6 +175,8 @@ class Execution:
         # What replay did with each effect before the resume record was
         # written (see `ResumeDetails.effects`).
         self.resumed_effects: list[dict[str, Any]] = []
+        # Each result replay found stale (see `ResumeDetails.reran`).
+        self.reran: list[dict[str, Any]] = []
         # The takeover's revalidation, asked where the run first acts live
         # (see `before_live`); None for a run with nothing to revalidate.
         self.judge: Judge | None = None
@@ -399,7 +401,8 @@ class Execution:
             detail=ResumeDetails(self.journal.length, self._classes,
                                  self.journal.reused_kinds, self.revalidation,
                                  self.migration, self.restored or None,
-                                 self.resumed_effects or None).to_json(),
+                                 self.resumed_effects or None,
+                                 self.reran or None).to_json(),
         )
 
     def _committed(self, batch: Sequence[Record], resume: ResumeRecord | None,

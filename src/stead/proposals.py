@@ -23,7 +23,14 @@ from stead import codec
 from stead.execution import Execution
 from stead.llm.model import Completion, Model
 from stead.policy import Action
-from stead.records import Record, RecordKind, RecordStatus, ResumeClass
+from stead.records import (
+    Record,
+    RecordKind,
+    RecordStatus,
+    ResumeClass,
+    StaleCause,
+    StaleOutcome,
+)
 
 
 async def again(x: Execution, addr: str, kind: RecordKind, name: str, digest: str,
@@ -54,8 +61,12 @@ def acted_after(x: Execution, addr: str, start: int) -> Record | None:
         or (r.addr != addr and x.journal.taken(r.addr)))), None)
 
 
-def cut(x: Execution, start: int, name: str) -> None:
-    """Cut the journal from `start` on: the run goes on live from there."""
+def cut(x: Execution, start: int, name: str, cause: StaleCause = StaleCause.PROPOSAL,
+        changed: Sequence[str] = ()) -> None:
+    """Cut the journal from `start` on: the run goes on live from there. The
+    resume record names the call, why, and what changed."""
+    x.reran.append({"call": name, "seq": start, "cause": cause, "changed": list(changed),
+                    "done": StaleOutcome.RERUN})
     x.classify(ResumeClass.REVALIDATE)
     x.journal.cut(start)
     x.buffer(x.record(f"cut@{start}", 1, RecordKind.CUT, "cut", "", RecordStatus.OK,

@@ -163,6 +163,20 @@ class ResumeClass(enum.StrEnum):
     REVALIDATE = "revalidate"  # a `fresh` proposal after a changed intent: asked again
 
 
+class StaleCause(enum.StrEnum):
+    """Why a takeover found a journaled result no longer holding."""
+
+    FINGERPRINT = "fingerprint"  # the environment it was made in changed
+    PROPOSAL = "proposal"  # a `fresh=` proposal after a changed intent
+
+
+class StaleOutcome(enum.StrEnum):
+    """What a takeover did with a result no longer holding."""
+
+    RERUN = "rerun"  # cut from there: made again
+    PAUSED = "paused"  # something acted after it: the run paused for a person
+
+
 class LineageKind(enum.StrEnum):
     """How a run came from another (see `Link`)."""
 
@@ -362,6 +376,10 @@ class ResumeDetails:
     # `{"name", "addr", "done": reused | polled | resent | checked | left
     # unknown, "key"?, "external_id"?}`, in the order met.
     effects: Sequence[Mapping[str, Any]] | None = None
+    # Each journaled result replay found no longer holding, in the order met:
+    # `{"call", "seq", "cause": fingerprint | proposal, "changed": ["part: old
+    # -> new", ...], "done": rerun | paused}`.
+    reran: Sequence[Mapping[str, Any]] | None = None
 
     @classmethod
     def from_json(cls, text: str) -> ResumeDetails:
@@ -381,6 +399,8 @@ class ResumeDetails:
             workspaces=data["workspaces"] if isinstance(data.get("workspaces"), dict) else None,
             effects=[e for e in data["effects"] if isinstance(e, dict)]
             if isinstance(data.get("effects"), list) else None,
+            reran=[e for e in data["reran"] if isinstance(e, dict)]
+            if isinstance(data.get("reran"), list) else None,
         )
 
     def to_json(self) -> str:
@@ -394,6 +414,8 @@ class ResumeDetails:
             data["workspaces"] = dict(self.workspaces)
         if self.effects:
             data["effects"] = [dict(e) for e in self.effects]
+        if self.reran:
+            data["reran"] = [dict(e) for e in self.reran]
         return json.dumps(data)
 
 

@@ -135,7 +135,14 @@ class Journal:
         return addr in self._taken
 
     def cut(self, start: int) -> None:
-        """Replay nothing from seq `start` on (a `CUT` record says so durably)."""
+        """Replay nothing from seq `start` on (a `CUT` record says so durably).
+        What replay took from there is no longer counted as reused."""
+        for addr in self._taken:
+            for r in self._by_addr.get(addr, ()):
+                if r.seq >= start:
+                    self.reused -= 1
+                    self.reused_kinds[r.kind] -= 1
+        self.reused_kinds = {k: n for k, n in self.reused_kinds.items() if n > 0}
         self._drop(start, None)
         self._taken = {a for a in self._taken if a in self._by_addr}
 

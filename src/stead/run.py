@@ -21,6 +21,7 @@ from stead import (
     digests,
     effects,
     errors,
+    fingerprints,
     guard,
     judgements,
     keys,
@@ -83,6 +84,7 @@ class Run:
         self.epoch = row.epoch
         self._row = row
         self._streams: dict[str, streams.Stream] = {}
+        self._saves = workspaces.StepSaves(execution)
 
     # -- recorded calls -----------------------------------------------------
     async def _recorded(
@@ -96,6 +98,7 @@ class Run:
         gate: Callable[[], None] | None = None,
         fresh: str | None = None,
         reason: str | None = None,
+        saves: workspaces.StepSaves | None = None,
     ) -> tuple[RecordStatus, str, int]:
         """Return `(status, payload, attempts)` of the call at the next address: from the
         journal if recorded, else by calling it live (with retries) and
@@ -131,6 +134,8 @@ class Run:
             last = prior[-1]
             self._x.classify(ResumeClass.REUSE)
             if last.status == RecordStatus.OK:
+                if saves is not None:
+                    saves.replayed(addr)
                 return RecordStatus.OK, last.payload, last.attempt
             retry_at = codec.loads(last.payload).get("retry_at")
             if retry_at is None:
@@ -174,9 +179,11 @@ class Run:
             except BaseException:
                 self._x.unbuffer(started)
                 raise
-            await self._x.commit(
-                [self._x.record(addr, attempt, kind, name, digest, RecordStatus.OK, payload)],
-                drop=started)
+            done = self._x.record(addr, attempt, kind, name, digest, RecordStatus.OK, payload)
+            if saves is not None:  # the files the step made ride with its result
+                await saves.commit(addr, done, started)
+            else:
+                await self._x.commit([done], drop=started)
             return RecordStatus.OK, payload, attempt
 
     async def _judged(self, action: policy.Action) -> None:
@@ -199,33 +206,51 @@ class Run:
         kind = errors.StepTimeout if error_type == "TimeoutError" else errors.StepError
         raise kind(name, error_type, str(err.get("message", "")), attempts=attempts)
 
-    async def _fingerprint(self, name: str, fingerprint: Fingerprint) -> None:
+    async def _fingerprint(self, name: str, fingerprint: Fingerprint,
+                           reads: workspaces.Workspace | None, by_default: bool) -> None:
         """Journal the environment a step's result is made in, just before it
         (the record rides along with the step's); on replay, compare it with
         the environment now: if it changed, the recorded result no longer
-        holds and the journal is cut from it (see `proposals.cut`)."""
-        addr = addresses.reserve()
-        with self._x.busy():
-            now = await fingerprint.take()
+        holds and the journal is cut from it (see `proposals.cut`). A
+        fingerprint only the default binds (`by_default`) sits at the step's
+        address plus `/env`, so it shifts no call's address, and is not
+        added to a step journaled without one."""
+        step = addresses.peek()
+        addr = f"{step}/env" if by_default else addresses.reserve()
+        journal = self._x.journal
+        if by_default and (self._x.dry or (journal.first(addr) is None
+                                           and journal.first(step) is not None)):
+            # A dry replay reads no files (the machine it runs on is not the
+            # run's); a step journaled without one is not judged on it.
+            if journal.first(addr) is not None:
+                self._x.take(addr, RecordKind.FINGERPRINT, name, "")
+            return
         prior = self._x.take(addr, RecordKind.FINGERPRINT, name, "")
+        with self._x.busy():
+            now = await fingerprint.take(reads)
         if prior:
             before = codec.loads(prior[-1].payload)
-            if before == now:
+            judged = fingerprints.judged(before, now)
+            if before == judged:
                 return
             start = prior[0].seq
             acted = proposals.acted_after(self._x, addr, start)
+            changed = changes(before, judged)
             if acted is not None:
+                self._x.reran.append({"call": name, "seq": start,
+                                      "cause": records.StaleCause.FINGERPRINT,
+                                      "changed": changed, "done": records.StaleOutcome.PAUSED})
                 raise Stop(records.RunStatus.PAUSED, {
                     "type": "Paused", "cause": "revalidate",
                     "message": f"step {name!r}'s fingerprint changed "
-                               f"({'; '.join(changes(before, now))}), but {acted.kind} "
+                               f"({'; '.join(changed)}), but {acted.kind} "
                                f"{acted.name!r} (seq {acted.seq}) already happened after it: its "
                                "result cannot simply be made again. Decide: stead runs resume RUN "
                                "--by WHO --why WHY [--intent FILE], or stead runs terminate RUN "
                                "--by WHO --why WHY",
                     "call": name, "after": acted.name, "after_seq": acted.seq,
                 })
-            proposals.cut(self._x, start, name)
+            proposals.cut(self._x, start, name, records.StaleCause.FINGERPRINT, changed)
         self._x.check_live()
         self._x.buffer(self._x.record(addr, 1, RecordKind.FINGERPRINT, name, "",
                                       RecordStatus.OK, codec.dumps(now, what="a fingerprint")))
@@ -277,9 +302,14 @@ class Run:
         bounds.text(name, "a step name")
         if timeout is not None:
             timeout = bounds.seconds(timeout, "a step's timeout")
+        # A step that reads a workspace is bound to its environment by default.
+        reads = fingerprints.read(args, kwargs, self._saves.spaces) \
+            if fresh is None or isinstance(fresh, Fingerprint) else None
         if isinstance(fresh, Fingerprint):
-            await self._fingerprint(name, fresh)
+            await self._fingerprint(name, fresh, reads, by_default=False)
             fresh = None
+        elif reads is not None:
+            await self._fingerprint(name, Fingerprint(), reads, by_default=True)
         digest = digests.contracted(
             self._x.digests.call(RecordKind.STEP, name, args, kwargs), contract)
 
@@ -296,6 +326,7 @@ class Run:
             lambda v: codec.dumps(v, what=f"the result of step {name!r}",
                                   limit=self._x.max_result_bytes),
             retry or NO_RETRY, self._bound(), fresh,
+            saves=self._saves if self._saves.spaces else None,
         )
         if status == RecordStatus.ERROR:
             self._raise(name, payload, attempts)
@@ -571,11 +602,15 @@ class Run:
         `$STEAD_WORKSPACE_ROOT`, else the current directory) to the run as
         workspace `name`; `await ws.save()` snapshots it durably (its blobs in
         the run's database, or under the fsspec URL `blobs`), at most
-        `max_bytes` of files. After a takeover, `ws.path` is the fresh
+        `max_bytes` of files. Each step that changes it is saved with its
+        result, in one fenced transaction (`workspaces.StepSaves`): a takeover
+        restores what the step made and does not redo it. After a takeover, `ws.path` is the fresh
         directory its last snapshot was restored into, on this worker."""
         bounds.optional_text(name, "a workspace's name")
-        return await workspaces.attach(self._x, name, path, root=root, max_bytes=max_bytes,
-                                       blob_url=blobs)
+        ws = await workspaces.attach(self._x, name, path, root=root, max_bytes=max_bytes,
+                                     blob_url=blobs)
+        self._saves.attached(ws)
+        return ws
 
     # -- child runs ---------------------------------------------------------------
     async def child(

@@ -22,6 +22,7 @@ from stead.records import (
     Record,
     RecordKind,
     RecordStatus,
+    ResumeClass,
     ResumeRecord,
     RunStatus,
 )
@@ -114,7 +115,24 @@ def _resume_line(r: ResumeRecord, start: float) -> str:
     done = [f"{e.get('name')} {e.get('done')}"
             + "".join(f" ({k} {e[k]})" for k in ("external_id", "key") if e.get(k))
             for e in r.details.effects or ()]
+    words = [f"{CLASS_WORDS[c]} {n}" for c, n in sorted(r.details.classes.items()) if n]
+    if words:
+        line += f"\n    calls: {'; '.join(words)}"
+    for stale in r.details.reran or ():
+        changed = "; ".join(str(c) for c in stale.get("changed") or ()) or "the intent changed"
+        line += (f"\n    {stale.get('done')}: {stale.get('call')} (seq {stale.get('seq')}), "
+                 f"its {stale.get('cause')} changed: {changed}")
     return line + (f"\n    effects: {'; '.join(done)}" if done else "")
+
+
+# How a resume record's classes read in `stead runs show`.
+CLASS_WORDS = {
+    ResumeClass.REUSE: "reused from the journal",
+    ResumeClass.NOT_STARTED: "effects never sent, sent now",
+    ResumeClass.PENDING_EXTERNAL: "accepted outside without a result, asked with check",
+    ResumeClass.OUTCOME_UNKNOWN: "intents without an outcome, resent, asked or stopped",
+    ResumeClass.REVALIDATE: "results no longer holding, made again",
+}
 
 
 def journal_lines(

@@ -205,14 +205,15 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def scan(top: Path, max_bytes: int | None = None) -> Tree:
-    """The tree of `top` (a resolved directory), links kept as their text.
+def scan(top: Path, max_bytes: int | None = None, skip: Path | None = None) -> Tree:
+    """The tree of `top` (a resolved directory), links kept as their text,
+    without the folder `skip` (if it is in it).
     Raises `WorkspaceEscape` for a chain of links leading out of it (or to an
     absolute path), `WorkspaceUnsafe` for a link loop, `WorkspaceTooLarge`
     past `max_bytes`."""
     entries: list[Entry] = []
     total = 0
-    for path in _walk(top):
+    for path in _walk(top, skip):
         rel = path.relative_to(top).as_posix()
         info = path.lstat()
         mode = stat.S_IMODE(info.st_mode) & ~_SET_ID
@@ -239,13 +240,16 @@ def scan(top: Path, max_bytes: int | None = None) -> Tree:
     return Tree(tuple(entries))
 
 
-def _walk(top: Path) -> Iterator[Path]:
-    """Every path under `top`, sorted, without following links."""
+def _walk(top: Path, skip: Path | None = None) -> Iterator[Path]:
+    """Every path under `top`, sorted, without following links; `skip` and
+    what it holds left out."""
     for name in sorted(os.listdir(top)):
         path = top / name
+        if path == skip:
+            continue
         yield path
         if path.is_dir() and not path.is_symlink():
-            yield from _walk(path)
+            yield from _walk(path, skip)
 
 
 def read_blob(top: Path, rel: str, sha256: str) -> bytes:

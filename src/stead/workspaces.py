@@ -8,7 +8,9 @@ commit, the uncommitted patch and the untracked files (`stead.gittrees`).
 The blobs nobody stored yet go to the run's database, or to an fsspec URL
 (`blobs=`, `stead.blobs`), and the snapshot is written with its journal
 record in one fenced transaction: a stale worker's save raises `StaleLease`
-and stores nothing.
+and stores nothing. Each `run.step` that changes an attached workspace is
+saved that way too, in its own result's transaction (`StepSaves`): no result
+is acknowledged ahead of the files it made.
 
 A takeover restores each workspace's latest snapshot before replay
 (`restore_all`, called by `stead.takeover`), into a fresh directory on the
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import hashlib
 import json
 import os
 import uuid
@@ -55,6 +58,14 @@ def allowed_root(root: str | os.PathLike[str] | None) -> Path:
 def restore_base() -> Path:
     """Where a takeover restores workspaces on this worker."""
     return Path(os.environ.get(DIR_ENV) or Path(os.getcwd(), ".stead-workspaces"))
+
+
+def _restores_inside(top: Path) -> Path | None:
+    """The restore base, if it lies in `top` (a workspace attached as `.`):
+    the copies takeovers put there are no part of the workspace, and a save
+    leaves them out."""
+    base = restore_base().resolve()
+    return base if top in base.parents else None
 
 
 class WorkspacePath(os.PathLike[str]):
@@ -133,6 +144,9 @@ class Workspace:
         self.max_bytes = max_bytes
         self.blob_url = blob_url
         self._snapshot: Snapshot | None = None
+        # The tree hash last known to be in the directory (its last snapshot's,
+        # or the tree attached): a step that leaves another is saved with it.
+        self.seen: str | None = None
 
     @property
     def snapshot(self) -> Snapshot | None:
@@ -152,56 +166,151 @@ class Workspace:
         addr = addresses.reserve()
         prior = x.take(addr, RecordKind.WORKSPACE, self.name, _SAVE)
         if prior:
-            self._snapshot = Snapshot.from_record(self.name, prior[-1])
+            self._replayed(prior[-1])
+            assert self._snapshot is not None
             return self._snapshot
         x.check_live()
         with x.busy():
-            tree, git = await asyncio.to_thread(self._scan)
-            extra = {git.patch_sha256: git.patch} if git is not None and git.patch else {}
-            hashes = [*tree.blobs(), *extra]
-            if self.blob_url is not None:
-                await asyncio.to_thread(self._upload, tree, extra)
-        payload = {"tree": tree.sha256, "files": tree.files, "bytes": tree.bytes,
-                   "git": None if git is None else git.to_json()}
-        rec = x.record(addr, 1, RecordKind.WORKSPACE, self.name, _SAVE, RecordStatus.OK,
-                       codec.dumps(payload, what=f"the snapshot of workspace {self.name!r}"))
-        located = tree.blobs()
-
-        def read(sha256: str) -> bytes:
-            if sha256 in extra:
-                return extra[sha256]
-            return trees.read_blob(self.dir, located[sha256], sha256)
-
-        seqs: list[int] = []
-
-        def send(batch: list[Record], resume: ResumeRecord | None) -> Any:
-            last = batch[-1]
-            seqs[:] = [last.seq]
-            row = SnapshotRow(
-                run_id=x.fence.run_id, name=self.name, seq=last.seq, epoch=x.fence.epoch,
-                worker_id=x.fence.worker_id, tree=tree.sha256, manifest=tree.manifest,
-                git=None if git is None else json.dumps({**git.to_json()}),
-                files=tree.files, bytes=tree.bytes, stored_bytes=0, blobs=self.blob_url,
-                source=str(self.dir), at=last.at)
-            return x.store.save_snapshot(x.fence, batch, resume, row,
-                                         [] if self.blob_url is not None else hashes, read)
-
-        await x.write([rec], send)
-        self._snapshot = Snapshot.from_record(self.name, rec.numbered(seqs[0]))
+            scanned = await self._scanned()
+        last = self._snapshot
+        if last is not None and scanned.sha256 == last.tree:
+            # Saved already (a step's result carried it): the record says so,
+            # and a takeover restores the snapshot that holds it.
+            rec = x.record(addr, 1, RecordKind.WORKSPACE, self.name, _SAVE, RecordStatus.OK,
+                           scanned.payload(self.name))
+            await x.commit([rec])
+            return last
+        await _commit(x, [], [(self, addr, scanned)], None)
+        assert self._snapshot is not None
         return self._snapshot
+
+    async def _scanned(self) -> _Scanned:
+        """The tree now, its blobs uploaded if they go to a URL (off the loop)."""
+        scanned = await asyncio.to_thread(lambda: _Scanned.of(*self._scan()))
+        if self.blob_url is not None:
+            await asyncio.to_thread(self._upload, scanned)
+        return scanned
+
+    def _replayed(self, rec: Record) -> None:
+        self._snapshot = Snapshot.from_record(self.name, rec)
+        self.seen = self._snapshot.tree
 
     def _scan(self) -> tuple[trees.Tree, gittrees.GitState | None]:
         # git first: asking it may refresh its index, which is part of the tree.
         git = gittrees.state(self.dir)
-        return trees.scan(self.dir, self.max_bytes), git
+        return trees.scan(self.dir, self.max_bytes, _restores_inside(self.dir)), git
 
-    def _upload(self, tree: trees.Tree, extra: dict[str, bytes]) -> None:
+    def _upload(self, scanned: _Scanned) -> None:
         assert self.blob_url is not None
         where = blobs.BlobDir(self.blob_url)
-        located = tree.blobs()
+        located, extra = scanned.located, scanned.extra
         for sha256 in where.missing([*located, *extra]):
             data = extra.get(sha256) or trees.read_blob(self.dir, located[sha256], sha256)
             where.put(sha256, data)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Scanned:
+    """A workspace's tree as scanned, ready to be stored: what costs time in
+    a large tree (its manifest, hash, blob index) worked out once, in the
+    scanning thread, so the event loop never walks the entries."""
+
+    tree: trees.Tree
+    git: gittrees.GitState | None
+    manifest: str
+    sha256: str
+    located: dict[str, str]  # each blob's hash, and one path holding it
+    files: int
+    size: int  # bytes of files
+
+    @classmethod
+    def of(cls, tree: trees.Tree, git: gittrees.GitState | None) -> _Scanned:
+        return cls(tree, git, tree.manifest, tree.sha256, tree.blobs(), tree.files, tree.bytes)
+
+    @property
+    def extra(self) -> dict[str, bytes]:
+        git = self.git
+        return {git.patch_sha256: git.patch} if git is not None and git.patch else {}
+
+    def payload(self, name: str) -> str:
+        git = self.git
+        return codec.dumps({"tree": self.sha256, "files": self.files, "bytes": self.size,
+                            "git": None if git is None else git.to_json()},
+                           what=f"the snapshot of workspace {name!r}")
+
+
+async def _commit(x: Execution, recs: list[Record],
+                  saves: list[tuple[Workspace, str, _Scanned]], drop: Record | None) -> None:
+    """Journal `recs` and, in the same fenced transaction, a snapshot of each
+    workspace in `saves` (its save record at the address given): a takeover
+    finds a result and the files it made, or neither."""
+    saved = [x.record(addr, 1, RecordKind.WORKSPACE, ws.name, _SAVE, RecordStatus.OK,
+                      scanned.payload(ws.name)) for ws, addr, scanned in saves]
+    into_db = [(ws, s) for ws, _a, s in saves if ws.blob_url is None]
+    where: dict[str, tuple[Workspace, _Scanned]] = {
+        h: (ws, s) for ws, s in into_db for h in (*s.located, *s.extra)}
+    hashes = list(where)
+    numbered: list[Record] = []
+
+    def read(sha256: str) -> bytes:
+        ws, scanned = where[sha256]
+        if sha256 in scanned.extra:
+            return scanned.extra[sha256]
+        return trees.read_blob(ws.dir, scanned.located[sha256], sha256)
+
+    def send(batch: list[Record], resume: ResumeRecord | None) -> Any:
+        numbered[:] = batch[len(batch) - len(saved):]
+        rows = [SnapshotRow(
+            run_id=x.fence.run_id, name=ws.name, seq=rec.seq, epoch=x.fence.epoch,
+            worker_id=x.fence.worker_id, tree=s.sha256, manifest=s.manifest,
+            git=None if s.git is None else json.dumps({**s.git.to_json()}),
+            files=s.files, bytes=s.size, stored_bytes=0, blobs=ws.blob_url,
+            source=str(ws.dir), at=rec.at) for (ws, _a, s), rec in zip(saves, batch[-len(saved):],
+                                                                       strict=True)]
+        return x.store.save_snapshot(x.fence, batch, resume, rows[-1], hashes, read,
+                                     more=rows[:-1])
+
+    await x.write([*recs, *saved], send, drop=drop)
+    for (ws, _a, _s), rec in zip(saves, numbered, strict=True):
+        ws._replayed(rec)
+
+
+class StepSaves:
+    """The snapshots that ride with each step's result: after a step, every
+    attached workspace whose tree is not the one last known is saved in the
+    same fenced transaction as the step's record (only the blobs the store
+    lacks are stored). So no result is acknowledged ahead of the files it
+    made: a takeover restores them, and the step is not redone. A save's
+    record sits at the step's address with the workspace's name after it."""
+
+    def __init__(self, x: Execution) -> None:
+        self._x = x
+        self.spaces: list[Workspace] = []
+
+    def attached(self, ws: Workspace) -> None:
+        self.spaces = [*(w for w in self.spaces if w.name != ws.name), ws]
+
+    def replayed(self, addr: str) -> None:
+        """A replayed step: the snapshots journaled with it are the last known."""
+        for ws in self.spaces:
+            prior = self._x.journal.take(f"{addr}/{ws.name}", RecordKind.WORKSPACE, ws.name,
+                                         _SAVE)
+            if prior:
+                ws._replayed(prior[-1])
+
+    async def commit(self, addr: str, rec: Record, started: Record) -> None:
+        """Journal step record `rec` with a snapshot of each workspace it changed."""
+        x = self._x
+        saves = []
+        with x.busy():
+            for ws in self.spaces:
+                scanned = await ws._scanned()
+                if scanned.sha256 != ws.seen:
+                    saves.append((ws, f"{addr}/{ws.name}", scanned))
+        if not saves:
+            await x.commit([rec], drop=started)
+            return
+        await _commit(x, [rec], saves, started)
 
 
 _NAME_RULE = ("a workspace's name is a non-empty string of at most 255 characters, "
@@ -255,7 +364,12 @@ async def attach(x: Execution, name: str, path: str | os.PathLike[str], *,
         x.check_live()
         x.buffer(x.record(addr, 1, RecordKind.WORKSPACE, name, digest, RecordStatus.OK,
                           codec.dumps({"attached": str(top)}, what="a workspace")))
-    return Workspace(x, name, top, max_bytes=max_bytes, blob_url=blob_url)
+    ws = Workspace(x, name, top, max_bytes=max_bytes, blob_url=blob_url)
+    if restored:
+        ws.seen = str(restored["tree"])
+    elif not x.dry:
+        ws.seen = (await asyncio.to_thread(ws._scan))[0].sha256
+    return ws
 
 
 # -- restoring ---------------------------------------------------------------------------
@@ -386,10 +500,28 @@ async def _blob_source(store: Store, snap: SnapshotRow, tree: trees.Tree
     return get
 
 
-async def restore_to(store: Store, run_id: str, name: str, dest: str | os.PathLike[str],
-                     seq: int | None = None) -> SnapshotRow:
-    """Restore the latest snapshot of workspace `name` (or the one saved at
-    `seq`) into `dest`, a directory that must not exist yet: for a person."""
+async def patch_of(store: Store, run_id: str, name: str, seq: int | None = None) -> bytes:
+    """The uncommitted patch (`git diff --binary HEAD`) of workspace `name`'s
+    latest snapshot (or the one saved at `seq`), checked against its sha256."""
+    snap = await _snapshot_of(store, run_id, name, seq)
+    found = json.loads(snap.git) if snap.git is not None else None
+    sha256 = found.get("patch_sha256") if isinstance(found, dict) else None
+    if not isinstance(sha256, str):
+        raise errors.WorkspaceError(
+            f"the snapshot of workspace {name!r} at seq {snap.seq} of run {run_id} holds no "
+            "uncommitted patch (its tree is no git repository, or it had no change against "
+            f"its commit); restore the tree with `stead workspace restore {run_id} {name} DIR`")
+    if snap.blobs is not None:
+        return await asyncio.to_thread(blobs.BlobDir(snap.blobs).get, sha256)
+    data = (await store.read_blobs([sha256])).get(sha256)
+    if data is None or hashlib.sha256(data).hexdigest() != sha256:
+        raise errors.WorkspaceMismatch(
+            f"the patch of workspace {name!r} at seq {snap.seq} of run {run_id} is missing "
+            "from the store or does not hash as saved", [f"blob {sha256}: missing or changed"])
+    return data
+
+
+async def _snapshot_of(store: Store, run_id: str, name: str, seq: int | None) -> SnapshotRow:
     await store.get_run(run_id)
     snaps = [s for s in await store.list_snapshots(run_id)
              if s.name == name and (seq is None or s.seq == seq)]
@@ -397,5 +529,13 @@ async def restore_to(store: Store, run_id: str, name: str, dest: str | os.PathLi
         raise errors.WorkspaceError(
             f"run {run_id} has no snapshot of workspace {name!r}"
             + ("" if seq is None else f" at seq {seq}"))
-    await restore(store, snaps[-1], Path(dest).absolute())
     return snaps[-1]
+
+
+async def restore_to(store: Store, run_id: str, name: str, dest: str | os.PathLike[str],
+                     seq: int | None = None) -> SnapshotRow:
+    """Restore the latest snapshot of workspace `name` (or the one saved at
+    `seq`) into `dest`, a directory that must not exist yet: for a person."""
+    snap = await _snapshot_of(store, run_id, name, seq)
+    await restore(store, snap, Path(dest).absolute())
+    return snap

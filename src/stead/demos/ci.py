@@ -3,8 +3,8 @@ worker, and its test result stays bound to the environment it was made in.
 
 1. worker A, on "machine A" (its own folder), runs the agent
    (`stead.examples.ci_agent`): the repository is attached as a workspace,
-   the model plans a fix, calc.py is edited, the workspace is saved (a
-   durable snapshot), the tests run, and the CI job is submitted as an effect
+   the model plans a fix, calc.py is edited (the step's commit carries the
+   workspace's snapshot: no explicit save), the tests run, and the CI job is submitted as an effect
    that journals CI's job id (471) on acceptance;
 2. worker A is SIGKILLed while CI runs the job, and machine A's folder is
    deleted: the repository it edited is gone;
@@ -182,7 +182,7 @@ def _checks(checks: Checks, stage: Stage, ci: services.CI, info: RunInfo,
     checks.check([c["pid"] for c in asked] == [a.pid, a.pid],
                  f"the model was asked twice (plan, CI message), both by worker A (asked "
                  f"{len(asked)} time(s))")
-    edits = [r for r in journal if r.name == "edit_file"]
+    edits = [r for r in journal if r.name == "edit_file" and r.kind == RecordKind.STEP]
     checks.check(len(edits) == 1 and edits[0].epoch == 1,
                  "calc.py was edited once, by worker A; worker B did not redo it")
     snaps = [r for r in journal if r.kind == RecordKind.WORKSPACE and r.digest == "save"]
@@ -193,6 +193,9 @@ def _checks(checks: Checks, stage: Stage, ci: services.CI, info: RunInfo,
                  and "return a - b" not in text,
                  "worker B restored the saved tree (hash-checked) into a fresh folder on "
                  "machine B, edit included, though machine A's copy was deleted")
+    checks.check(len(edits) == 1 and [s.seq for s in snaps] == [edits[0].seq + 1],
+                 "the edit's snapshot rode in edit_file's own commit: the workflow never "
+                 "called ws.save(), and the edit survived")
     submits = [c for c in ci.calls() if c["op"] == "submit"]
     checks.check(len(submits) == 1 and submits[0]["pid"] == a.pid and list(ci.jobs()) == [JOB],
                  f"CI got one job ({', '.join(map(str, ci.jobs())) or 'none'}), submitted by "
@@ -252,6 +255,14 @@ async def _lockfile(stage: Stage, client: Client, checks: Checks) -> None:
     who = {c.pid: "worker-C", d.pid: "worker-D"}
     echo("    test runs: " + ", ".join(f"under {lock} by {who[pid]}" for pid, lock in runs))
     classes = dict(resumes[0].details.classes) if resumes else {}
+    reran = list(resumes[0].details.reran or ()) if resumes else []
+    for stale in reran:
+        echo(f"    the resume record: {stale.get('done')} {stale.get('call')}, its "
+             f"{stale.get('cause')} changed: " + "; ".join(map(str, stale.get("changed") or ())))
+    checks.check([(s.get("call"), [str(c).split(":")[0] for c in s.get("changed") or ()])
+                  for s in reran] == [("run_tests", [f"files.{ci_agent.LOCKFILE}"])],
+                 f"run 2's resume record names the stale result (run_tests) and the file "
+                 f"that changed ({ci_agent.LOCKFILE}, old -> new)")
     checks.check(code_c == -signal.SIGKILL and runs == [(c.pid, LOCK_1), (d.pid, LOCK_2)]
                  and len(cut) == 1 and classes.get(ResumeClass.REVALIDATE) == 1,
                  f"run 2: the lockfile changed ({LOCK_1} -> {LOCK_2}), so its test result was "

@@ -59,7 +59,13 @@ def describe(rec: Record) -> str:
         parts = [f"{name} {str(h)[:8]}…" if h else f"{name} (none)" for name, h in files.items()]
         if tree:
             parts.insert(0, f"tree {str(tree)[:8]}…")
-        return "made in: " + ", ".join(parts)
+        locks = data.get("lockfiles") or {}
+        parts += [f"tree {str(h)[:8]}…" if name == "tree" else f"{name} {str(h)[:8]}…"
+                  for name, h in locks.items()]
+        runtime = data.get("runtime") or {}
+        if runtime:
+            parts.append(f"python {runtime.get('python')} on {runtime.get('platform')}")
+        return "made in: " + (", ".join(parts) or "nothing recorded")
     if rec.kind == RecordKind.DECISION:
         said = f"{data.get('decision')} (policy {data.get('policy_version')})"
         return f"{said}: {compact(data['reason'])}" if data.get("reason") else said

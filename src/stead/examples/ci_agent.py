@@ -1,15 +1,16 @@
 """A coding agent: it attaches the repository to the run as a workspace,
-lets a model plan a fix, edits the files, saves the workspace (a durable
-snapshot), runs the tests, has the model write the CI job's message and
-submits a CI job, as an effect that journals the job id the moment CI accepts
-it (`await op.accepted(job_id)`).
+lets a model plan a fix, edits the files (each step that changes the tree is
+saved with its result: a durable snapshot in the same commit), runs the
+tests, has the model write the CI job's message and submits a CI job, as an
+effect that journals the job id the moment CI accepts it
+(`await op.accepted(job_id)`).
 
 If the worker dies while CI runs, the worker that takes the run over, on
-another machine, first restores the saved tree into a fresh directory there
-(checked against its hash), so the edits are not redone: they are in the
-tree. Then it finds "run_ci: accepted as job 471, no result" in the journal:
-it asks CI about job 471 (the effect's `check`) until it has a result, and
-never submits a second job.
+another machine, first restores the last snapshot into a fresh directory
+there (checked against its hash): it holds every edit a journaled step made,
+so the edits are not redone: they are in the tree. Then it finds "run_ci:
+accepted as job 471, no result" in the journal: it asks CI about job 471 (the
+effect's `check`) until it has a result, and never submits a second job.
 
 The test result is bound to what produced it: the workspace's snapshot and
 the worker's `uv.lock` (`stead.Fingerprint`). A worker whose lockfile is
@@ -122,7 +123,8 @@ def run_tests(repo: str | Path | stead.WorkspacePath) -> dict[str, Any]:
             "        try:\n            getattr(m, name)()\n"
             "        except AssertionError:\n            failed.append(f'{f.stem}.{name}')\n"
             "print(','.join(failed))\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=str(repo), capture_output=True,
+    # -B: the tests leave no bytecode in the tree, which would change it.
+    done = subprocess.run([sys.executable, "-B", "-c", code], cwd=str(repo), capture_output=True,
                           text=True, timeout=60, check=False)
     failed = [t for t in done.stdout.strip().split(",") if t]
     return {"passed": done.returncode == 0 and not failed, "failed": failed}
@@ -170,10 +172,16 @@ async def fix_and_test(run: stead.Run, repo: str, issue: str) -> dict[str, Any]:
         if call.name == "edit_file":
             change = await run.step("edit_file", edit_file, ws.path, **call.arguments)
             edited.append(change["path"])
-    snap = await ws.save()  # the edited tree, durably: a takeover restores it
+    # Each step that changed the tree was saved with its result (its snapshot
+    # rode in the same commit), so the edits survive a takeover without an
+    # explicit `ws.save()`; one is made here only if no step changed anything.
+    snap = ws.snapshot or await ws.save()
     sha = snap.commit or snap.tree[:12]
-    tests = await run.step("run_tests", run_tests, ws.path, fresh=stead.Fingerprint(
-        workspace=ws, files=[LOCKFILE]))
+    # Bound to the worker's lockfile (relative: the worker's directory), and,
+    # as every step that reads the workspace, to its environment (its tree,
+    # the Python version and platform, $STEAD_IMAGE) by default.
+    tests = await run.step("run_tests", run_tests, ws.path,
+                           fresh=stead.Fingerprint(files=[LOCKFILE]))
     note = await run.llm("write_message", MODEL, [
         {"role": "user", "content": f"Write the CI message for this test report: {tests}"}])
     ci: dict[str, Any] = await run.effect("run_ci", run_ci, sha, note.text, check=ci_check,

@@ -819,6 +819,7 @@ BlobReader = Callable[[str], bytes]
 
 def save_snapshot(
     write: FencedWrite, snapshot: SnapshotRow, hashes: Sequence[str], read: BlobReader,
+    more: Sequence[SnapshotRow] = (),
 ) -> Flow[int]:
     """Store `snapshot` with the blobs of `hashes` it lacks, and journal
     `write`, under the fence: a stale worker stores nothing. Returns the bytes
@@ -834,6 +835,8 @@ def save_snapshot(
             data = read(sha256)
             yield execute("insert_blob", {"sha256": sha256, "size": len(data), "data": data})
             stored += len(data)
+    for other in more:
+        yield execute("insert_snapshot", _rows.snapshot_params(other))
     yield execute("insert_snapshot", _rows.snapshot_params(snapshot.evolve(stored_bytes=stored)))
     yield Journal(write, checked=True)
     return stored

@@ -772,15 +772,17 @@ class Store:
     # -- workspaces -----------------------------------------------------------
     async def save_snapshot(
         self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
-        snapshot: SnapshotRow, hashes: Sequence[str], read: tx.BlobReader,
+        snapshot: SnapshotRow, hashes: Sequence[str], read: tx.BlobReader, *,
+        more: Sequence[SnapshotRow] = (),
     ) -> int:
-        """Store a workspace snapshot, the blobs of `hashes` not stored yet
-        (`read` gives a blob's content by its sha256) and `records`, in one
-        fenced transaction. Returns the bytes of blobs added."""
+        """Store a workspace snapshot (and the snapshots `more` of other
+        workspaces), the blobs of `hashes` not stored yet (`read` gives a
+        blob's content by its sha256) and `records`, in one fenced
+        transaction. Returns the bytes of blobs added (`snapshot` counts them)."""
         write = FencedWrite(fence, records, resume)
         seq = records[-1].seq
         return await self.database.write(
-            lambda: tx.save_snapshot(write, snapshot, hashes, read),
+            lambda: tx.save_snapshot(write, snapshot, hashes, read, more),
             Writing(landed=lambda attempted: tx.snapshot_saved(write, seq, attempted)),
         )
 
