@@ -121,8 +121,11 @@ async def test_on_postgres_a_holder_is_dead_once_its_presence_lock_is_free(
 ) -> None:
     if not db_url.startswith("postgres"):
         pytest.skip("presence locks are PostgreSQL's")
-    # As if the holder ran on another machine: its process cannot be judged.
+    # As if the holder ran on another machine: its process cannot be judged,
+    # so its presence lock decides.
     monkeypatch.setattr(processes, "dead", lambda process: False)
+    monkeypatch.setattr(processes, "this_process",
+                        lambda: processes.Process("another machine", 1, ""))
     run_id = await _leased_to(store, "remote")
     script = (
         "import asyncio, sys, stead\n"

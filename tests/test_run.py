@@ -357,8 +357,9 @@ async def test_a_step_costs_one_commit(fstore: stead.Store) -> None:
     await worker.run_until_idle()
     # per run: 1 claim + n steps + 1 finish; plus the final empty claim where a
     # poll is a write (on SQLite an empty poll only reads); plus the worker's
-    # heartbeat as it starts and the one saying it stopped
-    empty_run, full_run, worker_beats = 1 + 0 + 1, 1 + 50 + 1, 2
+    # heartbeat as it starts and the one saying it stopped, and its process
+    # recorded as it starts and forgotten as it stops (for dead-holder checks)
+    empty_run, full_run, worker_beats = 1 + 0 + 1, 1 + 50 + 1, 2 + 2
     total = empty_run + full_run + worker_beats
     assert fstore.commits - before in (total, total + 1)
 

@@ -15,13 +15,15 @@ from stead.store.seam import Database
 from stead.testing import CrashingStore, CrashPoint, DelegatingStore
 
 # Queries one dialect needs for what it does its own way (claiming, its
-# journal statements, its migrations and LISTEN).
+# journal statements, its migrations and LISTEN; on PostgreSQL, the presence
+# lock that tells a dead lease holder on another machine).
 ONLY = {
     "sqlite": {"claim_candidates", "claim", "insert_record_fenced", "finish", "insert_resume"},
     "postgres": {
         "claim", "claimed_by", "migrate_lock", "name_schema", "create_schema",
         "set_search_path", "create_version_table", "schema_version", "insert_version",
         "listen", "fenced_write", "append_one", "finish_one", "insert_records",
+        "presence_lock", "presence_held", "mark_locks",
     },
 }
 
@@ -60,8 +62,10 @@ def test_a_backend_implements_a_handful_of_methods_not_the_whole_store() -> None
     assert abstract == {"open", "close", "read", "write", "journal", "claim", "commits"}
     assert not inspect.isabstract(stead.Store)
     # One shape; SQLite's database is also files a process can lose under it
-    # (files.py: the -wal and -shm watch), which a server has no counterpart of.
-    for backend, own in (("sqlite", ["files.py"]), ("postgres", [])):
+    # (files.py: the -wal and -shm watch), which a server has no counterpart of;
+    # a PostgreSQL worker holds a presence lock on a session of its own
+    # (presence.py), which SQLite on one machine needs no counterpart of.
+    for backend, own in (("sqlite", ["files.py"]), ("postgres", ["presence.py"])):
         folder = Path(stead.__file__).parent / "store" / backend
         assert sorted(p.name for p in folder.glob("*.py")) == sorted([
             "__init__.py", "connection.py", "database.py", "group.py", "journal.py", *own,

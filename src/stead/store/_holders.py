@@ -32,13 +32,20 @@ def forget(worker_id: str) -> Flow[None]:
 
 
 def dead_holders(worker_id: str, lease_now: float | None, dead: Callable[[Process], bool],
-                 limit: int) -> Flow[list[str]]:
-    """The (at most `limit`) other workers holding leases whose presence
-    lock is free or whose process `dead` says has ended."""
+                 limit: int, machine: str) -> Flow[list[str]]:
+    """The (at most `limit`) other workers holding leases whose process has
+    ended. A holder on this `machine` is judged by its process alone (`dead`):
+    its presence lock is freed by any dropped connection too, and a live
+    process whose connection was cut must keep its leases. A holder elsewhere
+    is judged by its presence lock."""
     holders = yield rows("lease_holders", {
         "worker_id": worker_id, "lease_now": lease_now, "limit": limit})
-    return [str(h["worker_id"]) for h in holders
-            if h["lock_free"] or dead(Process(str(h["machine"]), int(h["pid"]), str(h["started"])))]
+    found = []
+    for h in holders:
+        process = Process(str(h["machine"]), int(h["pid"]), str(h["started"]))
+        if dead(process) if process.machine == machine else bool(h["lock_free"]):
+            found.append(str(h["worker_id"]))
+    return found
 
 
 def end_leases(holders: list[str], lease_now: float | None) -> Flow[None]:

@@ -336,7 +336,8 @@ class Store:
         cannot judge keep their leases (see stead/processes.py)."""
         lease_now = self.database.lease_now()
         gone = await self.database.read(
-            lambda: _holders.dead_holders(worker_id, lease_now, processes.dead, limit))
+            lambda: _holders.dead_holders(worker_id, lease_now, processes.dead, limit,
+                                          processes.this_process().machine))
         if gone:
             await self.database.write(lambda: _holders.end_leases(gone, lease_now), Writing())
         return gone
