@@ -239,3 +239,61 @@ def test_a_bad_changed_steps_setting_is_refused() -> None:
         stead.App("x", changed_steps="sometimes")
 
 
+
+
+# -- real worker processes: a deploy changes the step, SIGKILL in between ----------------
+_APP = '''
+import os
+import signal
+
+import stead
+
+app = stead.App("coded", changed_steps=os.environ["CHANGED_STEPS"])
+
+
+def plan() -> str:
+    return "{made}"
+
+
+def die() -> None:
+    if os.environ.get("DIE"):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@app.workflow()
+async def check(run: stead.Run) -> str:
+    made = await run.step("plan", plan)
+    await run.step("die", die)
+    return made
+'''
+
+
+def _worker(db_url: str, tmp: Path, made: str, *args: str, die: bool = False
+            ) -> subprocess.CompletedProcess[str]:
+    (tmp / "coded_app.py").write_text(_APP.format(made=made))
+    env = {**os.environ, "PYTHONPATH": str(tmp), "CHANGED_STEPS": "rerun",
+           **({"DIE": "1"} if die else {})}
+    return subprocess.run(
+        [sys.executable, "-m", "stead", "--db", db_url, "worker", "coded_app:app",
+         "--poll", "0.05", "--heartbeat", "0.2", *args],
+        cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+async def test_a_deploy_that_changed_a_step_reruns_it_after_a_sigkill(
+    store: stead.Store, db_url: str, tmp_path: Path,
+) -> None:
+    client = stead.Client(store)
+    info = await client.start("check", version=1)
+    first = _worker(db_url, tmp_path, "A", "--until-idle", die=True)
+    assert first.returncode == -9, first.stderr[-2000:]
+    second = _worker(db_url, tmp_path, "B", "--until-done", info.run_id, "--timeout", "120")
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert await client.result(info.run_id, timeout=60) == "B"
+    [resume] = await client.resumes(info.run_id)
+    [entry] = resume.details.reran or []
+    assert (entry["call"], entry["cause"], entry["done"]) == (
+        "plan", StaleCause.CODE, StaleOutcome.RERUN)
+    plans = [r for r in await client.journal(info.run_id)
+             if r.kind == RecordKind.STEP and r.name == "plan"]
+    assert [r.payload for r in plans] == ['"A"', '"B"']
