@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 
-from stead import bounds, errors, queues
+from stead import bounds, errors, queues, stepcode
 from stead.intent import Intent, Matcher, check_tool, check_tools
 from stead.migrations import Migration, MigrationFn
 from stead.policy import Policy, PolicyFn, PolicyPoint, policy_points
@@ -53,14 +53,28 @@ class App:
     naming it (at `Client.start(intent=)`, `stead start --intent`,
     `Client.resume(intent=)`, `run.intent`, `Client.renew_grant`). Without
     it the app does not know its tools and grants are not checked against
-    them (a grant for a tool no effect calls then simply goes unused)."""
+    them (a grant for a tool no effect calls then simply goes unused).
+
+    `changed_steps` says what a takeover does with a journaled step result
+    whose function's code changed since (see `stead.stepcode`): `"warn"`
+    (the default) reuses it, logs a warning and names it in the resume
+    record; `"rerun"` makes it again when nothing acted outside after it
+    (else the run pauses for a person); `"stop"` stops the run as
+    `incompatible_checkpoint` naming the step."""
 
     def __init__(self, name: str, *, policy: PolicyFn | None = None,
                  policy_version: str = "1",
                  matchers: dict[str, Matcher] | None = None,
                  tools: Iterable[str] | None = None,
-                 policy_on: Iterable[str] = ("effect",)) -> None:
+                 policy_on: Iterable[str] = ("effect",),
+                 changed_steps: str = stepcode.ChangedSteps.WARN) -> None:
         self.name = name
+        try:
+            self.changed_steps = stepcode.ChangedSteps(changed_steps)
+        except ValueError:
+            raise ValueError(
+                f"changed_steps is one of {', '.join(repr(str(c)) for c in stepcode.ChangedSteps)}"
+                f", not {changed_steps!r}") from None
         self.policy_on: frozenset[PolicyPoint] = policy_points(policy_on)
         self._workflows: dict[tuple[str, int], Workflow[Any, Any]] = {}
         self._migrations: dict[tuple[str, int], Migration] = {}

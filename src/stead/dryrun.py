@@ -24,7 +24,7 @@ from stead.clock import SystemClock
 from stead.execution import Drain, Execution, ExecutionOptions, Frontier, Stop
 from stead.exports import StoredRun
 from stead.migrations import Migration
-from stead.records import Fence, FindingKind, MigrationPlan, Record
+from stead.records import Fence, FindingKind, MigrationPlan, Record, StaleCause
 from stead.replay import Journal
 from stead.run import Run
 from stead.store import open_store
@@ -65,13 +65,17 @@ class Replayed:
     """What a dry replay of one run found: `finding` None means the code
     interprets the whole history; `reused` journal records were replayed,
     and `frontier` is where a worker would go on live (None: the workflow
-    returned, or stopped on a recorded outcome)."""
+    returned, or stopped on a recorded outcome). `changed_steps` names each
+    step whose code changed since it was journaled and what a takeover does
+    with it under the app's `changed_steps` ("step 'x' (seq 3) code a -> b:
+    reused")."""
 
     run_id: str
     code: str
     finding: Finding | None
     reused: int
     frontier: str | None
+    changed_steps: tuple[str, ...] = ()
 
 
 def _keyring() -> keys.Keyring:
@@ -155,6 +159,7 @@ async def replay(app: App, stored: StoredRun, store: Store) -> Replayed:
         clock=store.clock or SystemClock(), code_version=wf.key, takeover=False,
         options=ExecutionOptions(keyring=_no_keys, dry=True))
     x.matchers, x.tools, x.app_name = app.matchers, app.tools, app.name
+    x.changed_steps = app.changed_steps
     body = x.start(wf.fn(Run(x, row), *args, **kwargs))
     try:
         await body
@@ -170,7 +175,9 @@ async def replay(app: App, stored: StoredRun, store: Store) -> Replayed:
         quiet = quiet + 1 if journal.reused == seen else 0
         seen = journal.reused
     finding = _judge(stored, x, journal, returned)
-    return Replayed(run_id, code, finding, journal.reused, x.frontier)
+    changed = tuple(f"step {e['call']!r} (seq {e['seq']}) {'; '.join(e['changed'])}: {e['done']}"
+                    for e in x.reran if e.get("cause") == StaleCause.CODE)
+    return Replayed(run_id, code, finding, journal.reused, x.frontier, changed)
 
 
 def _judge(stored: StoredRun, x: Execution, journal: Journal, returned: bool
@@ -206,5 +213,6 @@ def summary(results: list[Replayed]) -> str:
     """One line per run the code cannot interpret, then a count."""
     bad = [r.finding for r in results if r.finding is not None]
     lines = [f.line() for f in bad]
+    lines += [f"run {r.run_id} ({r.code}): {c}" for r in results for c in r.changed_steps]
     lines.append(f"{len(results)} run(s) replayed, {len(bad)} the code cannot interpret")
     return "\n".join(lines)

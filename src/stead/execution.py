@@ -17,7 +17,7 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
-from stead import addresses, codec, digests, errors, keys, logs
+from stead import addresses, codec, digests, errors, keys, logs, stepcode
 from stead.clock import Clock
 from stead.guard import Guard
 from stead.intent import Matcher
@@ -149,6 +149,8 @@ class Execution:
         self._recheck_every = options.recheck_every
         self._keyring = options.keyring
         self.dry = options.dry
+        # What a takeover does with a step whose body changed (`App(changed_steps=)`).
+        self.changed_steps = stepcode.ChangedSteps.WARN
         # In a dry replay: the last call the journal did not know ("kind 'name' at addr").
         self.frontier: str | None = None
         # The run's live wait tokens: values holding one are never stored.

@@ -168,6 +168,7 @@ class StaleCause(enum.StrEnum):
 
     FINGERPRINT = "fingerprint"  # the environment it was made in changed
     PROPOSAL = "proposal"  # a `fresh=` proposal after a changed intent
+    CODE = "code"  # the step's body changed (see `stead.stepcode`)
 
 
 class StaleOutcome(enum.StrEnum):
@@ -175,6 +176,8 @@ class StaleOutcome(enum.StrEnum):
 
     RERUN = "rerun"  # cut from there: made again
     PAUSED = "paused"  # something acted after it: the run paused for a person
+    REUSED = "reused"  # reused as journaled, with a warning
+    STOPPED = "stopped"  # the run stopped as incompatible_checkpoint
 
 
 class LineageKind(enum.StrEnum):

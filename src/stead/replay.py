@@ -11,7 +11,7 @@ import json
 import logging
 from collections.abc import Iterable, Sequence
 
-from stead import digests, errors, records
+from stead import digests, errors, records, stepcode
 from stead.records import Record, RecordKind, RecordStatus
 
 log = logging.getLogger("stead.run")
@@ -161,8 +161,9 @@ class Journal:
                 "The workflow code changed under a running checkpoint: register the old "
                 "version alongside the new one, then `stead runs retry RUN`; or cancel the run.",
                 addr=addr, seq=first.seq, expected=journaled, actual=f"{kind} {name!r}")
-        if first.digest != digest:
-            (was, old), (now, new) = digests.contract_of(first.digest), digests.contract_of(digest)
+        if stepcode.code_of(first.digest)[0] != stepcode.code_of(digest)[0]:
+            (was, old) = digests.contract_of(stepcode.code_of(first.digest)[0])
+            (now, new) = digests.contract_of(stepcode.code_of(digest)[0])
             if was == now:
                 raise errors.NonDeterminism(
                     f"run {self.run_id}: {kind} {name!r} at position {addr} (seq {first.seq}) "
@@ -206,7 +207,8 @@ class Journal:
         epoch's marker the column still holds. Asked once per call: the new
         attempt's own marker supersedes it."""
         marker = self._in_flight.pop(addr, None)
-        if marker is None or (marker.kind, marker.name, marker.digest) != (kind, name, digest):
+        if marker is None or (marker.kind, marker.name, stepcode.code_of(marker.digest)[0]) \
+                != (kind, name, stepcode.code_of(digest)[0]):
             return None
         attempt = marker.attempt - self.offsets.get(addr, 0)
         if attempt < 1 or any(r.attempt >= attempt for r in self._by_addr.get(addr, ())):

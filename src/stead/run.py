@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import logging
 import os
 import random as _random
 import uuid as _uuid
@@ -30,6 +31,7 @@ from stead import (
     proposals,
     records,
     schema_check,
+    stepcode,
     streams,
     tracing,
     waits,
@@ -40,13 +42,27 @@ from stead.fingerprints import Fingerprint, changes
 from stead.intent import Budget, Intent, check_tools
 from stead.llm.model import Completion, Model
 from stead.outcomes import Compensation, Operation, Outcome
-from stead.records import RecordKind, RecordStatus, ResumeClass, RunRow, WaitState
+from stead.records import Record, RecordKind, RecordStatus, ResumeClass, RunRow, WaitState
 from stead.retry import NO_RETRY, Retry
 from stead.state import TaskState
 from stead.store.seam import FencedWrite
 
+log = logging.getLogger("stead.run")
+
 T = TypeVar("T")
 Check = Callable[[Operation], Awaitable[Outcome]] | Callable[[Operation], Outcome]
+
+
+def _paused(name: str, what: str, changed: Sequence[str], acted: Record) -> Stop:
+    """The pause of a run whose step `name` no longer holds (its `what`
+    changed) but that `acted` on outside after it."""
+    return Stop(records.RunStatus.PAUSED, {
+        "type": "Paused", "cause": "revalidate",
+        "message": f"step {name!r}'s {what} changed ({'; '.join(changed)}), but {acted.kind} "
+                   f"{acted.name!r} (seq {acted.seq}) already happened after it: its result "
+                   "cannot simply be made again. Decide: stead runs resume RUN --by WHO --why "
+                   "WHY [--intent FILE], or stead runs terminate RUN --by WHO --why WHY",
+        "call": name, "after": acted.name, "after_seq": acted.seq})
 
 
 def _error_payload(exc: BaseException, retry_at: float | None) -> str:
@@ -99,12 +115,15 @@ class Run:
         fresh: str | None = None,
         reason: str | None = None,
         saves: workspaces.StepSaves | None = None,
+        code: str | None = None,
     ) -> tuple[RecordStatus, str, int]:
         """Return `(status, payload, attempts)` of the call at the next address: from the
         journal if recorded, else by calling it live (with retries) and
         journaling each attempt."""
         addr = addresses.reserve()
         prior = self._x.take(addr, kind, name, digest)
+        if prior and code is not None:
+            prior = self._code_changed(addr, name, prior, code)
         attempt = 1
         if prior and fresh is not None and self._x.taken_over \
                 and await proposals.again(self._x, addr, kind, name, digest, prior, fresh):
@@ -199,6 +218,41 @@ class Run:
             if halt is not None:
                 raise Stop(halt.status, halt.error)
 
+    def _code_changed(self, addr: str, name: str, prior: list[Record], code: str
+                      ) -> list[Record]:
+        """`prior`, the journaled records of step `name`, as the app's
+        `changed_steps` treats them when the step's code changed since: reused
+        with a warning, cut to be made again ([]), or the run stops. A record
+        journaled without a code digest is not judged."""
+        was = stepcode.code_of(prior[0].digest)[1]
+        if was is None or was == code:
+            return prior
+        x, start = self._x, prior[0].seq
+        changed = [f"code {was} -> {code}"]
+        entry = {"call": name, "seq": start, "cause": records.StaleCause.CODE, "changed": changed}
+        acted = proposals.acted_after(x, addr, start)
+        if x.changed_steps == stepcode.ChangedSteps.WARN:
+            x.reran.append({**entry, "done": records.StaleOutcome.REUSED})
+            x.classify(records.ResumeClass.REVALIDATE)
+            log.warning("run %s: step %r (seq %d) was journaled by other code (%s); its result "
+                        "is reused as journaled (App(changed_steps=) says otherwise)",
+                        self.id, name, start, changed[0])
+            return prior
+        if x.changed_steps == stepcode.ChangedSteps.RERUN and acted is None:
+            proposals.cut(x, start, name, records.StaleCause.CODE, changed)
+            return []
+        if x.changed_steps == stepcode.ChangedSteps.RERUN and acted is not None:
+            x.reran.append({**entry, "done": records.StaleOutcome.PAUSED})
+            raise _paused(name, "code", changed, acted)
+        x.reran.append({**entry, "done": records.StaleOutcome.STOPPED})
+        raise x.stop_as_incompatible(errors.NonDeterminism(
+            f"run {self.id}: step {name!r} at position {addr} (seq {start}) was journaled by "
+            f"other code ({changed[0]}), and the app stops on a changed step "
+            "(App(changed_steps=\"stop\")). Register the old version alongside the new one, "
+            "then `stead runs retry RUN`; or declare `contract=` on the step, or cancel the run.",
+            addr=addr, seq=start, expected=f"step {name!r} code {was}",
+            actual=f"step {name!r} code {code}"))
+
     @staticmethod
     def _raise(name: str, payload: str, attempts: int) -> None:
         err = codec.loads(payload)
@@ -240,16 +294,7 @@ class Run:
                 self._x.reran.append({"call": name, "seq": start,
                                       "cause": records.StaleCause.FINGERPRINT,
                                       "changed": changed, "done": records.StaleOutcome.PAUSED})
-                raise Stop(records.RunStatus.PAUSED, {
-                    "type": "Paused", "cause": "revalidate",
-                    "message": f"step {name!r}'s fingerprint changed "
-                               f"({'; '.join(changed)}), but {acted.kind} "
-                               f"{acted.name!r} (seq {acted.seq}) already happened after it: its "
-                               "result cannot simply be made again. Decide: stead runs resume RUN "
-                               "--by WHO --why WHY [--intent FILE], or stead runs terminate RUN "
-                               "--by WHO --why WHY",
-                    "call": name, "after": acted.name, "after_seq": acted.seq,
-                })
+                raise _paused(name, "fingerprint", changed, acted)
             proposals.cut(self._x, start, name, records.StaleCause.FINGERPRINT, changed)
         self._x.check_live()
         self._x.buffer(self._x.record(addr, 1, RecordKind.FINGERPRINT, name, "",
@@ -310,8 +355,9 @@ class Run:
             fresh = None
         elif reads is not None:
             await self._fingerprint(name, Fingerprint(), reads, by_default=True)
-        digest = digests.contracted(
-            self._x.digests.call(RecordKind.STEP, name, args, kwargs), contract)
+        code = stepcode.digest(fn)
+        digest = stepcode.coded(digests.contracted(
+            self._x.digests.call(RecordKind.STEP, name, args, kwargs), contract), code)
 
         async def call() -> Any:
             if timeout is None:
@@ -326,7 +372,7 @@ class Run:
             lambda v: codec.dumps(v, what=f"the result of step {name!r}",
                                   limit=self._x.max_result_bytes),
             retry or NO_RETRY, self._bound(), fresh,
-            saves=self._saves if self._saves.spaces else None,
+            saves=self._saves if self._saves.spaces else None, code=code,
         )
         if status == RecordStatus.ERROR:
             self._raise(name, payload, attempts)

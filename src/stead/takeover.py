@@ -286,6 +286,7 @@ async def prepare(
     if row.cancel_requested is not None:
         execution.request_cancel()
     execution.tools, execution.app_name = app.tools, app.name
+    execution.changed_steps = app.changed_steps
     execution.policy_version = None if app.current_policy is None \
         else app.current_policy.version
     if not checked:

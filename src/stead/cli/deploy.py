@@ -62,7 +62,9 @@ def replay_check(ctx: click.Context, app_spec: str, source: str | None, limit: i
     and calling nothing: the live runs of the database (--db), or the exports
     in --from DIR. Prints each run the code cannot interpret, with the
     position and the call expected and made, and exits 1 if there is any:
-    run it in CI before a deploy."""
+    run it in CI before a deploy. Each step whose code changed since it was
+    journaled is listed with what a takeover would do with it
+    (App(changed_steps=)); under "stop" that is a run it cannot interpret."""
     app = common.load_app(app_spec)
     unread: list[str] = []
     if source is not None:
@@ -75,7 +77,7 @@ def replay_check(ctx: click.Context, app_spec: str, source: str | None, limit: i
     results = common.run_async(dryrun.replay_all(app, runs))
     if as_json:
         click.echo(json.dumps([{"run_id": r.run_id, "code": r.code, "reused": r.reused,
-                                "frontier": r.frontier,
+                                "frontier": r.frontier, "changed_steps": list(r.changed_steps),
                                 "finding": None if r.finding is None else vars(r.finding)}
                                for r in results]
                               + [{"unreadable": line} for line in unread], indent=2))

@@ -12,6 +12,7 @@ needs them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -59,6 +60,7 @@ from stead.store.seam import (
     Flow,
     Journal,
     NotLanded,
+    OffLoop,
     count,
     execute,
     fence_params,
@@ -815,6 +817,8 @@ def imported(run: RunRow) -> Flow[RunRow | NotLanded]:
 # The content of a blob, by its sha256 (read when the save needs it: only the
 # blobs the store does not hold yet are read and sent).
 BlobReader = Callable[[str], bytes]
+# Blobs read from files in one go off the loop: few hops, bounded memory.
+BLOBS_PER_READ = 64
 
 
 def save_snapshot(
@@ -829,10 +833,12 @@ def save_snapshot(
     wanted = list(dict.fromkeys(hashes))
     present = {r["sha256"] for r in (yield rows("blobs_present", {"hashes": wanted}))} \
         if wanted else set()
+    missing = [h for h in wanted if h not in present]
     stored = 0
-    for sha256 in wanted:
-        if sha256 not in present:
-            data = read(sha256)
+    for start in range(0, len(missing), BLOBS_PER_READ):
+        batch = missing[start:start + BLOBS_PER_READ]
+        found = yield OffLoop(functools.partial(_read_all, read, batch))
+        for sha256, data in zip(batch, found, strict=True):
             yield execute("insert_blob", {"sha256": sha256, "size": len(data), "data": data})
             stored += len(data)
     for other in more:
@@ -840,6 +846,10 @@ def save_snapshot(
     yield execute("insert_snapshot", _rows.snapshot_params(snapshot.evolve(stored_bytes=stored)))
     yield Journal(write, checked=True)
     return stored
+
+
+def _read_all(read: BlobReader, hashes: Sequence[str]) -> list[bytes]:
+    return [read(h) for h in hashes]
 
 
 def snapshot_saved(write: FencedWrite, seq: int, attempted: int | None) -> Flow[int | NotLanded]:

@@ -784,7 +784,8 @@ class Store:
         seq = records[-1].seq
         return await self.database.write(
             lambda: tx.save_snapshot(write, snapshot, hashes, read, more),
-            Writing(landed=lambda attempted: tx.snapshot_saved(write, seq, attempted)),
+            Writing(landed=lambda attempted: tx.snapshot_saved(write, seq, attempted),
+                    reads_files=bool(hashes)),
         )
 
     async def list_snapshots(self, run_id: str) -> list[SnapshotRow]:

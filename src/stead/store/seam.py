@@ -85,7 +85,17 @@ class Journal:
     checked: bool = False
 
 
-Step = Query | Journal
+@dataclasses.dataclass(frozen=True, slots=True)
+class OffLoop:
+    """Call `fn` (it reads files: a snapshot's blobs) where it cannot hold up
+    the event loop: on a thread on PostgreSQL; on SQLite, on the store's
+    thread the write runs on (see `Writing.reads_files`). Its answer is
+    what `fn` returns."""
+
+    fn: Callable[[], Any]
+
+
+Step = Query | Journal | OffLoop
 Flow = Generator[Step, Any, T]
 # Makes a fresh flow (a write that is tried again starts from the beginning).
 FlowFactory = Callable[[], Flow[T]]
@@ -107,11 +117,14 @@ class Writing(Generic[T]):
     """How a write goes. `landed` reads back a write whose commit went
     unacknowledged (without it the flow must be safe to run twice).
     `one_statement`: the flow writes with its last statement alone, which may
-    commit on its own. `releases`: the write gives up that run's lease."""
+    commit on its own. `releases`: the write gives up that run's lease.
+    `reads_files`: the flow reads files (`OffLoop`): SQLite runs it on its
+    thread rather than inline on the event loop."""
 
     landed: Landed[T] | None = None
     one_statement: bool = False
     releases: str | None = None
+    reads_files: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

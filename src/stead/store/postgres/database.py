@@ -22,6 +22,7 @@ Connection faults and unacknowledged commits are handled in `connection`.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, TypeVar, cast
 
 from stead.clock import Clock
@@ -147,9 +148,11 @@ async def _run(conn: Conn, flow: seam.FlowFactory[T]) -> T:
         return cast(T, done.value)
 
 
-async def _do(conn: Conn, step: seam.Query | seam.Journal) -> Any:
+async def _do(conn: Conn, step: seam.Step) -> Any:
     if isinstance(step, seam.Journal):
         return await journal.apply(conn, step)
+    if isinstance(step, seam.OffLoop):
+        return await asyncio.to_thread(step.fn)
     sql = Q[step.name]  # empty: nothing to do in this dialect
     cur = await conn.execute(sql, step.params) if sql else None
     if cur is None or step.fetch is seam.Fetch.NOTHING:

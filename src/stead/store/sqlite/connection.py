@@ -260,10 +260,12 @@ class Connector:
         self._thread.shutdown(wait=False)
 
     # -- running statements ---------------------------------------------------
-    async def call(self, fn: Callable[[sqlite3.Connection], T], run_id: str | None = None) -> T:
+    async def call(self, fn: Callable[[sqlite3.Connection], T], run_id: str | None = None,
+                   *, inline: bool = True) -> T:
         """Run `fn` with a connection: on the event loop itself while no run
-        but `run_id` (None: a call of no run) is writing, else on the thread."""
-        if self.alone(run_id):
+        but `run_id` (None: a call of no run) is writing, else (or when not
+        `inline`: `fn` reads files) on the thread."""
+        if inline and self.alone(run_id):
             done = self.try_inline(fn)
             if not isinstance(done, _Busy):
                 return done

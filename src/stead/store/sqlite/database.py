@@ -62,7 +62,7 @@ class SQLiteDatabase(seam.Database):
             with self._db.transaction(conn):
                 return _run(conn, flow)
 
-        return await self._db.call(transact)
+        return await self._db.call(transact, inline=not how.reads_files)
 
     async def journal(self, write: seam.FencedWrite, landed: seam.Landed[None]) -> None:
         try:
@@ -122,9 +122,11 @@ def _run(conn: sqlite3.Connection, flow: seam.FlowFactory[T]) -> T:
         return cast(T, done.value)
 
 
-def _do(conn: sqlite3.Connection, step: seam.Query | seam.Journal) -> Any:
+def _do(conn: sqlite3.Connection, step: seam.Step) -> Any:
     if isinstance(step, seam.Journal):
         return journal.apply(conn, step)
+    if isinstance(step, seam.OffLoop):
+        return step.fn()
     sql = Q[step.name]  # empty: nothing to do in this dialect
     try:
         cur = conn.execute(sql, _params(step.params)) if sql else None

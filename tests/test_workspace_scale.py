@@ -1,0 +1,61 @@
+"""A save of a 20,000-file workspace keeps the worker's event loop
+responsive: the loop watch (see `stead.leases`) stays silent while a
+workflow saves the tree and a step that changed it is saved with its
+result. On both stores."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+import stead
+
+FILES = 20_000
+# Far below the 1 s a worker warns at by default, far above a loop turn: a
+# save that reads its files on the loop holds it longer than this.
+BLOCKED_AFTER = 0.4
+
+
+def _tree(root: Path) -> Path:
+    repo = root / "repo"
+    for i in range(FILES):
+        folder = repo / f"d{i % 100:02d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        # Each file its own content (1 KiB): every blob is new to the store.
+        (folder / f"f{i}.txt").write_text(f"file {i}\n".ljust(1024, "."))
+    return repo
+
+
+async def test_a_20000_file_save_keeps_the_loop_responsive(
+    store: stead.Store, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("STEAD_WORKSPACE_DIR", str(tmp_path / "restored"))
+    repo = _tree(tmp_path)
+    app = stead.App("big")
+
+    def edit(path: str) -> str:
+        (Path(path) / "d00" / "f0.txt").write_text("edited\n")
+        return "edited"
+
+    @app.workflow()
+    async def save_all(run: stead.Run, path: str) -> int:
+        ws = await run.workspace("repo", path, root=tmp_path)
+        await ws.save()
+        await run.step("edit", edit, ws.path)  # saved with its result
+        assert ws.snapshot is not None
+        return ws.snapshot.files
+
+    client = stead.Client(store, app)
+    info = await client.start(save_all, str(repo))
+    with caplog.at_level(logging.WARNING, logger="stead.worker"):
+        options = stead.WorkerOptions(blocked_after=BLOCKED_AFTER)
+        await stead.Worker(app, store, options).run_until_idle()
+    assert await client.result(info.run_id, timeout=60) == FILES
+    blocked = [m for m in caplog.messages if "event loop blocked" in m]
+    assert not blocked, blocked
+    [first, after_edit] = await client.snapshots(info.run_id)
+    assert first.files == after_edit.files == FILES
+    assert first.tree != after_edit.tree
