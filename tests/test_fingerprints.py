@@ -8,11 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 import stead
 from stead import fingerprints, timeline, trees
 from stead.records import RecordKind, ResumeClass, RunStatus, StaleCause, StaleOutcome
+from stead.web import create_app
 from tests.helpers import Calls, Crash
 
 
@@ -107,6 +109,13 @@ async def test_a_changed_lockfile_makes_the_result_stale_and_it_runs_again(
     assert "reused 2 record(s)\n    calls: results no longer holding, made again 1" in shown
     assert f"rerun: tests (seq {fp.seq}), its fingerprint changed: files.{lock}: " in shown
     assert "2 record(s) above reused" in shown
+    # The dashboard's run page says the same, in the same words.
+    asgi = create_app(app, store=fstore, token="t" * 32, public=True)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
+                                 base_url="http://127.0.0.1:8484") as http:
+        page = (await http.get(f"/runs/{run_id}")).text
+    assert "calls: results no longer holding, made again 1" in page
+    assert f"rerun: tests (seq {fp.seq}), its fingerprint changed: files.{lock}: " in page
     await _take_over(app, fstore, clock)  # nothing left to do
     assert calls["tests"] == 2
 

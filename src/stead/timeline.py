@@ -112,17 +112,27 @@ def _resume_line(r: ResumeRecord, start: float) -> str:
     world = ((r.details.intent or {}).get("snapshot") or {}).get("world")
     if isinstance(world, dict):
         line += f"  on task state v{world.get('version')}"
+    return "".join([line, *(f"\n    {said}" for said in replay_words(r))])
+
+
+def replay_words(r: ResumeRecord) -> list[str]:
+    """What the replay of a takeover did, in words: the calls by class, each
+    result made again (or not) and why, each effect's fate. The CLI and the
+    dashboard both show these."""
+    said = []
+    words = [f"{CLASS_WORDS[c]} {n}" for c, n in sorted(r.details.classes.items()) if n]
+    if words:
+        said.append(f"calls: {'; '.join(words)}")
+    for stale in r.details.reran or ():
+        changed = "; ".join(str(c) for c in stale.get("changed") or ()) or "the intent changed"
+        said.append(f"{stale.get('done')}: {stale.get('call')} (seq {stale.get('seq')}), "
+                    f"its {stale.get('cause')} changed: {changed}")
     done = [f"{e.get('name')} {e.get('done')}"
             + "".join(f" ({k} {e[k]})" for k in ("external_id", "key") if e.get(k))
             for e in r.details.effects or ()]
-    words = [f"{CLASS_WORDS[c]} {n}" for c, n in sorted(r.details.classes.items()) if n]
-    if words:
-        line += f"\n    calls: {'; '.join(words)}"
-    for stale in r.details.reran or ():
-        changed = "; ".join(str(c) for c in stale.get("changed") or ()) or "the intent changed"
-        line += (f"\n    {stale.get('done')}: {stale.get('call')} (seq {stale.get('seq')}), "
-                 f"its {stale.get('cause')} changed: {changed}")
-    return line + (f"\n    effects: {'; '.join(done)}" if done else "")
+    if done:
+        said.append(f"effects: {'; '.join(done)}")
+    return said
 
 
 # How a resume record's classes read in `stead runs show`.

@@ -30,7 +30,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from stead import display, errors, operator, records, roles, searches
+from stead import display, errors, operator, records, roles, searches, timeline
 from stead.app import App
 from stead.client import Client
 from stead.store import Store, open_store
@@ -76,7 +76,8 @@ def _templates() -> jinja2.Environment:
                              autoescape=True, undefined=jinja2.StrictUndefined,
                              finalize=_shown)
     env.filters.update(clip=views.clip, clip_json=views.clip_json, when=views.when,
-                       pretty=views.pretty, pretty_json=views.pretty_json)
+                       pretty=views.pretty, pretty_json=views.pretty_json,
+                       replay_words=timeline.replay_words)
     env.globals.update(left=views.left, statuses=list(records.RunStatus))
     env.tests["allowed_to"] = lambda action, held: roles.allows(held, action.role)
     return env
