@@ -161,9 +161,9 @@ class Journal:
                 "The workflow code changed under a running checkpoint: register the old "
                 "version alongside the new one, then `stead runs retry RUN`; or cancel the run.",
                 addr=addr, seq=first.seq, expected=journaled, actual=f"{kind} {name!r}")
-        if stepcode.code_of(first.digest)[0] != stepcode.code_of(digest)[0]:
-            (was, old) = digests.contract_of(stepcode.code_of(first.digest)[0])
-            (now, new) = digests.contract_of(stepcode.code_of(digest)[0])
+        stored, asked = stepcode.code_of(first.digest)[0], stepcode.code_of(digest)[0]
+        if stored != asked:
+            (was, old), (now, new) = digests.contract_of(stored), digests.contract_of(asked)
             if was == now:
                 raise errors.NonDeterminism(
                     f"run {self.run_id}: {kind} {name!r} at position {addr} (seq {first.seq}) "
