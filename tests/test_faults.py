@@ -316,11 +316,28 @@ async def test_a_worker_stops_when_its_database_file_is_deleted(db_url: str) -> 
         worker = stead.Worker(app, store, stead.WorkerOptions(poll_interval=0.01))
         task = asyncio.create_task(worker.run())
         await asyncio.sleep(0.1)
-        os.remove(db_url.removeprefix("sqlite:///"))
+        path = db_url.removeprefix("sqlite:///")
+        os.remove(path)
         with pytest.raises(stead.DatabaseMissing, match="was deleted"):
             await asyncio.wait_for(task, 10)
+        # No connection of the worker's (its lease keeper's included) made
+        # an empty database in the deleted one's place.
+        assert not os.path.exists(path)
     finally:
         await store.close()
+
+
+@pytest.mark.sqlite_only
+async def test_a_second_connection_to_a_deleted_database_does_not_create_one(
+        db_url: str) -> None:
+    path = db_url.removeprefix("sqlite:///")
+    with pytest.raises(stead.DatabaseMissing, match="was deleted"):
+        await stead.open_store(db_url, existing=True)
+    assert not os.path.exists(path)
+    store = await stead.open_store(db_url)  # the first opening creates it
+    await store.close()
+    twin = await stead.open_store(db_url, existing=True)
+    await twin.close()
 
 
 # -- logs ----------------------------------------------------------------------------------

@@ -255,7 +255,7 @@ class LeaseKeeper:
         try:
             return await open_store(self._store.url, clock=self._store.clock,
                                     lease_clock=self._store.database.lease_clock,
-                                    retry_for=self._lease / 3)
+                                    retry_for=self._lease / 3, existing=True)
         except errors.StoreError as exc:
             log.warning("could not connect to renew leases: %s", exc)
             return None

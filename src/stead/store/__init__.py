@@ -33,7 +33,7 @@ def database_url(url: str | None = None) -> str:
 
 async def open_store(
     url: str | None = None, *, clock: Clock | None = None, retry_for: float = 30.0,
-    keys: KeySource | None = None, lease_clock: Clock | None = None,
+    keys: KeySource | None = None, lease_clock: Clock | None = None, existing: bool = False,
 ) -> Store:
     """Open (and migrate) the store at `url`; see `database_url` for the default.
     `clock` is business time (timers, deadlines, expiries, row times). Leases
@@ -43,13 +43,16 @@ async def open_store(
     A server-backed store retries a lost connection for up to `retry_for`
     seconds before raising `StoreUnavailable`. `keys` (a `stead.Keyring`, or a
     function returning one) signs and checks wait tokens; without it they come
-    from `STEAD_SECRET` or a key file (see `stead.keys`)."""
+    from `STEAD_SECRET` or a key file (see `stead.keys`). `existing` opens only
+    a database that is there (an SQLite file that is gone is `DatabaseMissing`,
+    not created afresh): for a second connection to a store already open."""
     url = database_url(url)
     clock = clock or SystemClock()
     if url.startswith("sqlite:"):
         from stead.store import sqlite
 
-        store: Store = sqlite.SQLiteStore(url, clock=clock, lease_clock=lease_clock)
+        store: Store = sqlite.SQLiteStore(url, clock=clock, lease_clock=lease_clock,
+                                          existing=existing)
     elif url.startswith(("postgresql:", "postgres:")):
         try:
             from stead.store import postgres

@@ -13,9 +13,9 @@ class SQLiteStore(Store):
     """The store on an SQLite file (see `database`)."""
 
     def __init__(self, url: str, *, clock: Clock, lease_clock: Clock | None = None,
-                 busy_timeout: float = 10.0) -> None:
+                 busy_timeout: float = 10.0, existing: bool = False) -> None:
         super().__init__(SQLiteDatabase(url, clock=clock, lease_clock=lease_clock,
-                                        busy_timeout=busy_timeout))
+                                        busy_timeout=busy_timeout, existing=existing))
         path = path_from_url(url)
         if path == ":memory:":  # a private database: its keys live and die with it
             self.key_source = keys.Keyring((keys.new_key(),))

@@ -206,9 +206,10 @@ class Connector:
     - The watch connection is only asked `PRAGMA data_version`, by idle workers.
     """
 
-    def __init__(self, path: str, busy_timeout: float) -> None:
+    def __init__(self, path: str, busy_timeout: float, *, existing: bool = False) -> None:
         self.path = path
         self.busy_timeout = busy_timeout
+        self.existing = existing  # open the file only if it is there (see `_connect`)
         self.commits = 0
         self._conn: sqlite3.Connection | None = None
         self._inline: sqlite3.Connection | None = None
@@ -226,6 +227,15 @@ class Connector:
     def _connect(self) -> None:
         check_folder(self.path)
         try:
+            if self.existing and self.path != ":memory:" and not os.path.exists(self.path):
+                # A second connection of a process whose database was deleted
+                # must not make an empty one in its place, where the first
+                # would see "replaced" and others would start afresh.
+                raise errors.DatabaseMissing(
+                    f"database {self.path} was deleted while this process had it open; "
+                    "stop every worker on it, restore the file from a backup (or start "
+                    "afresh), then start the workers again"
+                )
             create_private(self.path)
             if self.path != ":memory:":
                 self._files.hold()

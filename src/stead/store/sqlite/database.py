@@ -30,13 +30,13 @@ _WATCH_INTERVAL = 0.01
 
 class SQLiteDatabase(seam.Database):
     def __init__(self, url: str, *, clock: Clock, lease_clock: Clock | None = None,
-                 busy_timeout: float = 10.0) -> None:
+                 busy_timeout: float = 10.0, existing: bool = False) -> None:
         self.url = self.display = url
         self.clock = clock
         self.lease_clock = lease_clock
         self.path = path_from_url(url)
         self.busy_timeout = busy_timeout_from_url(url, busy_timeout)
-        self._db = Connector(self.path, self.busy_timeout)
+        self._db = Connector(self.path, self.busy_timeout, existing=existing)
         self._group = GroupCommit(self._db)
 
     @property
