@@ -13,11 +13,12 @@ compares these fields with `==` and `in`, never with `is`, `isinstance` or
 `.value`.
 
 The records live in modules by what they describe: `journal` (a run's
-records and the fence its writes prove), `runs` (the run's row, its intent,
-state, operator actions and lineage), `waits` (waits, delivered events and
-their judgement), `resumes` (what a takeover found and did), `fleet` (the
-workers' hosts, backlog and schedules) and `histories` (a run's history
-forked, migrated or exported). Every name is importable from `stead.records`.
+records, the fence its writes prove and the snapshots they save), `runs`
+(the run's row, its intent, state, operator actions and lineage), `waits`
+(waits, delivered events and their judgement), `resumes` (what a takeover
+found and did), `fleet` (the workers' hosts, backlog and schedules) and
+`histories` (a run's history forked, migrated or exported). Every name is
+importable from `stead.records`.
 """
 
 from stead.records.fleet import (
