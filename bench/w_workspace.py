@@ -18,7 +18,7 @@ from typing import Any
 
 import stead
 from bench import common
-from stead import trees
+from stead.files import trees
 
 app = stead.App("bench-workspace")
 timings: dict[str, float] = {}

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 import stead
-from stead import trees
 from stead.examples import ci_agent, services
+from stead.files import trees
 from stead.records import RecordKind, RecordStatus, ResumeClass, RunStatus
 from tests.test_workspace_restore import chain, hostile_snapshot, state
 from tests.workers import edit_app

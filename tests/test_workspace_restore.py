@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import stead
-from stead import links, trees, workspaces
+from stead import workspaces
+from stead.files import links, trees
 from stead.records import (
     Fence,
     NewRun,

@@ -1,5 +1,5 @@
 """A save of a 20,000-file workspace keeps the worker's event loop
-responsive: the loop watch (see `stead.leases`) stays silent while a
+responsive: the loop watch (see `stead.worker.leases`) stays silent while a
 workflow saves the tree and a step that changed it is saved with its
 result. On both stores."""
 

@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stead
-from stead import trees, workspaces
+from stead import workspaces
+from stead.files import trees
 from stead.records import Fence, NewRun, Record, RecordKind, SnapshotRow
 from tests.helpers import Calls, Crash
 

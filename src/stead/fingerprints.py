@@ -34,7 +34,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from stead import codec, trees
+from stead import codec
+from stead.files import trees
 from stead.workspaces import Workspace, WorkspacePath
 
 # The lockfiles an environment fingerprint hashes, at the workspace's top

@@ -3,7 +3,7 @@ its first run, in a thread: the SDKs build their pydantic schemas and type
 adapters on first use, which takes a tenth of a second to a second of CPU
 on a busy machine. Done on the event loop in the middle of a run, it holds
 every other run's calls and makes the lease keeper log "event loop blocked"
-(see `stead.leases`) for work that is no run's fault.
+(see `stead.worker.leases`) for work that is no run's fault.
 
 An adapter or integration `register`s a function when it is imported; the
 worker awaits `ready()` before its first claim. Each function runs once; one

@@ -2,11 +2,11 @@
 
 `ws = await run.workspace("repo", path)` attaches a directory (inside the
 allowed root) to the run; `await ws.save()` snapshots it durably: its tree
-(`stead.trees`: every file by its sha256, links and modes; a git repository's
+(`stead.files.trees`: every file by its sha256, links and modes; a git repository's
 `.git` with it, so no remote is needed to restore it), and for a git tree the
-commit, the uncommitted patch and the untracked files (`stead.gittrees`).
+commit, the uncommitted patch and the untracked files (`stead.files.gittrees`).
 The blobs nobody stored yet go to the run's database, or to an fsspec URL
-(`blobs=`, `stead.blobs`), and the snapshot is written with its journal
+(`blobs=`, `stead.files.blobs`), and the snapshot is written with its journal
 record in one fenced transaction: a stale worker's save raises `StaleLease`
 and stores nothing. Each `run.step` that changes an attached workspace is
 saved that way too, in its own result's transaction (`StepSaves`): no result
@@ -34,8 +34,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stead import addresses, blobs, codec, errors, gittrees, trees
+from stead import addresses, codec, errors
 from stead.execution import Execution
+from stead.files import blobs, gittrees, trees
 from stead.records import Record, RecordKind, RecordStatus, ResumeRecord, SnapshotRow
 from stead.replay import Journal
 from stead.store.base import Store

@@ -1,6 +1,7 @@
-"""`Worker`: claims runnable runs, executes them on one event loop, keeps
-their leases alive (from a thread, see `leases`) and gives them back when it
-stops.
+"""`Worker`: the claim loop. It claims runnable runs (see `claims`), executes
+them on one event loop (each attempt: `attempts`), keeps their leases alive
+(from a thread, see `leases`), fires the app's schedules, backs off after
+store errors, and gives its runs back when it stops.
 
 A graceful stop (SIGTERM) stops claiming and lets each run reach its next call
 boundary, where it is released with everything it acknowledged journaled; what
@@ -12,81 +13,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import dataclasses
-import json
 import logging
 import os
 import socket
 import time
-import traceback
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from stead import addresses, bounds, codec, errors, leases, logs, takeover, tracing, warmups
+from stead import addresses, errors, logs, takeover, warmups
 from stead.app import App
 from stead.clock import Clock, SystemClock
-from stead.execution import Continued, Drain, Execution, ExecutionOptions, Stop
-from stead.leases import LeaseKeeper
-from stead.queues import Queue
-from stead.records import (
-    STOPPED,
-    TERMINAL,
-    Backlog,
-    Fence,
-    HostRole,
-    HostRow,
-    RunRow,
-    RunStatus,
-    WaitState,
-)
-from stead.run import Run
+from stead.execution import Execution, ExecutionOptions
+from stead.records import Backlog, Fence, RunRow, RunStatus
 from stead.store.base import Store
+from stead.worker import attempts, claims, idle, leases
+from stead.worker.leases import LeaseKeeper
+from stead.worker.options import WorkerOptions
 
 log = logging.getLogger("stead.worker")
 
 
-@dataclasses.dataclass(frozen=True)
-class WorkerOptions:
-    concurrency: int = 16
-    lease_seconds: float = 30.0
-    # Idle workers wake at once on PostgreSQL (NOTIFY) and SQLite (data_version);
-    # the poll catches timers that come due.
-    poll_interval: float = 0.2
-    shutdown_grace: float = 10.0
-    worker_id: str | None = None
-    # A run parked on a wait or timer further away than this is suspended
-    # (lease released, no worker held); nearer ones sleep in the process.
-    suspend_after: float = 1.0
-    # After a store error, this worker leaves the run alone this long (doubling
-    # with each error in a row, up to the lease) and pauses its claims alike.
-    store_backoff: float = 1.0
-    # An event loop held this long by one call (no await) is logged.
-    blocked_after: float = 1.0
-    # The largest result (of a step, effect or model call) journaled, as JSON:
-    # a larger one raises `ResultTooLarge` in the workflow, naming the call.
-    max_result_bytes: int = 16 * 1024 * 1024
-    # How often the worker tells the store which versions it serves (see
-    # `Store.heartbeat`); one not heard from for 3 heartbeats is taken as gone.
-    heartbeat: float = 10.0
-
-    def __post_init__(self) -> None:
-        bounds.integer(self.concurrency, "WorkerOptions.concurrency", least=1,
-                       most=bounds.MAX_INT32)
-        bounds.integer(self.max_result_bytes, "WorkerOptions.max_result_bytes", least=1)
-        bounds.optional_text(self.worker_id, "WorkerOptions.worker_id")
-        for name in ("lease_seconds", "poll_interval", "heartbeat", "blocked_after"):
-            bounds.seconds(getattr(self, name), f"WorkerOptions.{name}")
-        for name in ("shutdown_grace", "store_backoff", "suspend_after"):
-            bounds.seconds(getattr(self, name), f"WorkerOptions.{name}", zero=True)
-
-
-def _error_json(exc: BaseException) -> str:
-    return json.dumps({
-        "type": type(exc).__qualname__,
-        "message": str(exc),
-        "traceback": "".join(traceback.format_exception(exc))[-4000:],
-    })
 
 
 class Worker:
@@ -120,16 +67,10 @@ class Worker:
         # -> (until when, by loop time; the pause the next error starts).
         self._backoff: dict[str, tuple[float, float]] = {}
         self._claim_pause = 0.0
-        # What this worker claims: the versions it hosts, and those it can
-        # migrate to one of them that no other live worker hosts (refreshed
-        # at each heartbeat).
-        self._claimable: list[str] = app.hosted()
-        # Other live workers that claim some of the same versions (refreshed
-        # at each heartbeat): with any, claims come in small batches (`_batch`).
-        self._peers = 0
+        # What it claims, and how much at a time.
+        self._claims = claims.Claims(app, store, self.clock, self.id, self.options)
         # Each schedule's next tick as last read: firing is tried once it is due.
         self._next_ticks: dict[str, float] = {}
-        self._queue_turn = 0  # which of the app's queues the next claim starts with
         # What stopped the worker by itself (a missing key): raised once it drained.
         self._stopped_by: errors.SteadError | None = None
 
@@ -158,7 +99,7 @@ class Worker:
 
         async def finished() -> bool:
             for run_id in sorted(left):
-                if await self._settled(await self.store.get_run(run_id)):
+                if await idle.settled(self.store, await self.store.get_run(run_id)):
                     left.discard(run_id)
             return not left or (deadline is not None and time.monotonic() >= deadline)
 
@@ -168,7 +109,7 @@ class Worker:
     async def unhosted(self) -> list[Backlog]:
         """Runs a worker could take now that this worker does not host, by
         `workflow@version`."""
-        hosted = set(self._claimable)
+        hosted = set(self._claims.claimable)
         return [b for b in await self.store.backlog() if b.runnable and b.code not in hosted]
 
     def stop(self) -> None:
@@ -188,18 +129,18 @@ class Worker:
         addresses.install(asyncio.get_running_loop())
         await warmups.ready()  # the SDKs' schemas, built off the loop before any run
         await self._leases.start()
-        await self._beat()
-        beating = asyncio.create_task(self._heartbeats(), name=f"stead heartbeat {self.id}")
+        await self._claims.beat()
+        beating = asyncio.create_task(self._claims.heartbeats(), name=f"stead heartbeat {self.id}")
         try:
             while not self._stopping.is_set():
                 await self._fire_schedules()
                 free = self.options.concurrency - len(self._active)
-                batch = self._batch(free)
+                batch = self._claims.batch(free)
                 claimed: list[RunRow] = []
                 backing_off = self._backing_off()
                 if free > 0:
                     try:
-                        claimed = await self._claim(batch, [*self._active, *backing_off])
+                        claimed = await self._claims.claim(batch, [*self._active, *backing_off])
                         self._claim_pause = 0.0
                     except errors.DatabaseMissing as exc:
                         log.error("worker %s stops: %s", self.id, exc)
@@ -238,83 +179,6 @@ class Worker:
         if self._stopped_by is not None:
             raise self._stopped_by
 
-    # -- heartbeats -------------------------------------------------------------
-    async def _heartbeats(self) -> None:
-        while True:
-            await asyncio.sleep(self.options.heartbeat)
-            await self._beat()
-
-    async def _beat(self) -> None:
-        """Tell the store which versions this worker serves, after deciding
-        which it migrates: those no other live worker hosts (a run goes on
-        on its own version while one does)."""
-        migrated = self.app.migrated()
-        try:
-            now = self.clock.now()
-            live = [h for h in await self.store.worker_hosts()
-                    if h.worker_id != self.id and self._alive(h, now)]
-            others = {h.code for h in live if h.role == HostRole.HOSTS}
-            migrated = [code for code in migrated if code not in others]
-            self._claimable = [*self.app.hosted(), *migrated]
-            claimable = set(self._claimable)
-            peers = len({h.worker_id for h in live if h.code in claimable})
-            if peers != self._peers:
-                log.info("worker %s shares its versions with %d other live worker(s)",
-                         self.id, peers)
-            self._peers = peers
-            policy = self.app.current_policy
-            await self.store.heartbeat(
-                self.id, [*((c, HostRole.HOSTS) for c in self.app.hosted()),
-                          *((c, HostRole.MIGRATES) for c in migrated)],
-                policy_version=None if policy is None else policy.version,
-                live_for=3 * self.options.heartbeat)
-        except errors.StoreError as exc:
-            log.warning("worker %s could not send its heartbeat: %s", self.id, exc)
-
-    def _alive(self, host: HostRow, now: float) -> bool:
-        """Whether `host` is live, judged by the interval it published (its own
-        `live_until`): workers of one fleet may beat at different rates. A row
-        without one (written before workers published it) falls back to this
-        worker's own interval."""
-        if host.stopped_at is not None:
-            return False
-        if host.live_until is not None:
-            return host.live_until > now
-        return host.seen_at > now - 3 * self.options.heartbeat
-
-    def _batch(self, free: int) -> int:
-        """How many runs one claim takes: every free slot when this worker is
-        alone; with live peers a quarter of its fair share of the free slots
-        (at least one), so that the first worker to wake does not take a
-        whole burst while the others stay idle."""
-        if self._peers == 0:
-            return free
-        return max(1, free // (4 * (self._peers + 1)))
-
-    async def _claim(self, free: int, exclude: list[str]) -> list[RunRow]:
-        """Runs of the app's queues first (each under its limits), then runs
-        in no queue, up to `free`."""
-        # The versions it hosts, and those it migrates that no other live worker hosts.
-        hosted, lease = self._claimable, self.options.lease_seconds
-        claimed: list[RunRow] = []
-        for queue in self._queues():
-            if len(claimed) < free:
-                claimed += await self.store.claim_queue(
-                    queue, self.id, hosted, lease, free - len(claimed), exclude)
-        if len(claimed) < free:
-            claimed += await self.store.claim(self.id, hosted, lease, free - len(claimed),
-                                              exclude=exclude)
-        return claimed
-
-    def _queues(self) -> list[Queue]:
-        """The app's queues, starting one further at each claim, so that a
-        busy queue does not always take the free slots before the others."""
-        declared = list(self.app.queues.values())
-        if not declared:
-            return declared
-        self._queue_turn = (self._queue_turn + 1) % len(declared)
-        return declared[self._queue_turn:] + declared[:self._queue_turn]
-
     async def _ask(self, finished: Callable[[], Awaitable[bool]]) -> bool:
         try:
             return await finished()
@@ -323,53 +187,12 @@ class Worker:
             return False
 
     async def _nothing_left(self, seen: dict[tuple[str, int], float | None]) -> bool:
-        """Whether there is nothing to wait for: no run executing here, and no
-        hosted run leased to another worker that has not renewed the lease
-        since `seen` (its first sighting) and will lose it within a lease
-        time. Our own leftovers (an execution that died) are not waited for.
-        A lease seen before that has ended by now may have ended after the
-        last claim looked: one more claim is made before the worker is idle."""
+        """Whether there is nothing to wait for: no run executing here, and
+        nothing else left (see `idle.nothing_left`)."""
         if self._active:
             return False
-        for queue in self.app.queues.values():  # runs its limits hold back for now
-            if await self.store.queue_ready(queue, self.app.hosted()):
-                return False
-        hosted = set(self.app.hosted())
-        leased = await self.store.leased_runs()
-        # The clock lease ends are on, read after the leases: one that ends
-        # between the two reads is still listed, and waited for.
-        now = await self.store.lease_now()
-        horizon = now + self.options.lease_seconds
-        waiting = False
-        current = {(row.run_id, row.epoch) for row in leased}
-        gone = [key for key, expires in seen.items()
-                if key not in current and (expires is None or expires <= now)]
-        for key in gone:
-            del seen[key]
-        if gone:
-            return False
-        for row in leased:
-            if f"{row.workflow}@{row.version}" not in hosted or row.lease_owner == self.id:
-                continue
-            key = (row.run_id, row.epoch)
-            expires = row.lease_expires_at
-            if key not in seen:
-                seen[key] = expires
-                log.info("worker %s: run %s is leased to %s for %.1fs more; waiting to see "
-                         "whether that worker renews the lease", self.id, row.run_id,
-                         row.lease_owner, (expires or now) - now)
-            if expires is not None and expires <= horizon and expires == seen[key]:
-                waiting = True  # not renewed since first seen: its worker is likely gone
-        return not waiting
-
-    async def _settled(self, row: RunRow) -> bool:
-        """Ended, stopped for a decision, or waiting for an event (not a timer)."""
-        if row.status in TERMINAL or row.status in STOPPED:
-            return True
-        if row.status != RunStatus.WAITING:
-            return False
-        return bool(await self.store.list_waits(run_id=row.run_id, state=WaitState.OPEN,
-                                                limit=1))
+        return await idle.nothing_left(self.store, self.app, self.id,
+                                       self.options.lease_seconds, seen)
 
     async def _idle(self, wait_for_runs: bool) -> None:
         """Wait for a run to finish, a stop, news of work from the store, or the
@@ -495,7 +318,7 @@ class Worker:
             ready = await takeover.prepare(self.app, self.store, self.clock, row, self.id,
                                            self._execution_options)
             if isinstance(ready, takeover.Stopped):
-                await self._stop(fence, ready)
+                await attempts.finish_stopped(self.store, fence, ready)
                 return
             task = self._active.get(row.run_id)
             if task is not None:
@@ -505,7 +328,7 @@ class Worker:
                 # had no execution to drain, so it would run on to the end.
                 ready.execution.drain()
             self._leases.track(fence, ready.execution.in_flight)
-            await self._advance(row, ready)
+            await attempts.advance(self.store, self.id, row, ready)
             self._backoff.pop(row.run_id, None)
         except errors.StaleLease as exc:
             log.warning("run %s: %s", row.run_id, exc)
@@ -513,7 +336,7 @@ class Worker:
             # The deployment has no key, which no retry brings: every run that
             # opens a wait with a token would meet it again, so the worker
             # stops (the run is released, for a worker that has the key).
-            await self._release_quietly(fence)
+            await attempts.release_quietly(self.store, fence)
             self._stop_for(f"run {row.run_id} opens a wait with a token: {exc}", exc)
         except errors.StoreRejected as exc:
             await self._rejected(fence, exc)
@@ -525,9 +348,9 @@ class Worker:
             log.error("run %s: store error, leaving the run to be taken over: %s",
                       row.run_id, exc)
             self._back_off(row.run_id)
-            await self._release_quietly(fence)
+            await attempts.release_quietly(self.store, fence)
         except asyncio.CancelledError:
-            await self._release_quietly(fence)
+            await attempts.release_quietly(self.store, fence)
             raise
         finally:
             self._leases.drop(fence)
@@ -540,12 +363,12 @@ class Worker:
         log.error("run %s: the store refused a write for good, failing the run: %s",
                   fence.run_id, exc)
         try:
-            await self.store.finish(fence, RunStatus.FAILED, error=_error_json(exc))
+            await self.store.finish(fence, RunStatus.FAILED, error=attempts.error_json(exc))
         except errors.StoreError as again:
             log.error("run %s: failing it was refused too, leaving it to be taken over: %s",
                       fence.run_id, again)
             self._back_off(fence.run_id)
-            await self._release_quietly(fence)
+            await attempts.release_quietly(self.store, fence)
 
     def _stop_for(self, why: str, exc: errors.SteadError) -> None:
         """Stop the worker (once) for a reason no retry mends, saying it in
@@ -554,105 +377,3 @@ class Worker:
             log.error("worker %s stops: %s", self.id, why)
             self._stopped_by = exc
             self.stop()
-
-    async def _stop(self, fence: Fence, stopped: takeover.Stopped) -> None:
-        if stopped.status == RunStatus.PENDING:
-            await self.store.release(fence)
-        else:
-            log.error("run %s stopped as %s: %s", fence.run_id, stopped.status, stopped.reason)
-            await self.store.finish(
-                fence, stopped.status,
-                error=json.dumps({"type": stopped.error_type, "message": stopped.reason}),
-                resume=stopped.resume,
-            )
-
-    async def _advance(self, row: RunRow, ready: takeover.Ready) -> None:
-        x = ready.execution
-        with tracing.attempt(run_id=row.run_id, epoch=row.epoch, worker_id=self.id,
-                             task_id=row.task_id, workflow=row.workflow, version=row.version,
-                             previous=x.journal.trace) as span:
-            x.journal_trace(span.context())
-            try:
-                await self._attempt(row, ready)
-            finally:
-                span.replayed(x.journal.reused)
-
-    async def _attempt(self, row: RunRow, ready: takeover.Ready) -> None:
-        x = ready.execution
-        run = Run(x, row)
-        coro: Coroutine[Any, Any, Any] = ready.workflow.fn(run, *ready.args, **ready.kwargs)
-        body = x.start(coro)
-        try:
-            result: Any = await body
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if x.suspended and (current is None or not current.cancelling()):
-                return  # parked on a wait or timer: the store holds it, no worker does
-            raise
-        except Drain:
-            await self._release_quietly(x.fence)
-            return
-        except Continued as went_on:
-            log.info("run %s continued as run %s", row.run_id, went_on.run_id)
-            return
-        except Stop as stop:
-            log.warning("run %s stopped as %s: %s", row.run_id, stop.status,
-                        stop.error.get("message"))
-            # A sibling branch's effect in flight has its outcome journaled first.
-            await x.effects_settled()
-            await x.finish(stop.status, error=json.dumps(stop.error))
-            return
-        except errors.StaleLease:
-            raise
-        except Exception as exc:
-            if x.lost is not None:
-                raise x.lost from exc
-            if x.store_failed is not None:
-                raise x.store_failed from exc
-            if isinstance(exc, errors.CorruptRecord):
-                await self._incompatible(x, exc)
-                return
-            if isinstance(exc, errors.StoreError):
-                raise  # the store's failure, not the workflow's
-            if x.incompatible is not None:
-                await self._incompatible(x, x.incompatible)
-                return
-            log.info("run %s failed: %s: %s", row.run_id, type(exc).__qualname__, exc)
-            await x.finish(RunStatus.FAILED, error=_error_json(exc))
-            return
-        if x.lost is not None:
-            raise x.lost
-        if x.store_failed is not None:
-            raise x.store_failed  # the workflow went on past a failed write
-        if x.incompatible is not None:
-            await self._incompatible(x, x.incompatible)
-            return
-        left = x.journal.untaken()
-        if left:
-            first = left[0]
-            await self._incompatible(x, errors.NonDeterminism(
-                f"run {row.run_id}: the workflow returned, but the journal holds "
-                f"{len(left)} record(s) the code no longer makes, first {first.kind} "
-                f"{first.name!r} at seq {first.seq}. Register the old version alongside "
-                "the new one, then `stead runs retry RUN`; or cancel the run."
-            ))
-            return
-        try:
-            text = codec.dumps(result, what=f"the result of workflow {row.workflow!r}",
-                               secrets=x.secrets)
-        except errors.SerializationError as exc:
-            await x.finish(RunStatus.FAILED, error=_error_json(exc))
-            return
-        await x.finish(RunStatus.COMPLETED, result=text)
-
-    async def _incompatible(
-        self, x: Execution, exc: errors.NonDeterminism | errors.CorruptRecord,
-    ) -> None:
-        log.error("%s", exc)
-        await x.finish(RunStatus.INCOMPATIBLE, error=json.dumps({
-            "type": type(exc).__qualname__, "message": str(exc),
-        }))
-
-    async def _release_quietly(self, fence: Fence) -> None:
-        with contextlib.suppress(errors.SteadError, asyncio.CancelledError):
-            await asyncio.shield(self.store.release(fence))

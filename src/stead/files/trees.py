@@ -5,7 +5,7 @@ and writing a manifest back into a fresh directory.
 It knows no run and no store: `stead.workspaces` saves a scanned tree's blobs
 and restores them. The rules that keep a tree portable are checked while
 scanning, before anything is stored: the directory lies inside the allowed
-root, no chain of symbolic links leads out of it (`stead.links`), and its
+root, no chain of symbolic links leads out of it (`stead.files.links`), and its
 files add up to no more than the limit. A stored manifest is read as hostile
 input: every entry and every link is checked before a restore writes
 anything, and the restore itself writes nothing through a link.
@@ -26,7 +26,8 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from stead import errors, links
+from stead import errors
+from stead.files import links
 
 FILE, DIR, LINK = "file", "dir", "link"
 _CHUNK = 1 << 20

@@ -56,8 +56,10 @@ _TICK = 0.1
 # How often, at most, it asks whether someone asked to cancel a held run
 # (a cancel reaches a running run this soon, at its next call boundary).
 _CANCEL_CHECK = 1.0
-# Frames of these files are machinery, not the call that blocks.
-_MACHINERY = (os.path.dirname(asyncio.__file__), os.path.dirname(__file__))
+# Frames of these files (asyncio's, and all of stead's) are machinery, not
+# the call that blocks.
+_MACHINERY = (os.path.dirname(asyncio.__file__),
+              os.path.dirname(os.path.dirname(__file__)))
 # How often it looks for leases held by workers whose process has died (on
 # this machine: see stead/processes.py), which end then rather than run out.
 _DEAD_CHECK = 0.5

@@ -1,0 +1,134 @@
+"""The rows stead stores, as frozen records, and the closed sets of values
+their fields take.
+
+A run's journal is an append-only list of `Record`s. `seq` is the position in
+commit order (gapless, one writer at a time); `addr` is the call's deterministic
+identity in the workflow code (see `addresses`), which is what replay matches.
+
+Statuses, kinds, states, verdicts, rejection reasons and resume classes are
+`StrEnum`s: a member is a `str` equal to its value, so it is stored, compared,
+hashed, formatted and written as JSON exactly as that string. Rows read from
+the store may carry the plain string instead of the member; code therefore
+compares these fields with `==` and `in`, never with `is`, `isinstance` or
+`.value`.
+
+The records live in modules by what they describe: `journal` (a run's
+records, the fence its writes prove and the snapshots they save), `runs`
+(the run's row, its intent, state, operator actions and lineage), `waits`
+(waits, delivered events and their judgement), `resumes` (what a takeover
+found and did), `fleet` (the workers' hosts, backlog and schedules) and
+`histories` (a run's history forked, migrated or exported). Every name is
+importable from `stead.records`.
+"""
+
+from stead.records.fleet import (
+    Backlog,
+    HostRole,
+    HostRow,
+    Missed,
+    ScheduleRow,
+    Stranded,
+)
+from stead.records.histories import (
+    FindingKind,
+    MigrationPlan,
+    MigrationRow,
+    NewFork,
+    RunExport,
+)
+from stead.records.journal import (
+    KINDS,
+    RECORD_STATUSES,
+    Boundary,
+    Fence,
+    Record,
+    RecordKind,
+    RecordStatus,
+    SnapshotRow,
+)
+from stead.records.resumes import (
+    EffectReplay,
+    ResumeClass,
+    ResumeDetails,
+    ResumeRecord,
+    StaleCause,
+    StaleOutcome,
+    UnknownOutcome,
+)
+from stead.records.runs import (
+    STOPPED,
+    TERMINAL,
+    ActionOutcome,
+    ActionRow,
+    IntentRow,
+    Lineage,
+    LineageKind,
+    Link,
+    NewRun,
+    RunRow,
+    RunStatus,
+    StateRow,
+    task_taken,
+)
+from stead.records.waits import (
+    POLICY_VERSION_KEY,
+    UNAUTHENTICATED,
+    DeliveryContext,
+    EventRow,
+    Judgement,
+    RejectReason,
+    Verdict,
+    WaitRow,
+    WaitState,
+)
+
+__all__ = [
+    "KINDS",
+    "POLICY_VERSION_KEY",
+    "RECORD_STATUSES",
+    "STOPPED",
+    "TERMINAL",
+    "UNAUTHENTICATED",
+    "ActionOutcome",
+    "ActionRow",
+    "Backlog",
+    "Boundary",
+    "DeliveryContext",
+    "EffectReplay",
+    "EventRow",
+    "Fence",
+    "FindingKind",
+    "HostRole",
+    "HostRow",
+    "IntentRow",
+    "Judgement",
+    "Lineage",
+    "LineageKind",
+    "Link",
+    "MigrationPlan",
+    "MigrationRow",
+    "Missed",
+    "NewFork",
+    "NewRun",
+    "Record",
+    "RecordKind",
+    "RecordStatus",
+    "RejectReason",
+    "ResumeClass",
+    "ResumeDetails",
+    "ResumeRecord",
+    "RunExport",
+    "RunRow",
+    "RunStatus",
+    "ScheduleRow",
+    "SnapshotRow",
+    "StaleCause",
+    "StaleOutcome",
+    "StateRow",
+    "Stranded",
+    "UnknownOutcome",
+    "Verdict",
+    "WaitRow",
+    "WaitState",
+    "task_taken",
+]

@@ -1,0 +1,81 @@
+"""What the workers of a fleet share through the store: the versions each
+serves, the runs waiting to be claimed, the runs no live worker serves, and
+the schedules they fire."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from stead.records.runs import RunRow
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Backlog:
+    """Runs of one `workflow@version` that a worker could take: `runnable` now
+    (pending, released, lease expired, or a sleeper that is due), and `leased`
+    to a worker, the soonest of those leases ending at `next_expiry`."""
+
+    workflow: str
+    version: int
+    runnable: int
+    leased: int
+    next_expiry: float | None
+
+    @property
+    def code(self) -> str:
+        return f"{self.workflow}@{self.version}"
+
+
+class HostRole(enum.StrEnum):
+    """How a worker serves a `workflow@version` (see `HostRow`)."""
+
+    HOSTS = "hosts"  # it runs that version's code
+    MIGRATES = "migrates"  # it claims runs of that version to migrate them to one it hosts
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HostRow:
+    """A worker's last heartbeat for one `code` (`workflow@version`) it serves."""
+
+    worker_id: str
+    code: str
+    role: HostRole
+    started_at: float
+    seen_at: float
+    stopped_at: float | None = None  # it stopped cleanly then
+    policy_version: str | None = None  # what its app's policy is (None: none)
+    live_until: float | None = None  # gone if not heard from again by then
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Stranded:
+    """A runnable run no live worker serves: no worker has hosted (or
+    migrated) its `workflow@version` since `hosted_at` (None: none ever did,
+    as far as this database knows). Its status is unchanged; a worker that
+    serves the version takes it as any other."""
+
+    run: RunRow
+    hosted_at: float | None
+
+    @property
+    def code(self) -> str:
+        return f"{self.run.workflow}@{self.run.version}"
+
+
+class Missed(enum.StrEnum):
+    """What a schedule does with the ticks that passed while no worker ran."""
+
+    SKIP = "skip"  # none: the next run is at the next tick to come
+    ONCE = "once"  # one run, for the latest tick missed
+    ALL = "all"  # a run for every tick missed
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ScheduleRow:
+    """A schedule as stored: the next tick not yet fired, of `cron`."""
+
+    name: str
+    cron: str
+    next_tick: float
+    updated_at: float

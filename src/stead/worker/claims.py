@@ -1,0 +1,116 @@
+"""`Claims`: what a worker claims and how much at a time. Its heartbeat tells
+the store which versions it serves and learns which other live workers
+serve the same (the versions it migrates are those no other live worker
+hosts); with such peers a claim takes a small batch, so a burst of runs
+spreads across the fleet; the app's queues take turns to claim first."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from stead import errors
+from stead.app import App
+from stead.clock import Clock
+from stead.queues import Queue
+from stead.records import HostRole, HostRow, RunRow
+from stead.store.base import Store
+from stead.worker.options import WorkerOptions
+
+log = logging.getLogger("stead.worker")
+
+
+class Claims:
+    """One worker's claims: its heartbeat, its peers and its turn among the queues."""
+
+    def __init__(self, app: App, store: Store, clock: Clock, worker_id: str,
+                 options: WorkerOptions) -> None:
+        self.app = app
+        self.store = store
+        self.clock = clock
+        self.worker_id = worker_id
+        self.options = options
+        # What this worker claims: the versions it hosts, and those it can
+        # migrate to one of them that no other live worker hosts (refreshed
+        # at each heartbeat).
+        self.claimable: list[str] = app.hosted()
+        # Other live workers that claim some of the same versions (refreshed
+        # at each heartbeat): with any, claims come in small batches (`batch`).
+        self.peers = 0
+        self._queue_turn = 0  # which of the app's queues the next claim starts with
+
+    async def heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.heartbeat)
+            await self.beat()
+
+    async def beat(self) -> None:
+        """Tell the store which versions this worker serves, after deciding
+        which it migrates: those no other live worker hosts (a run goes on
+        on its own version while one does)."""
+        migrated = self.app.migrated()
+        try:
+            now = self.clock.now()
+            live = [h for h in await self.store.worker_hosts()
+                    if h.worker_id != self.worker_id and self.alive(h, now)]
+            others = {h.code for h in live if h.role == HostRole.HOSTS}
+            migrated = [code for code in migrated if code not in others]
+            self.claimable = [*self.app.hosted(), *migrated]
+            claimable = set(self.claimable)
+            peers = len({h.worker_id for h in live if h.code in claimable})
+            if peers != self.peers:
+                log.info("worker %s shares its versions with %d other live worker(s)",
+                         self.worker_id, peers)
+            self.peers = peers
+            policy = self.app.current_policy
+            await self.store.heartbeat(
+                self.worker_id, [*((c, HostRole.HOSTS) for c in self.app.hosted()),
+                          *((c, HostRole.MIGRATES) for c in migrated)],
+                policy_version=None if policy is None else policy.version,
+                live_for=3 * self.options.heartbeat)
+        except errors.StoreError as exc:
+            log.warning("worker %s could not send its heartbeat: %s", self.worker_id, exc)
+
+    def alive(self, host: HostRow, now: float) -> bool:
+        """Whether `host` is live, judged by the interval it published (its own
+        `live_until`): workers of one fleet may beat at different rates. A row
+        without one (written before workers published it) falls back to this
+        worker's own interval."""
+        if host.stopped_at is not None:
+            return False
+        if host.live_until is not None:
+            return host.live_until > now
+        return host.seen_at > now - 3 * self.options.heartbeat
+
+    def batch(self, free: int) -> int:
+        """How many runs one claim takes: every free slot when this worker is
+        alone; with live peers a quarter of its fair share of the free slots
+        (at least one), so that the first worker to wake does not take a
+        whole burst while the others stay idle."""
+        if self.peers == 0:
+            return free
+        return max(1, free // (4 * (self.peers + 1)))
+
+    async def claim(self, free: int, exclude: list[str]) -> list[RunRow]:
+        """Runs of the app's queues first (each under its limits), then runs
+        in no queue, up to `free`."""
+        # The versions it hosts, and those it migrates that no other live worker hosts.
+        hosted, lease = self.claimable, self.options.lease_seconds
+        claimed: list[RunRow] = []
+        for queue in self.queues():
+            if len(claimed) < free:
+                claimed += await self.store.claim_queue(
+                    queue, self.worker_id, hosted, lease, free - len(claimed), exclude)
+        if len(claimed) < free:
+            claimed += await self.store.claim(self.worker_id, hosted, lease, free - len(claimed),
+                                              exclude=exclude)
+        return claimed
+
+    def queues(self) -> list[Queue]:
+        """The app's queues, starting one further at each claim, so that a
+        busy queue does not always take the free slots before the others."""
+        declared = list(self.app.queues.values())
+        if not declared:
+            return declared
+        self._queue_turn = (self._queue_turn + 1) % len(declared)
+        return declared[self._queue_turn:] + declared[:self._queue_turn]

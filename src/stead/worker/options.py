@@ -1,0 +1,43 @@
+"""`WorkerOptions`: how many runs a worker holds, its lease, its polls and
+pauses, its heartbeat and the largest result it journals."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from stead import bounds
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerOptions:
+    concurrency: int = 16
+    lease_seconds: float = 30.0
+    # Idle workers wake at once on PostgreSQL (NOTIFY) and SQLite (data_version);
+    # the poll catches timers that come due.
+    poll_interval: float = 0.2
+    shutdown_grace: float = 10.0
+    worker_id: str | None = None
+    # A run parked on a wait or timer further away than this is suspended
+    # (lease released, no worker held); nearer ones sleep in the process.
+    suspend_after: float = 1.0
+    # After a store error, this worker leaves the run alone this long (doubling
+    # with each error in a row, up to the lease) and pauses its claims alike.
+    store_backoff: float = 1.0
+    # An event loop held this long by one call (no await) is logged.
+    blocked_after: float = 1.0
+    # The largest result (of a step, effect or model call) journaled, as JSON:
+    # a larger one raises `ResultTooLarge` in the workflow, naming the call.
+    max_result_bytes: int = 16 * 1024 * 1024
+    # How often the worker tells the store which versions it serves (see
+    # `Store.heartbeat`); one not heard from for 3 heartbeats is taken as gone.
+    heartbeat: float = 10.0
+
+    def __post_init__(self) -> None:
+        bounds.integer(self.concurrency, "WorkerOptions.concurrency", least=1,
+                       most=bounds.MAX_INT32)
+        bounds.integer(self.max_result_bytes, "WorkerOptions.max_result_bytes", least=1)
+        bounds.optional_text(self.worker_id, "WorkerOptions.worker_id")
+        for name in ("lease_seconds", "poll_interval", "heartbeat", "blocked_after"):
+            bounds.seconds(getattr(self, name), f"WorkerOptions.{name}")
+        for name in ("shutdown_grace", "store_backoff", "suspend_after"):
+            bounds.seconds(getattr(self, name), f"WorkerOptions.{name}", zero=True)
