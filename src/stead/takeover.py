@@ -18,10 +18,10 @@ replay, and the policy is asked about the step the run is about to take
 where it first acts live (`stead.revalidation`); the resume record carries
 the diff, the action and the decision, also when the run stops there.
 Replay is the workflow
-re-executing against the journal (`run.py`), which classifies each journaled
+re-executing against the journal (`stead.run`), which classifies each journaled
 call as it meets it (an effect's phases in `effects.py`); the resume record,
 counting those classes, rides along with the first write after it
-(`execution.py`).
+(`stead.execution`).
 """
 
 from __future__ import annotations
