@@ -9,6 +9,7 @@ durable write, which carries them (see docs/architecture.md).
 
 from __future__ import annotations
 
+import abc
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
@@ -32,7 +33,7 @@ def _acts(rec: Record) -> bool:
     return rec.kind not in (RecordKind.WAIT, RecordKind.CHILD) or rec.status == RecordStatus.OPEN
 
 
-class Writes(Fenced):
+class Writes(Fenced, abc.ABC):
     """The write buffer and the fenced writes that carry it."""
 
     def take(self, addr: str, kind: RecordKind, name: str, digest: str) -> list[Record]:
@@ -222,6 +223,6 @@ class Writes(Fenced):
             self.fence, status, result=result, error=error, records=batch, resume=resume,
         ))
 
+    @abc.abstractmethod
     def _idle(self) -> None:
         """One piece of live work ended: `Parking` counts them."""
-        raise NotImplementedError
