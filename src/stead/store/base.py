@@ -1,6 +1,6 @@
 """The store: runs, journals, leases, waits, events and task state, over a
 `Database` (SQLite or PostgreSQL). It knows nothing of workflows. Every state
-change is one transaction, written once in `_transactions`; every write by a
+change is one transaction, written once in `transactions`; every write by a
 run's holder is fenced by its epoch and raises `StaleLease` when the fence
 fails. docs/architecture.md draws the whole."""
 
@@ -40,15 +40,25 @@ from stead.records import (
 )
 from stead.searches import RunSearch
 from stead.store import _holders, _rejections, _rows, _streams
-from stead.store import _transactions as tx
 from stead.store.seam import Claim, Database, FencedWrite, Finish, Writing
+from stead.store.transactions import actions as tx_actions
+from stead.store.transactions import common as tx_common
+from stead.store.transactions import intents as tx_intents
+from stead.store.transactions import journal as tx_journal
+from stead.store.transactions import leases as tx_leases
+from stead.store.transactions import migrations as tx_migrations
+from stead.store.transactions import retention as tx_retention
+from stead.store.transactions import runs as tx_runs
+from stead.store.transactions import state as tx_state
+from stead.store.transactions import waits as tx_waits
+from stead.store.transactions import workspaces as tx_workspaces
 from stead.stream_records import NewEntry, StreamEntry
 
-Judge = tx.Judge
-StateChange = tx.StateChange
-OutsideChange = tx.OutsideChange
-Revise = tx.Revise
-Guard = tx.Guard
+Judge = tx_waits.Judge
+StateChange = tx_state.StateChange
+OutsideChange = tx_state.OutsideChange
+Revise = tx_intents.Revise
+Guard = tx_intents.Guard
 
 
 def _outside_branches(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -105,8 +115,8 @@ class Store:
         """Insert `new`, unless a live run owns its task_id: then return that
         run and False."""
         made: tuple[RunRow, bool] | None = await self.database.write(
-            lambda: tx.create_run(new, self.clock.now()),
-            Writing(landed=lambda _: tx.created(new), one_statement=new.intent is None
+            lambda: tx_runs.create_run(new, self.clock.now()),
+            Writing(landed=lambda _: tx_runs.created(new), one_statement=new.intent is None
                     and new.parent_id is None and new.deadline is None),
         )
         if made is None:
@@ -123,55 +133,55 @@ class Store:
         if not news:
             return []
         return await self.database.write(
-            lambda: tx.create_runs(news, self.clock.now()),
-            Writing(landed=lambda _: tx.runs_created(news)),
+            lambda: tx_runs.create_runs(news, self.clock.now()),
+            Writing(landed=lambda _: tx_runs.runs_created(news)),
         )
 
     async def get_run(self, run_id: str) -> RunRow:
         """Raise `UnknownRun` if there is none."""
         run = await self.database.read(
-            lambda: tx.read_one("get_run", {"run_id": run_id}, _rows.run))
+            lambda: tx_common.read_one("get_run", {"run_id": run_id}, _rows.run))
         if run is None:
-            raise tx.unknown_run(run_id, self.database.display)
+            raise tx_common.unknown_run(run_id, self.database.display)
         return run
 
     async def list_runs(
         self, *, status: str | None = None, workflow: str | None = None, limit: int = 100
     ) -> list[RunRow]:
-        return await self.database.read(lambda: tx.read_all(
+        return await self.database.read(lambda: tx_common.read_all(
             "list_runs", {"status": status, "workflow": workflow, "limit": limit}, _rows.run))
 
     async def children(self, run_id: str, limit: int = 100) -> list[RunRow]:
         """The runs `run_id` started with `run.child`, oldest first."""
-        return await self.database.read(lambda: tx.read_all(
+        return await self.database.read(lambda: tx_common.read_all(
             "children", {"run_id": run_id, "limit": limit}, _rows.run))
 
     async def search_runs(self, search: RunSearch) -> list[RunRow]:
         """Runs, newest first, filtered by each criterion `search` gives."""
         return await self.database.read(
-            lambda: tx.read_all("search_runs", search.params(), _rows.run))
+            lambda: tx_common.read_all("search_runs", search.params(), _rows.run))
 
     async def count_runs(self) -> dict[RunStatus, int]:
         """How many runs are in each status (statuses with none left out)."""
-        found = await self.database.read(lambda: tx.read_all(
+        found = await self.database.read(lambda: tx_common.read_all(
             "count_runs_by_status", {}, lambda row: (row["status"], int(row["runs"]))))
         return {RunStatus(status): n for status, n in found}
 
     async def live_run_of_task(self, task_id: str) -> RunRow | None:
         """The live run of `task_id`, if it has one."""
         return await self.database.read(
-            lambda: tx.read_one("find_live_task", {"task_id": task_id}, _rows.run))
+            lambda: tx_common.read_one("find_live_task", {"task_id": task_id}, _rows.run))
 
     async def backlog(self) -> list[Backlog]:
         """What workers could take, by `workflow@version`: runs runnable now,
         and runs leased to a worker (with the soonest lease end)."""
-        return await self.database.read(lambda: tx.read_all(
+        return await self.database.read(lambda: tx_common.read_all(
             "backlog", {"now": self.clock.now(), "lease_now": self.database.lease_now()},
             _rows.backlog))
 
     async def leased_runs(self, limit: int = 100) -> list[RunRow]:
         """Runs whose lease has not ended, the soonest end first."""
-        return await self.database.read(lambda: tx.read_all(
+        return await self.database.read(lambda: tx_common.read_all(
             "leased_runs", {"lease_now": self.database.lease_now(), "limit": limit},
             _rows.run))
 
@@ -179,7 +189,7 @@ class Store:
         """The time leases are judged at: the database's clock (or the lease
         clock the store was opened with), the one `RunRow.lease_expires_at`
         is on."""
-        found = await self.database.read(lambda: tx.read_one(
+        found = await self.database.read(lambda: tx_common.read_one(
             "lease_now", {"lease_now": self.database.lease_now()}, lambda row: float(row["now"])))
         assert found is not None  # the query always returns its one row
         return found
@@ -189,7 +199,7 @@ class Store:
         fails. Twice is once: the second finds it cancelled."""
         where = self.database.display
         return await self.database.write(
-            lambda: tx.cancel_run(run_id, self.clock.now(), where),
+            lambda: tx_actions.cancel_run(run_id, self.clock.now(), where),
             Writing(one_statement=True),
         )
 
@@ -202,8 +212,9 @@ class Store:
         not (or no longer) in that status, `UnknownRun` if there is none."""
         where = self.database.display
         return await self.database.write(
-            lambda: tx.resume_stopped(run_id, expect_status, record, self.clock.now(), where),
-            Writing(landed=lambda _: tx.resumed(run_id, expect_status, record)),
+            lambda: tx_actions.resume_stopped(run_id, expect_status, record, self.clock.now(),
+                                              where),
+            Writing(landed=lambda _: tx_actions.resumed(run_id, expect_status, record)),
         )
 
     # -- lineage --------------------------------------------------------------
@@ -212,8 +223,8 @@ class Store:
         transaction. `UnknownRun` if the parent is gone."""
         where = self.database.display
         return await self.database.write(
-            lambda: tx.fork_run(fork, self.clock.now(), where),
-            Writing(landed=lambda _: tx.linked(fork.new.run_id)),
+            lambda: tx_runs.fork_run(fork, self.clock.now(), where),
+            Writing(landed=lambda _: tx_runs.linked(fork.new.run_id)),
         )
 
     async def continue_run(
@@ -227,24 +238,24 @@ class Store:
         end = Finish(RunStatus.COMPLETED, result, None, self.clock.now())
         write = FencedWrite(fence, records, resume, end)
         return await self.database.write(
-            lambda: tx.continue_run(write, new, at_seq, end.now),
-            Writing(landed=lambda _: tx.linked(new.run_id), releases=fence.run_id),
+            lambda: tx_runs.continue_run(write, new, at_seq, end.now),
+            Writing(landed=lambda _: tx_runs.linked(new.run_id), releases=fence.run_id),
         )
 
     async def lineage(self, run_id: str) -> tuple[Link | None, list[Link]]:
         """The run's parent link (None: none) and its forks and successor."""
-        return await self.database.read(lambda: tx.lineage(run_id))
+        return await self.database.read(lambda: tx_runs.lineage(run_id))
 
     async def state_version(self, task_key: str, version: int) -> StateRow | None:
         """A task's state as it was at `version`."""
-        return await self.database.read(lambda: tx.state_version(task_key, version))
+        return await self.database.read(lambda: tx_state.state_version(task_key, version))
 
     async def state_since(self, task_key: str, version: int,
                           limit: int = 100) -> list[StateRow]:
         """The task's versions written after `version`, oldest first, each with
         the run that wrote it or who changed it from outside and why: what a
         run resuming on `version` has not seen."""
-        return await self.database.read(lambda: tx.read_all(
+        return await self.database.read(lambda: tx_common.read_all(
             "state_since", {"task_key": task_key, "version": version, "limit": limit},
             _rows.state_history))
 
@@ -277,8 +288,8 @@ class Store:
         if not await self.queue_ready(queue, hosted, exclude):
             return []
         return await self.database.write(
-            lambda: tx.claim_queue(queue, params, limit),
-            Writing(landed=lambda _: tx.queue_claimed(queue, params)),
+            lambda: tx_leases.claim_queue(queue, params, limit),
+            Writing(landed=lambda _: tx_leases.queue_claimed(queue, params)),
         )
 
     async def queue_ready(
@@ -288,7 +299,7 @@ class Store:
         may run now (its limits may still hold it back)."""
         probe = {"queue": queue.name, "hosted": list(hosted), "exclude": list(exclude),
                  "now": self.clock.now(), "lease_now": self.database.lease_now()}
-        found = await self.database.read(lambda: tx.read_one("queue_ready", probe, bool))
+        found = await self.database.read(lambda: tx_common.read_one("queue_ready", probe, bool))
         return bool(found)
 
     async def renew(
@@ -301,14 +312,15 @@ class Store:
         (see `replay.markers_text`; None: none), which a takeover counts as
         died attempts."""
         return await self.database.write(
-            lambda: tx.renew(fences, lease_seconds, self.database.lease_now(), in_flight or {}),
+            lambda: tx_leases.renew(fences, lease_seconds, self.database.lease_now(),
+                                    in_flight or {}),
             Writing(one_statement=True),
         )
 
     async def release(self, fence: Fence) -> None:
         """Give the run back (it stays runnable); no-op if already lost."""
         await self.database.write(
-            lambda: tx.release(fence, self.clock.now()),
+            lambda: tx_leases.release(fence, self.clock.now()),
             Writing(one_statement=True, releases=fence.run_id),
         )
 
@@ -346,23 +358,23 @@ class Store:
     async def load_journal(self, run_id: str) -> list[Record]:
         """The whole journal in one query, ordered by seq."""
         return await self.database.read(
-            lambda: tx.read_all("load_journal", {"run_id": run_id}, _rows.record))
+            lambda: tx_common.read_all("load_journal", {"run_id": run_id}, _rows.record))
 
     async def journal_page(self, run_id: str, start: int, limit: int) -> list[Record]:
         """At most `limit` records from seq `start` on, ordered by seq."""
-        return await self.database.read(lambda: tx.read_all(
+        return await self.database.read(lambda: tx_common.read_all(
             "journal_page", {"run_id": run_id, "start": start, "limit": limit}, _rows.record))
 
     async def journal_size(self, run_id: str) -> tuple[int, int]:
         """How many records the journal holds, and its last seq (-1: none)."""
-        size = await self.database.read(lambda: tx.read_one(
+        size = await self.database.read(lambda: tx_common.read_one(
             "journal_size", {"run_id": run_id},
             lambda row: (int(row["records"]), int(row["last_seq"]))))
         return size or (0, -1)
 
     async def journal_summaries(self, run_id: str) -> list[Record]:
         """The journal's effect, model-call and workspace records, by seq."""
-        return await self.database.read(lambda: tx.read_all(
+        return await self.database.read(lambda: tx_common.read_all(
             "journal_summaries", {"run_id": run_id}, _rows.record))
 
     async def append(
@@ -371,7 +383,7 @@ class Store:
         """Commit `records` (and the takeover's resume record) in one fenced
         transaction."""
         write = FencedWrite(fence, records, resume)
-        await self.database.journal(write, lambda _: tx.journaled(write))
+        await self.database.journal(write, lambda _: tx_journal.journaled(write))
 
     async def finish(
         self,
@@ -387,11 +399,11 @@ class Store:
         releasing the lease, in one fenced transaction."""
         end = Finish(status, result, error, self.clock.now())
         write = FencedWrite(fence, records, resume, end)
-        await self.database.journal(write, lambda _: tx.journaled(write))
+        await self.database.journal(write, lambda _: tx_journal.journaled(write))
 
     async def list_resumes(self, run_id: str) -> list[ResumeRecord]:
         return await self.database.read(
-            lambda: tx.read_all("list_resumes", {"run_id": run_id}, _rows.resume))
+            lambda: tx_common.read_all("list_resumes", {"run_id": run_id}, _rows.resume))
 
     # -- waits and events -----------------------------------------------------
     async def open_wait(
@@ -401,18 +413,18 @@ class Store:
         """Journal `records` and create `wait` (state open) in one fenced transaction."""
         write = FencedWrite(fence, records, resume)
         await self.database.write(
-            lambda: tx.open_wait(write, wait),
-            Writing(landed=lambda _: tx.wait_opened(wait.wait_id)),
+            lambda: tx_waits.open_wait(write, wait),
+            Writing(landed=lambda _: tx_waits.wait_opened(wait.wait_id)),
         )
 
     async def get_wait(self, wait_id: str) -> WaitRow | None:
         return await self.database.read(
-            lambda: tx.read_one("get_wait", {"wait_id": wait_id}, _rows.wait))
+            lambda: tx_common.read_one("get_wait", {"wait_id": wait_id}, _rows.wait))
 
     async def list_waits(
         self, *, run_id: str | None = None, state: str | None = None, limit: int = 100
     ) -> list[WaitRow]:
-        return await self.database.read(lambda: tx.read_all(
+        return await self.database.read(lambda: tx_common.read_all(
             "list_waits", {"run_id": run_id, "state": state, "limit": limit}, _rows.wait))
 
     async def close_wait(
@@ -424,8 +436,8 @@ class Store:
         was consumed or closed meanwhile."""
         write = FencedWrite(fence, records, resume)
         await self.database.write(
-            lambda: tx.close_wait(write, wait_id, state, self.clock.now()),
-            Writing(landed=lambda _: tx.wait_closed(write, wait_id, state)),
+            lambda: tx_waits.close_wait(write, wait_id, state, self.clock.now()),
+            Writing(landed=lambda _: tx_waits.wait_closed(write, wait_id, state)),
         )
 
     async def suspend(
@@ -439,8 +451,8 @@ class Store:
         `CancelRequested` if someone asked to cancel the run."""
         write = FencedWrite(fence, records, resume)
         await self.database.write(
-            lambda: tx.suspend(write, wake_at, wait_ids, self.clock.now(), children),
-            Writing(landed=lambda _: tx.suspended(write), releases=fence.run_id),
+            lambda: tx_waits.suspend(write, wake_at, wait_ids, self.clock.now(), children),
+            Writing(landed=lambda _: tx_waits.suspended(write), releases=fence.run_id),
         )
 
     async def deliver(self, event: EventRow, judge: Judge) -> tuple[Judgement, EventRow]:
@@ -449,16 +461,16 @@ class Store:
         store the event with the verdict; if accepted, consume the wait and wake
         the run. A duplicate stores nothing and returns the original event."""
         return await self.database.write(
-            lambda: tx.deliver(event, judge, self.clock.now()),
-            Writing(landed=lambda attempted: tx.delivered(event, attempted)),
+            lambda: tx_waits.deliver(event, judge, self.clock.now()),
+            Writing(landed=lambda attempted: tx_waits.delivered(event, attempted)),
         )
 
     async def revoke_wait(self, wait_id: str) -> WaitRow:
         """Revoke an open wait and wake its run (it sees `WaitRevoked`)."""
         where = self.database.display
         return await self.database.write(
-            lambda: tx.revoke_wait(wait_id, self.clock.now(), where),
-            Writing(landed=lambda _: tx.wait_revoked(wait_id)),
+            lambda: tx_waits.revoke_wait(wait_id, self.clock.now(), where),
+            Writing(landed=lambda _: tx_waits.wait_revoked(wait_id)),
         )
 
     async def unlock_wait(self, wait_id: str) -> WaitRow:
@@ -466,14 +478,14 @@ class Store:
         Raises `WaitNotOpen` if the wait is closed."""
         where = self.database.display
         return await self.database.write(
-            lambda: tx.unlock_wait(wait_id, where), Writing())  # safe to run twice
+            lambda: tx_waits.unlock_wait(wait_id, where), Writing())  # safe to run twice
 
     async def get_event(self, run_id: str, event_id: str) -> EventRow | None:
-        return await self.database.read(lambda: tx.read_one(
+        return await self.database.read(lambda: tx_common.read_one(
             "get_event", {"run_id": run_id, "event_id": event_id}, _rows.event))
 
     async def list_events(self, run_id: str, limit: int = 1000) -> list[EventRow]:
-        return await self.database.read(lambda: tx.read_all(
+        return await self.database.read(lambda: tx_common.read_all(
             "list_events", {"run_id": run_id, "limit": limit}, _rows.event))
 
     # -- durable streams ----------------------------------------------------
@@ -496,23 +508,23 @@ class Store:
     async def record_action(self, row: ActionRow) -> ActionRow:
         """Keep an operator's action (done or refused) in the run's audit.
         Twice with one `action_id` is once."""
-        return await self.database.write(lambda: tx.record_action(row),
+        return await self.database.write(lambda: tx_actions.record_action(row),
                                          Writing(one_statement=True))
 
     async def list_actions(self, run_id: str, limit: int = 1000) -> list[ActionRow]:
         """The operator actions on a run, oldest first."""
-        return await self.database.read(lambda: tx.read_all(
+        return await self.database.read(lambda: tx_common.read_all(
             "list_operator_actions", {"run_id": run_id, "limit": limit}, _rows.action))
 
     # -- task state ---------------------------------------------------------
     async def read_state(self, task_key: str) -> StateRow | None:
         return await self.database.read(
-            lambda: tx.read_one("read_state", {"task_key": task_key}, _rows.state))
+            lambda: tx_common.read_one("read_state", {"task_key": task_key}, _rows.state))
 
     async def state_history(self, task_key: str, limit: int = 100) -> list[StateRow]:
         """The task's versions of its facts, newest first (`updated_at`: when
         each was written, `run_id`: by which run)."""
-        return await self.database.read(lambda: tx.read_all(
+        return await self.database.read(lambda: tx_common.read_all(
             "list_state_history", {"task_key": task_key, "limit": limit},
             _rows.state_history))
 
@@ -526,8 +538,8 @@ class Store:
         now in force (None if there is none) and that last record as written."""
         write = FencedWrite(fence, records, resume)
         return await self.database.write(
-            lambda: tx.update_state(write, task_key, change, self.clock.now()),
-            Writing(landed=lambda attempted: tx.state_updated(write, attempted)),
+            lambda: tx_state.update_state(write, task_key, change, self.clock.now()),
+            Writing(landed=lambda attempted: tx_state.state_updated(write, attempted)),
         )
 
     async def set_state(self, task_key: str, change: OutsideChange, *, author: str,
@@ -537,8 +549,8 @@ class Store:
         it: nothing is written); the version written keeps who and why."""
         now = self.clock.now()
         return await self.database.write(
-            lambda: tx.set_state(task_key, change, author, why, now),
-            Writing(landed=lambda attempted: tx.state_set(task_key, attempted)),
+            lambda: tx_state.set_state(task_key, change, author, why, now),
+            Writing(landed=lambda attempted: tx_state.state_set(task_key, attempted)),
         )
 
     # -- intents -------------------------------------------------------------
@@ -552,9 +564,9 @@ class Store:
         stopped in that status (`NotStopped` if it is not)."""
         where, now = self.database.display, self.clock.now()
         return await self.database.write(
-            lambda: tx.revise_intent(run_id, revise, author, why, now, where,
+            lambda: tx_intents.revise_intent(run_id, revise, author, why, now, where,
                                      write=write, resume=resume),
-            Writing(landed=lambda attempted: tx.intent_revised(run_id, attempted)),
+            Writing(landed=lambda attempted: tx_intents.intent_revised(run_id, attempted)),
         )
 
     async def guarded_append(
@@ -565,15 +577,15 @@ class Store:
         them under the intent in force at that moment (else it raises)."""
         write = FencedWrite(fence, records, resume)
         await self.database.write(
-            lambda: tx.guarded_journal(write, guard, self.clock.now()),
-            Writing(landed=lambda _: tx.journaled(write)),
+            lambda: tx_intents.guarded_journal(write, guard, self.clock.now()),
+            Writing(landed=lambda _: tx_journal.journaled(write)),
         )
 
     async def latest_intent(self, run_id: str) -> IntentRow | None:
-        return await self.database.read(lambda: tx.latest_intent(run_id))
+        return await self.database.read(lambda: tx_intents.latest_intent(run_id))
 
     async def list_intents(self, run_id: str) -> list[IntentRow]:
-        return await self.database.read(lambda: tx.read_all(
+        return await self.database.read(lambda: tx_common.read_all(
             "list_intents", {"run_id": run_id}, _rows.intent))
 
     async def takeover_context(
@@ -581,7 +593,7 @@ class Store:
     ) -> tuple[list[Record], list[IntentRow], ResumeRecord | None]:
         """In one read: the journal (if `journal`), the intent's versions and
         the last resume record."""
-        return await self.database.read(lambda: tx.takeover_context(run_id, journal))
+        return await self.database.read(lambda: tx_journal.takeover_context(run_id, journal))
 
     async def end_stopped(
         self, run_id: str, expect_status: RunStatus, status: RunStatus, error: str,
@@ -590,7 +602,7 @@ class Store:
         `status` (and `error` saying why). `NotStopped` if it is not stopped so."""
         where = self.database.display
         return await self.database.write(
-            lambda: tx.end_stopped(run_id, expect_status, status, error, self.clock.now(),
+            lambda: tx_actions.end_stopped(run_id, expect_status, status, error, self.clock.now(),
                                    where),
             Writing(one_statement=True),
         )
@@ -606,17 +618,17 @@ class Store:
         are dropped."""
         now = self.clock.now()
         await self.database.write(
-            lambda: tx.heartbeat(worker_id, served, now, now - forget_after, policy_version,
+            lambda: tx_leases.heartbeat(worker_id, served, now, now - forget_after, policy_version,
                                  now + live_for), Writing())
 
     async def host_stopped(self, worker_id: str) -> None:
         """`worker_id` stopped cleanly: it serves nothing any more."""
         now = self.clock.now()
-        await self.database.write(lambda: tx.host_stopped(worker_id, now), Writing())
+        await self.database.write(lambda: tx_leases.host_stopped(worker_id, now), Writing())
 
     async def worker_hosts(self, limit: int = 1000) -> list[HostRow]:
         """Every worker's last heartbeat per version it serves, latest first."""
-        return await self.database.read(lambda: tx.hosts(limit))
+        return await self.database.read(lambda: tx_leases.hosts(limit))
 
     async def stranded_runs(self, grace: float, limit: int = 100,
                             workflow: str | None = None) -> list[Stranded]:
@@ -624,17 +636,18 @@ class Store:
         for `grace` seconds (and that have waited at least that long), oldest first."""
         now, lease_now = self.clock.now(), self.database.lease_now()
         return await self.database.read(
-            lambda: tx.stranded(now, now - grace, limit, lease_now, workflow))
+            lambda: tx_leases.stranded(now, now - grace, limit, lease_now, workflow))
 
     async def migrate_run(self, plan: MigrationPlan, *, fence: Fence | None = None,
                           resume: ResumeRecord | None = None) -> tuple[RunRow, MigrationRow]:
-        """Apply `plan` in one transaction (see `_transactions.migrate_run`):
+        """Apply `plan` in one transaction (see `transactions.migrations.migrate_run`):
         the old journal is archived, never deleted. Raises `MigrationRefused`
         (nothing written) if the run moved since the plan was made."""
         where, now = self.database.display, self.clock.now()
         return await self.database.write(
-            lambda: tx.migrate_run(plan, fence, resume, now, where, self.database.lease_now()),
-            Writing(landed=lambda _: tx.migrated(plan.run_id, plan)),
+            lambda: tx_migrations.migrate_run(plan, fence, resume, now, where,
+                                              self.database.lease_now()),
+            Writing(landed=lambda _: tx_migrations.migrated(plan.run_id, plan)),
         )
 
     async def rollback_run(self, run_id: str, author: str, resume: ResumeRecord
@@ -643,18 +656,18 @@ class Store:
         (`MigrationRefused` if something was, or there is none)."""
         where, now = self.database.display, self.clock.now()
         return await self.database.write(
-            lambda: tx.rollback_run(run_id, author, resume, now, where,
+            lambda: tx_migrations.rollback_run(run_id, author, resume, now, where,
                                     self.database.lease_now()),
-            Writing(landed=lambda _: tx.rolled_back(run_id)),
+            Writing(landed=lambda _: tx_migrations.rolled_back(run_id)),
         )
 
     async def list_migrations(self, run_id: str) -> list[MigrationRow]:
-        return await self.database.read(lambda: tx.read_all(
+        return await self.database.read(lambda: tx_common.read_all(
             "list_migrations", {"run_id": run_id}, _rows.migration))
 
     async def archived_journal(self, run_id: str, migration: int) -> list[Record]:
         """The journal as it was before the run's migration number `migration`."""
-        return await self.database.read(lambda: tx.read_all(
+        return await self.database.read(lambda: tx_common.read_all(
             "load_archive", {"run_id": run_id, "migration": migration}, _rows.record))
 
     async def import_run(self, run: RunRow, journal: Sequence[Record],
@@ -664,8 +677,8 @@ class Store:
         `InvalidInput` if its id, or a live run of its task, exists."""
         where = self.database.display
         return await self.database.write(
-            lambda: tx.import_run(run, journal, waits, state, where),
-            Writing(landed=lambda _: tx.imported(run)),
+            lambda: tx_retention.import_run(run, journal, waits, state, where),
+            Writing(landed=lambda _: tx_retention.imported(run)),
         )
     # -- child runs, cancellation ------------------------------------------------
     async def start_child(
@@ -678,8 +691,8 @@ class Store:
         Returns the child and that record as written."""
         write = FencedWrite(fence, records, resume)
         return await self.database.write(
-            lambda: tx.start_child(write, child, self.clock.now()),
-            Writing(landed=lambda attempted: tx.child_started(write, attempted)),
+            lambda: tx_runs.start_child(write, child, self.clock.now()),
+            Writing(landed=lambda attempted: tx_runs.child_started(write, attempted)),
         )
 
     async def request_cancel(self, run_id: str) -> RunRow:
@@ -688,15 +701,15 @@ class Store:
         cancelled at once. Twice is once."""
         where = self.database.display
         return await self.database.write(
-            lambda: tx.request_cancel(run_id, self.clock.now(), where), Writing())
+            lambda: tx_actions.request_cancel(run_id, self.clock.now(), where), Writing())
 
     async def cancel_requests(self, run_ids: Sequence[str]) -> list[str]:
         """Of `run_ids`, the running runs someone asked to cancel."""
-        return await self.database.read(lambda: tx.cancel_requests(run_ids))
+        return await self.database.read(lambda: tx_actions.cancel_requests(run_ids))
 
     # -- schedules --------------------------------------------------------------
     async def fire_schedule(
-        self, name: str, cron: str, due: tx.Due, make: Callable[[float], NewRun],
+        self, name: str, cron: str, due: tx_runs.Due, make: Callable[[float], NewRun],
     ) -> tuple[list[tuple[float, RunRow]], float]:
         """Start the runs of the ticks of schedule `name` that `due` says are
         due, and move its next tick on, in one transaction; each tick once,
@@ -704,28 +717,29 @@ class Store:
         and the next tick not yet fired."""
         now = self.clock.now()
         return await self.database.write(
-            lambda: tx.fire_schedule(name, cron, due, make, now), Writing())
+            lambda: tx_runs.fire_schedule(name, cron, due, make, now), Writing())
 
     async def list_schedules(self) -> list[ScheduleRow]:
         return await self.database.read(
-            lambda: tx.read_all("list_schedules", {}, _rows.schedule))
+            lambda: tx_common.read_all("list_schedules", {}, _rows.schedule))
 
     # -- retention -----------------------------------------------------------------
     async def prunable(self, cutoff: float, limit: int) -> list[str]:
         """Up to `limit` finished runs last changed before `cutoff` that may be
         deleted, oldest first (see `prune`)."""
-        return await self.database.read(lambda: tx.prunable(cutoff, limit))
+        return await self.database.read(lambda: tx_retention.prunable(cutoff, limit))
 
     async def export_runs(self, run_ids: Sequence[str]) -> list[RunExport]:
         """Everything stored of each of `run_ids`."""
-        return await self.database.read(lambda: tx.export_runs(run_ids))
+        return await self.database.read(lambda: tx_retention.export_runs(run_ids))
 
     async def prune(self, cutoff: float, run_ids: Sequence[str]) -> list[str]:
         """Delete those of `run_ids` that still may be (finished before
         `cutoff`, not live, no live parent, no effect with an unknown
         outcome: checked again in this transaction), and everything stored
         of them. Returns the runs deleted."""
-        return await self.database.write(lambda: tx.delete_runs(cutoff, run_ids), Writing())
+        return await self.database.write(
+            lambda: tx_retention.delete_runs(cutoff, run_ids), Writing())
 
     async def prune_rejected(self, cutoff: float, limit: int) -> int:
         """Delete up to `limit` rejected events received before `cutoff`, of
@@ -752,7 +766,7 @@ class Store:
         if ring.legacy is not None:
             return ring
         if not self._legacy_read:
-            value = await self.database.read(lambda: tx.read_one(
+            value = await self.database.read(lambda: tx_common.read_one(
                 "get_meta", {"key": "secret"}, lambda row: str(row["value"])))
             self._legacy = None if value is None else bytes.fromhex(value)
             self._legacy_read = True
@@ -773,7 +787,7 @@ class Store:
     # -- workspaces -----------------------------------------------------------
     async def save_snapshot(
         self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
-        snapshot: SnapshotRow, hashes: Sequence[str], read: tx.BlobReader, *,
+        snapshot: SnapshotRow, hashes: Sequence[str], read: tx_workspaces.BlobReader, *,
         more: Sequence[SnapshotRow] = (),
     ) -> int:
         """Store a workspace snapshot (and the snapshots `more` of other
@@ -783,21 +797,21 @@ class Store:
         write = FencedWrite(fence, records, resume)
         seq = records[-1].seq
         return await self.database.write(
-            lambda: tx.save_snapshot(write, snapshot, hashes, read, more),
-            Writing(landed=lambda attempted: tx.snapshot_saved(write, seq, attempted),
+            lambda: tx_workspaces.save_snapshot(write, snapshot, hashes, read, more),
+            Writing(landed=lambda attempted: tx_workspaces.snapshot_saved(write, seq, attempted),
                     reads_files=bool(hashes)),
         )
 
     async def list_snapshots(self, run_id: str) -> list[SnapshotRow]:
         """Every snapshot of the run's workspaces, in journal order."""
-        return await self.database.read(lambda: tx.read_all(
+        return await self.database.read(lambda: tx_common.read_all(
             "list_snapshots", {"run_id": run_id}, _rows.snapshot))
 
     async def read_blobs(self, hashes: Sequence[str]) -> dict[str, bytes]:
         """The stored blobs of `hashes` (those the database holds)."""
         if not hashes:
             return {}
-        return await self.database.read(lambda: tx.read_blobs(hashes))
+        return await self.database.read(lambda: tx_workspaces.read_blobs(hashes))
 
 
 run_outside_branches(Store)
