@@ -34,7 +34,7 @@ def _flow_queries() -> set[str]:
     """Every query name the shared transactions (and the store) ask for."""
     names: set[str] = set()
     modules = [importlib.import_module(f"{package.__name__}.{info.name}")
-               for package in (transactions,)
+               for package in (transactions, base)
                for info in pkgutil.iter_modules(package.__path__)]
     for module in [base, *modules]:
         tree = ast.parse(inspect.getsource(module))
