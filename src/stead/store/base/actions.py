@@ -5,12 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from stead.records import (
-    ActionRow,
-    Record,
-    RunRow,
-    RunStatus,
-)
+from stead.records import ActionRow, Record, RunRow, RunStatus
 from stead.store import _rows
 from stead.store.base.part import StorePart
 from stead.store.seam import Writing

@@ -4,14 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from stead.records import (
-    Fence,
-    IntentRow,
-    Record,
-    ResumeRecord,
-    RunRow,
-    RunStatus,
-)
+from stead.records import Fence, IntentRow, Record, ResumeRecord, RunRow, RunStatus
 from stead.store import _rows
 from stead.store.base.part import StorePart
 from stead.store.seam import FencedWrite, Writing

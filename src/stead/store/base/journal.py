@@ -5,13 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from stead.records import (
-    Fence,
-    IntentRow,
-    Record,
-    ResumeRecord,
-    RunStatus,
-)
+from stead.records import Fence, IntentRow, Record, ResumeRecord, RunStatus
 from stead.store import _rows, _streams
 from stead.store.base.part import StorePart
 from stead.store.seam import FencedWrite, Finish, Writing

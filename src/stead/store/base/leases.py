@@ -8,13 +8,7 @@ from typing import Any
 
 from stead import processes
 from stead.queues import Queue
-from stead.records import (
-    Backlog,
-    Fence,
-    HostRow,
-    RunRow,
-    Stranded,
-)
+from stead.records import Backlog, Fence, HostRow, RunRow, Stranded
 from stead.store import _holders, _rows
 from stead.store.base.part import StorePart
 from stead.store.seam import Claim, Writing

@@ -3,14 +3,7 @@ that were archived on the way."""
 
 from __future__ import annotations
 
-from stead.records import (
-    Fence,
-    MigrationPlan,
-    MigrationRow,
-    Record,
-    ResumeRecord,
-    RunRow,
-)
+from stead.records import Fence, MigrationPlan, MigrationRow, Record, ResumeRecord, RunRow
 from stead.store import _rows
 from stead.store.base.part import StorePart
 from stead.store.seam import Writing

@@ -5,13 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from stead.records import (
-    Record,
-    RunExport,
-    RunRow,
-    StateRow,
-    WaitRow,
-)
+from stead.records import Record, RunExport, RunRow, StateRow, WaitRow
 from stead.store import _rejections
 from stead.store.base.part import StorePart
 from stead.store.seam import Writing

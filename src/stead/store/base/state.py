@@ -5,12 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from stead.records import (
-    Fence,
-    Record,
-    ResumeRecord,
-    StateRow,
-)
+from stead.records import Fence, Record, ResumeRecord, StateRow
 from stead.store import _rows
 from stead.store.base.part import StorePart
 from stead.store.seam import FencedWrite, Writing

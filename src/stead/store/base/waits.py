@@ -4,15 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from stead.records import (
-    EventRow,
-    Fence,
-    Judgement,
-    Record,
-    ResumeRecord,
-    WaitRow,
-    WaitState,
-)
+from stead.records import EventRow, Fence, Judgement, Record, ResumeRecord, WaitRow, WaitState
 from stead.store import _rows
 from stead.store.base.part import StorePart
 from stead.store.seam import FencedWrite, Writing

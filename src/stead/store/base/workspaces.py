@@ -4,12 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from stead.records import (
-    Fence,
-    Record,
-    ResumeRecord,
-    SnapshotRow,
-)
+from stead.records import Fence, Record, ResumeRecord, SnapshotRow
 from stead.store import _rows
 from stead.store.base.part import StorePart
 from stead.store.seam import FencedWrite, Writing

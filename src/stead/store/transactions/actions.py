@@ -7,21 +7,9 @@ import dataclasses
 from collections.abc import Sequence
 
 from stead import errors
-from stead.records import (
-    ActionRow,
-    Record,
-    RunRow,
-    RunStatus,
-)
+from stead.records import ActionRow, Record, RunRow, RunStatus
 from stead.store import _rows
-from stead.store.seam import (
-    NOT_LANDED,
-    Flow,
-    NotLanded,
-    execute,
-    one,
-    rows,
-)
+from stead.store.seam import NOT_LANDED, Flow, NotLanded, execute, one, rows
 from stead.store.transactions import common
 
 

@@ -8,11 +8,7 @@ from typing import Any, TypeVar
 
 from stead import errors
 from stead.store._rows import Row
-from stead.store.seam import (
-    Flow,
-    one,
-    rows,
-)
+from stead.store.seam import Flow, one, rows
 
 R = TypeVar("R")
 

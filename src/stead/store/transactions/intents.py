@@ -6,10 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from stead import errors
-from stead.records import (
-    IntentRow,
-    RunRow,
-)
+from stead.records import IntentRow, RunRow
 from stead.store import _rows
 from stead.store.seam import (
     NOT_LANDED,

@@ -6,20 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from stead import errors
-from stead.records import (
-    IntentRow,
-    Record,
-    ResumeRecord,
-)
+from stead.records import IntentRow, Record, ResumeRecord
 from stead.store import _rows
-from stead.store.seam import (
-    NOT_LANDED,
-    FencedWrite,
-    Flow,
-    NotLanded,
-    one,
-    rows,
-)
+from stead.store.seam import NOT_LANDED, FencedWrite, Flow, NotLanded, one, rows
 
 
 def records_landed(

@@ -7,20 +7,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stead.queues import Queue
-from stead.records import (
-    Fence,
-    HostRow,
-    RunRow,
-    Stranded,
-)
+from stead.records import Fence, HostRow, RunRow, Stranded
 from stead.store import _rows
-from stead.store.seam import (
-    Flow,
-    execute,
-    fence_params,
-    one,
-    rows,
-)
+from stead.store.seam import Flow, execute, fence_params, one, rows
 
 
 def renew(

@@ -6,24 +6,9 @@ from __future__ import annotations
 import dataclasses
 
 from stead import errors
-from stead.records import (
-    Fence,
-    MigrationPlan,
-    MigrationRow,
-    ResumeRecord,
-    RunRow,
-)
+from stead.records import Fence, MigrationPlan, MigrationRow, ResumeRecord, RunRow
 from stead.store import _rows
-from stead.store.seam import (
-    NOT_LANDED,
-    Flow,
-    NotLanded,
-    execute,
-    fence_params,
-    one,
-    rows,
-    stale,
-)
+from stead.store.seam import NOT_LANDED, Flow, NotLanded, execute, fence_params, one, rows, stale
 from stead.store.transactions import common
 
 

@@ -6,22 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from stead import errors
-from stead.records import (
-    Record,
-    RunExport,
-    RunRow,
-    StateRow,
-    WaitRow,
-)
+from stead.records import Record, RunExport, RunRow, StateRow, WaitRow
 from stead.store import _rows
-from stead.store.seam import (
-    NOT_LANDED,
-    Flow,
-    NotLanded,
-    execute,
-    one,
-    rows,
-)
+from stead.store.seam import NOT_LANDED, Flow, NotLanded, execute, one, rows
 
 
 def prunable(cutoff: float, limit: int, run_ids: Sequence[str] | None = None

@@ -6,10 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from stead.records import (
-    Record,
-    StateRow,
-)
+from stead.records import Record, StateRow
 from stead.store import _rows
 from stead.store.seam import (
     NOT_LANDED,

@@ -6,9 +6,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 
-from stead.records import (
-    SnapshotRow,
-)
+from stead.records import SnapshotRow
 from stead.store import _rows
 from stead.store.seam import (
     NOT_LANDED,
