@@ -4,13 +4,15 @@ supply, and what each dialect's SQL file must answer."""
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
+import pkgutil
 from pathlib import Path
 
 import pytest
 
 import stead
-from stead.store import _transactions, sql_files
+from stead.store import base, sql_files, transactions
 from stead.store.seam import Database
 from stead.testing import CrashingStore, CrashPoint, DelegatingStore
 
@@ -31,7 +33,10 @@ ONLY = {
 def _flow_queries() -> set[str]:
     """Every query name the shared transactions (and the store) ask for."""
     names: set[str] = set()
-    for module in (_transactions, stead.store.base):
+    modules = [importlib.import_module(f"{package.__name__}.{info.name}")
+               for package in (transactions, base)
+               for info in pkgutil.iter_modules(package.__path__)]
+    for module in [base, *modules]:
         tree = ast.parse(inspect.getsource(module))
         for node in ast.walk(tree):
             if (isinstance(node, ast.Call) and node.args

@@ -1,6 +1,6 @@
 """The seam between the store's logic and a database.
 
-Every transaction of the store is written once (in `_transactions`) as a
+Every transaction of the store is written once (in `transactions`) as a
 *flow*: a generator that yields what it wants done, one step at a time, and
 receives each step's answer, like httpx's authentication flow. A step is a
 named query (`Query`; each dialect keeps its SQL under that name in its

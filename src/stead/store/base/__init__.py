@@ -1,0 +1,117 @@
+"""The store: runs, journals, leases, waits, events and task state, over a
+`Database` (SQLite or PostgreSQL). It knows nothing of workflows. Every state
+change is one transaction, written once in `transactions`; every write by a
+run's holder is fenced by its epoch and raises `StaleLease` when the fence
+fails. `Store` is composed of one part per concern, a module of this package
+each (`runs`, `leases`, `journal`, `waits`, `state`, `intents`, `actions`,
+`migrations`, `retention`, `workspaces`), over the transactions of the same
+name; this module holds what is left: opening, the keyring, waiting for work.
+docs/architecture.md draws the whole."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from stead import addresses, keys
+from stead.store.base.actions import Actions
+from stead.store.base.intents import Intents
+from stead.store.base.journal import Journals
+from stead.store.base.leases import Leases
+from stead.store.base.migrations import Migrations
+from stead.store.base.retention import Retention
+from stead.store.base.runs import Runs
+from stead.store.base.state import TaskState
+from stead.store.base.waits import Waits
+from stead.store.base.workspaces import Workspaces
+from stead.store.seam import Database
+from stead.store.transactions import common
+from stead.store.transactions.intents import Guard, Revise
+from stead.store.transactions.state import OutsideChange, StateChange
+from stead.store.transactions.waits import Judge
+
+
+def _outside_branches(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        with addresses.outside_branches():
+            return await method(*args, **kwargs)
+
+    call.stead_outside_branches = True  # type: ignore[attr-defined]
+    return call
+
+
+def run_outside_branches(cls: type) -> None:
+    """Make every public coroutine of `cls` run outside branches (see `Store`)."""
+    for name in dir(cls):
+        member = inspect.getattr_static(cls, name)
+        if (not name.startswith("_") and inspect.iscoroutinefunction(member)
+                and not getattr(member, "stead_outside_branches", False)):
+            setattr(cls, name, _outside_branches(member))
+
+
+class Store(Runs, Leases, Journals, Waits, TaskState, Intents, Actions, Migrations, Retention,
+            Workspaces):
+    """A store's public coroutines run outside the workflow's branches: a task
+    a store starts while a run awaits it (a pool waiting for a free connection,
+    a group commit's flusher) must not be numbered as one of the run's
+    branches, or the run's next gather would get other addresses on replay,
+    where that store call is not made. Subclasses get this by themselves."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self.url = database.url
+        self.clock = database.clock
+        # Where the keys that sign wait tokens come from (see `stead.keys`): a
+        # hook given to `open_store`, and the key file beside an SQLite file.
+        self.key_source: keys.KeySource | None = None
+        self.key_file: str | None = None
+        self._legacy: bytes | None = None
+        self._legacy_read = False
+        self._present: set[str] = set()  # workers whose presence lock is marked held
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        run_outside_branches(cls)
+
+    async def open(self) -> None:
+        """Connect and migrate the schema."""
+        await self.database.open()
+
+    async def close(self) -> None:
+        await self.database.close()
+
+    async def keyring(self) -> keys.Keyring:
+        """The keys that sign and verify wait tokens (see `stead.keys`; never
+        kept in this database). A database that still holds the secret it
+        signed tokens with before (`stead_meta`) lends it as the `legacy` key,
+        so runs that opened waits with it replay; no new secret is made here."""
+        ring = keys.resolve(self.key_source, self.key_file)
+        if ring.legacy is not None:
+            return ring
+        if not self._legacy_read:
+            value = await self.database.read(lambda: common.read_one(
+                "get_meta", {"key": "secret"}, lambda row: str(row["value"])))
+            self._legacy = None if value is None else bytes.fromhex(value)
+            self._legacy_read = True
+        return ring.with_legacy(self._legacy)
+
+    async def wait_for_work(self, timeout: float) -> None:
+        """Return when a run may have become claimable, or after `timeout`
+        seconds (SQLite: soon after any commit to the file; PostgreSQL: on
+        NOTIFY)."""
+        await self.database.wait_for_work(timeout)
+
+    @property
+    def commits(self) -> int:
+        """Transactions committed by this store's database object (for tests
+        and benches)."""
+        return self.database.commits
+
+
+run_outside_branches(Store)
+
+__all__ = ["Guard", "Judge", "OutsideChange", "Revise", "StateChange", "Store",
+           "run_outside_branches"]

@@ -1,0 +1,90 @@
+"""A run's journal and its durable streams: reading them, and the fenced
+appends and finishes of the run's holder."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from stead.records import Fence, IntentRow, Record, ResumeRecord, RunStatus
+from stead.store import _rows, _streams
+from stead.store.base.part import StorePart
+from stead.store.seam import FencedWrite, Finish, Writing
+from stead.store.transactions import common
+from stead.store.transactions import journal as tx
+from stead.stream_records import NewEntry, StreamEntry
+
+
+class Journals(StorePart):
+    """The `Store`'s operations on a run's journal and its durable streams."""
+
+    async def load_journal(self, run_id: str) -> list[Record]:
+        """The whole journal in one query, ordered by seq."""
+        return await self.database.read(
+            lambda: common.read_all("load_journal", {"run_id": run_id}, _rows.record))
+
+    async def journal_page(self, run_id: str, start: int, limit: int) -> list[Record]:
+        """At most `limit` records from seq `start` on, ordered by seq."""
+        return await self.database.read(lambda: common.read_all(
+            "journal_page", {"run_id": run_id, "start": start, "limit": limit}, _rows.record))
+
+    async def journal_size(self, run_id: str) -> tuple[int, int]:
+        """How many records the journal holds, and its last seq (-1: none)."""
+        size = await self.database.read(lambda: common.read_one(
+            "journal_size", {"run_id": run_id},
+            lambda row: (int(row["records"]), int(row["last_seq"]))))
+        return size or (0, -1)
+
+    async def journal_summaries(self, run_id: str) -> list[Record]:
+        """The journal's effect, model-call and workspace records, by seq."""
+        return await self.database.read(lambda: common.read_all(
+            "journal_summaries", {"run_id": run_id}, _rows.record))
+
+    async def append(
+        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None = None
+    ) -> None:
+        """Commit `records` (and the takeover's resume record) in one fenced
+        transaction."""
+        write = FencedWrite(fence, records, resume)
+        await self.database.journal(write, lambda _: tx.journaled(write))
+
+    async def finish(
+        self,
+        fence: Fence,
+        status: RunStatus,
+        *,
+        result: str | None = None,
+        error: str | None = None,
+        records: Sequence[Record] = (),
+        resume: ResumeRecord | None = None,
+    ) -> None:
+        """End the run's attempt with `status` (terminal, or stopped for a human),
+        releasing the lease, in one fenced transaction."""
+        end = Finish(status, result, error, self.clock.now())
+        write = FencedWrite(fence, records, resume, end)
+        await self.database.journal(write, lambda _: tx.journaled(write))
+
+    async def list_resumes(self, run_id: str) -> list[ResumeRecord]:
+        return await self.database.read(
+            lambda: common.read_all("list_resumes", {"run_id": run_id}, _rows.resume))
+
+    async def takeover_context(
+        self, run_id: str, *, journal: bool,
+    ) -> tuple[list[Record], list[IntentRow], ResumeRecord | None]:
+        """In one read: the journal (if `journal`), the intent's versions and
+        the last resume record."""
+        return await self.database.read(lambda: tx.takeover_context(run_id, journal))
+
+    async def append_stream(self, fence: Fence, name: str, new: NewEntry) -> int:
+        """Append `new` to run `fence.run_id`'s stream `name` while `fence`
+        holds (else `StaleLease`); its offset. An entry whose key is there
+        already is not appended again: its offset is returned. `StreamClosed`
+        after the stream's `closed` entry."""
+        return await self.database.write(
+            lambda: _streams.append(fence, name, new),
+            Writing(landed=lambda _: _streams.appended(fence.run_id, name, new.key),
+                    one_statement=_streams.one_statement(new)))
+
+    async def read_stream(self, run_id: str, name: str, after: int = 0,
+                          limit: int = _streams.PAGE) -> list[StreamEntry]:
+        """Up to `limit` entries of the stream after offset `after`, in order."""
+        return await self.database.read(lambda: _streams.read(run_id, name, after, limit))

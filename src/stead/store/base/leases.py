@@ -1,0 +1,167 @@
+"""Who holds which run: claims, renewals and releases, and the workers'
+processes and heartbeats that tell a live holder from a dead one."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from stead import processes
+from stead.queues import Queue
+from stead.records import Backlog, Fence, HostRow, RunRow, Stranded
+from stead.store import _holders, _rows
+from stead.store.base.part import StorePart
+from stead.store.seam import Claim, Writing
+from stead.store.transactions import common
+from stead.store.transactions import leases as tx
+
+
+class Leases(StorePart):
+    """The `Store`'s operations on who holds which run."""
+
+    _present: set[str]  # workers whose presence lock is marked held
+
+    async def backlog(self) -> list[Backlog]:
+        """What workers could take, by `workflow@version`: runs runnable now,
+        and runs leased to a worker (with the soonest lease end)."""
+        return await self.database.read(lambda: common.read_all(
+            "backlog", {"now": self.clock.now(), "lease_now": self.database.lease_now()},
+            _rows.backlog))
+
+    async def leased_runs(self, limit: int = 100) -> list[RunRow]:
+        """Runs whose lease has not ended, the soonest end first."""
+        return await self.database.read(lambda: common.read_all(
+            "leased_runs", {"lease_now": self.database.lease_now(), "limit": limit},
+            _rows.run))
+
+    async def lease_now(self) -> float:
+        """The time leases are judged at: the database's clock (or the lease
+        clock the store was opened with), the one `RunRow.lease_expires_at`
+        is on."""
+        found = await self.database.read(lambda: common.read_one(
+            "lease_now", {"lease_now": self.database.lease_now()}, lambda row: float(row["now"])))
+        assert found is not None  # the query always returns its one row
+        return found
+
+    async def claim(
+        self, worker_id: str, hosted: Sequence[str], lease_seconds: float, limit: int,
+        exclude: Sequence[str] = (),
+    ) -> list[RunRow]:
+        """Take up to `limit` runnable runs whose `workflow@version` is in
+        `hosted`, each with a fresh epoch and a lease until now + lease_seconds.
+        `exclude` lists runs the caller still executes (a late heartbeat must
+        not make a worker take over its own run). Runs in a queue are left to
+        `claim_queue`."""
+        return await self.database.claim(
+            Claim(worker_id, hosted, lease_seconds, limit, exclude))
+
+    async def claim_queue(
+        self, queue: Queue, worker_id: str, hosted: Sequence[str], lease_seconds: float,
+        limit: int, exclude: Sequence[str] = (),
+    ) -> list[RunRow]:
+        """`claim` for the runs of `queue`: no more than its limits leave room
+        for (counted in the claim's transaction, under the queue's lock, so
+        they hold across every worker of the database), lowest priority number
+        first, then oldest."""
+        params: dict[str, Any] = {"worker_id": worker_id, "hosted": list(hosted),
+                                  "exclude": list(exclude), "now": self.clock.now(),
+                                  "lease_now": self.database.lease_now(),
+                                  "lease_seconds": lease_seconds}
+        # A read first: an idle worker's poll takes no lock and commits nothing.
+        if not await self.queue_ready(queue, hosted, exclude):
+            return []
+        return await self.database.write(
+            lambda: tx.claim_queue(queue, params, limit),
+            Writing(landed=lambda _: tx.queue_claimed(queue, params)),
+        )
+
+    async def queue_ready(
+        self, queue: Queue, hosted: Sequence[str], exclude: Sequence[str] = (),
+    ) -> bool:
+        """Whether `queue` has a run of `hosted` code that is not leased and
+        may run now (its limits may still hold it back)."""
+        probe = {"queue": queue.name, "hosted": list(hosted), "exclude": list(exclude),
+                 "now": self.clock.now(), "lease_now": self.database.lease_now()}
+        found = await self.database.read(lambda: common.read_one("queue_ready", probe, bool))
+        return bool(found)
+
+    async def renew(
+        self, fences: Sequence[Fence], lease_seconds: float,
+        in_flight: Mapping[Fence, str | None] | None = None,
+    ) -> list[Fence]:
+        """Extend the leases still held; return the fences that were lost.
+        Renewing twice is renewing. `in_flight` gives, for the fences it
+        names, the started markers of the calls in flight not yet journaled
+        (see `replay.markers_text`; None: none), which a takeover counts as
+        died attempts."""
+        return await self.database.write(
+            lambda: tx.renew(fences, lease_seconds, self.database.lease_now(), in_flight or {}),
+            Writing(one_statement=True),
+        )
+
+    async def release(self, fence: Fence) -> None:
+        """Give the run back (it stays runnable); no-op if already lost."""
+        await self.database.write(
+            lambda: tx.release(fence, self.clock.now()),
+            Writing(one_statement=True, releases=fence.run_id),
+        )
+
+    async def record_process(self, worker_id: str) -> None:
+        """Record the process `worker_id` runs in (this one), so that claimers
+        on this machine can tell when it has died (see `end_dead_leases`)."""
+        me, now = processes.this_process(), self.clock.now()
+        await self.database.write(lambda: _holders.record(worker_id, me, now), Writing())
+
+    async def keep_presence(self, worker_id: str) -> None:
+        """Hold `worker_id`'s presence lock, where the database has one
+        (PostgreSQL: see store/postgres/presence.py), and say so in its
+        process row, so claimers on any machine can tell when it died."""
+        if await self.database.keep_presence(worker_id) and worker_id not in self._present:
+            await self.database.write(lambda: _holders.mark_locks(worker_id), Writing())
+            self._present.add(worker_id)
+
+    async def forget_process(self, worker_id: str) -> None:
+        await self.database.write(lambda: _holders.forget(worker_id), Writing())
+
+    async def end_dead_leases(self, worker_id: str, limit: int = 100) -> list[str]:
+        """End now the leases of the workers (other than `worker_id`) whose
+        process is known dead, so the next claim takes their runs without
+        waiting their leases out; the dead workers' ids. Holders this machine
+        cannot judge keep their leases (see stead/processes.py)."""
+        lease_now = self.database.lease_now()
+        gone = await self.database.read(
+            lambda: _holders.dead_holders(worker_id, lease_now, processes.dead, limit,
+                                          processes.this_process().machine))
+        if gone:
+            await self.database.write(lambda: _holders.end_leases(gone, lease_now), Writing())
+        return gone
+
+    async def heartbeat(self, worker_id: str, served: Sequence[tuple[str, str]], *,
+                        policy_version: str | None, live_for: float,
+                        forget_after: float = 7 * 24 * 3600.0) -> None:
+        """Say `worker_id` is alive for `live_for` seconds more, serves each
+        `(workflow@version, role)` (a `HostRole`) and runs `policy_version`
+        (None: its app has no policy), which deliveries to waits bound to a
+        policy version compare; heartbeats older than `forget_after` seconds
+        are dropped."""
+        now = self.clock.now()
+        await self.database.write(
+            lambda: tx.heartbeat(worker_id, served, now, now - forget_after, policy_version,
+                                 now + live_for), Writing())
+
+    async def host_stopped(self, worker_id: str) -> None:
+        """`worker_id` stopped cleanly: it serves nothing any more."""
+        now = self.clock.now()
+        await self.database.write(lambda: tx.host_stopped(worker_id, now), Writing())
+
+    async def worker_hosts(self, limit: int = 1000) -> list[HostRow]:
+        """Every worker's last heartbeat per version it serves, latest first."""
+        return await self.database.read(lambda: tx.hosts(limit))
+
+    async def stranded_runs(self, grace: float, limit: int = 100,
+                            workflow: str | None = None) -> list[Stranded]:
+        """Runnable runs (of `workflow`, if given) that no worker has served
+        for `grace` seconds (and that have waited at least that long), oldest first."""
+        now, lease_now = self.clock.now(), self.database.lease_now()
+        return await self.database.read(
+            lambda: tx.stranded(now, now - grace, limit, lease_now, workflow))

@@ -1,0 +1,58 @@
+"""What leaves a database and what comes in: pruning finished runs and
+rejected events, exporting runs, and importing one exported elsewhere."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from stead.records import Record, RunExport, RunRow, StateRow, WaitRow
+from stead.store import _rejections
+from stead.store.base.part import StorePart
+from stead.store.seam import Writing
+from stead.store.transactions import retention as tx
+
+
+class Retention(StorePart):
+    """The `Store`'s operations on what leaves a database and what comes in."""
+
+    async def prunable(self, cutoff: float, limit: int) -> list[str]:
+        """Up to `limit` finished runs last changed before `cutoff` that may be
+        deleted, oldest first (see `prune`)."""
+        return await self.database.read(lambda: tx.prunable(cutoff, limit))
+
+    async def export_runs(self, run_ids: Sequence[str]) -> list[RunExport]:
+        """Everything stored of each of `run_ids`."""
+        return await self.database.read(lambda: tx.export_runs(run_ids))
+
+    async def prune(self, cutoff: float, run_ids: Sequence[str]) -> list[str]:
+        """Delete those of `run_ids` that still may be (finished before
+        `cutoff`, not live, no live parent, no effect with an unknown
+        outcome: checked again in this transaction), and everything stored
+        of them. Returns the runs deleted."""
+        return await self.database.write(lambda: tx.delete_runs(cutoff, run_ids), Writing())
+
+    async def prune_rejected(self, cutoff: float, limit: int) -> int:
+        """Delete up to `limit` rejected events received before `cutoff`, of
+        any run (see `store._rejections`). Returns how many."""
+        return await self.database.write(lambda: _rejections.prune(cutoff, limit), Writing())
+
+    async def prunable_rejected(self, cutoff: float) -> int:
+        """How many rejected events were received before `cutoff`."""
+        return await self.database.read(lambda: _rejections.prunable(cutoff))
+
+    async def rejected_dropped(self, run_id: str | None) -> int:
+        """How many rejected events of `run_id` (None: to runs that do not
+        exist) were no longer kept: only the newest are (`store._rejections`)."""
+        return await self.database.read(
+            lambda: _rejections.dropped(_rejections.UNKNOWN if run_id is None else run_id))
+
+    async def import_run(self, run: RunRow, journal: Sequence[Record],
+                         waits: Sequence[WaitRow], state: StateRow | None = None) -> RunRow:
+        """Store a run exported from another database, with its journal,
+        waits and task state (kept only if the task has none here).
+        `InvalidInput` if its id, or a live run of its task, exists."""
+        where = self.database.display
+        return await self.database.write(
+            lambda: tx.import_run(run, journal, waits, state, where),
+            Writing(landed=lambda _: tx.imported(run)),
+        )

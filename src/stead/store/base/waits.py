@@ -1,0 +1,98 @@
+"""Waits and the events delivered to them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from stead.records import EventRow, Fence, Judgement, Record, ResumeRecord, WaitRow, WaitState
+from stead.store import _rows
+from stead.store.base.part import StorePart
+from stead.store.seam import FencedWrite, Writing
+from stead.store.transactions import common
+from stead.store.transactions import waits as tx
+
+
+class Waits(StorePart):
+    """The `Store`'s operations on waits and the events delivered to them."""
+
+    async def open_wait(
+        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
+        wait: WaitRow,
+    ) -> None:
+        """Journal `records` and create `wait` (state open) in one fenced transaction."""
+        write = FencedWrite(fence, records, resume)
+        await self.database.write(
+            lambda: tx.open_wait(write, wait),
+            Writing(landed=lambda _: tx.wait_opened(wait.wait_id)),
+        )
+
+    async def get_wait(self, wait_id: str) -> WaitRow | None:
+        return await self.database.read(
+            lambda: common.read_one("get_wait", {"wait_id": wait_id}, _rows.wait))
+
+    async def list_waits(
+        self, *, run_id: str | None = None, state: str | None = None, limit: int = 100
+    ) -> list[WaitRow]:
+        return await self.database.read(lambda: common.read_all(
+            "list_waits", {"run_id": run_id, "state": state, "limit": limit}, _rows.wait))
+
+    async def close_wait(
+        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
+        wait_id: str, state: WaitState,
+    ) -> None:
+        """Move an open wait to `state` (expired, revoked) and journal `records`, in
+        one fenced transaction. Raises `WaitNotOpen` (writing nothing) if the wait
+        was consumed or closed meanwhile."""
+        write = FencedWrite(fence, records, resume)
+        await self.database.write(
+            lambda: tx.close_wait(write, wait_id, state, self.clock.now()),
+            Writing(landed=lambda _: tx.wait_closed(write, wait_id, state)),
+        )
+
+    async def suspend(
+        self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
+        wake_at: float | None, wait_ids: Sequence[str], children: Sequence[str] = (),
+    ) -> None:
+        """Journal `records`, release the lease and park the run as waiting until
+        an event, one of its `children` ends, or `wake_at`. Raises `WaitNotOpen`
+        (writing nothing) if one of `wait_ids` is no longer open: an event
+        arrived, do not sleep; `ChildEnded` if one of `children` ended;
+        `CancelRequested` if someone asked to cancel the run."""
+        write = FencedWrite(fence, records, resume)
+        await self.database.write(
+            lambda: tx.suspend(write, wake_at, wait_ids, self.clock.now(), children),
+            Writing(landed=lambda _: tx.suspended(write), releases=fence.run_id),
+        )
+
+    async def deliver(self, event: EventRow, judge: tx.Judge) -> tuple[Judgement, EventRow]:
+        """Judge and store `event` in one transaction: read the run, its waits,
+        its task state versions and any event with the same id; call `judge`;
+        store the event with the verdict; if accepted, consume the wait and wake
+        the run. A duplicate stores nothing and returns the original event."""
+        return await self.database.write(
+            lambda: tx.deliver(event, judge, self.clock.now()),
+            Writing(landed=lambda attempted: tx.delivered(event, attempted)),
+        )
+
+    async def revoke_wait(self, wait_id: str) -> WaitRow:
+        """Revoke an open wait and wake its run (it sees `WaitRevoked`)."""
+        where = self.database.display
+        return await self.database.write(
+            lambda: tx.revoke_wait(wait_id, self.clock.now(), where),
+            Writing(landed=lambda _: tx.wait_revoked(wait_id)),
+        )
+
+    async def unlock_wait(self, wait_id: str) -> WaitRow:
+        """Lift the lock bad tokens put on an open wait, and reset their count.
+        Raises `WaitNotOpen` if the wait is closed."""
+        where = self.database.display
+        return await self.database.write(
+            lambda: tx.unlock_wait(wait_id, where), Writing())  # safe to run twice
+
+    async def get_event(self, run_id: str, event_id: str) -> EventRow | None:
+        return await self.database.read(lambda: common.read_one(
+            "get_event", {"run_id": run_id, "event_id": event_id}, _rows.event))
+
+    async def list_events(self, run_id: str, limit: int = 1000) -> list[EventRow]:
+        return await self.database.read(lambda: common.read_all(
+            "list_events", {"run_id": run_id, "limit": limit}, _rows.event))

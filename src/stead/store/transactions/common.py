@@ -1,0 +1,27 @@
+"""What every transaction module reads with: one row or many as records,
+and the error for a run that is not there."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from stead import errors
+from stead.store._rows import Row
+from stead.store.seam import Flow, one, rows
+
+R = TypeVar("R")
+
+
+def unknown_run(run_id: str, where: str) -> errors.UnknownRun:
+    return errors.UnknownRun(f"no run {run_id!r} in {where}")
+
+
+def read_one(name: str, params: dict[str, Any], convert: Callable[[Row], R]) -> Flow[R | None]:
+    """The row query `name` finds, as a record; None if none."""
+    row = yield one(name, params)
+    return None if row is None else convert(row)
+
+
+def read_all(name: str, params: dict[str, Any], convert: Callable[[Row], R]) -> Flow[list[R]]:
+    return [convert(row) for row in (yield rows(name, params))]

@@ -1,0 +1,61 @@
+"""A run's journal: whether a fenced write of records is stored (the
+read-back of an append or a finish), and what a takeover reads of it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from stead import errors
+from stead.records import IntentRow, Record, ResumeRecord
+from stead.store import _rows
+from stead.store.seam import NOT_LANDED, FencedWrite, Flow, NotLanded, one, rows
+
+
+def records_landed(
+    run_id: str, records: Sequence[Record], resume: ResumeRecord | None = None,
+) -> Flow[bool | None]:
+    """Whether a write of `records` (or, with none, of `resume`) is stored;
+    None if neither tells."""
+    if records:
+        row = yield one("count_records", {
+            "run_id": run_id, "seqs": [r.seq for r in records],
+            "addrs": [r.addr for r in records], "attempts": [r.attempt for r in records],
+            "statuses": [r.status for r in records],
+        })
+        n = int(row["n"]) if row else 0
+        if 0 < n < len(records):
+            raise errors.StoreError(
+                f"run {run_id}: {n} of the {len(records)} records of one write are stored; "
+                "the journal was changed outside stead"
+            )
+        return n == len(records)
+    if resume is not None:
+        found = yield one("has_resume", {"run_id": run_id, "epoch": resume.epoch})
+        return found is not None
+    return None
+
+
+def journaled(write: FencedWrite) -> Flow[NotLanded | None]:
+    """The read-back of an append or a finish."""
+
+    fence, end = write.fence, write.finish
+    if end is None or write.records:
+        done = yield from records_landed(fence.run_id, write.records, write.resume)
+        return None if done else NOT_LANDED
+    row = yield one("get_run", {"run_id": fence.run_id})
+    ended = row is not None and (row["status"], row["epoch"], row["lease_owner"]) == (
+        end.status, fence.epoch, None
+    )
+    return None if ended else NOT_LANDED
+
+
+def takeover_context(
+    run_id: str, journal: bool,
+) -> Flow[tuple[list[Record], list[IntentRow], ResumeRecord | None]]:
+    """What a takeover reads, in one round trip: the journal (if `journal`),
+    the intent's versions and the last resume record."""
+    records = [_rows.record(r) for r in (yield rows("load_journal", {"run_id": run_id}))] \
+        if journal else []
+    intents = [_rows.intent(r) for r in (yield rows("list_intents", {"run_id": run_id}))]
+    resumes = [_rows.resume(r) for r in (yield rows("list_resumes", {"run_id": run_id}))]
+    return records, intents, resumes[-1] if resumes else None

@@ -1,0 +1,84 @@
+"""Who holds a run: a queue's claim, renewals and releases, and the
+heartbeats that say which workers serve which code (and which runs none serves)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from stead.queues import Queue
+from stead.records import Fence, HostRow, RunRow, Stranded
+from stead.store import _rows
+from stead.store.seam import Flow, execute, fence_params, one, rows
+
+
+def renew(
+    fences: Sequence[Fence], lease_seconds: float, lease_now: float | None,
+    in_flight: Mapping[Fence, str | None],
+) -> Flow[list[Fence]]:
+    """Extend the leases still held to `lease_seconds` past the database's
+    time (or `lease_now`), and set the `in_flight` markers of those it names
+    (None: nothing in flight); the fences that were lost."""
+    held_rows = yield rows("renew", {
+        "lease_seconds": lease_seconds, "lease_now": lease_now,
+        "run_ids": [f.run_id for f in fences],
+        "epochs": [f.epoch for f in fences], "workers": [f.worker_id for f in fences],
+        # '' clears the column; null (a fence not named) leaves it as it is.
+        "in_flight": [(in_flight[f] or "") if f in in_flight else None for f in fences],
+    })
+    held = {(r["run_id"], r["epoch"], r["lease_owner"]) for r in held_rows}
+    return [f for f in fences if (f.run_id, f.epoch, f.worker_id) not in held]
+
+
+def release(fence: Fence, now: float) -> Flow[None]:
+    yield execute("release", {**fence_params(fence), "now": now})
+
+
+def claim_queue(queue: Queue, params: dict[str, Any], limit: int) -> Flow[list[RunRow]]:
+    """Lease up to `limit` runs of `queue` (params: worker_id, hosted,
+    exclude, now, lease_now, lease_seconds), no more than its limits leave room for. The
+    queue's lock is taken first, so the counts stay true until the commit."""
+    yield execute("lock_queue", {"queue": queue.name})
+    load = yield one("queue_load", {
+        "queue": queue.name, "worker_id": params["worker_id"], "lease_now": params["lease_now"],
+        "since": queue.since(params["now"]),
+    })
+    room = queue.room(int(load["active"]), int(load["mine"]), int(load["recent"]), limit)
+    if room <= 0:
+        return []
+    taken = yield rows("claim_queue", {**params, "queue": queue.name, "limit": room})
+    return sorted((_rows.run(r) for r in taken), key=lambda r: (r.priority, r.created_at))
+
+
+def queue_claimed(queue: Queue, params: dict[str, Any]) -> Flow[list[RunRow]]:
+    """The read-back of a queue's claim: the runs of the queue that very claim
+    leased (none: it did not land, and claiming nothing is a fine answer)."""
+    taken = yield rows("claimed_by", params)
+    return [run for run in map(_rows.run, taken) if run.queue == queue.name]
+
+
+def heartbeat(worker_id: str, served: Sequence[tuple[str, str]], now: float,
+              forget_before: float, policy_version: str | None,
+              live_until: float) -> Flow[None]:
+    """Say `worker_id` is alive until `live_until`, serves each `(code, role)`
+    and runs `policy_version`; forget heartbeats older than `forget_before`."""
+    for code, role in served:
+        yield execute("heartbeat", {"worker_id": worker_id, "code": code, "role": role,
+                                    "now": now, "policy_version": policy_version,
+                                    "live_until": live_until})
+    yield execute("forget_hosts", {"before": forget_before})
+
+
+def host_stopped(worker_id: str, now: float) -> Flow[None]:
+    yield execute("host_stopped", {"worker_id": worker_id, "now": now})
+
+
+def stranded(now: float, since: float, limit: int, lease_now: float | None,
+             workflow: str | None = None) -> Flow[list[Stranded]]:
+    found = yield rows("stranded_runs", {"now": now, "since": since, "limit": limit,
+                                         "lease_now": lease_now, "workflow": workflow})
+    return [Stranded(_rows.run(r), r["hosted_at"]) for r in found]
+
+
+def hosts(limit: int) -> Flow[list[HostRow]]:
+    return [_rows.host(r) for r in (yield rows("worker_hosts", {"limit": limit}))]

@@ -1,0 +1,202 @@
+"""Waits and the events delivered to them: opening, closing, suspending on,
+revoking and unlocking a wait, and the judged delivery of an event."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+
+from stead import errors
+from stead.records import (
+    UNAUTHENTICATED,
+    DeliveryContext,
+    EventRow,
+    Judgement,
+    RejectReason,
+    RunStatus,
+    Verdict,
+    WaitRow,
+    WaitState,
+)
+from stead.store import _rejections, _rows
+from stead.store.seam import (
+    NOT_LANDED,
+    FencedWrite,
+    Flow,
+    Journal,
+    NotLanded,
+    count,
+    execute,
+    fence_params,
+    one,
+    rows,
+)
+from stead.store.transactions import journal, runs
+
+
+def wait_state(wait_id: str) -> Flow[str]:
+    row = yield one("get_wait", {"wait_id": wait_id})
+    return "missing" if row is None else str(row["state"])
+
+
+def open_wait(write: FencedWrite, wait: WaitRow) -> Flow[None]:
+    yield Journal(write)
+    yield execute("insert_wait", _rows.wait_params(wait))
+
+
+def wait_opened(wait_id: str) -> Flow[NotLanded | None]:
+    found = yield one("get_wait", {"wait_id": wait_id})
+    return None if found is not None else NOT_LANDED
+
+
+def close_wait(write: FencedWrite, wait_id: str, state: str, now: float) -> Flow[None]:
+    yield Journal(write)
+    closed = yield count("close_wait", {"wait_id": wait_id, "state": state, "now": now})
+    if not closed:  # raising rolls the records back too
+        raise errors.WaitNotOpen(wait_id, (yield from wait_state(wait_id)))
+
+
+def wait_closed(write: FencedWrite, wait_id: str, state: str) -> Flow[NotLanded | None]:
+    done = yield from journal.records_landed(write.fence.run_id, write.records, write.resume)
+    if done is None:
+        done = (yield from wait_state(wait_id)) == state
+    return None if done else NOT_LANDED
+
+
+def suspend(
+    write: FencedWrite, wake_at: float | None, wait_ids: Sequence[str], now: float,
+    children: Sequence[str] = (),
+) -> Flow[None]:
+    yield Journal(write)
+    for wait_id in wait_ids:
+        state = yield from wait_state(wait_id)
+        if state != WaitState.OPEN:  # an event arrived: do not sleep (the records roll back)
+            raise errors.WaitNotOpen(wait_id, state)
+    # A child that ended is read here; one that ends after this waits for
+    # the commit (`child_status` locks it) and its trigger then wakes the run.
+    yield from runs.check_children(children)
+    me = yield one("get_run", {"run_id": write.fence.run_id})
+    if me is not None and me["cancel_requested"] is not None:
+        raise errors.CancelRequested(f"run {write.fence.run_id}: a cancel was requested")
+    yield execute("suspend", {**fence_params(write.fence), "wake_at": wake_at, "now": now})
+    if wake_at is not None and wake_at <= now:
+        yield execute("notify_work")  # due already: claimable at once
+
+
+def suspended(write: FencedWrite) -> Flow[NotLanded | None]:
+    fence = write.fence
+    done = yield from journal.records_landed(fence.run_id, write.records, write.resume)
+    if done is None:
+        row = yield one("get_run", {"run_id": fence.run_id})
+        done = row is not None and (row["status"], row["epoch"]) == (RunStatus.WAITING, fence.epoch)
+    return None if done else NOT_LANDED
+
+
+def revoke_wait(wait_id: str, now: float, where: str) -> Flow[WaitRow]:
+    row = yield one("get_wait", {"wait_id": wait_id})
+    if row is None:
+        raise errors.SteadError(f"no wait {wait_id!r} in {where}")
+    # Lock the run (as a delivery does), then read the wait again under the lock.
+    yield execute("lock_run", {"run_id": row["run_id"]})
+    wait = _rows.wait((yield one("get_wait", {"wait_id": wait_id})) or row)
+    if wait.state != WaitState.OPEN:
+        raise errors.WaitNotOpen(wait_id, wait.state)
+    yield execute("close_wait", {"wait_id": wait_id, "state": WaitState.REVOKED, "now": now})
+    if (yield count("wake", {"run_id": wait.run_id, "now": now})):
+        yield execute("notify_work")
+    return wait.evolve(state=WaitState.REVOKED, closed_at=now)
+
+
+def wait_revoked(wait_id: str) -> Flow[WaitRow | NotLanded]:
+    row = yield one("get_wait", {"wait_id": wait_id})
+    if row is None or row["state"] != WaitState.REVOKED:
+        return NOT_LANDED
+    return _rows.wait(row)
+
+
+# Judges a delivery inside its transaction (pure: no I/O).
+Judge = Callable[[DeliveryContext], Judgement]
+
+
+def deliver(event: EventRow, judge: Judge, now: float) -> Flow[tuple[Judgement, EventRow]]:
+    """Judge and store `event`: the run is locked first, so a delivery, a
+    suspension and a revocation of one run happen one at a time."""
+    key = {"run_id": event.run_id, "event_id": event.event_id}
+    yield execute("lock_run", key)
+    found = yield one("get_event", key)
+    run = yield one("get_run", key)
+    waits = tuple(_rows.wait(r) for r in (yield rows("run_waits", key)))
+    versions: dict[str, int] = {}
+    for w in waits:
+        state = yield one("read_state", {"task_key": w.task_key})
+        versions[w.task_key] = 0 if state is None else int(state["version"])
+    policies: frozenset[str | None] = frozenset()
+    if run is not None and any(w.state == WaitState.OPEN and w.policy_bound for w in waits):
+        code = {"code": f"{run['workflow']}@{run['version']}", "now": now}
+        policies = frozenset(r["policy_version"] for r in (yield rows("live_policies", code)))
+    ctx = DeliveryContext(
+        run=None if run is None else _rows.run(run), waits=waits, state_versions=versions,
+        existing=None if found is None else _rows.event(found), now=now,
+        live_policies=policies,
+    )
+    verdict = judge(ctx)
+    if verdict.verdict == Verdict.DUPLICATE:
+        assert ctx.existing is not None
+        return verdict, ctx.existing
+    stored = dataclasses.replace(
+        event, wait_id=verdict.wait_id or event.wait_id, verdict=verdict.verdict,
+        reason=verdict.reason, detail=verdict.detail, received_at=now,
+    )
+    if verdict.reason in UNAUTHENTICATED:
+        # Anyone can send these: keep what identifies them, not what they carry.
+        stored = dataclasses.replace(stored, payload=digest(stored.payload),
+                                     bind=digest(stored.bind))
+    yield execute("insert_event", _rows.event_params(stored))
+    if verdict.verdict == Verdict.REJECTED:
+        yield from _rejections.trim(event.run_id, run is not None, now)
+    if verdict.reason == RejectReason.BAD_TOKEN and verdict.wait_id is not None:
+        yield execute("count_bad_token",
+                      {"wait_id": verdict.wait_id, "lock": verdict.locks_wait, "now": now})
+    if verdict.verdict == Verdict.ACCEPTED and verdict.wait_id is not None:
+        yield execute("consume_wait",
+                      {"wait_id": verdict.wait_id, "event_id": event.event_id, "now": now})
+        if (yield count("wake", {"run_id": event.run_id, "now": now})):
+            yield execute("notify_work")
+    return verdict, stored
+
+
+# How much of an unauthenticated event's JSON text is kept, besides its digest.
+DIGEST_HEAD = 200
+
+
+def digest(text: str) -> str:
+    """JSON text standing for `text`: its sha256, its size and its first
+    characters; `text` itself when it is no longer than that."""
+    if len(text) <= DIGEST_HEAD:
+        return text
+    return json.dumps({"omitted": "only a digest of this event is kept",
+                       "sha256": hashlib.sha256(text.encode()).hexdigest(),
+                       "bytes": len(text.encode()), "head": text[:DIGEST_HEAD]})
+
+
+def unlock_wait(wait_id: str, where: str) -> Flow[WaitRow]:
+    """Reset an open wait's bad-token count and lift its lock."""
+    row = yield one("get_wait", {"wait_id": wait_id})
+    if row is None:
+        raise errors.SteadError(f"no wait {wait_id!r} in {where}")
+    yield execute("lock_run", {"run_id": row["run_id"]})
+    if not (yield count("unlock_wait", {"wait_id": wait_id})):
+        raise errors.WaitNotOpen(wait_id, (yield from wait_state(wait_id)))
+    return _rows.wait((yield one("get_wait", {"wait_id": wait_id})) or row)
+
+
+def delivered(
+    event: EventRow, attempted: tuple[Judgement, EventRow] | None,
+) -> Flow[tuple[Judgement, EventRow] | NotLanded]:
+    # Stored means this delivery landed (a duplicate stores nothing).
+    found = yield one("get_event", {"run_id": event.run_id, "event_id": event.event_id})
+    if found is None or attempted is None:
+        return NOT_LANDED
+    return attempted[0], _rows.event(found)
