@@ -116,6 +116,8 @@ def test_every_name_resolves_lazily_from_the_module_it_names() -> None:
         "assert not early, early\n"
         "assert set(dir(stead)) >= set(stead.__all__)\n"
         "from stead import Client, App\n"
+        "assert stead.errors.StepError is stead.StepError\n"  # a submodule, by attribute
+        "assert not hasattr(stead, 'no_such_name')\n"
         "for name in stead.__all__:\n"
         "    getattr(stead, name)\n"
         "print('ok')\n"

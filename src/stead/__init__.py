@@ -38,6 +38,7 @@ need not load what runs workflows.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -313,6 +314,10 @@ def __getattr__(name: str) -> Any:
     # value is kept there, so the next use is an ordinary attribute read.
     where = _WHERE.get(name)
     if where is None:
+        # A submodule (`stead.errors`, `stead.contrib`), which `import stead`
+        # does not import but `stead.errors.StepError` may still name.
+        if not name.startswith("_") and importlib.util.find_spec(f"stead.{name}") is not None:
+            return importlib.import_module(f"stead.{name}")
         raise AttributeError(f"module 'stead' has no attribute {name!r}")
     value = getattr(importlib.import_module(where), name)
     globals()[name] = value
