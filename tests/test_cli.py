@@ -20,8 +20,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 import stead
+import stead.store
 from stead import timeline
-from stead.cli import main
+from stead.cli import COMMANDS, common, main
 from stead.records import Fence
 
 T = TypeVar("T")
@@ -117,11 +118,24 @@ def wait_until(predicate: Callable[[], bool], what: str) -> None:
 # -- help ----------------------------------------------------------------------
 def _commands(group: click.Group, path: list[str]) -> Iterator[tuple[list[str], click.Command]]:
     yield path, group
-    for name, cmd in sorted(group.commands.items()):
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        assert cmd is not None, name
         if isinstance(cmd, click.Group):
             yield from _commands(cmd, [*path, name])
         else:
             yield [*path, name], cmd
+
+
+def test_the_root_lists_each_command_with_its_own_first_line_of_help() -> None:
+    # `stead --help` lists the commands from `COMMANDS` without importing them.
+    ctx = click.Context(main)
+    for name, place in COMMANDS.items():
+        cmd = main.get_command(ctx, name)
+        assert cmd is not None, name
+        assert cmd.get_short_help_str(limit=10_000) == place.summary, name
+    assert common.DEFAULT_URL == stead.store.DEFAULT_URL
 
 
 def test_every_command_and_group_has_help() -> None:

@@ -1,12 +1,52 @@
-"""Every error stead raises on purpose derives from `SteadError`.
+"""Every error stead raises on purpose derives from `SteadError`, and every
+one is importable from here; the common ones are also at the top of `stead`.
 
 Messages say what happened and what to do next, because they are read by an
 operator at the moment something went wrong.
+
+By where they come from:
+
+- the store: `StoreError`, `StoreUnavailable`, `StoreRejected`,
+  `DatabaseMissing`, `CorruptRecord`, `KeysUnavailable`;
+- input refused at the door: `InvalidInput`, `InvalidValue`, `EventTooLarge`,
+  `TaskMismatch`, `InvalidStart`, `UnknownWorkflow`, `UnknownRun`,
+  `UnknownQueue`, `InvalidSchedule`;
+- workflows and the journal: `StaleLease`, `SerializationError`,
+  `ResultTooLarge`, `SecretInJournal`, `NonDeterminism`, `StepError`,
+  `StepTimeout`, `ScriptExhausted`, `StateConflict`, `StreamClosed`,
+  `ChildFailed`, `CancelRequested`;
+- runs seen from outside: `RunFailed`, `DeadlineExceeded`, `RunEnded`,
+  `NotStopped`, `StatusNotReached`, `ForkRefused`;
+- waits: `WaitNotOpen`, `ChildEnded`, `WaitExpired`, `WaitRevoked`,
+  `WaitPolicyChanged`, `TokenHidden`;
+- effects: `EffectFailed`, `EffectCompensated`, `OutcomeUncertain`;
+- intent and authority: `InvalidIntent`, `GrantWidening`, `GrantRefused`,
+  `NotAllowed`, `UnknownAction`, `RunMovedOn`;
+- workspaces: `WorkspaceError`, `WorkspaceOutsideRoot`, `WorkspaceEscape`,
+  `WorkspaceUnsafe`, `WorkspaceTooLarge`, `WorkspaceChanged`,
+  `WorkspaceMismatch`;
+- deploys: `MigrationRefused`.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+# Grouped in the docstring above.
+__all__ = [
+    "CancelRequested", "ChildEnded", "ChildFailed", "CorruptRecord", "DatabaseMissing",
+    "DeadlineExceeded", "EffectCompensated", "EffectFailed", "EventTooLarge", "ForkRefused",
+    "GrantRefused", "GrantWidening", "InvalidInput", "InvalidIntent", "InvalidSchedule",
+    "InvalidStart", "InvalidValue", "KeysUnavailable", "MigrationRefused", "NonDeterminism",
+    "NotAllowed", "NotStopped", "OutcomeUncertain", "ResultTooLarge", "RunEnded",
+    "RunFailed", "RunMovedOn", "ScriptExhausted", "SecretInJournal", "SerializationError",
+    "StaleLease", "StateConflict", "StatusNotReached", "SteadError", "StepError",
+    "StepTimeout", "StoreError", "StoreRejected", "StoreUnavailable", "StreamClosed",
+    "TaskMismatch", "TokenHidden", "UnknownAction", "UnknownQueue", "UnknownRun",
+    "UnknownWorkflow", "WaitExpired", "WaitNotOpen", "WaitPolicyChanged", "WaitRevoked",
+    "WorkspaceChanged", "WorkspaceError", "WorkspaceEscape", "WorkspaceMismatch",
+    "WorkspaceOutsideRoot", "WorkspaceTooLarge", "WorkspaceUnsafe",
+]
 
 
 class SteadError(Exception):

@@ -74,13 +74,14 @@ def json_lines(out: IO[str]) -> Callable[[list[RunExport]], None]:
 
 async def prune(
     store: Store, older_than: float, *, batch: int = BATCH, dry_run: bool = False,
-    export: Callable[[list[RunExport]], None] | None = None,
+    export: Callable[[list[RunExport]], None] | None = None, now: float | None = None,
 ) -> PruneReport:
     """Delete the finished runs last changed more than `older_than` seconds
-    ago, `batch` per transaction, handing each batch to `export` first."""
+    before `now` (default: the store's clock now), `batch` per transaction,
+    handing each batch to `export` first."""
     if older_than <= 0 or batch < 1:
         raise errors.InvalidInput("older_than is seconds > 0, batch a count >= 1")
-    cutoff = store.clock.now() - older_than
+    cutoff = (store.clock.now() if now is None else now) - older_than
     if dry_run:
         found = await store.prunable(cutoff, 2**62)
         return PruneReport(cutoff, len(found), 0, 0, 0, True,

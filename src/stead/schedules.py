@@ -21,27 +21,41 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import uuid
-
-from croniter import croniter
+from typing import TYPE_CHECKING
 
 from stead import bounds, codec, errors
 from stead.records import Missed, NewRun, ScheduleRow
+
+if TYPE_CHECKING:
+    from croniter import croniter
 
 # The most ticks one firing starts (missed="all"): a transaction stays small.
 MAX_TICKS = 100
 
 
+def _ticks(cron: str, t: float) -> croniter:
+    """The ticks of `cron` around `t` (UTC)."""
+    return _croniter()(cron, dt.datetime.fromtimestamp(t, dt.UTC))
+
+
+def _croniter() -> type[croniter]:
+    # croniter (with dateutil) costs tens of milliseconds to import: only an
+    # app that declares a schedule pays for it, not every command.
+    from croniter import croniter
+
+    return croniter
+
+
 def _after(cron: str, t: float) -> float:
     """The first tick of `cron` strictly after `t` (UTC)."""
-    start = dt.datetime.fromtimestamp(t, dt.UTC)
-    following: dt.datetime = croniter(cron, start).get_next(dt.datetime)
+    following: dt.datetime = _ticks(cron, t).get_next(dt.datetime)
     return following.timestamp()
 
 
 def check(cron: str, missed: Missed | str, grace: float) -> Missed:
     """Raise `InvalidSchedule` unless `cron` is a cron expression, `missed`
     a policy and `grace` seconds >= 0; the policy as a `Missed` member."""
-    if not isinstance(cron, str) or not croniter.is_valid(cron):
+    if not isinstance(cron, str) or not _croniter().is_valid(cron):
         raise errors.InvalidSchedule(
             f"{cron!r} is not a cron expression (e.g. \"*/5 * * * *\": every five "
             "minutes; six fields: seconds last)")
@@ -112,7 +126,6 @@ class Schedule:
 def _at_or_before(cron: str, t: float) -> float:
     """The latest tick of `cron` at or before `t` (croniter's previous tick
     is strictly before its start)."""
-    start = dt.datetime.fromtimestamp(t, dt.UTC)
-    previous: dt.datetime = croniter(cron, start).get_prev(dt.datetime)
+    previous: dt.datetime = _ticks(cron, t).get_prev(dt.datetime)
     following = _after(cron, previous.timestamp())
     return following if following <= t else previous.timestamp()

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any
-
-import jsonschema
-from jsonschema.exceptions import SchemaError
+from typing import TYPE_CHECKING, Any
 
 from stead import errors
+
+if TYPE_CHECKING:
+    import jsonschema.protocols
 
 # Problems named in a rejection, and characters kept of each.
 MAX_PROBLEMS = 3
@@ -24,6 +24,10 @@ PROBLEM_CHARS = 160
 
 @functools.lru_cache(maxsize=256)
 def _validator(schema_text: str) -> jsonschema.protocols.Validator:
+    # jsonschema costs tens of milliseconds to import (it brings attrs and
+    # referencing): only a process that checks a wait's schema pays for it.
+    import jsonschema
+
     schema = json.loads(schema_text)
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     cls.check_schema(schema)
@@ -33,6 +37,8 @@ def _validator(schema_text: str) -> jsonschema.protocols.Validator:
 
 def check(schema_text: str) -> None:
     """Raise `SteadError` if `schema_text` is not a valid JSON Schema."""
+    from jsonschema.exceptions import SchemaError
+
     try:
         _validator(schema_text)
     except SchemaError as exc:
@@ -44,6 +50,8 @@ def check(schema_text: str) -> None:
 def problems(value: Any, schema_text: str) -> list[str]:
     """How `value` fails the JSON Schema `schema_text`, a few problems in one
     line each (empty when it fits): where (`$.amount`) and what."""
+    from jsonschema.exceptions import SchemaError
+
     try:
         validator = _validator(schema_text)
     except SchemaError as exc:

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
-
-import pydantic
+from typing import TYPE_CHECKING, Any
 
 from stead import errors
 from stead.app import Workflow
 from stead.intent import Intent
+
+if TYPE_CHECKING:
+    import pydantic
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,22 +38,30 @@ class Start:
     where: str | None = None
 
 
-class _Line(pydantic.BaseModel):
+@functools.cache
+def _line() -> type[pydantic.BaseModel]:
     """A JSON line's shape: strict, so "5" is no priority and a misspelt field
-    is refused rather than ignored."""
+    is refused rather than ignored. Its fields are `Start`'s, but for `where`."""
+    # pydantic costs tens of milliseconds to import: only reading lines
+    # (`stead start MODULE:APP -`) pays for it, not every process that imports
+    # the client.
+    import pydantic
 
-    model_config = pydantic.ConfigDict(extra="forbid", strict=True)
+    class _Line(pydantic.BaseModel):
+        model_config = pydantic.ConfigDict(extra="forbid", strict=True)
 
-    workflow: str = pydantic.Field(min_length=1)
-    args: list[Any] = []
-    kwargs: dict[str, Any] = {}
-    task_id: str | None = None
-    version: int | None = pydantic.Field(default=None, ge=1)
-    queue: str | None = None
-    priority: int | None = None
-    dedup_key: str | None = None
-    intent: dict[str, Any] | None = None
-    deadline: float | None = pydantic.Field(default=None, gt=0)  # seconds from the start
+        workflow: str = pydantic.Field(min_length=1)
+        args: list[Any] = []
+        kwargs: dict[str, Any] = {}
+        task_id: str | None = None
+        version: int | None = pydantic.Field(default=None, ge=1)
+        queue: str | None = None
+        priority: int | None = None
+        dedup_key: str | None = None
+        intent: dict[str, Any] | None = None
+        deadline: float | None = pydantic.Field(default=None, gt=0)  # seconds from the start
+
+    return _Line
 
 
 def from_lines(lines: Iterable[str]) -> list[Start]:
@@ -64,18 +74,18 @@ def from_lines(lines: Iterable[str]) -> list[Start]:
 
 
 def from_line(text: str, where: str) -> Start:
+    import pydantic
+
     try:
-        line = _Line.model_validate_json(text)
+        fields = _line().model_validate_json(text).model_dump()
     except pydantic.ValidationError as exc:
         raise errors.InvalidStart(f"{where}: {_problems(exc)}; nothing was started") from None
+    given = fields.pop("intent")
     try:
-        intent = None if line.intent is None else Intent.from_json(line.intent)
+        intent = None if given is None else Intent.from_json(given)
     except errors.InvalidIntent as exc:
         raise errors.InvalidStart(f"{where}: intent: {exc}; nothing was started") from None
-    return Start(line.workflow, line.args, line.kwargs, task_id=line.task_id,
-                 version=line.version, queue=line.queue, priority=line.priority,
-                 dedup_key=line.dedup_key, intent=intent, deadline=line.deadline,
-                 where=where)
+    return Start(**fields, intent=intent, where=where)
 
 
 def _problems(exc: pydantic.ValidationError) -> str:

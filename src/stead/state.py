@@ -10,11 +10,14 @@ saw, and each change records the run that made it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stead import addresses, codec, errors
-from stead.execution import Execution
 from stead.records import RecordKind, RecordStatus, StateRow
+
+if TYPE_CHECKING:
+    # For the annotations alone: a client reading runs need not load what executes them.
+    from stead.execution import Execution
 
 
 @dataclasses.dataclass(frozen=True)

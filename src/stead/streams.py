@@ -21,13 +21,16 @@ import asyncio
 import contextlib
 import contextvars
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stead import addresses, codec, errors
-from stead.execution import Execution
 from stead.records import TERMINAL
 from stead.store.base import Store
 from stead.stream_records import EntryKind, NewEntry, StreamEntry
+
+if TYPE_CHECKING:
+    # For the annotations alone: a client reading runs need not load what executes them.
+    from stead.execution import Execution
 
 # A stream's name is short text: it is a key, a URL segment and a label.
 MAX_NAME = 200

@@ -19,10 +19,9 @@ import json
 import re
 import urllib.parse
 from collections.abc import Generator
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from stead import bounds, codec, errors, keys, outcomes, policy_binding, schema_check
-from stead.execution import Execution
 from stead.records import (
     POLICY_VERSION_KEY,
     DeliveryContext,
@@ -36,6 +35,10 @@ from stead.records import (
     WaitRow,
     WaitState,
 )
+
+if TYPE_CHECKING:
+    # For the annotations alone: a client reading runs need not load what executes them.
+    from stead.execution import Execution
 
 T = TypeVar("T")
 

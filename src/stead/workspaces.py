@@ -32,14 +32,17 @@ import os
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stead import addresses, codec, errors
-from stead.execution import Execution
 from stead.files import blobs, gittrees, trees
 from stead.records import Record, RecordKind, RecordStatus, ResumeRecord, SnapshotRow
 from stead.replay import Journal
 from stead.store.base import Store
+
+if TYPE_CHECKING:
+    # For the annotations alone: a client reading runs need not load what executes them.
+    from stead.execution import Execution
 
 ROOT_ENV = "STEAD_WORKSPACE_ROOT"
 DIR_ENV = "STEAD_WORKSPACE_DIR"

@@ -4,7 +4,7 @@ database, manage the keys that sign wait tokens, watch a run survive a crash
 (`stead demo`), crash your own workflows at every boundary (`stead chaos`)
 and serve the operator's dashboard and event webhook (`stead ui`).
 
-This module builds the root group and adds the command groups, one module each;
+This module builds the root group and names its commands, one module a group;
 what they share (the database URL, loading `module:app`, opening a client,
 error handling) is in `stead.cli.common`. Nothing imports this module back.
 Commands reach the store only through `stead.Client`, except `worker`, which
@@ -16,27 +16,51 @@ from __future__ import annotations
 
 import click
 
-from stead.cli import (
-    chaos,
-    common,
-    db,
-    demo,
-    deploy,
-    events,
-    grants,
-    keys,
-    reconcile,
-    runs,
-    state,
-    ui,
-    worker,
-    workspace,
-)
+from stead.cli import common
 
 __all__ = ["main"]
 
+# Each command of the root group: where it is, and its line in `stead --help`
+# (tests/test_cli.py keeps each line equal to the command's own help). A
+# command's module is imported only when that command runs, so `stead --help`
+# imports none of them, and `stead runs ls` only `stead.cli.runs`.
+COMMANDS = {
+    "approve": common.Place("events:approve",
+                            "Approve a waiting run: deliver an approval event."),
+    "chaos": common.Place("chaos:chaos", "Kill a worker at every boundary of a workflow and "
+                                         "check each recovery."),
+    "db": common.Place("db:db_group", "The database: schema migrations, retention."),
+    "demo": common.Place("demo:demo",
+                         "Watch an agent run survive a real worker crash and resume."),
+    "doctor": common.Place("deploy:doctor", "Say what needs a person: stranded runs (no worker "
+                                            "serves their version), runs stopped for a "
+                                            "decision, and the workers heard from."),
+    "events": common.Place("events:events", "Events delivered to runs, with their verdicts."),
+    "grants": common.Place("grants:grants_group",
+                           "Renew or deny the grants that let a run call its tools."),
+    "keys": common.Place("keys:keys_group",
+                         "The keys that sign wait tokens (never kept in the database)."),
+    "reconcile": common.Place("reconcile:reconcile",
+                              "Decide what happened to an effect whose outcome is unknown."),
+    "reject": common.Place("events:reject", "Decline a waiting run: deliver a rejection event."),
+    "replay-check": common.Place("deploy:replay_check",
+                                 "Replay stored histories against new code."),
+    "runs": common.Place("runs:runs", "List, inspect and cancel runs.",
+                         adds=("deploy:runs_migrate", "deploy:runs_rollback",
+                               "deploy:runs_export", "deploy:runs_import")),
+    "start": common.Place("runs:start", "Start a run of WORKFLOW from MODULE:APP."),
+    "state": common.Place("state:state_group", "Read and change a task's state (its versioned "
+                                               "facts) from outside a run."),
+    "ui": common.Place("ui:ui", "Serve the operator's dashboard and the event webhook."),
+    "waits": common.Place("events:waits_group", "Durable waits: what runs are waiting for."),
+    "worker": common.Place("worker:worker", "Run a worker for the workflows of MODULE:APP."),
+    "workspace": common.Place("workspace:workspace_group", "Look at the directories runs saved "
+                                                           "(`stead runs show RUN` lists them)."),
+}
 
-@click.group(cls=common.Root, context_settings={"help_option_names": ["-h", "--help"]})
+
+@click.group(cls=common.Root, places=COMMANDS,
+             context_settings={"help_option_names": ["-h", "--help"]})
 @common.database_option
 @click.version_option(package_name="stead", prog_name="stead")
 def main(db: str) -> None:
@@ -45,26 +69,3 @@ def main(db: str) -> None:
     Run workers for your app, start runs, and inspect what each run journaled
     and how it was resumed. Try `stead demo` to watch a run survive a crash.
     """
-
-
-main.add_command(worker.worker)
-main.add_command(runs.start)
-main.add_command(runs.runs)
-main.add_command(reconcile.reconcile)
-main.add_command(grants.grants_group)
-main.add_command(events.approve)
-main.add_command(events.reject)
-main.add_command(events.events)
-main.add_command(events.waits_group)
-main.add_command(db.db_group)
-main.add_command(keys.keys_group)
-main.add_command(demo.demo)
-main.add_command(chaos.chaos)
-main.add_command(ui.ui)
-main.add_command(deploy.replay_check)
-main.add_command(deploy.doctor)
-for command in (deploy.runs_migrate, deploy.runs_rollback, deploy.runs_export,
-                deploy.runs_import):
-    runs.runs.add_command(command)
-main.add_command(workspace.workspace_group)
-main.add_command(state.state_group)

@@ -9,24 +9,34 @@ never a traceback.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import dataclasses
 import importlib
 import json
 import logging
 import os
 import sys
+import time
 import unicodedata
-from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from stead import bounds, errors, revisions
-from stead.app import App
-from stead.client import STRANDED_AFTER, Client
+from stead import bounds, errors
 from stead.intent import Grant, Intent
-from stead.store import DEFAULT_URL, display_url, open_store
+
+if TYPE_CHECKING:
+    from stead.app import App
+    from stead.client import Client
+
+# What a command needs (the app, the client, the store) is imported inside it:
+# `stead --help` and `stead runs ls` stay quick because they load neither the
+# workflow runtime nor the libraries of the commands not run.
+
+# `stead.store.DEFAULT_URL`, written here so that `--help` loads no store; a
+# test keeps the two equal.
+DEFAULT_URL = "sqlite:///stead.db"
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -44,23 +54,87 @@ class BadInput(click.UsageError):
     exit_code = BAD_INPUT
 
 
+@dataclasses.dataclass(frozen=True)
+class Place:
+    """Where a command of the root group is (`module:attribute` in
+    `stead.cli`), its line in `stead --help`, and the commands of other
+    modules its group also holds."""
+
+    where: str
+    summary: str
+    adds: tuple[str, ...] = ()
+
+
+def _load(where: str) -> click.Command:
+    module, _, attribute = where.partition(":")
+    command: click.Command = getattr(importlib.import_module(f"stead.cli.{module}"), attribute)
+    return command
+
+
 class Root(click.Group):
     """The root group: bad input exits `BAD_INPUT` with one `Error:` line,
     whether click finds it while parsing (its usage errors exit 2 by default)
-    or a command does."""
+    or a command does. Its commands are imported when one is run (`places`):
+    `stead --help` lists them from their `Place`s."""
+
+    def __init__(self, *args: Any, places: Mapping[str, Place], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.places = dict(places)
 
     def make_context(self, info_name: str | None, args: list[str],
                      parent: click.Context | None = None, **extra: Any) -> click.Context:
+        # The moment the command was given: ages (`db prune --older-than`)
+        # count from it, not from when its imports are done.
+        started = time.time()
         try:
-            return super().make_context(info_name, args, parent, **extra)
+            ctx = super().make_context(info_name, args, parent, **extra)
         except click.UsageError as exc:
             raise _bad_input(exc) from exc
+        ctx.meta[_STARTED] = started
+        return ctx
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self.places})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        place = self.places.get(cmd_name)
+        if place is not None and cmd_name not in self.commands:
+            command = _load(place.where)
+            if isinstance(command, click.Group):
+                for where in place.adds:
+                    command.add_command(_load(where))
+            self.add_command(command, cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = []
+        for name in names:
+            if name in self.places and name not in self.commands:
+                # Shortened as click shortens a command's help, without importing it.
+                summary = click.Command(name, help=self.places[name].summary)
+                rows.append((name, summary.get_short_help_str(limit)))
+            else:
+                command = self.get_command(ctx, name)
+                if command is not None and not command.hidden:
+                    rows.append((name, command.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except click.UsageError as exc:
             raise _bad_input(exc) from exc
+
+
+_STARTED = "stead.started"
+
+
+def started(ctx: click.Context) -> float:
+    """When the command was given (seconds since the epoch)."""
+    return float(ctx.find_root().meta.get(_STARTED, time.time()))
 
 
 def _bad_input(exc: click.UsageError) -> click.UsageError:
@@ -104,6 +178,7 @@ def require_database(db: str) -> None:
     empty database by accident (a mistyped --db, a forgotten env var)."""
     if not db.startswith("sqlite:"):
         return
+    from stead.store import display_url
     from stead.store.sqlite import path_from_url
 
     try:
@@ -119,6 +194,8 @@ def require_database(db: str) -> None:
 # -- running ---------------------------------------------------------------------------
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """Run `coro`; any `SteadError` becomes a clean one-line CLI error."""
+    import asyncio
+
     try:
         return asyncio.run(coro)
     except errors.SteadError as exc:
@@ -163,6 +240,9 @@ async def opened_client(
     db: str, app: App | None = None, *, interactive: bool = True
 ) -> AsyncIterator[Client]:
     """A `Client` on the store at `db`, closed on exit."""
+    from stead.client import Client
+    from stead.store import open_store
+
     # A person waiting on a command gives up on an unreachable server after a
     # few seconds, with one error line; a worker rides out outages and logs them.
     quiet = logging.getLogger("stead.store")
@@ -183,6 +263,8 @@ async def opened_client(
 def load_app(spec: str) -> App:
     """Import `module:attribute` (the attribute may be dotted) and check that it
     is a `stead.App`. The current directory is importable, as with uvicorn."""
+    from stead.app import App
+
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise click.BadParameter(
@@ -258,6 +340,8 @@ def read_intent(path: str, what: str = "'--intent'") -> Intent:
 
 
 def _author(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    from stead import revisions
+
     try:
         return revisions.author(value)
     except errors.InvalidInput as exc:
@@ -362,6 +446,8 @@ POSITION = Whole(0)  # a journal seq
 def grace_option(f: F) -> F:
     """`--grace SECONDS`: how long no worker may serve a runnable run's
     version before the run counts as stranded."""
+    from stead.client import STRANDED_AFTER
+
     return click.option(
         "--grace", type=SECONDS_OR_ZERO, default=STRANDED_AFTER, show_default=True,
         metavar="SECONDS", help="A runnable run no worker has served this long is stranded.")(f)

@@ -48,6 +48,7 @@ def prune(ctx: click.Context, older_than: str, dry_run: bool, export: str | None
     run, never one stopped for a person, never one whose parent is live, never
     one with an effect whose outcome is unknown. Rejected events older than
     AGE go too, of any run (they decide nothing later)."""
+    now = common.started(ctx)  # the age counts from when the command was given
     url = common.database_url(ctx)
     common.require_database(url)
     try:
@@ -59,9 +60,9 @@ def prune(ctx: click.Context, older_than: str, dry_run: bool, export: str | None
         store = await open_store(url)
         try:
             if export is None or dry_run:
-                return await retention.prune(store, age, batch=batch, dry_run=dry_run)
+                return await retention.prune(store, age, batch=batch, dry_run=dry_run, now=now)
             with open(export, "a", encoding="utf-8") as out:
-                return await retention.prune(store, age, batch=batch,
+                return await retention.prune(store, age, batch=batch, now=now,
                                              export=retention.json_lines(out))
         finally:
             await store.close()

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from stead import dryrun, errors, records, timeline
+from stead import errors, records, timeline
 from stead.app import App
 from stead.cli import common
 from stead.client import MigrationReport, RunInfo
@@ -65,6 +65,10 @@ def replay_check(ctx: click.Context, app_spec: str, source: str | None, limit: i
     run it in CI before a deploy. Each step whose code changed since it was
     journaled is listed with what a takeover would do with it
     (App(changed_steps=)); under "stop" that is a run it cannot interpret."""
+    # Only this command replays: `runs ls`, which shares the `runs` group
+    # with this module's commands, does not load the dry replays.
+    from stead import dryrun
+
     app = common.load_app(app_spec)
     unread: list[str] = []
     if source is not None:

@@ -7,15 +7,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from stead import audit_view, decisions, errors, records, timeline, workspace_view
-from stead.app import App
+from stead import errors, records, timeline
 from stead.cli import common
 from stead.client import RunInfo
-from stead.starts import from_lines
+
+if TYPE_CHECKING:
+    from stead.app import App
 
 
 def _task_id(value: str | None) -> str | None:
@@ -108,8 +109,10 @@ def start(ctx: click.Context, app_spec: str, workflow: str, args_json: str | Non
 
 def _start_lines(ctx: click.Context, app: App, batch: int, quiet: bool) -> None:
     """`stead start MODULE:APP -`: the runs on stdin, JSON lines."""
+    from stead import starts
+
     try:
-        wanted = from_lines(sys.stdin)
+        wanted = starts.from_lines(sys.stdin)
     except errors.InvalidStart as exc:
         raise click.ClickException(common.safe_lines(str(exc))) from None
 
@@ -172,6 +175,9 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
     """Show a run: status, result or error, the journal as a timeline, and
     every takeover (who resumed it, at which epoch, from where, what was reused),
     and the operator actions taken or refused on it (who, why, outcome)."""
+    # What only `show` draws, imported here so that `runs ls` does not pay for it.
+    from stead import audit_view, decisions, workspace_view
+
     db = common.database_url(ctx)
     common.require_database(db)
 
