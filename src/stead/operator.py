@@ -25,7 +25,9 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from stead import bounds, errors, timeline, waits
-from stead.client import MISSING, RETRYABLE, STRANDED_AFTER, Client, RunInfo
+from stead.client import Client, RunInfo
+from stead.client.deciding import MISSING, RETRYABLE
+from stead.client.inspecting import STRANDED_AFTER
 from stead.intent import Grant, Intent
 from stead.records import (
     TERMINAL,

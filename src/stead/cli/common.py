@@ -22,9 +22,10 @@ from typing import Any, TypeVar
 
 import click
 
-from stead import bounds, errors, revisions
+from stead import bounds, errors
 from stead.app import App
-from stead.client import STRANDED_AFTER, Client
+from stead.client import Client, revisions
+from stead.client.inspecting import STRANDED_AFTER
 from stead.intent import Grant, Intent
 from stead.store import DEFAULT_URL, display_url, open_store
 
