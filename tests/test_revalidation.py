@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stead
-import stead.decisions
+import stead.operator.context_view
 import stead.timeline
 from stead import policy, revalidation
 from stead.records import Record, RecordKind, RecordStatus
@@ -286,7 +286,7 @@ async def test_policy_on_llm_asks_before_every_model_call_and_journals_the_decis
     decisions = [r for r in await client.journal(info.run_id) if r.kind == "decision"]
     assert [r.name for r in decisions] == ["second"]
     assert '"pause"' in decisions[0].payload
-    shown = stead.decisions.render(await client.intents(info.run_id),
+    shown = stead.operator.context_view.render(await client.intents(info.run_id),
                                    await client.resumes(info.run_id),
                                    await client.journal(info.run_id), 0.0)
     assert "before llm 'second' for 'why 2'" in shown and "proposes grants" in shown
