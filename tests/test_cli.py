@@ -20,8 +20,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 import stead
-from stead import timeline
 from stead.cli import main
+from stead.operator import timeline
 from stead.records import Fence
 
 T = TypeVar("T")

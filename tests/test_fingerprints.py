@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 import stead
-from stead import fingerprints, timeline, trees
+from stead import fingerprints, trees
+from stead.operator import timeline
 from stead.records import RecordKind, ResumeClass, RunStatus, StaleCause, StaleOutcome
 from stead.web import create_app
 from tests.helpers import Calls, Crash

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import stead
-from stead import timeline
+from stead.operator import timeline
 from stead.records import Fence, Record, RecordKind, RecordStatus
 from tests.ops_app import cli
 

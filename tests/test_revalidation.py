@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import stead
 import stead.operator.context_view
-import stead.timeline
+import stead.operator.timeline
 from stead import policy, revalidation
 from stead.records import Record, RecordKind, RecordStatus
 from tests.helpers import Calls, Crash
@@ -381,7 +381,7 @@ async def test_the_resume_record_says_what_was_done_with_each_effect(
     assert (last.details.effects or [])[1]["key"]
     assert (last.details.intent or {})["snapshot"]["world"]["version"] == 1
     assert not (last.details.intent or {})["changed"]  # its own state write is no change
-    shown = stead.timeline.render_run(await client.get(info.run_id),
+    shown = stead.operator.timeline.render_run(await client.get(info.run_id),
                                       await client.journal(info.run_id),
                                       await client.resumes(info.run_id))
     assert "on task state v1" in shown and "effects: mail reused; pay resent (key" in shown

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 import stead
-from stead import dryrun, stepcode, timeline
+from stead import dryrun, stepcode
+from stead.operator import timeline
 from stead.records import (
     Record,
     RecordKind,

@@ -12,8 +12,9 @@ from typing import Any
 
 import click
 
-from stead import timeline, waits
+from stead import waits
 from stead.cli import common
+from stead.operator import timeline
 from stead.records import EventRow, WaitRow, WaitState
 
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import click
 
-from stead import errors, records, timeline
+from stead import errors, records
 from stead.app import App
 from stead.cli import common
 from stead.client import RunInfo
-from stead.operator import audit, context_view, workspace_view
+from stead.operator import audit, context_view, timeline, workspace_view
 from stead.starts import from_lines
 
 

@@ -28,11 +28,12 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from stead import records, timeline
+from stead import records
 from stead.client import Client, RunInfo
 from stead.demos.narrate import Checks, Tail, compact, resume_lines
 from stead.demos.procs import Stage, WorkerProcess, until
 from stead.examples import ci_agent, services
+from stead.operator import timeline
 from stead.records import RecordKind, RecordStatus, ResumeClass, RunStatus
 from stead.store import open_store
 

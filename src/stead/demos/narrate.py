@@ -7,9 +7,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from stead import timeline
 from stead.client import Client
 from stead.demos.procs import Echo
+from stead.operator import timeline
 from stead.records import Record, RecordKind, RecordStatus, ResumeRecord
 
 

@@ -25,13 +25,12 @@ import json
 import signal
 from typing import Any
 
-from stead import timeline
 from stead.client import Client, RunInfo
 from stead.demos.narrate import Checks, Tail
 from stead.demos.procs import Stage, until
 from stead.examples import policy_agent, services
 from stead.intent import Intent
-from stead.operator import context_view
+from stead.operator import context_view, timeline
 from stead.records import RunStatus
 from stead.store import open_store
 from stead.waits import Accepted

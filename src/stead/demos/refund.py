@@ -19,11 +19,12 @@ from __future__ import annotations
 import json
 import signal
 
-from stead import records, timeline, waits
+from stead import records, waits
 from stead.client import Client, RunInfo
 from stead.demos.narrate import Checks, Tail, compact, resume_lines
 from stead.demos.procs import Stage, until
 from stead.examples import refund_agent, services
+from stead.operator import timeline
 from stead.records import RecordKind, RecordStatus, RejectReason, RunStatus, Verdict
 from stead.state import Facts
 from stead.store import open_store

@@ -14,11 +14,12 @@ import signal
 import time
 from pathlib import Path
 
-from stead import records, timeline
+from stead import records
 from stead.client import Client, RunInfo
 from stead.demos import triage_app
 from stead.demos.narrate import Checks
 from stead.demos.procs import DEADLINE, LEASE, DemoFailed, Stage, until
+from stead.operator import timeline
 from stead.records import RecordKind, RecordStatus, RunStatus
 from stead.store import open_store
 

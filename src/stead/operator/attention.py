@@ -9,9 +9,9 @@ import dataclasses
 import enum
 from collections.abc import Awaitable, Callable
 
-from stead import timeline
 from stead.client import Client, RunInfo
 from stead.client.inspecting import STRANDED_AFTER
+from stead.operator import timeline
 from stead.operator.actions import Action, offered
 from stead.operator.situation import Situation, situation
 from stead.records import RunStatus, WaitRow, WaitState

@@ -9,8 +9,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from stead import timeline
 from stead.client import Client
+from stead.operator import timeline
 from stead.operator.forms import Decision
 from stead.records import ActionOutcome, ActionRow
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from stead.guard import Ledger
 from stead.intent import Intent
+from stead.operator.timeline import clock_time
 from stead.records import IntentRow, Record, RecordKind, ResumeRecord
-from stead.timeline import clock_time
 
 
 def _expiry(expires_at: float | None, now: float) -> str:

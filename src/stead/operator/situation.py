@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from stead import timeline
 from stead.client import Client, RunInfo
 from stead.intent import Grant, Intent
+from stead.operator import timeline
 from stead.records import Record, RunStatus, WaitRow, WaitState
 
 

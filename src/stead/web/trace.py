@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from stead import timeline
+from stead.operator import timeline
 from stead.records import Record, RecordKind, RecordStatus, ResumeRecord
 
 DRAWN = frozenset({RecordKind.STEP, RecordKind.LLM, RecordKind.EFFECT, RecordKind.WAIT,

@@ -15,10 +15,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from stead import bounds, errors, operator, timeline, waits
+from stead import bounds, errors, operator, waits
 from stead.client import Client, RunInfo
 from stead.intent import Intent
-from stead.operator import context_view, workspace_view
+from stead.operator import context_view, timeline, workspace_view
 from stead.records import (
     ActionRow,
     EventRow,
