@@ -210,7 +210,7 @@ async def test_arguments_that_do_not_fit_the_child_fail_in_the_parent(
 
 
 async def test_runs_show_names_a_childs_parent(store: stead.Store) -> None:
-    from stead import timeline
+    from stead.views import timeline
 
     calls = Calls()
     app, _leaf, parent = _family(calls)

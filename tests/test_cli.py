@@ -21,9 +21,9 @@ from click.testing import CliRunner, Result
 
 import stead
 import stead.store
-from stead import timeline
 from stead.cli import COMMANDS, common, main
 from stead.records import Fence
+from stead.views import timeline
 
 T = TypeVar("T")
 DEADLINE = 30.0

@@ -12,9 +12,10 @@ import httpx
 import pytest
 
 import stead
-from stead import fingerprints, timeline
+from stead import fingerprints
 from stead.files import trees
 from stead.records import RecordKind, ResumeClass, RunStatus, StaleCause, StaleOutcome
+from stead.views import timeline
 from stead.web import create_app
 from tests.helpers import Calls, Crash
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 import stead
-from stead import decisions, operator
+from stead import operator
+from stead.views import context_view
 from tests.helpers import Calls, Crash
 
 HOUR = 3600.0
@@ -221,9 +222,9 @@ def test_the_decision_context_shows_a_wall_clock_budget() -> None:
         run_id="r", version=1, intent=stead.Intent(
             goal="g", budget=stead.Budget(model_calls=2, seconds=600)).dumps(),
         author="me", why="start", at=0.0)
-    text = decisions.render([row], [], [], 10.0)
+    text = context_view.render([row], [], [], 10.0)
     assert "model_calls 2 of 2 left, seconds 600 from the run's start" in text
-    assert "seconds 590 of 600 left" in decisions.render([row], [], [], 10.0, started=0.0)
+    assert "seconds 590 of 600 left" in context_view.render([row], [], [], 10.0, started=0.0)
 
 
 async def test_the_operator_renews_a_lapsed_run_from_what_needs_a_human(

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 import stead
-from stead import timeline
 from stead.records import Fence, Record, RecordKind, RecordStatus
+from stead.views import timeline
 from tests.ops_app import cli
 
 

@@ -12,7 +12,7 @@ import pytest
 
 import stead
 from stead import operator
-from stead.operator import AttentionKind, Decision
+from stead.operator import AttentionKind, Decision, attention
 from stead.records import RunStatus
 from tests import web_app
 from tests.ops_app import cli
@@ -160,7 +160,7 @@ def doc_to_v2(old: stead.MigrationView) -> stead.Migrated:
 async def test_a_stranded_run_needs_a_human_who_migrates_it_and_can_roll_back(
     store: stead.Store, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(operator, "STRANDED_AFTER", 0.0)
+    monkeypatch.setattr(attention, "STRANDED_AFTER", 0.0)
     started = await stead.Client(store, old_shop).start("doc", "hi")
     client = stead.Client(store, new_shop)  # the new deploy: only version 2 is hosted
     [found] = await operator.needs_a_human(client)

@@ -19,8 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import stead
-from stead import operator, revisions, state
+from stead import operator, state
 from stead.cli import main
+from stead.client import revisions
 from stead.web import create_app
 from tests.helpers import Gate
 

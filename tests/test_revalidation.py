@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stead
-import stead.decisions
-import stead.timeline
+import stead.views.context_view
+import stead.views.timeline
 from stead import policy, revalidation
 from stead.records import Record, RecordKind, RecordStatus
 from tests.helpers import Calls, Crash
@@ -286,7 +286,7 @@ async def test_policy_on_llm_asks_before_every_model_call_and_journals_the_decis
     decisions = [r for r in await client.journal(info.run_id) if r.kind == "decision"]
     assert [r.name for r in decisions] == ["second"]
     assert '"pause"' in decisions[0].payload
-    shown = stead.decisions.render(await client.intents(info.run_id),
+    shown = stead.views.context_view.render(await client.intents(info.run_id),
                                    await client.resumes(info.run_id),
                                    await client.journal(info.run_id), 0.0)
     assert "before llm 'second' for 'why 2'" in shown and "proposes grants" in shown
@@ -381,7 +381,7 @@ async def test_the_resume_record_says_what_was_done_with_each_effect(
     assert (last.details.effects or [])[1]["key"]
     assert (last.details.intent or {})["snapshot"]["world"]["version"] == 1
     assert not (last.details.intent or {})["changed"]  # its own state write is no change
-    shown = stead.timeline.render_run(await client.get(info.run_id),
+    shown = stead.views.timeline.render_run(await client.get(info.run_id),
                                       await client.journal(info.run_id),
                                       await client.resumes(info.run_id))
     assert "on task state v1" in shown and "effects: mail reused; pay resent (key" in shown

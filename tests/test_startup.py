@@ -19,8 +19,8 @@ LIBRARIES = ("jsonschema", "croniter", "pydantic", "starlette", "uvicorn", "open
              "pydantic_ai", "langgraph", "mcp")
 # What hosts workflows, what only other commands draw, and the crash harness.
 RUNTIME = ("stead.worker", "stead.leases", "stead.testing", "stead.web", "stead.contrib",
-           "stead.demos", "stead.examples", "stead.operator", "stead.decisions",
-           "stead.audit_view", "stead.workspace_view")
+           "stead.demos", "stead.examples", "stead.operator", "stead.views.context_view",
+           "stead.views.workspace_view")
 # What runs a workflow's code. `stead.client` still imports `dryrun` and
 # `takeover` at its top, which bring these.
 EXECUTION = ("stead.run", "stead.execution", "stead.dryrun", "stead.takeover",

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import stead
-from stead import dryrun, stepcode, timeline
+from stead import dryrun, stepcode
 from stead.records import (
     Record,
     RecordKind,
@@ -27,6 +27,7 @@ from stead.records import (
     StaleOutcome,
 )
 from stead.replay import Journal
+from stead.views import timeline
 from tests.helpers import Calls, Crash
 
 

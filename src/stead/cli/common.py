@@ -340,7 +340,7 @@ def read_intent(path: str, what: str = "'--intent'") -> Intent:
 
 
 def _author(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
-    from stead import revisions
+    from stead.client import revisions
 
     try:
         return revisions.author(value)
@@ -446,7 +446,7 @@ POSITION = Whole(0)  # a journal seq
 def grace_option(f: F) -> F:
     """`--grace SECONDS`: how long no worker may serve a runnable run's
     version before the run counts as stranded."""
-    from stead.client import STRANDED_AFTER
+    from stead.client.inspecting import STRANDED_AFTER
 
     return click.option(
         "--grace", type=SECONDS_OR_ZERO, default=STRANDED_AFTER, show_default=True,

@@ -16,11 +16,12 @@ from typing import Any
 
 import click
 
-from stead import errors, records, timeline
+from stead import errors, records
 from stead.app import App
 from stead.cli import common
 from stead.client import MigrationReport, RunInfo
 from stead.exports import StoredRun
+from stead.views import timeline
 
 
 # -- replay-check ------------------------------------------------------------------------

@@ -12,9 +12,10 @@ from typing import Any
 
 import click
 
-from stead import timeline, waits
+from stead import waits
 from stead.cli import common
 from stead.records import EventRow, WaitRow, WaitState
+from stead.views import timeline
 
 
 def _when(t: float | None) -> str:

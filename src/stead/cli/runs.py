@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from stead import errors, records, timeline
+from stead import errors, records
 from stead.cli import common
 from stead.client import RunInfo
+from stead.views import timeline
 
 if TYPE_CHECKING:
     from stead.app import App
@@ -176,7 +177,8 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
     every takeover (who resumed it, at which epoch, from where, what was reused),
     and the operator actions taken or refused on it (who, why, outcome)."""
     # What only `show` draws, imported here so that `runs ls` does not pay for it.
-    from stead import audit_view, decisions, workspace_view
+    from stead.operator import audit
+    from stead.views import context_view, workspace_view
 
     db = common.database_url(ctx)
     common.require_database(db)
@@ -197,21 +199,21 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
         shown["lineage"] = timeline.lineage_json(lineage)
         shown["migrations"] = [dataclasses.asdict(m) for m in migrated]
         shown["snapshots"] = [workspace_view.snapshot_json(s) for s in snapshots]
-        shown["operator_actions"] = audit_view.audit_json(actions)
+        shown["operator_actions"] = audit.audit_json(actions)
         click.echo(json.dumps(shown, indent=2))
     else:
         common.echo(timeline.render_run(_shown(info), journal, resumes, now=now))
         if lineage.parent is not None or lineage.children:
             common.echo("\n".join(timeline.lineage_lines(lineage)))
         if intents or any(r.details.intent for r in resumes):
-            common.echo(decisions.render(intents, resumes, journal, now))
+            common.echo(context_view.render(intents, resumes, journal, now))
         if migrated:
             common.echo(timeline.render_migrations(info.workflow, migrated))
         workspaces = workspace_view.render(journal, snapshots, resumes)
         if workspaces:
             common.echo(workspaces)
         if actions:
-            common.echo(audit_view.render(actions))
+            common.echo(audit.render(actions))
 
 
 @runs.command("cancel")

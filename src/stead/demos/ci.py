@@ -28,13 +28,14 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from stead import records, timeline
+from stead import records
 from stead.client import Client, RunInfo
 from stead.demos.narrate import Checks, Tail, compact, resume_lines
 from stead.demos.procs import Stage, WorkerProcess, until
 from stead.examples import ci_agent, services
 from stead.records import RecordKind, RecordStatus, ResumeClass, RunStatus
 from stead.store import open_store
+from stead.views import timeline
 
 APP = "stead.examples.ci_agent:app"
 JOB = services.CI.FIRST_JOB

@@ -7,10 +7,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from stead import timeline
 from stead.client import Client
 from stead.demos.procs import Echo
 from stead.records import Record, RecordKind, RecordStatus, ResumeRecord
+from stead.views import timeline
 
 
 def compact(value: Any) -> str:

@@ -25,7 +25,6 @@ import json
 import signal
 from typing import Any
 
-from stead import decisions, timeline
 from stead.client import Client, RunInfo
 from stead.demos.narrate import Checks, Tail
 from stead.demos.procs import Stage, until
@@ -33,6 +32,7 @@ from stead.examples import policy_agent, services
 from stead.intent import Intent
 from stead.records import RunStatus
 from stead.store import open_store
+from stead.views import context_view, timeline
 from stead.waits import Accepted
 
 APP = "stead.examples.policy_agent:app"
@@ -124,7 +124,7 @@ async def _story(stage: Stage, client: Client) -> tuple[bool, str | None]:
     journal, resumes = await client.journal(run_id), await client.resumes(run_id)
     echo("[8] the record\n")
     echo(timeline.render_run(done, journal, resumes))
-    echo(decisions.render(await client.intents(run_id), resumes, journal,
+    echo(context_view.render(await client.intents(run_id), resumes, journal,
                           client.store.clock.now()) + "\n")
     refunds = payments.refunds()
     echo(f"the payment service's own ledger: {len(refunds)} refund(s) "

@@ -14,13 +14,14 @@ import signal
 import time
 from pathlib import Path
 
-from stead import records, timeline
+from stead import records
 from stead.client import Client, RunInfo
 from stead.demos import triage_app
 from stead.demos.narrate import Checks
 from stead.demos.procs import DEADLINE, LEASE, DemoFailed, Stage, until
 from stead.records import RecordKind, RecordStatus, RunStatus
 from stead.store import open_store
+from stead.views import timeline
 
 APP = "stead.demos.triage_app:app"
 

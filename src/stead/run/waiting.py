@@ -61,7 +61,7 @@ class Waiting(Part):
         prior = self._x.take(addr, RecordKind.WAIT, kind, digest)
         resolution = None
         key_id: str | None = None  # a new wait's token is signed by the current key
-        label: str | None = None  # a fork's wait: its id in the journal (see `stead.forks`)
+        label: str | None = None  # a fork's wait: its id in the journal (see `stead.client.forks`)
         policy = self._x.policy_version
         if records.POLICY_VERSION_KEY in bind_json:
             bound = bind_json[records.POLICY_VERSION_KEY]

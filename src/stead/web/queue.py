@@ -21,9 +21,10 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
-from stead import operator, timeline, waits
+from stead import operator, waits
 from stead.client import Client
 from stead.operator import Attention, AttentionKind
+from stead.views import timeline
 
 SHORT = 200  # characters of a summary shown before it is expanded
 # Ages an item may be filtered by: it has waited for a person at least this long.

@@ -30,10 +30,11 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from stead import display, errors, operator, records, roles, searches, timeline
+from stead import display, errors, operator, records, roles, searches
 from stead.app import App
 from stead.client import Client
 from stead.store import Store, open_store
+from stead.views import timeline
 from stead.web import (
     actions,
     edge,

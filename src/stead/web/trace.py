@@ -18,8 +18,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from stead import timeline
 from stead.records import Record, RecordKind, RecordStatus, ResumeRecord
+from stead.views import timeline
 
 DRAWN = frozenset({RecordKind.STEP, RecordKind.LLM, RecordKind.EFFECT, RecordKind.WAIT,
                    RecordKind.SLEEP})

@@ -15,7 +15,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from stead import bounds, decisions, errors, operator, timeline, waits, workspace_view
+from stead import bounds, errors, operator, waits
 from stead.client import Client, RunInfo
 from stead.intent import Intent
 from stead.records import (
@@ -30,6 +30,7 @@ from stead.records import (
     StateRow,
     WaitRow,
 )
+from stead.views import context_view, timeline, workspace_view
 from stead.web import trace, window
 
 CLIP = 160
@@ -213,7 +214,7 @@ async def run_page(client: Client, run_id: str, shown: window.Window) -> RunPage
         events=tuple(await client.events(run_id)),
         resumes=tuple(resumes), revalidations=_revalidations(resumes),
         intents=tuple(intents),
-        intent_lines=tuple(redact(x) for x in decisions.intent_lines(intents, summed, s.now))
+        intent_lines=tuple(redact(x) for x in context_view.intent_lines(intents, summed, s.now))
         if intents else (),
         intent=Intent.loads(intents[-1].intent) if intents else None,
         state=tuple(await client.state_history(key)),

@@ -1,15 +1,18 @@
-"""A run's operator audit, for `stead runs show`: every action an operator
-took or was refused on the run (the dashboard's, a script's through
-`stead.operator`), oldest first, with who, why and what became of it."""
+"""The operator audit: every action an operator took or was refused on a run
+(the dashboard's, a script's through `stead.operator.act`), kept with who,
+why and what became of it, and read back for `stead runs show`."""
 
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from stead import timeline
-from stead.records import ActionRow
+from stead.client import Client
+from stead.operator.forms import Decision
+from stead.records import ActionOutcome, ActionRow
+from stead.views import timeline
 
 
 def audit_json(rows: Sequence[ActionRow]) -> list[dict[str, Any]]:
@@ -27,3 +30,11 @@ def render(rows: Sequence[ActionRow]) -> str:
                   f"    why     {timeline.shorten(r.why, 200)}",
                   f"    detail  {timeline.shorten(r.detail, 200)}"]
     return "\n".join(lines)
+
+
+async def record(client: Client, name: str, d: Decision, outcome: ActionOutcome,
+                 detail: str) -> ActionRow:
+    row = ActionRow(action_id=uuid.uuid4().hex, run_id=d.run_id, action=name,
+                    target=d.target, author=d.by, why=d.why, outcome=outcome,
+                    detail=detail[:2000], at=client.store.clock.now())
+    return await client.store.record_action(row)

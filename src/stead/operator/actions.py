@@ -1,93 +1,24 @@
-"""What an operator does to runs, and what needs one: the actions (reconcile,
-approve or reject a wait, renew, narrow or deny a grant, resume or terminate
-a paused run, retry, cancel, unlock or revoke a wait) and the "needs a human"
-list, over `Client`. The dashboard (`stead.web`) draws forms from the actions
-and the list; any other face (a script, the command line) calls `act` and
-gets the same checks and the same audit.
-
-An action is a small record: its fields, where it applies (`targets`: the
-waits, effects or tools of a run as it is now) and what it does (`perform`,
-one `Client` call). `act` refuses an action decided on a view of the run that
-is no longer true (`RunMovedOn`) or that no longer applies (`UnknownAction`),
-and keeps every attempt, done or refused, with who and why
-(`Client.store.record_action`). Adding an action is one `Action(...)` in
-`ACTIONS`; adding a kind of "needs a human" is one finder in `FINDERS`.
-"""
+"""The operator's actions, one table (`ACTIONS`) the CLI and the dashboard
+both draw: where each applies on the run as it is now and what it does (one
+`Client` call), and `act`, which checks that it still applies, does it and
+audits the attempt."""
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import hashlib
 import json
-import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
-from stead import bounds, errors, timeline, waits
-from stead.client import MISSING, RETRYABLE, STRANDED_AFTER, Client, RunInfo
-from stead.intent import Grant, Intent
-from stead.records import (
-    TERMINAL,
-    ActionOutcome,
-    ActionRow,
-    Record,
-    RunStatus,
-    WaitRow,
-    WaitState,
-)
+from stead import errors, waits
+from stead.client import Client
+from stead.client.deciding import RETRYABLE
+from stead.operator import audit
+from stead.operator.forms import Decision, Field, FieldKind, read_json, read_object, read_seconds
+from stead.operator.situation import Situation, situation
+from stead.records import TERMINAL, ActionOutcome, ActionRow, RunStatus
 from stead.roles import Role, allows
-
-# Open waits that expire within this many seconds need a human.
-NEAR_EXPIRY = 3600.0
-
-
-class FieldKind(enum.StrEnum):
-    """How a field's text is read."""
-
-    TEXT = "text"
-    JSON = "json"  # any JSON value
-    SECONDS = "seconds"  # a positive number of seconds
-    CHOICE = "choice"  # one of `Field.choices`
-
-
-@dataclasses.dataclass(frozen=True)
-class Field:
-    name: str
-    label: str
-    kind: FieldKind = FieldKind.TEXT
-    required: bool = False
-    choices: tuple[str, ...] = ()
-    hint: str = ""
-
-
-@dataclasses.dataclass(frozen=True)
-class Situation:
-    """A run as an operator sees it now: what actions are offered on."""
-
-    run: RunInfo
-    open_waits: tuple[WaitRow, ...]
-    grants: tuple[Grant, ...]
-    unknown_effects: tuple[str, ...]  # keys of effects whose outcome is not known
-    now: float
-    # The version the client's app can migrate the run to (None: no migration leads
-    # from its version to one the app hosts), and whether its last migration can be
-    # rolled back (it has one, not rolled back yet).
-    migrate_to: int | None = None
-    rollback: bool = False
-    has_intent: bool = False  # it carries an intent, which a person may revise
-
-
-@dataclasses.dataclass(frozen=True)
-class Decision:
-    """One operator's decision: the action's `target` (a wait id, an effect
-    key, a tool; "" for the run), its field `values` as typed, who and why."""
-
-    run_id: str
-    target: str
-    values: Mapping[str, str]
-    by: str
-    why: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,36 +42,6 @@ class Done:
     message: str
     audit: ActionRow
 
-
-# -- reading fields ---------------------------------------------------------------------
-def _json(decision: Decision, name: str, default: Any = MISSING) -> Any:
-    text = decision.values.get(name, "").strip()
-    if not text:
-        if default is MISSING:
-            raise errors.InvalidInput(f"{name}: give a JSON value")
-        return default
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise errors.InvalidInput(f"{name} is not valid JSON: {exc}") from None
-
-
-def _seconds(decision: Decision, name: str) -> float | None:
-    text = decision.values.get(name, "").strip()
-    if not text:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise errors.InvalidInput(f"{name}: {text[:40]!r} is not a number of seconds") from None
-    return bounds.seconds(value, name)
-
-
-def _object(decision: Decision, name: str) -> dict[str, Any] | None:
-    value = _json(decision, name, None)
-    if value is not None and not isinstance(value, dict):
-        raise errors.InvalidInput(f"{name} must be a JSON object")
-    return value
 
 
 # -- where each action applies ------------------------------------------------------------
@@ -195,14 +96,14 @@ def _rollbackable(s: Situation) -> Sequence[str]:
 async def _reconcile(client: Client, d: Decision) -> str:
     choice = d.values.get("decision", "")
     if choice == "happened":
-        result = _json(d, "result")
+        result = read_json(d, "result")
         await client.reconcile(d.run_id, d.target, happened=result, by=d.by, why=d.why)
         return f"effect {d.target} happened; the run continues with its result"
     if choice == "not_happened":
         await client.reconcile(d.run_id, d.target, not_happened=True, by=d.by, why=d.why)
         return f"effect {d.target} did not happen; the run sends it, with the same key"
     if choice == "compensate":
-        detail = _json(d, "result")
+        detail = read_json(d, "result")
         await client.reconcile(d.run_id, d.target, compensate=detail, by=d.by, why=d.why)
         return f"effect {d.target} was compensated; the workflow sees EffectCompensated"
     raise errors.InvalidInput("decision: one of happened, not_happened, compensate")
@@ -233,7 +134,7 @@ async def _deliver(client: Client, d: Decision, payload: dict[str, Any]) -> str:
 
 
 async def _approve(client: Client, d: Decision) -> str:
-    extra = _object(d, "payload") or {}
+    extra = read_object(d, "payload") or {}
     return await _deliver(client, d, {**extra, "approved": True})
 
 
@@ -242,16 +143,16 @@ async def _reject(client: Client, d: Decision) -> str:
 
 
 async def _renew(client: Client, d: Decision) -> str:
-    expires_in = _seconds(d, "expires_in")
+    expires_in = read_seconds(d, "expires_in")
     if expires_in is None:
         raise errors.InvalidInput("expires_in: how many seconds the renewed grant lasts")
     info = await client.renew_grant(d.run_id, d.target, by=d.by, why=d.why,
-                                    expires_in=expires_in, scope=_object(d, "scope"))
+                                    expires_in=expires_in, scope=read_object(d, "scope"))
     return f"grant {d.target} renewed for {expires_in:g} s; the run is {info.status}"
 
 
 async def _narrow(client: Client, d: Decision) -> str:
-    scope = _object(d, "scope")
+    scope = read_object(d, "scope")
     if scope is None:
         raise errors.InvalidInput("scope: the narrower scope, a JSON object")
     info = await client.renew_grant(d.run_id, d.target, by=d.by, why=d.why, scope=scope)
@@ -376,33 +277,6 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
 )}
 
 
-# -- the run as it is now --------------------------------------------------------------------
-def unknown_effects(journal: Sequence[Record]) -> tuple[str, ...]:
-    """The keys of effects whose last phase leaves their outcome open."""
-    return tuple(v.key or v.name for v in timeline.effect_views(journal)
-                 if v.phase in _OPEN_PHASES)
-
-
-_OPEN_PHASES = frozenset({"intent", "accepted", "unknown", "reconciled"})
-
-
-async def situation(client: Client, run_id: str) -> Situation:
-    info = await client.get(run_id)
-    open_waits = tuple(await client.waits(run_id=run_id, state=WaitState.OPEN, limit=1000))
-    intents = await client.intents(run_id)
-    grants = Intent.loads(intents[-1].intent).grants if intents else ()
-    unknown = (unknown_effects(await client.journal(run_id))
-               if info.status == RunStatus.OUTCOME_UNKNOWN else ())
-    migrate_to = None
-    if client.app is not None and not info.done:
-        path = client.app.migrations_path(info.workflow, info.version)
-        migrate_to = path[-1].to_version if path else None
-    migrations = await client.migrations(run_id)
-    rollback = bool(migrations) and migrations[-1].rolled_back_at is None
-    return Situation(info, open_waits, tuple(grants), unknown, client.store.clock.now(),
-                     migrate_to, rollback, bool(intents))
-
-
 def offered(s: Situation) -> list[tuple[Action, str]]:
     """Every action that applies to the run now, with its target."""
     return [(a, t) for a in ACTIONS.values() for t in a.targets(s)]
@@ -447,128 +321,6 @@ async def act(client: Client, name: str, decision: Decision, *,
     except errors.UnknownRun:
         raise
     except errors.SteadError as exc:
-        await _audit(client, name, decision, ActionOutcome.REFUSED, str(exc))
+        await audit.record(client, name, decision, ActionOutcome.REFUSED, str(exc))
         raise
-    return Done(message, await _audit(client, name, decision, ActionOutcome.DONE, message))
-
-
-async def _audit(client: Client, name: str, d: Decision, outcome: ActionOutcome,
-                 detail: str) -> ActionRow:
-    row = ActionRow(action_id=uuid.uuid4().hex, run_id=d.run_id, action=name,
-                    target=d.target, author=d.by, why=d.why, outcome=outcome,
-                    detail=detail[:2000], at=client.store.clock.now())
-    return await client.store.record_action(row)
-
-
-# -- what needs a human ------------------------------------------------------------------------
-class AttentionKind(enum.StrEnum):
-    OUTCOME_UNKNOWN = "outcome_unknown"
-    PAUSED = "paused"
-    INCOMPATIBLE = "incompatible_checkpoint"
-    APPROVAL = "approval"  # an open wait that takes a token: a person answers it
-    WAIT_EXPIRING = "wait_expiring"  # any other wait, near its expiry
-    WAIT_LOCKED = "wait_locked"
-    STRANDED = "stranded"
-
-
-@dataclasses.dataclass(frozen=True)
-class Attention:
-    """One thing a person must decide: on which run, what, and the actions
-    (with their targets) that resolve it."""
-
-    kind: AttentionKind
-    run: RunInfo
-    summary: str
-    actions: tuple[tuple[Action, str], ...]
-    due: float | None = None  # when it gets worse (a wait's expiry)
-    since: float | None = None  # since when it waits for a person (None: the run's update)
-    target: str = ""  # the wait it is about ("" for the run)
-
-    @property
-    def waiting_since(self) -> float:
-        return self.run.updated_at if self.since is None else self.since
-
-
-Finder = Callable[[Client, float], Awaitable[list[Attention]]]
-
-
-def _resolving(s: Situation, *names: str, target: str | None = None
-               ) -> tuple[tuple[Action, str], ...]:
-    return tuple((a, t) for a, t in offered(s)
-                 if a.name in names and (target is None or t == target))
-
-
-async def _stopped(client: Client, now: float) -> list[Attention]:
-    found = []
-    for status, kind, names in (
-        (RunStatus.OUTCOME_UNKNOWN, AttentionKind.OUTCOME_UNKNOWN, ("reconcile", "retry")),
-        (RunStatus.PAUSED, AttentionKind.PAUSED,
-         ("resume", "terminate", "renew_grant", "deny_grant")),
-        (RunStatus.INCOMPATIBLE, AttentionKind.INCOMPATIBLE,
-         ("migrate", "rollback", "retry", "cancel")),
-    ):
-        for info in await client.search_runs(status=status, limit=200):
-            s = await situation(client, info.run_id)
-            message = str((info.error or {}).get("message", ""))
-            found.append(Attention(kind, info, message, _resolving(s, *names)))
-    return found
-
-
-def _due(w: WaitRow, now: float) -> str:
-    if w.expires_at is None:
-        return "no expiry"
-    left = w.expires_at - now
-    if left <= 0:
-        return "has expired"
-    return f"expires in {left / 60:.0f} min" if left < 3600 else \
-        f"expires in {left / 3600:.1f} h"
-
-
-async def _waits(client: Client, now: float) -> list[Attention]:
-    """Locked waits; every open wait that takes a token (one a person
-    answers: an approval), whenever it expires; other waits near expiry."""
-    found = []
-    for w in await client.waits(state=WaitState.OPEN, limit=1000):
-        locked = w.locked_at is not None
-        human = w.token_hash is not None
-        near = w.expires_at is not None and w.expires_at - now <= NEAR_EXPIRY
-        if not (locked or human or near):
-            continue
-        s = await situation(client, w.run_id)
-        if locked:
-            found.append(Attention(
-                AttentionKind.WAIT_LOCKED, s.run,
-                f"wait {w.kind} ({w.wait_id}) locked after {w.bad_tokens} bad tokens",
-                _resolving(s, "unlock_wait", "revoke_wait", target=w.wait_id), w.expires_at,
-                w.created_at, w.wait_id))
-        else:
-            found.append(Attention(
-                AttentionKind.APPROVAL if human else AttentionKind.WAIT_EXPIRING, s.run,
-                f"wait {w.kind} ({w.wait_id}) {_due(w, now)}",
-                _resolving(s, "approve", "reject", "revoke_wait", target=w.wait_id),
-                w.expires_at, w.created_at, w.wait_id))
-    return found
-
-
-async def _stranded(client: Client, now: float) -> list[Attention]:
-    found = []
-    for info in await client.list_runs(stranded=True, grace=STRANDED_AFTER, limit=200):
-        s = await situation(client, info.run_id)
-        found.append(Attention(
-            AttentionKind.STRANDED, info,
-            f"{timeline.stranded_reason(info)}: deploy a worker that does, or migrate it",
-            _resolving(s, "migrate", "cancel")))
-    return found
-
-
-FINDERS: list[Finder] = [_stopped, _waits, _stranded]
-
-
-async def needs_a_human(client: Client) -> list[Attention]:
-    """Everything that waits for a person's decision, the most pressing
-    first: stopped runs, then waits by expiry (those that never expire last)."""
-    now = client.store.clock.now()
-    found = [a for finder in FINDERS for a in await finder(client, now)]
-    order = list(AttentionKind)
-    return sorted(found, key=lambda a: (a.target != "", a.due is None, a.due or 0.0,
-                                        order.index(a.kind), -a.run.updated_at))
+    return Done(message, await audit.record(client, name, decision, ActionOutcome.DONE, message))
