@@ -189,3 +189,24 @@ async def test_the_schema_page_lists_every_table_and_column(tmp_path: Path) -> N
         elif column := re.match(r"\| `(\w+)`", line):
             documented.add((table, column[1]))
     assert documented == stored
+
+
+def test_the_readme_agent_runs_to_its_wait_from_the_shell(tmp_path: Path) -> None:
+    """The README's refund agent, saved as shop.py, started and run by the commands it gives
+    (the worker imports `shop` from its current directory): the run ends up waiting."""
+    readme = ROOT / "README.md"
+    agent = next(b for b in PYTHON if b.page == readme and "def refund_order" in b.source)
+    (tmp_path / "shop.py").write_text(agent.source)
+    stead_cli = [sys.executable, "-m", "stead"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEAD_")}
+    env |= {"HOME": str(tmp_path)}
+
+    def shell(*args: str) -> str:
+        done = subprocess.run([*stead_cli, *args], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    shell("start", "shop:app", "refund_order", '["123", 4200]', "--task-id", "order-123")
+    shell("worker", "shop:app", "--until-idle")
+    assert re.search(r"refund_order@1\s+waiting\s+order-123", shell("runs", "ls"))
