@@ -26,7 +26,7 @@ their lease. Holders it cannot judge keep their leases until they run out.
 The same thread watches the loop: a probe it posts every tick must run within
 `blocked_after` seconds, or it logs which run holds the loop and in which
 call. CPU-bound work belongs in a sync step (it runs in a thread) or a process
-pool (see the README).
+pool (see docs/concepts/journal.md).
 """
 
 from __future__ import annotations
