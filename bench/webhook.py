@@ -32,7 +32,7 @@ import httpx
 
 import stead
 import stead.keys
-from stead.waits import sign
+from stead.workflow.waits import sign
 
 app = stead.App("bench_webhook")
 

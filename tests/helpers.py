@@ -8,7 +8,7 @@ from collections import Counter
 from typing import Any
 
 import stead
-from stead.waits import sign
+from stead.workflow.waits import sign
 
 
 class Crash(BaseException):

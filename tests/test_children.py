@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 import stead
-from stead.children import child_id
 from stead.records import Fence, NewRun, Record
+from stead.workflow.children import child_id
 from tests import pg
 from tests.helpers import Calls
 

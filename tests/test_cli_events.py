@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 import stead
 from stead.cli import main
-from stead.waits import sign
+from stead.workflow.waits import sign
 
 
 def _app() -> stead.App:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import stead
 from stead import codec, digests, errors
-from stead.waits import Token
+from stead.workflow.waits import Token
 from tests.helpers import Crash, crash_then_resume
 
 # -- what the cache sees must not change what the digest is ----------------------

@@ -12,11 +12,11 @@ import httpx
 import pytest
 
 import stead
-from stead import fingerprints
 from stead.files import trees
 from stead.records import RecordKind, ResumeClass, RunStatus, StaleCause, StaleOutcome
 from stead.views import timeline
 from stead.web import create_app
+from stead.workflow import fingerprints
 from tests.helpers import Calls, Crash
 
 

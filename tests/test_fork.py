@@ -13,10 +13,10 @@ import pytest
 from click.testing import CliRunner
 
 import stead
-from stead import waits
 from stead.cli import main
 from stead.examples import refund_agent, services
 from stead.records import LineageKind, RecordKind, RecordStatus
+from stead.workflow import waits
 
 
 @pytest.fixture

@@ -19,10 +19,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import stead
-from stead import operator, state
+from stead import operator
 from stead.cli import main
 from stead.client import revisions
 from stead.web import create_app
+from stead.workflow import state
 from tests.helpers import Gate
 
 HOUR = 3600.0

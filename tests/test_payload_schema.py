@@ -9,7 +9,7 @@ import pytest
 
 import stead
 from stead import codec, errors, schema_check
-from stead.waits import sign
+from stead.workflow.waits import sign
 
 
 class Confirmation(pydantic.BaseModel):

@@ -20,10 +20,11 @@ import httpx
 from click.testing import CliRunner
 
 import stead
-from stead import codec, policy_binding, waits
+from stead import codec, policy_binding
 from stead.cli import main
 from stead.records import RecordKind, RecordStatus
 from stead.web import create_app
+from stead.workflow import waits
 from tests.policy_app import VERSION_ENV, make_app
 
 CODE = "refund@1"

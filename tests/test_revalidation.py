@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 import stead
 import stead.views.context_view
 import stead.views.timeline
-from stead import policy, revalidation
+from stead import policy
 from stead.records import Record, RecordKind, RecordStatus
+from stead.workflow import revalidation
 from tests.helpers import Calls, Crash
 from tests.workers.procs import KILLED
 

@@ -25,7 +25,7 @@ import stead
 import stead.keys
 from stead.cli import main
 from stead.store import display_url
-from stead.waits import sign, token_hash, token_refusal
+from stead.workflow.waits import sign, token_hash, token_refusal
 from tests import pg
 
 Body = Callable[[stead.Run, list[str]], Coroutine[Any, Any, Any]]

@@ -23,7 +23,7 @@ RUNTIME = ("stead.worker", "stead.leases", "stead.testing", "stead.web", "stead.
            "stead.views.workspace_view")
 # What runs a workflow's code: the client loads it only to replay or migrate.
 EXECUTION = ("stead.run", "stead.execution", "stead.dryrun", "stead.takeover",
-             "stead.effects", "stead.llm", "stead.guard", "stead.revalidation")
+             "stead.workflow.effects", "stead.llm", "stead.guard", "stead.workflow.revalidation")
 # Imported by `stead --help`: nothing of stead but the command line's own
 # root and what it shares (bounds, errors, intent: the checks of options).
 HELP_IMPORTS = {"stead", "stead.bounds", "stead.cli", "stead.cli.common", "stead.errors",

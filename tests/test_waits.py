@@ -57,7 +57,7 @@ async def _opened(client: stead.Client, run_id: str) -> stead.records.WaitRow:
 async def _token(store: stead.Store, run_id: str, wait_id: str) -> str:
     """The wait's token, signed as the worker signed it: with the key in force
     (a key file or STEAD_SECRET, never the database)."""
-    from stead.waits import sign
+    from stead.workflow.waits import sign
 
     return sign((await store.keyring()).current, run_id, wait_id)
 

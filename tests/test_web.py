@@ -15,8 +15,8 @@ import pytest
 
 import stead
 from stead.records import RunStatus
-from stead.waits import sign as sign_token
 from stead.web import create_app, sign_webhook
+from stead.workflow.waits import sign as sign_token
 from tests import web_app
 from tests.ops_app import cli
 from tests.web_app import UI_TOKEN, XSS, settle

@@ -29,9 +29,9 @@ import stead
 from stead.records import EventRow, Judgement, RunStatus
 from stead.store.base import Judge
 from stead.testing import DelegatingStore
-from stead.waits import sign as sign_token
 from stead.web import create_app, sign_webhook
 from stead.web import throttle as throttling
+from stead.workflow.waits import sign as sign_token
 from tests import web_app
 from tests.ops_app import cli
 from tests.web_app import UI_TOKEN, settle

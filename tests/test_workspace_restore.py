@@ -22,7 +22,6 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import stead
-from stead import workspaces
 from stead.files import links, trees
 from stead.records import (
     Fence,
@@ -33,6 +32,7 @@ from stead.records import (
     RunStatus,
     SnapshotRow,
 )
+from stead.workflow import workspaces
 
 CONTENT = b"written by a hostile manifest\n"
 SHA = hashlib.sha256(CONTENT).hexdigest()

@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stead
-from stead import workspaces
 from stead.files import trees
 from stead.records import Fence, NewRun, Record, RecordKind, SnapshotRow
+from stead.workflow import workspaces
 from tests.helpers import Calls, Crash
 
 

@@ -101,7 +101,6 @@ if TYPE_CHECKING:
         WorkspaceUnsafe,
     )
     from stead.exports import StoredRun
-    from stead.fingerprints import Fingerprint
     from stead.intent import Budget, Grant, Intent
     from stead.keys import Keyring
     from stead.llm.model import Completion, Model, ToolCall, Usage
@@ -128,13 +127,14 @@ if TYPE_CHECKING:
     from stead.roles import Role
     from stead.run import Run
     from stead.starts import Start
-    from stead.state import Facts
     from stead.store import Store, open_store
     from stead.stream_records import EntryKind, StreamEntry
-    from stead.streams import Stream
-    from stead.waits import Accepted, Delivery, Duplicate, Operator, Rejected, Token, Wait
     from stead.worker import Worker, WorkerOptions
-    from stead.workspaces import Snapshot, Workspace, WorkspacePath
+    from stead.workflow.fingerprints import Fingerprint
+    from stead.workflow.state import Facts
+    from stead.workflow.streams import Stream
+    from stead.workflow.waits import Accepted, Delivery, Duplicate, Operator, Rejected, Token, Wait
+    from stead.workflow.workspaces import Snapshot, Workspace, WorkspacePath
 
 __version__ = "0.1.0"
 
@@ -161,7 +161,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "clock": ("Clock", "FakeClock", "SystemClock"),
     "errors": _ERRORS,
     "exports": ("StoredRun",),
-    "fingerprints": ("Fingerprint",),
+    "workflow.fingerprints": ("Fingerprint",),
     "intent": ("Budget", "Grant", "Intent"),
     "keys": ("Keyring",),
     "llm.model": ("Completion", "Model", "ToolCall", "Usage"),
@@ -177,13 +177,14 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "roles": ("Role",),
     "run": ("Run",),
     "starts": ("Start",),
-    "state": ("Facts",),
+    "workflow.state": ("Facts",),
     "store": ("Store", "open_store"),
     "stream_records": ("EntryKind", "StreamEntry"),
-    "streams": ("Stream",),
-    "waits": ("Accepted", "Delivery", "Duplicate", "Operator", "Rejected", "Token", "Wait"),
+    "workflow.streams": ("Stream",),
+    "workflow.waits": ("Accepted", "Delivery", "Duplicate", "Operator", "Rejected", "Token",
+                       "Wait"),
     "worker": ("Worker", "WorkerOptions"),
-    "workspaces": ("Snapshot", "Workspace", "WorkspacePath"),
+    "workflow.workspaces": ("Snapshot", "Workspace", "WorkspacePath"),
 }
 _WHERE = {name: f"stead.{module}" for module, names in _MODULES.items() for name in names}
 

@@ -453,4 +453,4 @@ class InvalidStart(InvalidInput):
 
 
 class StreamClosed(SteadError):
-    """A value was appended to a stream after it was closed (see `stead.streams`)."""
+    """A value was appended to a stream after it was closed (see `stead.workflow.streams`)."""

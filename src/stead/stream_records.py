@@ -1,5 +1,5 @@
 """What a durable stream holds: its entries, as stored and as a reader gets
-them (see `stead.streams` for the rules and docs/architecture.md §3)."""
+them (see `stead.workflow.streams` for the rules and docs/architecture.md §3)."""
 
 from __future__ import annotations
 

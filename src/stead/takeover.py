@@ -15,7 +15,7 @@ why. `plan_from` is the same step for `Client.migrate` and the dry replays of
 only for a run with an intent or under an app with a policy, at every claim
 (the first, a takeover, a wake): the diff since the last one is made before
 replay, and the policy is asked about the step the run is about to take
-where it first acts live (`stead.revalidation`); the resume record carries
+where it first acts live (`stead.workflow.revalidation`); the resume record carries
 the diff, the action and the decision, also when the run stops there.
 Replay is the workflow
 re-executing against the journal (`stead.run`), which classifies each journaled
@@ -30,7 +30,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from stead import codec, errors, guard, inputs, migrations, revalidation, workspaces
+from stead import codec, errors, guard, inputs, migrations
 from stead.app import App, Workflow
 from stead.clock import Clock
 from stead.execution import Execution, ExecutionOptions
@@ -51,6 +51,7 @@ from stead.records import (
 )
 from stead.replay import Journal, markers_from
 from stead.store.base import Store
+from stead.workflow import revalidation, workspaces
 
 
 @dataclasses.dataclass(frozen=True)

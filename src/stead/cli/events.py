@@ -12,10 +12,10 @@ from typing import Any
 
 import click
 
-from stead import waits
 from stead.cli import common
 from stead.records import EventRow, WaitRow, WaitState
 from stead.views import timeline
+from stead.workflow import waits
 
 
 def _when(t: float | None) -> str:

@@ -13,7 +13,7 @@ import click
 
 from stead import records
 from stead.cli import common
-from stead.state import Facts
+from stead.workflow.state import Facts
 
 
 @click.group("state")

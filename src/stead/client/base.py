@@ -4,9 +4,9 @@ event."""
 
 from __future__ import annotations
 
-from stead import waits
 from stead.app import App
 from stead.store.base import Store
+from stead.workflow import waits
 
 # What a client accepts of an event, by default: its payload and bound values
 # as JSON, and each of its ids.

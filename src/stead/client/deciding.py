@@ -17,7 +17,7 @@ from stead.client.info import RunInfo, loads
 from stead.client.inspecting import Inspecting
 from stead.intent import Grant, Intent
 from stead.records import Record, RecordKind, RecordStatus, RunRow, RunStatus
-from stead.state import Facts
+from stead.workflow.state import Facts
 
 
 class _Missing:

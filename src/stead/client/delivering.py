@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from stead import bounds, codec, errors, records, waits
+from stead import bounds, codec, errors, records
 from stead.client.base import MAX_ID_CHARS, Base
+from stead.workflow import waits
 
 
 class Delivering(Base):

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from stead import codec, errors, keys, waits
+from stead import codec, errors, keys
 from stead.records import (
     IntentRow,
     NewFork,
@@ -31,6 +31,7 @@ from stead.records import (
     WaitRow,
     WaitState,
 )
+from stead.workflow import waits
 
 # The phases after which an effect's outcome is known.
 _KNOWN = frozenset({RecordStatus.OK, RecordStatus.ERROR, RecordStatus.RECONCILED})

@@ -10,12 +10,13 @@ import os
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-from stead import bounds, errors, records, searches, streams, workspaces
+from stead import bounds, errors, records, searches
 from stead.client.base import Base
 from stead.client.info import RunInfo
 from stead.records import MigrationRow, Record, ResumeRecord, RunStatus, WaitState
-from stead.state import Facts
 from stead.stream_records import StreamEntry
+from stead.workflow import streams, workspaces
+from stead.workflow.state import Facts
 
 # A runnable run no worker has served for this long is stranded (seconds).
 STRANDED_AFTER = 60.0
@@ -148,7 +149,7 @@ class Inspecting(Base):
         ends (`async for entry in client.read_stream(run_id, "answer")`). To
         reconnect, pass the last offset seen: nothing is missed or seen twice.
         An entry of kind `superseded` says that the entries it names belong to
-        a call's try that died or failed (see `stead.streams`)."""
+        a call's try that died or failed (see `stead.workflow.streams`)."""
         return streams.tail(self.store, run_id, name, after, poll=poll)
 
     async def search_runs(

@@ -16,7 +16,7 @@ from typing import Any
 from stead import bounds, codec, errors
 from stead.intent import Grant, Intent
 from stead.records import IntentRow, RunRow, StateRow
-from stead.state import Facts, merge_patch
+from stead.workflow.state import Facts, merge_patch
 
 
 def author(by: str | None) -> str:

@@ -33,7 +33,7 @@ from stead.intent import Intent
 from stead.records import RunStatus
 from stead.store import open_store
 from stead.views import context_view, timeline
-from stead.waits import Accepted
+from stead.workflow.waits import Accepted
 
 APP = "stead.examples.policy_agent:app"
 ORDER, ASKED, LIMIT = "123", 1500, 1000

@@ -19,15 +19,16 @@ from __future__ import annotations
 import json
 import signal
 
-from stead import records, waits
+from stead import records
 from stead.client import Client, RunInfo
 from stead.demos.narrate import Checks, Tail, compact, resume_lines
 from stead.demos.procs import Stage, until
 from stead.examples import refund_agent, services
 from stead.records import RecordKind, RecordStatus, RejectReason, RunStatus, Verdict
-from stead.state import Facts
 from stead.store import open_store
 from stead.views import timeline
+from stead.workflow import waits
+from stead.workflow.state import Facts
 
 APP = "stead.examples.refund_agent:app"
 ORDER, AMOUNT, TAMPERED = "123", 4200, 9000

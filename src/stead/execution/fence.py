@@ -93,7 +93,7 @@ class Fenced:
         self.app_name = ""
         # The app's policy version (None: it has no policy): what a wait opens
         # under, and what a wait bound to its policy version is compared with
-        # when the run wakes (see `stead.waits`).
+        # when the run wakes (see `stead.workflow.waits`).
         self.policy_version: str | None = None
         # The revalidation the resume record carries (see `ResumeDetails.intent`).
         self.revalidation: dict[str, Any] | None = None
@@ -111,7 +111,7 @@ class Fenced:
         # The migrations the version gate applied (see `ResumeDetails.migration`).
         self.migration: dict[str, Any] | None = None
         # The workspaces the takeover restored before replay, by name (see
-        # `stead.workspaces`): the resume record lists them.
+        # `stead.workflow.workspaces`): the resume record lists them.
         self.restored: dict[str, dict[str, Any]] = {}
         # When the run fails if it has not ended (None: never), and whether
         # someone asked to cancel it: both take effect at a call boundary.

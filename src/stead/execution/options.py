@@ -12,7 +12,7 @@ from stead.policy import Action
 
 
 class Judge(Protocol):
-    """A takeover's revalidation (`stead.revalidation.Revalidation`)."""
+    """A takeover's revalidation (`stead.workflow.revalidation.Revalidation`)."""
 
     @property
     def pending(self) -> bool: ...

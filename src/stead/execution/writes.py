@@ -196,7 +196,7 @@ class Writes(Fenced, abc.ABC):
 
     async def write_beside(self, send: Callable[[], Awaitable[T]]) -> T:
         """A fenced write beside the journal (a stream's append, see
-        `stead.streams`), ordered with the journal's writes. The values the
+        `stead.workflow.streams`), ordered with the journal's writes. The values the
         buffer holds (`run.now()`, `run.uuid()`, `run.random()`) are journaled
         first: what is written may depend on them, and nothing that does may
         leave the process before them. Started markers stay buffered."""

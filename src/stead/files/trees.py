@@ -2,7 +2,7 @@
 directory and symbolic link, with its mode, size and sha256), the tree's hash,
 and writing a manifest back into a fresh directory.
 
-It knows no run and no store: `stead.workspaces` saves a scanned tree's blobs
+It knows no run and no store: `stead.workflow.workspaces` saves a scanned tree's blobs
 and restores them. The rules that keep a tree portable are checked while
 scanning, before anything is stored: the directory lies inside the allowed
 root, no chain of symbolic links leads out of it (`stead.files.links`), and its

@@ -11,7 +11,7 @@ import json
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
-from stead import errors, waits
+from stead import errors
 from stead.client import Client
 from stead.client.deciding import RETRYABLE
 from stead.operator import audit
@@ -19,6 +19,7 @@ from stead.operator.forms import Decision, Field, FieldKind, read_json, read_obj
 from stead.operator.situation import Situation, situation
 from stead.records import TERMINAL, ActionOutcome, ActionRow, RunStatus
 from stead.roles import Role, allows
+from stead.workflow import waits
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,10 +9,11 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, overload
 
-from stead import addresses, bounds, effects, workspaces
+from stead import addresses, bounds
 from stead.outcomes import Compensation, Operation, Outcome
 from stead.retry import NO_RETRY, Retry
 from stead.run.base import Part
+from stead.workflow import effects, workspaces
 
 T = TypeVar("T")
 Check = Callable[[Operation], Awaitable[Outcome]] | Callable[[Operation], Outcome]

@@ -3,11 +3,11 @@ run's row), and the task state and streams every part shares."""
 
 from __future__ import annotations
 
-from stead import streams, workspaces
 from stead.execution import Execution
 from stead.records import RunRow
 from stead.run import recorder
-from stead.state import TaskState
+from stead.workflow import streams, workspaces
+from stead.workflow.state import TaskState
 
 
 class Part:
@@ -29,7 +29,7 @@ class Part:
         """The run's durable stream `name`, for a screen to follow
         (`Client.read_stream`, the dashboard): `await run.stream("answer").append(v)`;
         a model adapter feeds it its deltas with `on_text=run.stream("answer")`.
-        A replayed append is not appended again (see `stead.streams`)."""
+        A replayed append is not appended again (see `stead.workflow.streams`)."""
         found = self._streams.get(name)
         if found is None:
             found = self._streams[name] = streams.Stream(self._x, name)

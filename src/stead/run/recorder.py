@@ -8,21 +8,11 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from stead import (
-    addresses,
-    codec,
-    errors,
-    judgements,
-    policy,
-    proposals,
-    records,
-    stepcode,
-    streams,
-    workspaces,
-)
+from stead import addresses, codec, errors, policy, records, stepcode
 from stead.execution import Execution, Stop
 from stead.records import Record, RecordKind, RecordStatus, ResumeClass
 from stead.retry import NO_RETRY, Retry
+from stead.workflow import judgements, proposals, streams, workspaces
 
 log = logging.getLogger("stead.run")
 

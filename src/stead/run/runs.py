@@ -8,10 +8,11 @@ import datetime as dt
 import uuid as _uuid
 from typing import Any, NoReturn
 
-from stead import bounds, children, codec, records
+from stead import bounds, codec, records
 from stead.execution import Continued
 from stead.intent import Budget
 from stead.run.base import Part
+from stead.workflow import children
 
 
 class Runs(Part):

@@ -15,21 +15,19 @@ from stead import (
     codec,
     digests,
     errors,
-    fingerprints,
     guard,
-    proposals,
     records,
     stepcode,
     tracing,
-    workspaces,
 )
 from stead.execution import Stop
-from stead.fingerprints import Fingerprint, changes
 from stead.llm.model import Completion, Model
 from stead.records import RecordKind, RecordStatus
 from stead.retry import NO_RETRY, Retry
 from stead.run import recorder
 from stead.run.base import Part
+from stead.workflow import fingerprints, proposals, workspaces
+from stead.workflow.fingerprints import Fingerprint, changes
 
 T = TypeVar("T")
 
@@ -191,7 +189,7 @@ class Steps(Part):
         the answer is a proposal to ask again after a changed intent (see
         `step`). `on_text=run.stream(name)` hands the model (a provider
         adapter) a stream to append its text deltas to as they come (see
-        `stead.streams` for a try that dies mid-answer). `reason` (why the
+        `stead.workflow.streams` for a try that dies mid-answer). `reason` (why the
         call is made) is journaled with the completion, under the key
         `"reason"` of the record's payload, for a validator to read; it is not
         sent to the model. The policy sees it in the pending `Action` when it
@@ -241,7 +239,7 @@ class Steps(Part):
         plan, grants, policy, world) it is asked again if nothing acted on it
         yet, and kept as history once something did. Asked live, the model
         also sees what holds now: the goal, the task state, the budget left
-        (`stead.proposals`). `reason` reaches the policy, as with `llm`."""
+        (`stead.workflow.proposals`). `reason` reaches the policy, as with `llm`."""
         return await self.llm(name, proposals.Proposing(model, self._x, self._task_key),
                               messages, retry=retry, fresh="on_resume", reason=reason,
                               contract=contract, **params)

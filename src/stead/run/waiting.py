@@ -8,9 +8,10 @@ import uuid as _uuid
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from stead import addresses, bounds, codec, keys, policy_binding, records, schema_check, waits
+from stead import addresses, bounds, codec, keys, policy_binding, records, schema_check
 from stead.records import RecordKind, RecordStatus, WaitState
 from stead.run.base import Part
+from stead.workflow import waits
 
 T = TypeVar("T")
 

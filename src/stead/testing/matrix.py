@@ -47,7 +47,7 @@ from stead.testing import _processes, _worker_process
 from stead.testing.hooks import Event, EventSource, Services, Waiting
 from stead.testing.points import REFERENCE, Point, enumerate_points
 from stead.testing.report import SAME, STOPPED, EffectCalls, MatrixReport, PointResult
-from stead.waits import Accepted, Delivery, Duplicate
+from stead.workflow.waits import Accepted, Delivery, Duplicate
 
 DYING_LEASE = 0.5  # the worker that dies: its run is taken over soon after
 FRESH_LEASE = 5.0  # the one that recovers: never loses its lease on a slow machine

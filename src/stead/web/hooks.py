@@ -38,9 +38,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from stead import errors, waits
+from stead import errors
 from stead.client import Client
 from stead.web import signatures, throttle
+from stead.workflow import waits
 
 MAX_BODY = 320 * 1024  # the client's event limit (256 KB of JSON) and room for the rest
 # A token addressed by kind is looked for among this many of its run's waits.

@@ -21,10 +21,11 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
-from stead import operator, waits
+from stead import operator
 from stead.client import Client
 from stead.operator import Attention, AttentionKind
 from stead.views import timeline
+from stead.workflow import waits
 
 SHORT = 200  # characters of a summary shown before it is expanded
 # Ages an item may be filtered by: it has waited for a person at least this long.

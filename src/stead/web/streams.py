@@ -21,7 +21,7 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
 from stead import errors
 from stead.client import Client
-from stead.streams import check_name
+from stead.workflow.streams import check_name
 
 # How long one response follows a stream before the browser reconnects: no
 # connection is held without end.

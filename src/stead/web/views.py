@@ -15,7 +15,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from stead import bounds, errors, operator, waits
+from stead import bounds, errors, operator
 from stead.client import Client, RunInfo
 from stead.intent import Intent
 from stead.records import (
@@ -32,6 +32,7 @@ from stead.records import (
 )
 from stead.views import context_view, timeline, workspace_view
 from stead.web import trace, window
+from stead.workflow import waits
 
 CLIP = 160
 

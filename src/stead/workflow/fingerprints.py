@@ -36,7 +36,7 @@ from typing import Any
 
 from stead import codec
 from stead.files import trees
-from stead.workspaces import Workspace, WorkspacePath
+from stead.workflow.workspaces import Workspace, WorkspacePath
 
 # The lockfiles an environment fingerprint hashes, at the workspace's top
 # (`requirements*.txt`: every file of that pattern).

@@ -29,7 +29,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
-from stead import addresses, calls, codec, digests, errors, guard, judgements, outcomes, tracing
+from stead import addresses, calls, codec, digests, errors, guard, outcomes, tracing
 from stead.execution import Execution, Stop
 from stead.intent import Grant
 from stead.outcomes import Compensation, Operation, Outcome
@@ -43,6 +43,7 @@ from stead.records import (
     RunStatus,
 )
 from stead.retry import NO_RETRY, Retry
+from stead.workflow import judgements
 
 # Exceptions that say "I cannot tell whether it happened", not "it failed".
 DEFAULT_UNCERTAIN: tuple[type[BaseException], ...] = (TimeoutError, errors.OutcomeUncertain)
