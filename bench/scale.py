@@ -277,13 +277,7 @@ def section(found: dict[str, Any], args: argparse.Namespace, seconds: float) -> 
 
 
 def write(text: str, path: Path) -> None:
-    current = path.read_text() if path.exists() else ""
-    if BEGIN in current and END in current:
-        head, _, rest = current.partition(BEGIN)
-        _, _, tail = rest.partition(END)
-        path.write_text(head + text + tail)
-    else:
-        path.write_text(current.rstrip("\n") + "\n\n" + text + "\n")
+    runner.write_section(text, path, BEGIN, END)
 
 
 def main(argv: list[str] | None = None) -> int:
