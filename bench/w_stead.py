@@ -118,8 +118,13 @@ async def growth(run: stead.Run, n: int, feed: bool = True) -> int:
     return len(history)
 
 
+# When the idle worker's waits for news of work returned (see w_waits_worker).
+noticed: list[float] = []
+
+
 def woke(run_id: str) -> str:
-    common.emit("WOKE", {"run_id": run_id, "at": common.now()})
+    common.emit("WOKE", {"run_id": run_id, "at": common.now(),
+                         "noticed": noticed[-1] if noticed else None})
     return run_id
 
 
@@ -299,6 +304,15 @@ async def w_waits_setup(job: dict[str, Any]) -> dict[str, Any]:
 async def w_waits_worker(job: dict[str, Any]) -> dict[str, Any]:
     """An idle worker (default options) that prints WOKE for each woken run."""
     store = await stead.open_store(job["url"])
+    # A diagnostic: note when the store told the idle worker of news, to split
+    # a wake-up into noticing the delivery and resuming the run.
+    watch = store.database.wait_for_work
+
+    async def watched(timeout: float) -> None:
+        await watch(timeout)
+        noticed.append(common.now())
+
+    store.database.wait_for_work = watched  # type: ignore[method-assign]
     worker = stead.Worker(app, store)
     task = asyncio.create_task(worker.run())
     common.emit("IDLE", {"pid": os.getpid()})
@@ -313,6 +327,7 @@ async def w_deliver(job: dict[str, Any]) -> dict[str, Any]:
     store = await stead.open_store(job["url"])
     client = stead.Client(store, app)
     sent: dict[str, float] = {}
+    returned: dict[str, float] = {}
     for i, run_id in enumerate(job["run_ids"]):
         await asyncio.sleep(job["gaps"][i])
         t = common.now()
@@ -321,8 +336,9 @@ async def w_deliver(job: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(verdict, stead.Accepted):
             raise SystemExit(f"delivery to {run_id} was not accepted: {verdict}")
         sent[run_id] = t
+        returned[run_id] = common.now()
     await store.close()
-    return {"sent": sent}
+    return {"sent": sent, "returned": returned}
 
 
 WORKLOADS = {
