@@ -143,6 +143,7 @@ def explain(db: str, url: str) -> dict[str, list[str]]:
 
     now = time.time()
     params: dict[str, Any] = {"queue": "bench", "worker_id": "explain", "now": now,
+                              "lease_now": now, "lease_seconds": 30,
                               "expires": now + 30, "since": now - 60, "limit": PER_PROCESS,
                               "hosted": app.hosted(), "exclude": []}
     # The plain claim too (SQLite's reads its candidates first): the queue's runs
