@@ -313,6 +313,8 @@ async def w_waits_worker(job: dict[str, Any]) -> dict[str, Any]:
         noticed.append(common.now())
 
     store.database.wait_for_work = watched  # type: ignore[method-assign]
+    if job.get("poll_only"):  # the A/B: no -wal watch, the 10 ms look alone
+        store.database._wal_tried = True
     worker = stead.Worker(app, store)
     task = asyncio.create_task(worker.run())
     common.emit("IDLE", {"pid": os.getpid()})

@@ -318,14 +318,16 @@ def _plan(ids: list[str], deliveries: int, seed: int) -> tuple[list[str], list[f
     return chosen, [rng.expovariate(1 / 0.025) for _ in chosen]
 
 
-def _waits_stead(ctx: Context, db: str, runs: int, deliveries: int) -> dict[str, Any]:
+def _waits_stead(ctx: Context, db: str, runs: int, deliveries: int,
+                 poll_only: bool = False) -> dict[str, Any]:
     system = ctx.systems["stead"]
     with fresh_database(db, ctx.scratch) as url:
         setup = runner.run(system, system.job(workload="waits_setup", url=url, runs=runs),
                            timeout=1800)
         if setup["waiting"] != runs:
             raise runner.BenchError(f"only {setup['waiting']}/{runs} runs are waiting")
-        worker = Child(system, system.job(workload="waits_worker", url=url))
+        worker = Child(system, system.job(workload="waits_worker", url=url,
+                                          poll_only=poll_only))
         try:
             pid = worker.wait_for("IDLE", 60)[0]["pid"]
             time.sleep(2.0)  # let it settle into its idle loop
