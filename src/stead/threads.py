@@ -210,6 +210,9 @@ def _note(fn: Callable[..., Any], seen: int, *, quick: bool, never: bool = False
 
 def _idle(loop: asyncio.AbstractEventLoop) -> bool:
     """Whether no other callback is ready to run on `loop`. asyncio keeps them
-    in `_ready` (no public way to ask); a loop without one is never idle."""
+    in `_ready` (no public way to ask); a loop without one is never idle. A
+    cancelled handle there (a timeout that was called off, say) runs nothing."""
     ready = getattr(loop, "_ready", None)
-    return ready is not None and len(ready) == 0
+    if ready is None or len(ready) > 8:  # a few to look through at most
+        return False
+    return all(handle.cancelled() for handle in ready)
