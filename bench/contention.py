@@ -103,6 +103,7 @@ def measure(dbs: list[str], reps: int, quick: bool, peers: bool,
                             f"{k} {v[-1]:.0f}" for (d, lb, k, ld), v in found.items()
                             if d == db and ld == load and lb.startswith("sequential, sync")))
     return {"found": found, "probes": probes, "cores": cores, "reps": reps,
+            "steps": rows(quick)[0][2]["n"],
             "labels": list(dict.fromkeys(r[0] for r in todo))}
 
 
@@ -146,7 +147,7 @@ def section(result: dict[str, Any], dbs: list[str], argv: str, started: str,
             out.append(f"| {label} | {'SQLite' if db == SQLITE else 'PostgreSQL'} | "
                        f"{_cell(s[0])} | {_cell(s[1])} | {_ratio(sm[1], sm[0])} | "
                        f"{_cell(g[0])} | {_cell(g[1])} | {_ratio(gm[1], gm[0])} | "
-                       f"{faster}x |")
+                       f"{faster if faster == '—' else faster + 'x'} |")
     out += ["", "Where a sync step's time goes (`seq_probe`: the same sequential run, "
             "each step timed from the workflow's `await run.step` to the function "
             "running, and from there to the step back in the workflow with its record "
@@ -165,7 +166,7 @@ def section(result: dict[str, Any], dbs: list[str], argv: str, started: str,
                 f"{t} {statistics.median(p['switches_per_step'].get(t, [0, 0])[0] for p in ps):.2f}"
                 f"/{statistics.median(p['switches_per_step'].get(t, [0, 0])[1] for p in ps):.2f}"
                 for t in threads)
-            steps = rows(False)[0][2]["n"]
+            steps = result["steps"]
             out.append(
                 f"| {'SQLite' if db == SQLITE else 'PostgreSQL'} | {load} | "
                 f"{statistics.median(p['seconds'] for p in ps) / steps * 1e6:,.0f} | "
