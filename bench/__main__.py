@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from bench import machine, peers, profiles, report, runner, workloads
+from bench import contention, machine, peers, profiles, report, runner, workloads
 from bench.workloads import PG, SQLITE, Context
 
 METHOD = """\
@@ -105,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-profiles", action="store_true",
                         help="skip the profiles of missed targets")
     parser.add_argument("--output", default=str(runner.BENCH / "RESULTS.md"))
+    parser.add_argument("--contention", action="store_true",
+                        help="the contention profile alone: sequential and many-runs "
+                             "workloads quiet and beside one CPU hog per core (~10 min)")
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
@@ -119,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_peers:
         peers.ensure(upgrade=args.upgrade_peers, log=log)
     dbs = [SQLITE, PG] if args.db == "both" else [args.db]
+    if args.contention:
+        argv_text = "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv)
+        return contention.main(dbs, args.quick, not args.no_peers, _output(args.output),
+                               argv_text, log)
     notes: list[str] = []
     if PG in dbs:
         why = runner.pg_available() or _stead_pg_problem()

@@ -251,3 +251,15 @@ def scratch_dir() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def write_section(text: str, path: Path, begin: str, end: str) -> None:
+    """Put `text` (which starts with `begin` and ends with `end`) in place of
+    the section between those markers in `path`, or at its end."""
+    current = path.read_text() if path.exists() else ""
+    if begin in current and end in current:
+        head, _, rest = current.partition(begin)
+        _, _, tail = rest.partition(end)
+        path.write_text(head + text + tail)
+    else:
+        path.write_text(current.rstrip("\n") + "\n\n" + text + "\n")

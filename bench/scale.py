@@ -143,6 +143,7 @@ def explain(db: str, url: str) -> dict[str, list[str]]:
 
     now = time.time()
     params: dict[str, Any] = {"queue": "bench", "worker_id": "explain", "now": now,
+                              "lease_now": now, "lease_seconds": 30,
                               "expires": now + 30, "since": now - 60, "limit": PER_PROCESS,
                               "hosted": app.hosted(), "exclude": []}
     # The plain claim too (SQLite's reads its candidates first): the queue's runs
@@ -277,13 +278,7 @@ def section(found: dict[str, Any], args: argparse.Namespace, seconds: float) -> 
 
 
 def write(text: str, path: Path) -> None:
-    current = path.read_text() if path.exists() else ""
-    if BEGIN in current and END in current:
-        head, _, rest = current.partition(BEGIN)
-        _, _, tail = rest.partition(END)
-        path.write_text(head + text + tail)
-    else:
-        path.write_text(current.rstrip("\n") + "\n\n" + text + "\n")
+    runner.write_section(text, path, BEGIN, END)
 
 
 def main(argv: list[str] | None = None) -> int:

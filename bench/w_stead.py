@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import statistics
+import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -25,6 +28,16 @@ def noop(i: int) -> int:
     return i
 
 
+probe_calls: list[tuple[float, int]] = []  # (when the function ran, on which thread)
+probe_steps: list[tuple[float, float]] = []  # (before `await run.step`, after)
+
+
+def noop_probed(i: int) -> int:
+    """A sync step that notes when it ran, and on which thread."""
+    probe_calls.append((common.now(), threading.get_native_id()))
+    return i
+
+
 def step_or_hang(i: int, n: int) -> int:
     """Step `n` of the recovery workload: the first process says it is there
     and waits to be SIGKILLed; the fresh process just records when it ran."""
@@ -40,6 +53,15 @@ def step_or_hang(i: int, n: int) -> int:
 async def seq(run: stead.Run, n: int) -> int:
     for i in range(n):
         await run.step("s", noop, i)
+    return n
+
+
+@app.workflow(version=1)
+async def seq_probed(run: stead.Run, n: int) -> int:
+    for i in range(n):
+        before = common.now()
+        await run.step("s", noop_probed, i)
+        probe_steps.append((before, common.now()))
     return n
 
 
@@ -96,8 +118,13 @@ async def growth(run: stead.Run, n: int, feed: bool = True) -> int:
     return len(history)
 
 
+# When the idle worker's waits for news of work returned (see w_waits_worker).
+noticed: list[float] = []
+
+
 def woke(run_id: str) -> str:
-    common.emit("WOKE", {"run_id": run_id, "at": common.now()})
+    common.emit("WOKE", {"run_id": run_id, "at": common.now(),
+                         "noticed": noticed[-1] if noticed else None})
     return run_id
 
 
@@ -153,6 +180,46 @@ async def w_seq_parts(job: dict[str, Any]) -> dict[str, Any]:
     append = common.now() - t0
     await store.close()
     return {"async_step_us": async_step / n * 1e6, "append_us": append / n * 1e6}
+
+
+async def w_seq_probe(job: dict[str, Any]) -> dict[str, Any]:
+    """Where a sync step's time goes: per step, the workflow's `await
+    run.step` → the function running (on its thread) → the step back in the
+    workflow, its record committed; and the context switches of every thread
+    of the process over the run (/proc/self/task/*/status), by thread."""
+    if job.get("switch_interval"):
+        sys.setswitchinterval(job["switch_interval"])
+    n = job["n"]
+    store = await stead.open_store(job["url"])
+    client = stead.Client(store, app)
+    await client.start(seq_probed, n)
+    worker = stead.Worker(app, store, stead.WorkerOptions(concurrency=1))
+    probe_calls.clear()
+    probe_steps.clear()
+    before = common.context_switches()
+    t0 = common.now()
+    await worker.run_until_idle()
+    elapsed = common.now() - t0
+    after = common.context_switches()
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    await store.close()
+    pairs = list(zip(probe_calls, probe_steps, strict=True))
+    loop_tid = threading.main_thread().native_id
+    switches: dict[str, list[int]] = {}
+    for tid, (vol, invol) in after.items():
+        was = before.get(tid, (0, 0))
+        name = "loop" if tid == loop_tid else names.get(tid) or "other"
+        got = switches.setdefault(name.rstrip("0123456789-"), [0, 0])
+        got[0] += vol - was[0]
+        got[1] += invol - was[1]
+    return {
+        "seconds": elapsed,
+        # Means, not medians: under load the time is in the tail.
+        "to_fn_us": statistics.fmean((c[0] - s[0]) * 1e6 for c, s in pairs),
+        "back_us": statistics.fmean((s[1] - c[0]) * 1e6 for c, s in pairs),
+        "inline_calls": sum(1 for c, _ in pairs if c[1] == loop_tid),
+        "switches_per_step": {k: [v[0] / n, v[1] / n] for k, v in switches.items()},
+    }
 
 
 async def w_many(job: dict[str, Any]) -> dict[str, Any]:
@@ -237,6 +304,17 @@ async def w_waits_setup(job: dict[str, Any]) -> dict[str, Any]:
 async def w_waits_worker(job: dict[str, Any]) -> dict[str, Any]:
     """An idle worker (default options) that prints WOKE for each woken run."""
     store = await stead.open_store(job["url"])
+    # A diagnostic: note when the store told the idle worker of news, to split
+    # a wake-up into noticing the delivery and resuming the run.
+    watch = store.database.wait_for_work
+
+    async def watched(timeout: float) -> None:
+        await watch(timeout)
+        noticed.append(common.now())
+
+    store.database.wait_for_work = watched  # type: ignore[method-assign]
+    if job.get("poll_only"):  # the A/B: no -wal watch, the 10 ms look alone
+        store.database._wal_tried = True
     worker = stead.Worker(app, store)
     task = asyncio.create_task(worker.run())
     common.emit("IDLE", {"pid": os.getpid()})
@@ -251,6 +329,7 @@ async def w_deliver(job: dict[str, Any]) -> dict[str, Any]:
     store = await stead.open_store(job["url"])
     client = stead.Client(store, app)
     sent: dict[str, float] = {}
+    returned: dict[str, float] = {}
     for i, run_id in enumerate(job["run_ids"]):
         await asyncio.sleep(job["gaps"][i])
         t = common.now()
@@ -259,12 +338,13 @@ async def w_deliver(job: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(verdict, stead.Accepted):
             raise SystemExit(f"delivery to {run_id} was not accepted: {verdict}")
         sent[run_id] = t
+        returned[run_id] = common.now()
     await store.close()
-    return {"sent": sent}
+    return {"sent": sent, "returned": returned}
 
 
 WORKLOADS = {
-    "seq": w_seq, "seq_parts": w_seq_parts, "many": w_many,
+    "seq": w_seq, "seq_parts": w_seq_parts, "seq_probe": w_seq_probe, "many": w_many,
     "recover_prepare": w_recover_prepare, "recover": w_recover,
     "growth": w_growth, "waits_setup": w_waits_setup, "waits_worker": w_waits_worker,
     "deliver": w_deliver,

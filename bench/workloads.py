@@ -318,28 +318,42 @@ def _plan(ids: list[str], deliveries: int, seed: int) -> tuple[list[str], list[f
     return chosen, [rng.expovariate(1 / 0.025) for _ in chosen]
 
 
-def _waits_stead(ctx: Context, db: str, runs: int, deliveries: int) -> dict[str, Any]:
+def _waits_stead(ctx: Context, db: str, runs: int, deliveries: int,
+                 poll_only: bool = False) -> dict[str, Any]:
     system = ctx.systems["stead"]
     with fresh_database(db, ctx.scratch) as url:
         setup = runner.run(system, system.job(workload="waits_setup", url=url, runs=runs),
                            timeout=1800)
         if setup["waiting"] != runs:
             raise runner.BenchError(f"only {setup['waiting']}/{runs} runs are waiting")
-        worker = Child(system, system.job(workload="waits_worker", url=url))
+        worker = Child(system, system.job(workload="waits_worker", url=url,
+                                          poll_only=poll_only))
         try:
             pid = worker.wait_for("IDLE", 60)[0]["pid"]
             time.sleep(2.0)  # let it settle into its idle loop
             rss_idle = _rss(pid)
             chosen, gaps = _plan(setup["run_ids"], deliveries, 7)
-            sent = runner.run(system, system.job(workload="deliver", url=url,
-                                                 run_ids=chosen, gaps=gaps))["sent"]
-            woke = {p["run_id"]: p["at"] for p in worker.wait_for("WOKE", 120, deliveries)}
+            delivered = runner.run(system, system.job(workload="deliver", url=url,
+                                                      run_ids=chosen, gaps=gaps))
+            sent = delivered["sent"]
+            lines = worker.wait_for("WOKE", 120, deliveries)
+            woke = {p["run_id"]: p["at"] for p in lines}
             rss_after = _rss(pid)
             worker.send_line()
             worker.finish(60)
         finally:
             worker.kill()
+    noticed = {p["run_id"]: p["noticed"] for p in lines}
+    parts = {  # a wake-up's parts, in ms: the delivery's call, noticing it, resuming
+        "deliver_call_p50": _pct(sorted(
+            (delivered["returned"][r] - sent[r]) * 1000 for r in chosen), 50),
+        "notice_p50": _pct(sorted((noticed[r] - delivered["returned"][r]) * 1000
+                                  for r in chosen if noticed[r]), 50),
+        "resume_p50": _pct(sorted((woke[r] - noticed[r]) * 1000
+                                  for r in chosen if noticed[r]), 50),
+    }
     return {
+        **parts,
         "runs": runs,
         "suspend_rate": runs / (setup["start_seconds"] + setup["suspend_seconds"]),
         "start_seconds": setup["start_seconds"], "suspend_seconds": setup["suspend_seconds"],

@@ -67,10 +67,13 @@ def test_a_backend_implements_a_handful_of_methods_not_the_whole_store() -> None
     assert abstract == {"open", "close", "read", "write", "journal", "claim", "commits"}
     assert not inspect.isabstract(stead.Store)
     # One shape; SQLite's database is also files a process can lose under it
-    # (files.py: the -wal and -shm watch), which a server has no counterpart of;
-    # a PostgreSQL worker holds a presence lock on a session of its own
+    # (files.py: the -wal and -shm watch), which a server has no counterpart of,
+    # and cannot notify, so an idle worker watches the -wal for writes instead
+    # (wal_watch.py) where PostgreSQL LISTENs on its connection; a PostgreSQL
+    # worker holds a presence lock on a session of its own
     # (presence.py), which SQLite on one machine needs no counterpart of.
-    for backend, own in (("sqlite", ["files.py"]), ("postgres", ["presence.py"])):
+    for backend, own in (("sqlite", ["files.py", "wal_watch.py"]),
+                          ("postgres", ["presence.py"])):
         folder = Path(stead.__file__).parent / "store" / backend
         assert sorted(p.name for p in folder.glob("*.py")) == sorted([
             "__init__.py", "connection.py", "database.py", "group.py", "journal.py", *own,

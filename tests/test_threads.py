@@ -8,6 +8,7 @@ import contextvars
 import gc
 import os
 import threading
+import time
 import weakref
 
 import pytest
@@ -119,3 +120,58 @@ def test_a_forked_child_gets_threads_of_its_own() -> None:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+async def test_a_quick_function_runs_on_the_loops_thread_once_proven() -> None:
+    def where() -> str:
+        return threading.current_thread().name
+
+    names = [await threads.call(where, (), {}) for _ in range(threads.QUICK_CALLS + 2)]
+    here = threading.current_thread().name
+    assert all(n != here for n in names[:threads.QUICK_CALLS])
+    assert names[-1] == here
+
+
+async def test_an_inline_call_keeps_the_callers_contextvars_to_itself() -> None:
+    def change() -> str:
+        who.set("step")
+        return who.get()
+
+    who.set("caller")
+    for _ in range(threads.QUICK_CALLS + 2):
+        assert await threads.call(change, (), {}) == "step"
+    assert who.get() == "caller"
+
+
+async def test_a_quick_function_turned_slow_goes_back_to_a_thread_for_good() -> None:
+    slow = False
+
+    def step() -> str:
+        if slow:
+            time.sleep(threads.QUICK * 4)
+        return threading.current_thread().name
+
+    here = threading.current_thread().name
+    for _ in range(threads.QUICK_CALLS + 1):
+        await threads.call(step, (), {})
+    slow = True
+    assert await threads.call(step, (), {}) == here  # it had been quick: inline
+    slow = False
+    assert all([await threads.call(step, (), {}) != here for _ in range(threads.QUICK_CALLS + 2)])
+
+
+async def test_a_quick_function_goes_to_a_thread_while_other_tasks_are_ready() -> None:
+    def where() -> str:
+        return threading.current_thread().name
+
+    for _ in range(threads.QUICK_CALLS + 1):
+        await threads.call(where, (), {})
+
+    async def busy() -> None:
+        for _ in range(50):
+            await asyncio.sleep(0)
+
+    other = asyncio.create_task(busy())
+    await asyncio.sleep(0)
+    assert await threads.call(where, (), {}) != threading.current_thread().name
+    await other

@@ -6,6 +6,16 @@ machinery costs about as much as a step's commit. Here a call is one put on a
 C-level queue and one wake-up of the loop back (shared by the answers that
 arrive together), with the caller's contextvars, like `to_thread`.
 
+A function that has shown itself quick (its last few calls in a thread each
+took under `QUICK` seconds) runs on the event loop's own thread instead,
+when the loop has nothing else ready to run: each hand-off to a thread and
+back is a wake-up of a sleeping thread, and on a machine whose cores are
+busy each of those waits for the scheduler, which costs a trivial step more
+than everything else it does. A call that runs inline and turns out slow
+sends the function back to the threads for good, and after an inline call
+the caller yields to the loop once, so signals and I/O are still served
+between steps.
+
 The threads are daemons: a sync step still running when the process exits is
 cut off like a crash (its record was never written, so it runs again on
 takeover), and the worker already waits for effects in flight before it lets
@@ -20,6 +30,7 @@ import contextvars
 import os
 import queue
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -27,6 +38,16 @@ from typing import Any
 # As many sync calls at once as the worker's default concurrency allows, with
 # room for gathers; beyond that calls wait their turn in the queue.
 MAX_THREADS = 32
+# A call this short is cheaper run on the loop's thread than handed off.
+QUICK = 0.0005
+# Consecutive quick calls in a thread before a function runs inline.
+QUICK_CALLS = 3
+_NEVER = -1
+
+# By function: consecutive quick calls seen, or _NEVER once one ran inline
+# and was slow. Weak keys: a function is not kept alive; only the loop's
+# thread reads and writes it.
+_quick: weakref.WeakKeyDictionary[Callable[..., Any], int] = weakref.WeakKeyDictionary()
 
 _Answer = tuple[asyncio.Future[Any], Any, BaseException | None]
 
@@ -101,11 +122,13 @@ class _Pool:
             mailbox, fut, context, fn, args, kwargs = self._jobs.get()
             value: Any = None
             try:
+                started = time.perf_counter()
                 value = context.run(fn, *args, **kwargs)
+                took = time.perf_counter() - started
             except BaseException as exc:  # handed to the awaiting task, whatever it is
                 mailbox.post((fut, None, exc))
             else:
-                mailbox.post((fut, value, None))
+                mailbox.post((fut, (value, took), None))
             del mailbox, fut, context, fn, args, kwargs, value  # hold nothing while idle
             with self._lock:
                 self._free += 1
@@ -130,8 +153,9 @@ _pool = _Pool()
 def _forget_threads() -> None:
     # A forked child has none of the parent's threads, and a lock one of them
     # held at the fork would stay held for ever.
-    global _pool, _mailboxes, _mailboxes_lock
+    global _pool, _mailboxes, _mailboxes_lock, _quick
     _pool = _Pool()
+    _quick = weakref.WeakKeyDictionary()
     _mailboxes = weakref.WeakKeyDictionary()
     _mailboxes_lock = threading.Lock()
 
@@ -140,8 +164,55 @@ os.register_at_fork(after_in_child=_forget_threads)
 
 
 async def call(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
-    """`fn(*args, **kwargs)` in a thread, with the caller's contextvars."""
+    """`fn(*args, **kwargs)` in a thread, with the caller's contextvars (or on
+    the loop's thread, for a quick function when nothing else is ready)."""
     loop = asyncio.get_running_loop()
+    seen = _seen(fn)
+    if seen >= QUICK_CALLS and _idle(loop):
+        value = _inline(fn, args, kwargs)
+        await asyncio.sleep(0)  # one turn of the loop: signals, I/O, timers
+        return value
     fut: asyncio.Future[Any] = loop.create_future()
     _pool.submit((_mailbox(loop), fut, contextvars.copy_context(), fn, args, kwargs))
-    return await fut
+    try:
+        value, took = await fut
+    except BaseException:
+        _note(fn, seen, quick=False)
+        raise
+    _note(fn, seen, quick=took < QUICK)
+    return value
+
+
+def _inline(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    started = time.perf_counter()
+    try:
+        return contextvars.copy_context().run(fn, *args, **kwargs)
+    except StopIteration as exc:  # as a future refuses it in a thread
+        raise RuntimeError(f"{type(exc).__name__} raised by a function in a thread") from exc
+    finally:
+        if time.perf_counter() - started >= QUICK:
+            _note(fn, QUICK_CALLS, quick=False, never=True)
+
+
+def _seen(fn: Callable[..., Any]) -> int:
+    try:
+        return _quick.get(fn, 0)
+    except TypeError:  # not weakly referenceable: always a thread
+        return _NEVER
+
+
+def _note(fn: Callable[..., Any], seen: int, *, quick: bool, never: bool = False) -> None:
+    if seen == _NEVER:
+        return
+    with contextlib.suppress(TypeError):
+        _quick[fn] = _NEVER if never else (seen + 1 if quick else 0)
+
+
+def _idle(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether no other callback is ready to run on `loop`. asyncio keeps them
+    in `_ready` (no public way to ask); a loop without one is never idle. A
+    cancelled handle there (a timeout that was called off, say) runs nothing."""
+    ready = getattr(loop, "_ready", None)
+    if ready is None or len(ready) > 8:  # a few to look through at most
+        return False
+    return all(handle.cancelled() for handle in ready)

@@ -18,7 +18,7 @@ from stead import errors
 from stead.clock import Clock
 from stead.records import RunRow
 from stead.store import _rows, seam, sql_files
-from stead.store.sqlite import journal
+from stead.store.sqlite import journal, wal_watch
 from stead.store.sqlite.connection import Connector, busy_timeout_from_url, path_from_url
 from stead.store.sqlite.group import GroupCommit
 
@@ -26,6 +26,9 @@ T = TypeVar("T")
 Q = sql_files.queries("sqlite")
 # How often an idle worker looks whether anyone committed to the file.
 _WATCH_INTERVAL = 0.01
+# After a write to the -wal, how often and how many times to look again.
+_SOON_INTERVAL = 0.0005
+_SOON_LOOKS = 10
 
 
 class SQLiteDatabase(seam.Database):
@@ -38,6 +41,8 @@ class SQLiteDatabase(seam.Database):
         self.busy_timeout = busy_timeout_from_url(url, busy_timeout)
         self._db = Connector(self.path, self.busy_timeout, existing=existing)
         self._group = GroupCommit(self._db)
+        self._wal: wal_watch.WalWatch | None = None
+        self._wal_tried = False
 
     @property
     def commits(self) -> int:
@@ -47,6 +52,9 @@ class SQLiteDatabase(seam.Database):
         await self._db.open()
 
     async def close(self) -> None:
+        if self._wal is not None:
+            self._wal.close()
+            self._wal = None
         await self._db.close()
 
     # -- flows ----------------------------------------------------------------
@@ -99,15 +107,27 @@ class SQLiteDatabase(seam.Database):
         data_version` changes with every commit made on another connection and
         reading it touches no disk: a look every 10 ms costs microseconds, and
         the worker's claim query runs only when something changed (or at the
-        poll, for timers that came due)."""
+        poll, for timers that came due). Where the `-wal` can be watched
+        (`wal_watch`), a write to it brings the next look forward to at once."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         seen = self._db.data_version()
         if seen is None:
             await asyncio.sleep(timeout)
             return
+        if not self._wal_tried:
+            self._wal_tried = True
+            self._wal = wal_watch.open_watch(self.path)
+        soon = 0  # looks left at the short interval
         while (left := deadline - loop.time()) > 0:
-            await asyncio.sleep(min(_WATCH_INTERVAL, left))
+            pause = min(_SOON_INTERVAL if soon else _WATCH_INTERVAL, left)
+            soon = max(0, soon - 1)
+            if self._wal is None:
+                await asyncio.sleep(pause)
+            elif await self._wal.written(pause):
+                # A commit writes its frames to the -wal before it shows in
+                # data_version: if it does not show yet, it will in a moment.
+                soon = _SOON_LOOKS
             if self._db.data_version() != seen:
                 return
 

@@ -1,0 +1,90 @@
+"""Being told, not polling, when another process writes to the file.
+
+Every commit in WAL mode writes to the file's `-wal`; on Linux, inotify
+says so the moment it happens, on a descriptor the event loop watches. An
+idle worker waits on it (still looking at `PRAGMA data_version` every so
+often, and deciding by it: the descriptor only says "look now"), so a
+delivery from another process wakes it within the commit instead of within
+the next look. Where inotify is missing (not Linux, a loop that cannot watch
+descriptors) `open_watch` gives None and the worker polls as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import sys
+
+_IN_MODIFY = 0x2
+_IN_NONBLOCK = os.O_NONBLOCK
+_IN_CLOEXEC = os.O_CLOEXEC
+
+
+class WalWatch:
+    """An inotify descriptor watching one `-wal` file for writes."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    async def written(self, timeout: float) -> bool:
+        """Wait until the file is written to, or `timeout`; whether it was."""
+        loop = asyncio.get_running_loop()
+        if self._drain():
+            return True
+        seen = loop.create_future()
+
+        def readable() -> None:
+            if not seen.done():
+                seen.set_result(None)
+
+        try:
+            loop.add_reader(self._fd, readable)
+        except (NotImplementedError, ValueError, OSError):  # a loop that cannot watch fds
+            await asyncio.sleep(timeout)
+            return False
+        try:
+            await asyncio.wait_for(seen, timeout)
+        except TimeoutError:
+            return False
+        finally:
+            loop.remove_reader(self._fd)
+        self._drain()
+        return True
+
+    def _drain(self) -> bool:
+        """Read the events queued so far; whether there were any."""
+        got = False
+        while True:
+            try:
+                chunk = os.read(self._fd, 4096)
+            except (BlockingIOError, OSError):
+                return got
+            if not chunk:
+                return got
+            got = True
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+
+
+def open_watch(db_path: str) -> WalWatch | None:
+    """A watch on `db_path`'s `-wal`, or None where it cannot be had."""
+    if not sys.platform.startswith("linux") or db_path == ":memory:":
+        return None
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name, use_errno=True)
+        fd = int(libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC))
+    except (OSError, AttributeError):
+        return None
+    if fd < 0:
+        return None
+    wd = int(libc.inotify_add_watch(fd, os.fsencode(db_path + "-wal"), _IN_MODIFY))
+    if wd < 0:  # no -wal yet, or no inotify watches left: poll
+        os.close(fd)
+        return None
+    return WalWatch(fd)
