@@ -126,7 +126,7 @@ async def test_a_quick_function_runs_on_the_loops_thread_once_proven() -> None:
     def where() -> str:
         return threading.current_thread().name
 
-    names = [await threads.call(where, (), {}) for _ in range(threads.QUICK_CALLS + 2)]
+    names = [await threads.call(where, (), {}, inline=True) for _ in range(threads.QUICK_CALLS + 2)]
     here = threading.current_thread().name
     assert all(n != here for n in names[:threads.QUICK_CALLS])
     assert names[-1] == here
@@ -139,7 +139,7 @@ async def test_an_inline_call_keeps_the_callers_contextvars_to_itself() -> None:
 
     who.set("caller")
     for _ in range(threads.QUICK_CALLS + 2):
-        assert await threads.call(change, (), {}) == "step"
+        assert await threads.call(change, (), {}, inline=True) == "step"
     assert who.get() == "caller"
 
 
@@ -153,11 +153,12 @@ async def test_a_quick_function_turned_slow_goes_back_to_a_thread_for_good() -> 
 
     here = threading.current_thread().name
     for _ in range(threads.QUICK_CALLS + 1):
-        await threads.call(step, (), {})
+        await threads.call(step, (), {}, inline=True)
     slow = True
-    assert await threads.call(step, (), {}) == here  # it had been quick: inline
+    assert await threads.call(step, (), {}, inline=True) == here  # it had been quick: inline
     slow = False
-    assert all([await threads.call(step, (), {}) != here for _ in range(threads.QUICK_CALLS + 2)])
+    again = [await threads.call(step, (), {}, inline=True) for _ in range(threads.QUICK_CALLS + 2)]
+    assert all(name != here for name in again)
 
 
 async def test_a_quick_function_goes_to_a_thread_while_other_tasks_are_ready() -> None:
@@ -165,7 +166,7 @@ async def test_a_quick_function_goes_to_a_thread_while_other_tasks_are_ready() -
         return threading.current_thread().name
 
     for _ in range(threads.QUICK_CALLS + 1):
-        await threads.call(where, (), {})
+        await threads.call(where, (), {}, inline=True)
 
     async def busy() -> None:
         for _ in range(50):
@@ -173,5 +174,31 @@ async def test_a_quick_function_goes_to_a_thread_while_other_tasks_are_ready() -
 
     other = asyncio.create_task(busy())
     await asyncio.sleep(0)
-    assert await threads.call(where, (), {}) != threading.current_thread().name
+    assert await threads.call(where, (), {}, inline=True) != threading.current_thread().name
     await other
+
+
+async def test_a_quick_function_stays_in_threads_unless_inline_is_asked() -> None:
+    def where() -> str:
+        return threading.current_thread().name
+
+    here = threading.current_thread().name
+    names = [await threads.call(where, (), {}) for _ in range(threads.QUICK_CALLS + 3)]
+    assert all(n != here for n in names)
+
+
+async def test_an_inline_call_sees_no_running_loop_as_in_a_thread() -> None:
+    def sees() -> tuple[str, bool]:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return threading.current_thread().name, False
+        return threading.current_thread().name, True
+
+    seen = [await threads.call(sees, (), {}, inline=True) for _ in range(threads.QUICK_CALLS + 2)]
+    here = threading.current_thread().name
+    assert seen[-1][0] == here  # inline by now
+    # As in a thread, no loop is running (so `asyncio.run` and libraries that
+    # refuse to run inside a loop behave the same); the caller's loop runs on.
+    assert not any(loop for _, loop in seen)
+    assert asyncio.get_running_loop().is_running()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from typing import Any
 
@@ -54,6 +55,30 @@ async def test_a_step_that_takes_too_long_fails_with_a_timeout(store: stead.Stor
     errors = [json.loads(r.payload)["type"] for r in await client.journal(info.run_id)
               if r.status == "error"]
     assert errors == ["TimeoutError", "TimeoutError"]
+
+
+async def test_a_step_with_a_timeout_always_runs_where_the_timeout_can_leave_it(
+        store: stead.Store) -> None:
+    # A quick sync step may run on the worker's loop (no hand-off to a
+    # thread); one with a timeout never does, or nothing could cut it short.
+    app = stead.App("t")
+    loop_thread = threading.current_thread().name
+
+    def where() -> str:
+        return threading.current_thread().name
+
+    @app.workflow()
+    async def wf(run: stead.Run) -> dict[str, list[str]]:
+        timed = [await run.step(f"t{i}", where, timeout=5) for i in range(12)]
+        plain = [await run.step(f"p{i}", where) for i in range(12)]
+        return {"timed": timed, "plain": plain}
+
+    client = stead.Client(store, app)
+    info = await client.start(wf)
+    await stead.Worker(app, store).run_until_idle()
+    result = await client.result(info.run_id, timeout=10)
+    assert loop_thread not in result["timed"]
+    assert len(result["plain"]) == 12  # inline or not: the same result
 
 
 async def test_a_step_timeout_must_be_positive(store: stead.Store) -> None:

@@ -30,11 +30,14 @@ def is_async(fn: Callable[..., Any]) -> bool:
     return found
 
 
-async def invoke(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+async def invoke(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any], *,
+                 inline: bool = False) -> Any:
+    """Call `fn`; a sync one in a thread, or with `inline` (a step with no
+    timeout) on the loop's thread once it has shown itself quick (see `threads`)."""
     with addresses.outside_branches():
         if is_async(fn):
             return await fn(*args, **kwargs)
-        value = await threads.call(fn, args, kwargs)
+        value = await threads.call(fn, args, kwargs, inline=inline)
         if inspect.isawaitable(value):
             value = await value
         return value

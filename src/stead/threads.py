@@ -6,9 +6,11 @@ machinery costs about as much as a step's commit. Here a call is one put on a
 C-level queue and one wake-up of the loop back (shared by the answers that
 arrive together), with the caller's contextvars, like `to_thread`.
 
-A function that has shown itself quick (its last few calls in a thread each
-took under `QUICK` seconds) runs on the event loop's own thread instead,
-when the loop has nothing else ready to run: each hand-off to a thread and
+A step's function (`inline`: a step with no timeout; effects, checks and
+policies always take a thread) that has shown itself quick (its last few
+calls in a thread each took under `QUICK` seconds) runs on the event loop's
+own thread instead, when the loop has nothing else ready to run, seeing no
+running loop as in a thread: each hand-off to a thread and
 back is a wake-up of a sleeping thread, and on a machine whose cores are
 busy each of those waits for the scheduler, which costs a trivial step more
 than everything else it does. A call that runs inline and turns out slow
@@ -163,12 +165,14 @@ def _forget_threads() -> None:
 os.register_at_fork(after_in_child=_forget_threads)
 
 
-async def call(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
-    """`fn(*args, **kwargs)` in a thread, with the caller's contextvars (or on
-    the loop's thread, for a quick function when nothing else is ready)."""
+async def call(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any], *,
+               inline: bool = False) -> Any:
+    """`fn(*args, **kwargs)` in a thread, with the caller's contextvars. With
+    `inline`, a quick function runs on the loop's thread when nothing else is
+    ready: only for calls with no timeout, since nothing can cut one short."""
     loop = asyncio.get_running_loop()
     seen = _seen(fn)
-    if seen >= QUICK_CALLS and _idle(loop):
+    if inline and seen >= QUICK_CALLS and _idle(loop):
         value = _inline(fn, args, kwargs)
         await asyncio.sleep(0)  # one turn of the loop: signals, I/O, timers
         return value
@@ -185,11 +189,16 @@ async def call(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str,
 
 def _inline(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     started = time.perf_counter()
+    # The function sees no running loop, as in a thread: `asyncio.run` and
+    # libraries that refuse to run inside a loop behave the same either way.
+    loop = asyncio.events.get_running_loop()
+    asyncio.events._set_running_loop(None)
     try:
         return contextvars.copy_context().run(fn, *args, **kwargs)
     except StopIteration as exc:  # as a future refuses it in a thread
         raise RuntimeError(f"{type(exc).__name__} raised by a function in a thread") from exc
     finally:
+        asyncio.events._set_running_loop(loop)
         if time.perf_counter() - started >= QUICK:
             _note(fn, QUICK_CALLS, quick=False, never=True)
 

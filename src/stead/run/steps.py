@@ -150,7 +150,7 @@ class Steps(Part):
 
         async def call() -> Any:
             if timeout is None:
-                return await calls.invoke(fn, args, kwargs)
+                return await calls.invoke(fn, args, kwargs, inline=True)
             async with asyncio.timeout(timeout):  # no task of its own: not a branch
                 return await calls.invoke(fn, args, kwargs)
 
