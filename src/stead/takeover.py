@@ -1,6 +1,6 @@
 """The takeover pipeline (see docs/architecture.md), one small function per stage.
 
-    claim (worker.py) → version gate [→ migrate] → load checkpoint → diff
+    claim (`stead.worker`) → version gate [→ migrate] → load checkpoint → diff
     → replay → the policy judges the first live action → resume record
 
 The version gate continues a run on the version it started on when the app
@@ -19,7 +19,7 @@ where it first acts live (`stead.workflow.revalidation`); the resume record carr
 the diff, the action and the decision, also when the run stops there.
 Replay is the workflow
 re-executing against the journal (`stead.run`), which classifies each journaled
-call as it meets it (an effect's phases in `effects.py`); the resume record,
+call as it meets it (an effect's phases in `stead.workflow.effects`); the resume record,
 counting those classes, rides along with the first write after it
 (`stead.execution`).
 """

@@ -16,10 +16,7 @@ and keeps every attempt, done or refused, with who and why
 The parts, one module each: `forms` (fields and the `Decision` typed into
 them), `situation` (the run as it is now), `actions` (`ACTIONS`, `act`),
 `audit` (what `act` keeps, and its text), `attention` (`FINDERS`,
-`needs_a_human`); and the run shown as text, for `stead runs show`, the
-dashboard and `stead demo`: `timeline` (its status, journal, effects and
-takeovers), `context_view` (its intent, grants, budget and the policy's
-decisions) and `workspace_view` (its workspaces and snapshots).
+`needs_a_human`). The run shown as text, which they draw on, is `stead.views`.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ class RecordStatus(enum.StrEnum):
     # commit made while the call is in flight (never a commit of its own), so
     # an attempt whose worker died mid-call is counted on takeover.
     STARTED = "started"
-    # An effect's phases besides ok/error (see effects.py).
+    # An effect's phases besides ok/error (see `stead.workflow.effects`).
     INTENT = "intent"
     ACCEPTED = "accepted"
     UNKNOWN = "unknown"

@@ -170,7 +170,7 @@ def journal_lines(
 
 
 # -- effects ------------------------------------------------------------------
-# An effect's phase is the phase of its last record (see effects.py).
+# An effect's phase is the phase of its last record (see `stead.workflow.effects`).
 PHASES = {RecordStatus.INTENT: "intent", RecordStatus.ACCEPTED: "accepted",
           RecordStatus.OK: "done", RecordStatus.ERROR: "failed",
           RecordStatus.UNKNOWN: "unknown", RecordStatus.RECONCILED: "reconciled"}
