@@ -15,6 +15,7 @@ import pytest
 import stead
 import stead.keys
 from tests import ops_app, pg, stress
+from tests.workers.procs import Workers
 
 BACKENDS = ("sqlite", "postgres")
 
@@ -83,6 +84,14 @@ async def store(db_url: str) -> AsyncIterator[stead.Store]:
     s = await stead.open_store(db_url)
     yield s
     await s.close()
+
+
+@pytest.fixture
+def workers(tmp_path: Path, db_url: str) -> Iterator[Workers]:
+    """Worker processes a test starts on its store; stopped when it ends."""
+    w = Workers(tmp_path, db_url)
+    yield w
+    w.stop_all()
 
 
 @pytest.fixture

@@ -6,20 +6,12 @@ just after. Real processes (tests/workers/crash_worker.py), both stores."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import pytest
 
 import stead
 from tests.workers.procs import KILLED, SLOW, Workers
-
-
-@pytest.fixture
-def workers(tmp_path: Path, db_url: str) -> Iterator[Workers]:
-    w = Workers(tmp_path, db_url)
-    yield w
-    w.stop_all()
 
 
 @pytest.fixture

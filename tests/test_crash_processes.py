@@ -20,7 +20,7 @@ import asyncio
 import dataclasses
 import json
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -124,13 +124,6 @@ async def test_a_delegating_store_serves_a_worker(store: stead.Store) -> None:
 
 
 # -- real processes -------------------------------------------------------------
-
-
-@pytest.fixture
-def workers(tmp_path: Path, db_url: str) -> Iterator[Workers]:
-    w = Workers(tmp_path, db_url)
-    yield w
-    w.stop_all()
 
 
 @pytest.fixture

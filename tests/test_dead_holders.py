@@ -9,8 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -21,13 +20,6 @@ from tests.workers.procs import SLOW, Workers, check_journal, wait_until
 
 # The promise: takeover within 2 s of a SIGKILL, with the default lease.
 TAKEOVER = 2.0
-
-
-@pytest.fixture
-def workers(tmp_path: Path, db_url: str) -> Iterator[Workers]:
-    w = Workers(tmp_path, db_url)
-    yield w
-    w.stop_all()
 
 
 @pytest.fixture

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Iterator, Sequence
-from pathlib import Path
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
@@ -272,13 +271,6 @@ async def test_a_worker_whose_lease_lapsed_does_not_take_over_its_own_run(pair: 
 
 
 # -- two worker processes -----------------------------------------------------------
-@pytest.fixture
-def workers(tmp_path: Path, db_url: str) -> Iterator[Workers]:
-    w = Workers(tmp_path, db_url)
-    yield w
-    w.stop_all()
-
-
 @pytest.mark.slow
 async def test_two_worker_processes_share_twenty_runs_and_every_step_runs_once(
     workers: Workers, store: stead.Store
