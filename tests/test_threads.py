@@ -7,6 +7,7 @@ import asyncio
 import contextvars
 import gc
 import os
+import sys
 import threading
 import time
 import weakref
@@ -202,3 +203,40 @@ async def test_an_inline_call_sees_no_running_loop_as_in_a_thread() -> None:
     # refuse to run inside a loop behave the same); the caller's loop runs on.
     assert not any(loop for _, loop in seen)
     assert asyncio.get_running_loop().is_running()
+
+
+async def test_inline_calls_hold_while_other_threads_schedule_callbacks_on_the_loop() -> None:
+    """Threads add callbacks to the loop (`call_soon_threadsafe`: a finished
+    thread call, the database driver) at any moment, also while a call
+    decides whether the loop is idle; the function must still just run."""
+    loop = asyncio.get_running_loop()
+    stop = threading.Event()
+
+    def nothing() -> None:
+        return None
+
+    def hammer() -> None:
+        while not stop.is_set():
+            loop.call_soon_threadsafe(nothing)
+            time.sleep(0.00005)
+
+    def quick(i: int) -> int:
+        return i
+
+    for i in range(threads.QUICK_CALLS + 1):
+        await threads.call(quick, (i,), {}, inline=True)
+    pusher = threading.Thread(target=hammer, daemon=True)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns as often as they can
+    pusher.start()
+    try:
+        for i in range(5_000):
+            # Called-off timers sit in the ready queue as cancelled handles:
+            # the idle check looks through them, one by one.
+            for _ in range(4):
+                loop.call_soon(nothing).cancel()
+            assert await threads.call(quick, (i,), {}, inline=True) == i
+    finally:
+        stop.set()
+        sys.setswitchinterval(interval)
+        pusher.join()

@@ -220,8 +220,19 @@ def _note(fn: Callable[..., Any], seen: int, *, quick: bool, never: bool = False
 def _idle(loop: asyncio.AbstractEventLoop) -> bool:
     """Whether no other callback is ready to run on `loop`. asyncio keeps them
     in `_ready` (no public way to ask); a loop without one is never idle. A
-    cancelled handle there (a timeout that was called off, say) runs nothing."""
+    cancelled handle there (a timeout that was called off, say) runs nothing.
+
+    Other threads append to `_ready` (`call_soon_threadsafe`: a finished
+    thread call, the database driver, a signal): the deque is copied in one
+    C call, which no other thread can interrupt, and only the copy is looked
+    through. Iterating the deque itself would raise "deque mutated during
+    iteration" into the caller's step whenever such an append came between
+    two handles."""
     ready = getattr(loop, "_ready", None)
     if ready is None or len(ready) > 8:  # a few to look through at most
         return False
-    return all(handle.cancelled() for handle in ready)
+    try:
+        handles = tuple(ready)
+    except RuntimeError:  # changed while being copied: something is arriving
+        return False
+    return all(handle.cancelled() for handle in handles)
