@@ -261,6 +261,43 @@ async def test_a_killed_worker_is_resumed_not_rerun(
     assert (final.epoch, final.lease_owner) == (2, None)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(("crash", "acknowledged"), [("before:1:after", False),
+                                                     ("after:1:after", True)])
+async def test_a_crash_after_a_waits_event_resumes_with_that_event_once(
+    workers: Workers, store: stead.Store, crash: str, acknowledged: bool
+) -> None:
+    """The event a wait received rides with the run's next write: a worker
+    killed before that write commits leaves the journal without it, and the
+    next worker reads the same event again from the store, once."""
+    client = stead.Client(store)
+    run_id = (await client.start("approved", version=1)).run_id
+    first = workers.start("--until-done")
+    assert await workers.exit_code(first) == 0, workers.output(first)
+    assert (await store.get_run(run_id)).status == "waiting"
+    delivered = await client.deliver(run_id, event_id="e1", kind="approval",
+                                     payload={"approved": "yes"})
+    assert isinstance(delivered, stead.Accepted)
+
+    crashed = workers.start("--lease", "1.0", "--crash", crash)
+    assert await workers.exit_code(crashed) == KILLED, workers.output(crashed)
+    at_crash = await store.load_journal(run_id)
+    waits = [r for r in at_crash if r.kind == "wait" and r.status != "open"]
+    assert len(waits) == (1 if acknowledged else 0)
+    assert workers.step_names(run_id)["after"] == 1
+
+    fresh = workers.start("--lease", "1.0", "--until-done")
+    assert await workers.exit_code(fresh) == 0, workers.output(fresh)
+    assert await client.result(run_id, timeout=SLOW) == {"approved": "yes"}
+    assert workers.step_names(run_id)["after"] == (1 if acknowledged else 2)
+    journal = await store.load_journal(run_id)
+    check_journal(journal)
+    assert journal[: len(at_crash)] == at_crash, "committed records must never change"
+    outcome = [r for r in journal if r.kind == "wait" and r.status != "open"]
+    assert [(r.status, json.loads(r.payload)["event_id"]) for r in outcome] == [("ok", "e1")]
+    assert [e.event_id for e in await store.list_events(run_id)] == ["e1"]
+
+
 async def _stop_mid_step(workers: Workers, store: stead.Store, *extra: str) -> str:
     """Start a `slow` run, SIGTERM its worker while the gated step is in flight,
     and wait until the worker has taken the signal. Returns the run id."""

@@ -113,6 +113,18 @@ async def pipeline(run: stead.Run, n: int) -> dict[str, Any]:
     return {"base": base, "plan": plan.text, "parts": parts, "total": total}
 
 
+# -- approved: a wait's event, then a step ----------------------------------------
+def after(run_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+    tick(run_id, "after")
+    return payload
+
+
+@app.workflow(version=1)
+async def approved(run: stead.Run) -> dict[str, Any]:
+    event = await (await run.wait("approval", token=False))
+    return await run.step("after", after, run.id, event)
+
+
 # -- slow: the SIGTERM tests ----------------------------------------------------
 def first(run_id: str) -> str:
     tick(run_id, "first")

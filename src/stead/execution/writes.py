@@ -23,8 +23,9 @@ from stead.replay import markers_text
 
 log = logging.getLogger("stead.run")
 T = TypeVar("T")
-# The buffered records a workflow's later writes may depend on.
-_VALUES = frozenset({RecordKind.NOW, RecordKind.UUID, RecordKind.RANDOM})
+# The buffered records a workflow's later writes may depend on: the values
+# `run.now()`, `run.uuid()`, `run.random()` gave, and what a wait received.
+_VALUES = frozenset({RecordKind.NOW, RecordKind.UUID, RecordKind.RANDOM, RecordKind.WAIT})
 
 
 def _acts(rec: Record) -> bool:
@@ -59,6 +60,17 @@ class Writes(Fenced, abc.ABC):
     def buffer(self, rec: Record) -> None:
         with self._marks:
             self._buffer.append(rec)
+
+    def carry(self, rec: Record) -> None:
+        """Journal `rec` with the run's next write, not in a write of its own:
+        for an outcome the store already holds for good (the event that
+        consumed a wait), which a replay after a crash before that write
+        reads again and finds the same. Every write carries it, a stream's
+        append included (see `write_beside`), so nothing that depends on it
+        leaves the process before it. A dry replay stops here, as at a write."""
+        if self.dry:
+            raise Frontier()
+        self.buffer(rec)
 
     def in_flight(self) -> str | None:
         """The started markers of the calls in flight whose marker no write
@@ -197,9 +209,10 @@ class Writes(Fenced, abc.ABC):
     async def write_beside(self, send: Callable[[], Awaitable[T]]) -> T:
         """A fenced write beside the journal (a stream's append, see
         `stead.workflow.streams`), ordered with the journal's writes. The values the
-        buffer holds (`run.now()`, `run.uuid()`, `run.random()`) are journaled
-        first: what is written may depend on them, and nothing that does may
-        leave the process before them. Started markers stay buffered."""
+        buffer holds (`run.now()`, `run.uuid()`, `run.random()`, a wait's
+        event) are journaled first: what is written may depend on them, and
+        nothing that does may leave the process before them. Started markers
+        stay buffered."""
         if any(r.kind in _VALUES for r in self._buffer):
             await self.commit(())
         async with self._lock:

@@ -109,6 +109,15 @@ def event(row: Row) -> EventRow:
     return EventRow(**{name: row[name] for name in _EVENT_FIELDS})
 
 
+def consuming_event(row: Row) -> EventRow | None:
+    """The event of a `wait_and_event` row (its columns as `e_*`), or None
+    if no event consumed the wait (or it is no longer stored)."""
+    if row["e_event_id"] is None:
+        return None
+    return EventRow(**{name: row["run_id"] if name == "run_id" else row["e_" + name]
+                       for name in _EVENT_FIELDS})
+
+
 def state(row: Row) -> StateRow:
     return StateRow(row["task_key"], row["version"], row["data"], row["run_id"] or None,
                     row["updated_at"])

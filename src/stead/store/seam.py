@@ -46,7 +46,10 @@ class Query:
     name (`row["status"]`) on both dialects. A list parameter becomes an array
     on PostgreSQL and JSON text on SQLite (read there with `json_each`). A
     query whose body is empty in a dialect's file does nothing there (a lock
-    SQLite's single writer already holds, a NOTIFY it cannot send)."""
+    SQLite's single writer already holds, a NOTIFY it cannot send). A query
+    that answers nothing may be several statements in SQLite's file, with a
+    `-- then` line between them, run in turn with the same parameters, where
+    PostgreSQL's is one statement (a writable CTE: one round trip)."""
 
     name: str
     params: dict[str, Any]

@@ -435,22 +435,25 @@ class Wait(Generic[T]):
         while True:
             x.check_live()
             with x.busy():
-                row = await x.store.get_wait(self.wait_id)
-            if row is None:
+                found = await x.store.wait_and_event(self.wait_id)
+            if found is None:
                 raise errors.CorruptRecord(f"wait {self.wait_id} is in the journal, not the store")
-            rec = await self._observe(row)
+            row, event = found
+            rec = await self._observe(row, event)
             if rec is not None:
                 self._resolution = rec
                 return self._settle(rec)
             await x.block(wake_at=row.expires_at, wait_id=self.wait_id)
 
-    async def _observe(self, row: WaitRow) -> Record | None:
-        """Journal what the store says happened to the wait, if anything has."""
+    async def _observe(self, row: WaitRow, event: EventRow | None) -> Record | None:
+        """Journal what the store says happened to the wait (`event`: the one
+        that consumed it), if anything has. An event's outcome rides with the
+        run's next write rather than a write of its own: the store keeps the
+        consumed wait and its event for good, so a replay after a crash
+        before that write reads the same outcome again."""
         x = self._x
         if row.state == WaitState.CONSUMED:
             assert row.event_id is not None
-            with x.busy():
-                event = await x.store.get_event(row.run_id, row.event_id)
             if event is None:
                 raise errors.CorruptRecord(f"event {row.event_id} of wait {self.wait_id} is gone")
             bound = policy_binding.bound(self._row)
@@ -463,7 +466,7 @@ class Wait(Generic[T]):
             else:
                 rec = self._record(RecordStatus.OK, {"event_id": event.event_id,
                                                 "payload": codec.loads(event.payload)})
-            await x.commit([rec])
+            x.carry(rec)
             return rec
         closed = _CLOSED.get(row.state)
         if closed is not None:

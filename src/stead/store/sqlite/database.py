@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sqlite3
 from typing import Any, TypeVar, cast
 
@@ -149,6 +150,12 @@ def _do(conn: sqlite3.Connection, step: seam.Step) -> Any:
         return step.fn()
     sql = Q[step.name]  # empty: nothing to do in this dialect
     try:
+        statements = _STATEMENTS.get(step.name)
+        if statements is not None:  # several, in turn; their answer is nothing
+            params = _params(step.params)
+            for one in statements:
+                conn.execute(one, params)
+            return None
         cur = conn.execute(sql, _params(step.params)) if sql else None
     except (UnicodeEncodeError, OverflowError) as exc:  # a lone surrogate, an int past 2**63
         raise errors.StoreRejected(
@@ -159,6 +166,14 @@ def _do(conn: sqlite3.Connection, step: seam.Step) -> Any:
     if step.fetch is seam.Fetch.COUNT:
         return cur.rowcount
     return cur.fetchone() if step.fetch is seam.Fetch.ONE else cur.fetchall()
+
+
+# The queries whose body is several statements with `-- then` between them,
+# each run in turn with the query's parameters: where PostgreSQL makes one
+# statement of them (a writable CTE), which SQLite has no form for.
+_THEN = re.compile(r"^--\s*then\s*$", re.MULTILINE)
+_STATEMENTS = {name: tuple(part.strip() for part in _THEN.split(sql))
+               for name, sql in Q.items() if _THEN.search(sql)}
 
 
 def _params(params: dict[str, Any]) -> dict[str, Any]:

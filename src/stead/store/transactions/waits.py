@@ -46,6 +46,11 @@ def open_wait(write: FencedWrite, wait: WaitRow) -> Flow[None]:
     yield execute("insert_wait", _rows.wait_params(wait))
 
 
+def wait_and_event(wait_id: str) -> Flow[tuple[WaitRow, EventRow | None] | None]:
+    row = yield one("wait_and_event", {"wait_id": wait_id})
+    return None if row is None else (_rows.wait(row), _rows.consuming_event(row))
+
+
 def wait_opened(wait_id: str) -> Flow[NotLanded | None]:
     found = yield one("get_wait", {"wait_id": wait_id})
     return None if found is not None else NOT_LANDED
@@ -124,14 +129,15 @@ def deliver(event: EventRow, judge: Judge, now: float) -> Flow[tuple[Judgement, 
     """Judge and store `event`: the run is locked first, so a delivery, a
     suspension and a revocation of one run happen one at a time."""
     key = {"run_id": event.run_id, "event_id": event.event_id}
-    yield execute("lock_run", key)
+    # Each read is a round trip on PostgreSQL: the run comes with its lock,
+    # each wait with its task state's version.
+    run = yield one("locked_run", key)
     found = yield one("get_event", key)
-    run = yield one("get_run", key)
-    waits = tuple(_rows.wait(r) for r in (yield rows("run_waits", key)))
-    versions: dict[str, int] = {}
-    for w in waits:
-        state = yield one("read_state", {"task_key": w.task_key})
-        versions[w.task_key] = 0 if state is None else int(state["version"])
+    listed = yield rows("run_waits_versions", key)
+    waits = tuple(_rows.wait(r) for r in listed)
+    versions: dict[str, int] = {
+        w.task_key: 0 if r["state_version"] is None else int(r["state_version"])
+        for w, r in zip(waits, listed, strict=True)}
     policies: frozenset[str | None] = frozenset()
     if run is not None and any(w.state == WaitState.OPEN and w.policy_bound for w in waits):
         code = {"code": f"{run['workflow']}@{run['version']}", "now": now}
@@ -153,17 +159,17 @@ def deliver(event: EventRow, judge: Judge, now: float) -> Flow[tuple[Judgement, 
         # Anyone can send these: keep what identifies them, not what they carry.
         stored = dataclasses.replace(stored, payload=digest(stored.payload),
                                      bind=digest(stored.bind))
+    if verdict.verdict == Verdict.ACCEPTED and verdict.wait_id is not None:
+        # Stored, the wait consumed, the run woken and idle workers told: one
+        # statement on PostgreSQL (`stored.wait_id` is the verdict's wait).
+        yield execute("accept_event", _rows.event_params(stored))
+        return verdict, stored
     yield execute("insert_event", _rows.event_params(stored))
     if verdict.verdict == Verdict.REJECTED:
         yield from _rejections.trim(event.run_id, run is not None, now)
     if verdict.reason == RejectReason.BAD_TOKEN and verdict.wait_id is not None:
         yield execute("count_bad_token",
                       {"wait_id": verdict.wait_id, "lock": verdict.locks_wait, "now": now})
-    if verdict.verdict == Verdict.ACCEPTED and verdict.wait_id is not None:
-        yield execute("consume_wait",
-                      {"wait_id": verdict.wait_id, "event_id": event.event_id, "now": now})
-        if (yield count("wake", {"run_id": event.run_id, "now": now})):
-            yield execute("notify_work")
     return verdict, stored
 
 

@@ -369,6 +369,27 @@ SELECT * FROM waits WHERE wait_id = %(wait_id)s;
 -- name: run_waits
 SELECT * FROM waits WHERE run_id = %(run_id)s ORDER BY created_at, wait_id;
 
+-- name: locked_run
+-- A delivery's first statement: its run, locked (as fenced writes lock it),
+-- so everything that touches one run's waits happens one at a time.
+SELECT * FROM runs WHERE run_id = %(run_id)s FOR UPDATE;
+
+-- name: run_waits_versions
+-- A run's waits, each with the version of its task's state now (NULL: no
+-- state yet, or no task): what a delivery judges against, in one read.
+SELECT w.*, s.version AS state_version
+FROM waits w LEFT JOIN task_state s ON s.task_key = w.task_key
+WHERE w.run_id = %(run_id)s ORDER BY w.created_at, w.wait_id;
+
+-- name: wait_and_event
+-- A wait and, if an event consumed it, that event (its columns as e_*), in one read.
+SELECT w.*, e.event_id AS e_event_id, e.wait_id AS e_wait_id, e.kind AS e_kind,
+       e.payload AS e_payload, e.bind AS e_bind, e.verdict AS e_verdict,
+       e.reason AS e_reason, e.detail AS e_detail, e.received_at AS e_received_at,
+       e.delivered_by AS e_delivered_by, e.delivered_why AS e_delivered_why
+FROM waits w LEFT JOIN events e ON e.run_id = w.run_id AND e.event_id = w.event_id
+WHERE w.wait_id = %(wait_id)s;
+
 -- name: list_waits
 SELECT * FROM waits
 WHERE (%(run_id)s::text IS NULL OR run_id = %(run_id)s::text)
@@ -380,10 +401,6 @@ LIMIT %(limit)s;
 UPDATE waits SET state = %(state)s, closed_at = %(now)s
 WHERE wait_id = %(wait_id)s AND state = 'open'
 RETURNING wait_id;
-
--- name: consume_wait
-UPDATE waits SET state = 'consumed', event_id = %(event_id)s, closed_at = %(now)s
-WHERE wait_id = %(wait_id)s AND state = 'open';
 
 -- name: suspend
 UPDATE runs
@@ -422,6 +439,33 @@ SET wait_id = excluded.wait_id, kind = excluded.kind, payload = excluded.payload
     bind = excluded.bind, verdict = excluded.verdict, reason = excluded.reason,
     detail = excluded.detail, received_at = excluded.received_at,
     delivered_by = excluded.delivered_by, delivered_why = excluded.delivered_why;
+
+-- name: accept_event
+-- An accepted event in one statement (one round trip): stored (as
+-- insert_event), its wait consumed, its run woken if it was waiting, and
+-- idle workers told (NOTIFY, sent at commit) when it was.
+WITH stored AS (
+    INSERT INTO events (run_id, event_id, wait_id, kind, payload, bind, verdict, reason,
+                        detail, received_at, delivered_by, delivered_why)
+    VALUES (%(run_id)s, %(event_id)s, %(wait_id)s, %(kind)s, %(payload)s, %(bind)s,
+            %(verdict)s, %(reason)s, %(detail)s, %(received_at)s, %(delivered_by)s,
+            %(delivered_why)s)
+    ON CONFLICT (run_id, event_id) DO UPDATE
+    SET wait_id = excluded.wait_id, kind = excluded.kind, payload = excluded.payload,
+        bind = excluded.bind, verdict = excluded.verdict, reason = excluded.reason,
+        detail = excluded.detail, received_at = excluded.received_at,
+        delivered_by = excluded.delivered_by, delivered_why = excluded.delivered_why
+    RETURNING 1
+), consumed AS (
+    UPDATE waits SET state = 'consumed', event_id = %(event_id)s, closed_at = %(received_at)s
+    WHERE wait_id = %(wait_id)s AND state = 'open'
+    RETURNING 1
+), woken AS (
+    UPDATE runs SET status = 'running', wake_at = NULL, updated_at = %(received_at)s
+    WHERE run_id = %(run_id)s AND status = 'waiting'
+    RETURNING 1
+)
+SELECT pg_notify('stead_work', current_schema()) FROM woken;
 
 -- name: list_events
 SELECT * FROM events WHERE run_id = %(run_id)s

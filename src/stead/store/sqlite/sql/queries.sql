@@ -220,6 +220,27 @@ SELECT * FROM waits WHERE wait_id = :wait_id;
 -- name: run_waits
 SELECT * FROM waits WHERE run_id = :run_id ORDER BY created_at, wait_id;
 
+-- name: locked_run
+-- A delivery's first statement: its run (the write transaction already holds
+-- the file's one write lock).
+SELECT * FROM runs WHERE run_id = :run_id;
+
+-- name: run_waits_versions
+-- A run's waits, each with the version of its task's state now (NULL: no
+-- state yet, or no task): what a delivery judges against, in one read.
+SELECT w.*, s.version AS state_version
+FROM waits w LEFT JOIN task_state s ON s.task_key = w.task_key
+WHERE w.run_id = :run_id ORDER BY w.created_at, w.wait_id;
+
+-- name: wait_and_event
+-- A wait and, if an event consumed it, that event (its columns as e_*), in one read.
+SELECT w.*, e.event_id AS e_event_id, e.wait_id AS e_wait_id, e.kind AS e_kind,
+       e.payload AS e_payload, e.bind AS e_bind, e.verdict AS e_verdict,
+       e.reason AS e_reason, e.detail AS e_detail, e.received_at AS e_received_at,
+       e.delivered_by AS e_delivered_by, e.delivered_why AS e_delivered_why
+FROM waits w LEFT JOIN events e ON e.run_id = w.run_id AND e.event_id = w.event_id
+WHERE w.wait_id = :wait_id;
+
 -- name: list_waits
 SELECT * FROM waits
 WHERE (:run_id IS NULL OR run_id = :run_id) AND (:state IS NULL OR state = :state)
@@ -228,10 +249,6 @@ LIMIT :limit;
 
 -- name: close_wait
 UPDATE waits SET state = :state, closed_at = :now
-WHERE wait_id = :wait_id AND state = 'open';
-
--- name: consume_wait
-UPDATE waits SET state = 'consumed', event_id = :event_id, closed_at = :now
 WHERE wait_id = :wait_id AND state = 'open';
 
 -- name: suspend
@@ -268,6 +285,26 @@ SET wait_id = excluded.wait_id, kind = excluded.kind, payload = excluded.payload
     bind = excluded.bind, verdict = excluded.verdict, reason = excluded.reason,
     detail = excluded.detail, received_at = excluded.received_at,
     delivered_by = excluded.delivered_by, delivered_why = excluded.delivered_why;
+
+-- name: accept_event
+-- An accepted event: stored (as insert_event), its wait consumed, its run
+-- woken if it was waiting. Three statements, run in turn (`-- then`):
+-- SQLite has no writable CTEs, and on one file a statement is no round trip.
+INSERT INTO events (run_id, event_id, wait_id, kind, payload, bind, verdict, reason,
+                    detail, received_at, delivered_by, delivered_why)
+VALUES (:run_id, :event_id, :wait_id, :kind, :payload, :bind, :verdict, :reason,
+        :detail, :received_at, :delivered_by, :delivered_why)
+ON CONFLICT (run_id, event_id) DO UPDATE
+SET wait_id = excluded.wait_id, kind = excluded.kind, payload = excluded.payload,
+    bind = excluded.bind, verdict = excluded.verdict, reason = excluded.reason,
+    detail = excluded.detail, received_at = excluded.received_at,
+    delivered_by = excluded.delivered_by, delivered_why = excluded.delivered_why;
+-- then
+UPDATE waits SET state = 'consumed', event_id = :event_id, closed_at = :received_at
+WHERE wait_id = :wait_id AND state = 'open';
+-- then
+UPDATE runs SET status = 'running', wake_at = NULL, updated_at = :received_at
+WHERE run_id = :run_id AND status = 'waiting';
 
 -- name: list_events
 SELECT * FROM events WHERE run_id = :run_id ORDER BY received_at, event_id LIMIT :limit;
