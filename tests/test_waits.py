@@ -555,3 +555,45 @@ def test_a_plain_def_workflow_is_refused_at_registration() -> None:
         @app.workflow()
         def wf(run: stead.Run) -> int:  # type: ignore[arg-type]
             return 1
+
+
+async def test_a_worker_of_the_same_process_wakes_on_a_delivery_at_once(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delivery (or a start) made by a store of this process wakes this
+    process's idle worker on the same database itself: no NOTIFY, no look
+    at the file. Here the database never tells anyone and the worker's poll
+    is a minute away, so only that wakes it."""
+    app = stead.App("nearby")
+    done: asyncio.Event = asyncio.Event()
+
+    def after(x: Any) -> Any:
+        done.set()
+        return x
+
+    @app.workflow()
+    async def approve(run: stead.Run) -> Any:
+        event = await (await run.wait("approval", token=False))
+        return await run.step("after", after, event)
+
+    worker_store = await stead.open_store(db_url)
+    client_store = await stead.open_store(db_url)  # another store object, same database
+
+    async def told_nothing(timeout: float) -> None:
+        await asyncio.sleep(timeout)
+
+    monkeypatch.setattr(worker_store.database, "wait_for_work", told_nothing)
+    worker = stead.Worker(app, worker_store, stead.WorkerOptions(poll_interval=60))
+    task = asyncio.create_task(worker.run())
+    try:
+        client = stead.Client(client_store, app)
+        info = await client.start(approve)  # the start wakes the worker too
+        await client.wait_for(info.run_id, ["waiting"], timeout=20)
+        await client.deliver(info.run_id, event_id="e1", kind="approval", payload={"ok": 1})
+        await asyncio.wait_for(done.wait(), 20)  # not the minute's poll
+        assert await client.result(info.run_id, timeout=20) == {"ok": 1}
+    finally:
+        worker.stop()
+        await task
+        await worker_store.close()
+        await client_store.close()

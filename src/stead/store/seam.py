@@ -22,11 +22,14 @@ import asyncio
 import dataclasses
 import enum
 from collections.abc import Callable, Generator, Sequence
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from stead import errors
 from stead.clock import Clock
 from stead.records import Fence, Record, ResumeRecord, RunRow, RunStatus
+
+if TYPE_CHECKING:
+    from stead.store.local_work import Signal
 
 T = TypeVar("T")
 
@@ -182,6 +185,10 @@ class Database(abc.ABC):
     lease_clock: Clock | None
     # The URL as it may be shown (without a password).
     display: str
+    # This process's idle workers on the same database, woken by its writes
+    # that make work claimable (see `local_work`); None: only the database
+    # itself tells workers of work.
+    local: Signal | None = None
 
     def lease_now(self) -> float | None:
         """The `lease_now` parameter of the statements that judge leases:
@@ -229,3 +236,25 @@ class Database(abc.ABC):
     @abc.abstractmethod
     def commits(self) -> int:
         """Transactions committed through this object (for tests and benches)."""
+
+
+# The queries whose commit may make a run claimable (see `local_work`).
+WAKES = frozenset({"notify_work", "accept_event"})
+
+
+def noting_wakes(flow: FlowFactory[T], noted: list[bool]) -> FlowFactory[T]:
+    """`flow`, noting in `noted` whether it asked for a query that wakes
+    workers (the drivers only send answers into flows, never throw)."""
+    def watched() -> Flow[T]:
+        steps = flow()
+        answer: Any = None
+        try:
+            while True:
+                step = steps.send(answer)
+                if isinstance(step, Query) and step.name in WAKES:
+                    noted.append(True)
+                answer = yield step
+        except StopIteration as done:
+            return cast(T, done.value)
+
+    return watched

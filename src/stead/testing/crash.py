@@ -118,7 +118,7 @@ class CrashingDatabase(seam.Database):
         self.writes = 0
         self.written: list[seam.FencedWrite] = []
         self.url, self.clock, self.display = inner.url, inner.clock, inner.display
-        self.lease_clock = inner.lease_clock
+        self.lease_clock, self.local = inner.lease_clock, inner.local
 
     @property
     def commits(self) -> int:

@@ -10,6 +10,7 @@ docs/architecture.md draws the whole."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 from collections.abc import Callable
@@ -101,8 +102,21 @@ class Store(Runs, Leases, Journals, Waits, TaskState, Intents, Actions, Migratio
     async def wait_for_work(self, timeout: float) -> None:
         """Return when a run may have become claimable, or after `timeout`
         seconds (SQLite: soon after any commit to the file; PostgreSQL: on
-        NOTIFY)."""
-        await self.database.wait_for_work(timeout)
+        NOTIFY); at once when a store of this process on the same database
+        makes work claimable (`local_work`)."""
+        local = self.database.local
+        if local is None:
+            await self.database.wait_for_work(timeout)
+            return
+        with local.waiting() as news:
+            told = asyncio.ensure_future(news.wait())
+            looked = asyncio.ensure_future(self.database.wait_for_work(timeout))
+            try:
+                await asyncio.wait((told, looked), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in (told, looked):
+                    waiter.cancel()
+                await asyncio.gather(told, looked, return_exceptions=True)
 
     @property
     def commits(self) -> int:

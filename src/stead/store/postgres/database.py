@@ -27,7 +27,7 @@ from typing import Any, TypeVar, cast
 
 from stead.clock import Clock
 from stead.records import RunRow
-from stead.store import _rows, seam, sql_files
+from stead.store import _rows, local_work, seam, sql_files
 from stead.store.postgres import connection, journal
 from stead.store.postgres.connection import Conn
 from stead.store.postgres.group import GroupCommit
@@ -49,6 +49,7 @@ class PostgresDatabase(seam.Database):
         self._listener = connection.Listener(self._db)
         self._group = GroupCommit(self._db)
         self._presence: Presence | None = None
+        self.local = self._local = local_work.signal(f"postgres:{self.display}#{self.schema}")
 
     @property
     def commits(self) -> int:
@@ -96,10 +97,15 @@ class PostgresDatabase(seam.Database):
             assert landed is not None
             return await _run(conn, lambda: landed(attempted))
 
-        return await self._db.write(
-            lambda conn: _run(conn, flow), verify=None if landed is None else verify,
+        wakes: list[bool] = []
+        watched = seam.noting_wakes(flow, wakes)
+        result = await self._db.write(
+            lambda conn: _run(conn, watched), verify=None if landed is None else verify,
             autocommit=how.one_statement,
         )
+        if wakes:
+            self._local.notify()
+        return result
 
     async def journal(self, write: seam.FencedWrite, landed: seam.Landed[None]) -> None:
         async def verify(conn: Conn, attempted: None) -> seam.NotLanded | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import sqlite3
 from typing import Any, TypeVar, cast
@@ -18,7 +19,7 @@ from typing import Any, TypeVar, cast
 from stead import errors
 from stead.clock import Clock
 from stead.records import RunRow
-from stead.store import _rows, seam, sql_files
+from stead.store import _rows, local_work, seam, sql_files
 from stead.store.sqlite import journal, wal_watch
 from stead.store.sqlite.connection import Connector, busy_timeout_from_url, path_from_url
 from stead.store.sqlite.group import GroupCommit
@@ -44,6 +45,9 @@ class SQLiteDatabase(seam.Database):
         self._group = GroupCommit(self._db)
         self._wal: wal_watch.WalWatch | None = None
         self._wal_tried = False
+        self.local = self._local = local_work.signal(
+            f"sqlite:{id(self)}" if self.path == ":memory:" else
+            f"sqlite:{os.path.realpath(self.path)}")
 
     @property
     def commits(self) -> int:
@@ -67,11 +71,17 @@ class SQLiteDatabase(seam.Database):
         if how.releases is not None:
             self._db.done_writing(how.releases)
 
+        wakes: list[bool] = []
+        watched = seam.noting_wakes(flow, wakes)
+
         def transact(conn: sqlite3.Connection) -> T:
             with self._db.transaction(conn):
-                return _run(conn, flow)
+                return _run(conn, watched)
 
-        return await self._db.call(transact, inline=not how.reads_files)
+        result = await self._db.call(transact, inline=not how.reads_files)
+        if wakes:
+            self._local.notify()
+        return result
 
     async def journal(self, write: seam.FencedWrite, landed: seam.Landed[None]) -> None:
         try:
