@@ -1,5 +1,5 @@
 """`python -m bench.scale [--sizes 1000,1000000] [--db postgres,sqlite] [--runs 2000]
-[--approvals 200] [--workers 4] [--no-dbos] [--write]`
+[--approvals 200] [--workers 4] [--repeat 1] [--no-dbos] [--write]`
 
 The scale run (not part of CI, nor of `python -m bench`): a database holding
 `size` runs (90% finished, 10% waiting for an event, bulk-loaded from rows
@@ -7,7 +7,10 @@ stead made, see bench/w_scale.py), and `--workers` worker processes on one
 queue. Measured at each size: the claim latency (every claim of the queue that
 took runs, in the workers), `client.start_many` starts/s, runs/s executing
 the started runs (3 steps each), and deliver → next step (an approval run
-woken by `client.deliver`, until its next step runs in a worker). DBOS runs
+woken by `client.deliver`, until its next step runs in a worker). With
+`--repeat N` the sizes take turns N times and each cell is the median of the
+N measurements, with their range: one run's p99 on a shared box follows
+whatever else the box did in that minute. DBOS runs
 the same queue workload (its runs enqueued on a queue of the same
 concurrency, executed by as many processes, with as many finished workflows
 already in its database). With `--write` the section between the scale
@@ -45,6 +48,18 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
 
 
+def merged(reps: list[dict[str, Any]]) -> dict[str, Any]:
+    """One cell per metric from the repetitions of one size: the median, with
+    every repetition's value kept under `<key>_all` for the range."""
+    out = dict(reps[-1])
+    for key, *_ in ROWS + EXTRA:
+        values = sorted(r[key] for r in reps)
+        out[key] = values[len(values) // 2] if len(values) % 2 else (
+            (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2)
+        out[key + "_all"] = values
+    return out
+
+
 # -- stead ---------------------------------------------------------------------------------
 async def wait_done(url: str, run_ids: list[str], timeout: float) -> float:
     """When the last of `run_ids` completed (they complete roughly in order)."""
@@ -53,9 +68,12 @@ async def wait_done(url: str, run_ids: list[str], timeout: float) -> float:
         left = list(run_ids)
         deadline = time.monotonic() + timeout
         while left:
-            if (await store.get_run(left[0])).status == "completed":
+            run = await store.get_run(left[0])
+            if run.status == "completed":
                 left.pop(0)
                 continue
+            if run.status in ("failed", "cancelled"):  # it will never complete
+                raise runner.BenchError(f"run {run.run_id} {run.status}: {run.error}")
             if time.monotonic() > deadline:
                 raise runner.BenchError(f"{len(left)} runs not completed after {timeout}s")
             await asyncio.sleep(0.01)
@@ -64,9 +82,11 @@ async def wait_done(url: str, run_ids: list[str], timeout: float) -> float:
         await store.close()
 
 
-async def approvals(url: str, n: int, timeout: float) -> dict[str, float]:
+async def approvals(url: str, n: int,
+                    timeout: float) -> tuple[dict[str, float], dict[str, float]]:
     """Start `n` approval runs in the queue, let the workers take them to their
-    waits, then deliver each its event, DELIVER_GAP apart: when each was sent."""
+    waits, then deliver each its event, DELIVER_GAP apart: when each delivery
+    was sent, and when its call returned (the event committed)."""
     from bench.w_scale import app, approval
 
     store = await stead.open_store(url)
@@ -76,6 +96,7 @@ async def approvals(url: str, n: int, timeout: float) -> dict[str, float]:
         for info in infos:
             await client.wait_for(info.run_id, ["waiting"], timeout=timeout)
         sent: dict[str, float] = {}
+        returned: dict[str, float] = {}
         for info in infos:
             await asyncio.sleep(DELIVER_GAP)
             t = common.now()
@@ -84,7 +105,8 @@ async def approvals(url: str, n: int, timeout: float) -> dict[str, float]:
             if not isinstance(verdict, stead.Accepted):
                 raise runner.BenchError(f"delivery to {info.run_id}: {verdict}")
             sent[info.run_id] = t
-        return sent
+            returned[info.run_id] = common.now()
+        return sent, returned
     finally:
         await store.close()
 
@@ -110,7 +132,7 @@ def measure_stead(db: str, size: int, args: argparse.Namespace, scratch: Path,
                 w.send_line()
             t_done = asyncio.run(wait_done(url, starts["run_ids"], 900))
             log(f"  executed: {args.runs / (t_done - t_go):.0f} runs/s")
-            sent = asyncio.run(approvals(url, args.approvals, 300))
+            sent, returned = asyncio.run(approvals(url, args.approvals, 300))
             woke: dict[str, float] = {}
             deadline = time.monotonic() + 120
             while len(woke) < len(sent) and time.monotonic() < deadline:
@@ -124,6 +146,8 @@ def measure_stead(db: str, size: int, args: argparse.Namespace, scratch: Path,
             for w in workers:
                 w.kill()
         wake_ms = [(woke[r] - sent[r]) * 1000 for r in sent if r in woke]
+        call_ms = [(returned[r] - sent[r]) * 1000 for r in sent]
+        resume_ms = [(woke[r] - returned[r]) * 1000 for r in sent if r in woke]
         took = [x for r in results for x in r["took_ms"]]
         idle = [x for r in results for x in r["idle_ms"]]
     return {
@@ -132,6 +156,8 @@ def measure_stead(db: str, size: int, args: argparse.Namespace, scratch: Path,
         "claim_p50": pct(took, 0.5), "claim_p99": pct(took, 0.99), "claims": len(took),
         "idle_p50": pct(idle, 0.5), "idle_claims": len(idle),
         "wake_p50": pct(wake_ms, 0.5), "wake_p99": pct(wake_ms, 0.99), "woken": len(wake_ms),
+        "wake_call_p50": pct(call_ms, 0.5), "wake_call_p99": pct(call_ms, 0.99),
+        "wake_resume_p50": pct(resume_ms, 0.5), "wake_resume_p99": pct(resume_ms, 0.99),
         "plans": plans,
     }
 
@@ -213,6 +239,14 @@ def fmt(x: float, digits: int = 0) -> str:
     return "—" if x != x else (f"{x:,.0f}" if digits == 0 else f"{x:.{digits}f}")
 
 
+def cell(found: dict[str, Any], key: str, digits: int) -> str:
+    """`median (min-max)` where there were repetitions, else the one value."""
+    values = found.get(key + "_all", [found[key]])
+    if len(values) < 2:
+        return fmt(found[key], digits)
+    return f"{fmt(found[key], digits)} ({fmt(values[0], digits)}-{fmt(values[-1], digits)})"
+
+
 ROWS = (  # key, label, digits, higher is better
     ("claim_p50", "claim latency p50 (ms, claims that took runs)", 1, False),
     ("claim_p99", "claim latency p99 (ms)", 1, False),
@@ -220,6 +254,11 @@ ROWS = (  # key, label, digits, higher is better
     ("wake_p99", "deliver → next step p99 (ms)", 1, False),
     ("runs_per_s", "runs/s executing started runs (3 steps each)", 0, True),
     ("starts_per_s", "starts/s with start_many (batches of 1,000)", 0, True),
+)
+EXTRA = (  # measured and merged like ROWS, reported in the notes under the table
+    ("idle_p50", "", 1, False),
+    ("wake_call_p50", "", 1, False), ("wake_call_p99", "", 1, False),
+    ("wake_resume_p50", "", 1, False), ("wake_resume_p99", "", 1, False),
 )
 
 
@@ -237,7 +276,10 @@ def section(found: dict[str, Any], args: argparse.Namespace, seconds: float) -> 
              f"steps started with `start_many`, then executed; then {args.approvals} approval "
              "runs taken to their waits and each delivered its event "
              f"{DELIVER_GAP * 1000:.0f} ms apart. Single measurements on a shared 2-core "
-             "box (load: " + machine.load_now() + ").", ""]
+             "box (load: " + machine.load_now() + ")" + (
+                 f"; each cell is the median (min-max) of {args.repeat} repetitions, the "
+                 "sizes taking turns, and each ratio is of the medians."
+                 if args.repeat > 1 else ".") + "", ""]
     for db in args.db:
         label = {"postgres": "PostgreSQL", "sqlite": "SQLite"}[db]
         a, b = found.get(("stead", db, small)), found.get(("stead", db, large))
@@ -250,7 +292,7 @@ def section(found: dict[str, Any], args: argparse.Namespace, seconds: float) -> 
             r = b[key] / a[key] if a[key] else float("nan")
             worse = 1 / r if higher else r
             ok = "yes" if worse <= 1.5 else f"**no** ({worse:.2f}x worse)"
-            lines.append(f"| {name} | {fmt(a[key], digits)} | {fmt(b[key], digits)} | "
+            lines.append(f"| {name} | {cell(a, key, digits)} | {cell(b, key, digits)} | "
                          f"{r:.2f} | {ok} |")
         for key, what in (("starts_per_s", "starts/s (DBOS: `DBOSClient.enqueue`, one by one)"),
                           ("runs_per_s", "runs/s executing")):
@@ -267,7 +309,15 @@ def section(found: dict[str, Any], args: argparse.Namespace, seconds: float) -> 
                   f"{b['seed']['bytes'] / 1e6:,.0f} MB in use after; runs by status before "
                   f"the measured ones: {json.dumps(b['seed']['statuses'])}.",
                   f"- claims that found the queue empty: p50 {fmt(b['idle_p50'], 1)} ms "
-                  f"({b['idle_claims']} of them) at {large:,} runs.", "",
+                  f"({b['idle_claims']} of them) at {large:,} runs.",
+                  "- deliver → next step, split into the delivery's own call (the event "
+                  "committed) and the rest (the worker noticing, claiming, replaying and "
+                  f"running the next step), p50 / p99 ms: at {small:,} runs "
+                  f"{cell(a, 'wake_call_p50', 1)} / {cell(a, 'wake_call_p99', 1)} and "
+                  f"{cell(a, 'wake_resume_p50', 1)} / {cell(a, 'wake_resume_p99', 1)}; "
+                  f"at {large:,} runs {cell(b, 'wake_call_p50', 1)} / "
+                  f"{cell(b, 'wake_call_p99', 1)} and {cell(b, 'wake_resume_p50', 1)} / "
+                  f"{cell(b, 'wake_resume_p99', 1)}.", "",
                   f"Plans at {large:,} runs, with the {args.runs:,} started runs queued (the "
                   "queue's probe, counts and claim, and the plain claim):", "", "```"]
         for name, plan in b["plans"].items():
@@ -289,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=2000)
     p.add_argument("--approvals", type=int, default=200)
     p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--repeat", type=int, default=1,
+                   help="take the sizes in turn this many times; report medians")
     p.add_argument("--no-dbos", action="store_true")
     p.add_argument("--write", action="store_true", help="update bench/RESULTS.md")
     args = p.parse_args(argv)
@@ -297,13 +349,21 @@ def main(argv: list[str] | None = None) -> int:
         print(text, file=sys.stderr, flush=True)
 
     t0 = time.monotonic()
-    found: dict[tuple[str, str, int], Any] = {}
+    reps: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     with runner.scratch_dir() as scratch:
         for db in args.db:
-            for size in args.sizes:
-                found[("stead", db, size)] = measure_stead(db, size, args, scratch, log)
-                if not args.no_dbos and db == "postgres":  # its seed is PostgreSQL SQL
-                    found[("dbos", db, size)] = measure_dbos(db, size, args, scratch, log)
+            for rep in range(args.repeat):
+                for size in args.sizes:
+                    if args.repeat > 1:
+                        log(f"repetition {rep + 1} of {args.repeat}")
+                    reps.setdefault(("stead", db, size), []).append(
+                        measure_stead(db, size, args, scratch, log))
+                    if not args.no_dbos and db == "postgres" and rep == 0:
+                        # its seed is PostgreSQL SQL; one repetition: it is not the target
+                        reps.setdefault(("dbos", db, size), []).append(
+                            measure_dbos(db, size, args, scratch, log))
+    found: dict[tuple[str, str, int], Any] = {
+        k: merged(v) if k[0] == "stead" else v[0] for k, v in reps.items()}
     text = section(found, args, time.monotonic() - t0)
     print(text)
     raw = {f"{k[0]} {k[1]} {k[2]}": {kk: vv for kk, vv in v.items() if kk != "plans"}

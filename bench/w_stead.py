@@ -122,8 +122,18 @@ async def growth(run: stead.Run, n: int, feed: bool = True) -> int:
 noticed: list[float] = []
 
 
+# In w_waits_inproc: the deliverer's futures, each told when its run woke.
+woken: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future[float]]] = {}
+
+
 def woke(run_id: str) -> str:
-    common.emit("WOKE", {"run_id": run_id, "at": common.now(),
+    at = common.now()
+    told = woken.pop(run_id, None)
+    if told is not None:  # a sync step: on the loop or in a thread, either way
+        loop, fut = told
+        loop.call_soon_threadsafe(fut.set_result, at)
+        return run_id
+    common.emit("WOKE", {"run_id": run_id, "at": at,
                          "noticed": noticed[-1] if noticed else None})
     return run_id
 
@@ -325,6 +335,33 @@ async def w_waits_worker(job: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+async def w_waits_inproc(job: dict[str, Any]) -> dict[str, Any]:
+    """The client and an idle worker (default options) in one process, as an
+    embedded app runs: each delivery made here, timed until its run's next
+    step runs in the worker."""
+    store = await stead.open_store(job["url"])
+    client = stead.Client(store, app)
+    worker = stead.Worker(app, store)
+    task = asyncio.create_task(worker.run())
+    loop = asyncio.get_running_loop()
+    await asyncio.sleep(1.0)  # settled into its idle loop
+    latencies: list[float] = []
+    for i, run_id in enumerate(job["run_ids"]):
+        await asyncio.sleep(job["gaps"][i])
+        fut: asyncio.Future[float] = loop.create_future()
+        woken[run_id] = (loop, fut)
+        t = common.now()
+        verdict = await client.deliver(run_id, event_id=f"e-{run_id}", kind="approval",
+                                       payload={"ok": True})
+        if not isinstance(verdict, stead.Accepted):
+            raise SystemExit(f"delivery to {run_id} was not accepted: {verdict}")
+        latencies.append((await asyncio.wait_for(fut, 60) - t) * 1000)
+    worker.stop()
+    await task
+    await store.close()
+    return {"latencies": latencies}
+
+
 async def w_deliver(job: dict[str, Any]) -> dict[str, Any]:
     store = await stead.open_store(job["url"])
     client = stead.Client(store, app)
@@ -347,7 +384,7 @@ WORKLOADS = {
     "seq": w_seq, "seq_parts": w_seq_parts, "seq_probe": w_seq_probe, "many": w_many,
     "recover_prepare": w_recover_prepare, "recover": w_recover,
     "growth": w_growth, "waits_setup": w_waits_setup, "waits_worker": w_waits_worker,
-    "deliver": w_deliver,
+    "deliver": w_deliver, "waits_inproc": w_waits_inproc,
 }
 
 

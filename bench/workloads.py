@@ -302,6 +302,16 @@ def waits(ctx: Context) -> None:
             samples = {k: [v[field]] for k, v in found.items() if v.get(field) is not None}
             ctx.add(Metric(w, db, name, better, samples, digits,
                            no_ratio=() if comparable else ("dbos", "langgraph")))
+        # stead's client and worker in one process, beside LangGraph's own resume
+        # (which is in-process: the deliverer's `invoke`).
+        for name, field in (("deliver → next step, client and worker in one process, "
+                             "p50 (ms)", "inproc_p50"),
+                            ("deliver → next step, client and worker in one process, "
+                             "p99 (ms)", "inproc_p99")):
+            samples = {"stead": [found["stead"][field]]}
+            if "langgraph" in found:
+                samples["langgraph"] = [found["langgraph"][field.replace("inproc_", "")]]
+            ctx.add(Metric(w, db, name, "lower", samples, 1))
 
 
 def _latencies(chosen: list[str], sent: dict[str, float], woke: dict[str, float],
@@ -343,6 +353,12 @@ def _waits_stead(ctx: Context, db: str, runs: int, deliveries: int,
             worker.finish(60)
         finally:
             worker.kill()
+        # The same, with the client and the worker in one process (other runs).
+        rest = [r for r in setup["run_ids"] if r not in set(chosen)]
+        near, near_gaps = _plan(rest, min(deliveries, len(rest)), 8)
+        inproc = runner.run(system, system.job(workload="waits_inproc", url=url,
+                                               run_ids=near, gaps=near_gaps))
+        near_lat = sorted(inproc["latencies"])
     noticed = {p["run_id"]: p["noticed"] for p in lines}
     parts = {  # a wake-up's parts, in ms: the delivery's call, noticing it, resuming
         "deliver_call_p50": _pct(sorted(
@@ -360,6 +376,7 @@ def _waits_stead(ctx: Context, db: str, runs: int, deliveries: int,
         "bytes_per_run": setup["bytes"] / runs,
         "holder_rss_mb": rss_idle / 2**20, "holder_rss_after_mb": rss_after / 2**20,
         "setup_rss_mb": setup["rss"] / 2**20,
+        "inproc_p50": _pct(near_lat, 50), "inproc_p99": _pct(near_lat, 99),
         **_latencies(chosen, sent, woke),
     }
 
@@ -391,6 +408,7 @@ def _waits_dbos(ctx: Context, db: str, runs: int, deliveries: int) -> dict[str, 
         "bytes_per_run": setup["bytes"] / runs,
         "holder_rss_mb": rss_idle / 2**20, "holder_rss_after_mb": rss_after / 2**20,
         "setup_rss_mb": setup["rss"] / 2**20,
+        "inproc_p50": _pct(near_lat, 50), "inproc_p99": _pct(near_lat, 99),
         **_latencies(chosen, sent, woke),
     }
 

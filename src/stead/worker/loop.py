@@ -162,8 +162,10 @@ class Worker:
                 if (finished is not None and not claimed and not backing_off
                         and await self._ask(finished)):
                     return
-                if claimed:
-                    continue
+                # Fewer than asked for (or none): the store has nothing more
+                # for now. Claiming again at once would only find that out
+                # again, ahead of the runs just claimed; news of work, a run
+                # ending or the poll bring the next claim.
                 await self._idle(wait_for_runs)
         finally:
             beating.cancel()
