@@ -29,6 +29,7 @@ from stead.intent import Grant, Intent
 if TYPE_CHECKING:
     from stead.app import App
     from stead.client import Client
+    from stead.store import Store
 
 # What a command needs (the app, the client, the store) is imported inside it:
 # `stead --help` and `stead runs ls` stay quick because they load neither the
@@ -236,11 +237,9 @@ def echo(text: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def opened_client(
-    db: str, app: App | None = None, *, interactive: bool = True
-) -> AsyncIterator[Client]:
-    """A `Client` on the store at `db`, closed on exit."""
-    from stead.client import Client
+async def opened_store(db: str, *, interactive: bool = True) -> AsyncIterator[Store]:
+    """The store at `db`, closed on exit: for a command that needs no
+    `Client` (`runs ls`), which then loads none of the client's parts."""
     from stead.store import open_store
 
     # A person waiting on a command gives up on an unreachable server after a
@@ -252,11 +251,22 @@ async def opened_client(
     try:
         store = await open_store(db, retry_for=3.0 if interactive else 30.0)
         try:
-            yield Client(store, app)
+            yield store
         finally:
             await store.close()
     finally:
         quiet.setLevel(level)
+
+
+@contextlib.asynccontextmanager
+async def opened_client(
+    db: str, app: App | None = None, *, interactive: bool = True
+) -> AsyncIterator[Client]:
+    """A `Client` on the store at `db`, closed on exit."""
+    from stead.client import Client
+
+    async with opened_store(db, interactive=interactive) as store:
+        yield Client(store, app)
 
 
 # -- arguments -------------------------------------------------------------------------
@@ -446,7 +456,7 @@ POSITION = Whole(0)  # a journal seq
 def grace_option(f: F) -> F:
     """`--grace SECONDS`: how long no worker may serve a runnable run's
     version before the run counts as stranded."""
-    from stead.client.inspecting import STRANDED_AFTER
+    from stead.client.listing import STRANDED_AFTER
 
     return click.option(
         "--grace", type=SECONDS_OR_ZERO, default=STRANDED_AFTER, show_default=True,

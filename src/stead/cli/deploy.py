@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from stead import errors, records
-from stead.app import App
 from stead.cli import common
-from stead.client import MigrationReport, RunInfo
 from stead.exports import StoredRun
 from stead.views import timeline
+
+if TYPE_CHECKING:
+    # Types only: `stead runs ls` imports this module with the `runs` group,
+    # and needs neither the app nor the client's parts.
+    from stead.app import App
+    from stead.client import MigrationReport, RunInfo
 
 
 # -- replay-check ------------------------------------------------------------------------
