@@ -18,19 +18,21 @@ import click
 
 from stead import errors, records
 from stead.cli import common
-from stead.exports import StoredRun
 from stead.views import timeline
 
 if TYPE_CHECKING:
-    # Types only: `stead runs ls` imports this module with the `runs` group,
-    # and needs neither the app nor the client's parts.
+    # Types only (an export is read where it is used): `stead runs ls`
+    # imports this module with the `runs` group, and needs none of them.
     from stead.app import App
     from stead.client import MigrationReport, RunInfo
+    from stead.exports import StoredRun
 
 
 # -- replay-check ------------------------------------------------------------------------
 def _read_exports(folder: str) -> tuple[list[StoredRun], list[str]]:
     """The exports in `folder`, and one line for each file that is not one."""
+    from stead.exports import StoredRun
+
     root = Path(folder)
     if not root.is_dir():
         raise click.BadParameter(f"{folder!r} is not a folder", param_hint="'--from'")
@@ -237,6 +239,8 @@ def runs_import(ctx: click.Context, files: tuple[str, ...]) -> None:
     not a valid export, or whose run id exists, stores nothing and is named
     in one line; the others are imported. Exits 1 if any file failed."""
     db = common.database_url(ctx)
+
+    from stead.exports import StoredRun
 
     async def go() -> list[str]:
         failed = []

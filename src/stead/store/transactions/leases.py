@@ -4,12 +4,14 @@ heartbeats that say which workers serve which code (and which runs none serves).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from stead.queues import Queue
 from stead.records import Fence, HostRow, RunRow, Stranded
 from stead.store import _rows
 from stead.store.seam import Flow, execute, fence_params, one, rows
+
+if TYPE_CHECKING:  # annotations only: a store that lists runs need not build it
+    from stead.queues import Queue
 
 
 def renew(
