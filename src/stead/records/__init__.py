@@ -19,6 +19,9 @@ records, the fence its writes prove and the snapshots they save), `runs`
 found and did), `fleet` (the workers' hosts, backlog and schedules) and
 `histories` (a run's history forked, migrated or exported). Every name is
 importable from `stead.records`.
+
+Every record has a docstring: for a class without one, `dataclasses` writes
+one from `inspect.signature` as the module is imported (about 0.3 ms each).
 """
 
 from stead.records.fleet import (
