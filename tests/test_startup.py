@@ -33,8 +33,9 @@ NOT_LISTING = ("stead.client.client", "stead.client.base", "stead.client.decidin
                "stead.app", "stead.workflow", "stead.policy", "stead.migrations",
                "stead.keys", "stead.searches", "stead.queues", "stead.exports")
 # The standard library's costly corners a listing does not need: finding the
-# SQL files through importlib.resources (tempfile, zipfile), the -wal watch.
-STDLIB = ("importlib.resources", "tempfile", "zipfile", "ctypes")
+# SQL files through importlib.resources (tempfile, zipfile), the -wal watch,
+# the paths of run exports.
+STDLIB = ("importlib.resources", "tempfile", "zipfile", "ctypes", "pathlib")
 # Imported by `stead --help`: nothing of stead but the command line's own
 # root and what it shares (bounds, errors, intent: the checks of options).
 HELP_IMPORTS = {"stead", "stead.bounds", "stead.cli", "stead.cli.common", "stead.errors",

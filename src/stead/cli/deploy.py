@@ -11,7 +11,6 @@ group by `stead.cli`).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -21,8 +20,8 @@ from stead.cli import common
 from stead.views import timeline
 
 if TYPE_CHECKING:
-    # Types only (an export is read where it is used): `stead runs ls`
-    # imports this module with the `runs` group, and needs none of them.
+    # Types only (exports and paths are imported where an export is read):
+    # `stead runs ls` imports this module with the `runs` group, and needs none.
     from stead.app import App
     from stead.client import MigrationReport, RunInfo
     from stead.exports import StoredRun
@@ -31,6 +30,8 @@ if TYPE_CHECKING:
 # -- replay-check ------------------------------------------------------------------------
 def _read_exports(folder: str) -> tuple[list[StoredRun], list[str]]:
     """The exports in `folder`, and one line for each file that is not one."""
+    from pathlib import Path
+
     from stead.exports import StoredRun
 
     root = Path(folder)
