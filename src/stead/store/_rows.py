@@ -4,7 +4,7 @@ allow it), and columns a newer schema added are ignored."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stead.records import (
     ActionRow,
@@ -13,7 +13,6 @@ from stead.records import (
     HostRow,
     IntentRow,
     Link,
-    MigrationRow,
     Record,
     ResumeRecord,
     RunRow,
@@ -22,6 +21,9 @@ from stead.records import (
     StateRow,
     WaitRow,
 )
+
+if TYPE_CHECKING:  # for annotations; imported below where one is made
+    from stead.records import MigrationRow
 
 Row = Any  # sqlite3.Row or a psycopg dict row
 
@@ -75,11 +77,15 @@ def host(row: Row) -> HostRow:
 
 
 def migration(row: Row) -> MigrationRow:
-    return MigrationRow(**{name: row[name] for name in _MIGRATION_FIELDS})
+    # A history's records are imported where one is made: a store that only
+    # lists runs never builds them (see `stead.records`).
+    from stead.records import MigrationRow
+
+    return MigrationRow(**{name: row[name] for name in MigrationRow.__dataclass_fields__})
 
 
 def migration_params(m: MigrationRow) -> dict[str, Any]:
-    return {name: getattr(m, name) for name in _MIGRATION_FIELDS}
+    return {name: getattr(m, name) for name in m.__dataclass_fields__}
 
 
 def backlog(row: Row) -> Backlog:
@@ -154,7 +160,6 @@ _WAIT_FIELDS = WaitRow.__dataclass_fields__.keys()
 _WAIT_INSERT = tuple(n for n in _WAIT_FIELDS
                      if n not in ("state", "event_id", "closed_at", "bad_tokens", "locked_at"))
 _EVENT_FIELDS = EventRow.__dataclass_fields__.keys()
-_MIGRATION_FIELDS = MigrationRow.__dataclass_fields__.keys()
 
 
 def snapshot(row: Row) -> SnapshotRow:

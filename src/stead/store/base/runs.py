@@ -10,7 +10,6 @@ from stead import errors
 from stead.records import (
     Fence,
     Link,
-    NewFork,
     NewRun,
     Record,
     ResumeRecord,
@@ -24,7 +23,8 @@ from stead.store.seam import FencedWrite, Finish, Writing
 from stead.store.transactions import common
 from stead.store.transactions import runs as tx
 
-if TYPE_CHECKING:  # annotations only: a store that lists runs need not build it
+if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
+    from stead.records import NewFork
     from stead.searches import RunSearch
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from stead import errors
 from stead.records import (
@@ -13,7 +14,6 @@ from stead.records import (
     IntentRow,
     LineageKind,
     Link,
-    NewFork,
     NewRun,
     Record,
     RecordStatus,
@@ -36,6 +36,9 @@ from stead.store.seam import (
     stale,
 )
 from stead.store.transactions import common, journal
+
+if TYPE_CHECKING:  # annotations only: a store that lists runs need not build it
+    from stead.records import NewFork
 
 
 def live_owner(new: NewRun) -> Flow[RunRow | None]:
