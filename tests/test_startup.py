@@ -27,13 +27,13 @@ EXECUTION = ("stead.run", "stead.execution", "stead.dryrun", "stead.takeover",
 # What a listing reads without: the client's parts (`runs ls` lists from the
 # store, `stead.client.listing`), the app, the workflow side, and what the
 # store loads only when asked (keys, searches, queue limits, exports, the
-# records of a history).
+# records of a history, the flows of streams).
 NOT_LISTING = ("stead.client.client", "stead.client.base", "stead.client.deciding",
                "stead.client.delivering", "stead.client.forks", "stead.client.inspecting",
                "stead.client.migrating", "stead.client.revisions", "stead.client.starting",
                "stead.app", "stead.workflow", "stead.policy", "stead.migrations",
                "stead.keys", "stead.searches", "stead.queues", "stead.exports",
-               "stead.records.histories")
+               "stead.records.histories", "stead.store._streams", "stead.stream_records")
 # The standard library's costly corners a listing does not need: finding the
 # SQL files through importlib.resources (tempfile, zipfile), the -wal watch,
 # the paths of run exports.
