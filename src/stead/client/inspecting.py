@@ -99,7 +99,10 @@ class Inspecting(Base):
     async def list_runs(self, *, status: str | None = None, workflow: str | None = None,
                         limit: int = 100, stranded: bool = False,
                         grace: float = listing.STRANDED_AFTER) -> list[RunInfo]:
-        """Runs, newest first; see `stead.client.listing.list_runs`."""
+        """Runs, newest first. `stranded=True`: only runnable runs whose
+        version no worker has served (hosted or migrated) for `grace`
+        seconds, oldest first, each with `hosted_at`; their status is
+        unchanged, and a worker serving the version takes them as any other."""
         return await listing.list_runs(self.store, status=status, workflow=workflow,
                                        limit=limit, stranded=stranded, grace=grace)
 

@@ -17,10 +17,7 @@ STRANDED_AFTER = 60.0
 async def list_runs(store: Store, *, status: str | None = None, workflow: str | None = None,
                     limit: int = 100, stranded: bool = False,
                     grace: float = STRANDED_AFTER) -> list[RunInfo]:
-    """Runs, newest first. `stranded=True`: only runnable runs whose version
-    no worker has served (hosted or migrated) for `grace` seconds, oldest
-    first, each with `hosted_at`; their status is unchanged, and a worker
-    serving the version takes them as any other."""
+    """What `Client.list_runs` returns (see there), read from `store`."""
     bounds.integer(limit, "limit", least=1)
     bounds.seconds(grace, "grace", zero=True)
     if stranded:
