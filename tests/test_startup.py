@@ -31,7 +31,7 @@ EXECUTION = ("stead.run", "stead.execution", "stead.dryrun", "stead.takeover",
 NOT_LISTING = ("stead.client.client", "stead.client.base", "stead.client.deciding",
                "stead.client.delivering", "stead.client.forks", "stead.client.inspecting",
                "stead.client.migrating", "stead.client.revisions", "stead.client.starting",
-               "stead.app", "stead.workflow", "stead.policy", "stead.migrations",
+               "stead.app", "stead.workflow", "stead.policy", "stead.migrations", "stead.intent",
                "stead.keys", "stead.searches", "stead.queues", "stead.exports",
                "stead.records.histories", "stead.store._streams", "stead.stream_records")
 # The standard library's costly corners a listing does not need: finding the
@@ -39,9 +39,8 @@ NOT_LISTING = ("stead.client.client", "stead.client.base", "stead.client.decidin
 # the paths of run exports.
 STDLIB = ("importlib.resources", "tempfile", "zipfile", "ctypes", "pathlib")
 # Imported by `stead --help`: nothing of stead but the command line's own
-# root and what it shares (bounds, errors, intent: the checks of options).
-HELP_IMPORTS = {"stead", "stead.bounds", "stead.cli", "stead.cli.common", "stead.errors",
-                "stead.intent"}
+# root and what it shares (bounds and errors: the checks of options).
+HELP_IMPORTS = {"stead", "stead.bounds", "stead.cli", "stead.cli.common", "stead.errors"}
 
 # Runs the command in this interpreter and prints every module then imported.
 PROBE = """

@@ -24,16 +24,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from stead import bounds, errors
-from stead.intent import Grant, Intent
 
 if TYPE_CHECKING:
     from stead.app import App
     from stead.client import Client
+    from stead.intent import Grant, Intent
     from stead.store import Store
 
-# What a command needs (the app, the client, the store) is imported inside it:
-# `stead --help` and `stead runs ls` stay quick because they load neither the
-# workflow runtime nor the libraries of the commands not run.
+# What a command needs (the app, the client, the store, an intent file's
+# `Intent`) is imported inside it: `stead --help` and `stead runs ls` stay
+# quick because they load neither the workflow runtime nor the libraries of
+# the commands not run.
 
 # `stead.store.DEFAULT_URL`, written here so that `--help` loads no store; a
 # test keeps the two equal.
@@ -342,6 +343,8 @@ def parse_json(text: str, what: str, kind: type[list[Any]] | type[dict[str, Any]
 def read_intent(path: str, what: str = "'--intent'") -> Intent:
     """The `stead.Intent` in the JSON file at `path` (fields as in
     `Intent.to_json`, grants with `expires_in` or `expires_at`)."""
+    from stead.intent import Intent
+
     text = read_text(path, what)
     try:
         return Intent.loads(text)
@@ -370,6 +373,8 @@ def read_text(path: str, what: str) -> str:
 
 def read_grants(text: str, what: str) -> list[Grant]:
     """`text` as a JSON array of grants, each as in an intent file."""
+    from stead.intent import Grant
+
     try:
         return [Grant.from_json(g) for g in parse_json(text, what, list)]
     except errors.InvalidIntent as exc:
