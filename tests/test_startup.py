@@ -101,3 +101,5 @@ def test_listing_runs_needs_the_store_and_no_client(tmp_path: Path, args: list[s
     assert not _under(found, NOT_LISTING)
     assert not _under(found, STDLIB)
     assert "stead.client.listing" in found
+    # The fleet's records (hosts, backlog, schedules, stranded runs) only for --stranded.
+    assert ("stead.records.fleet" in found) == ("--stranded" in args)

@@ -8,22 +8,21 @@ from typing import TYPE_CHECKING, Any
 
 from stead.records import (
     ActionRow,
-    Backlog,
     EventRow,
-    HostRow,
     IntentRow,
     Link,
     Record,
     ResumeRecord,
     RunRow,
-    ScheduleRow,
     SnapshotRow,
     StateRow,
     WaitRow,
 )
 
-if TYPE_CHECKING:  # for annotations; imported below where one is made
-    from stead.records import MigrationRow
+# The records of a history and of the fleet are imported where one is built:
+# a store that only lists runs builds none of them (see `stead.records`).
+if TYPE_CHECKING:
+    from stead.records import Backlog, HostRow, MigrationRow, ScheduleRow
 
 Row = Any  # sqlite3.Row or a psycopg dict row
 
@@ -49,6 +48,8 @@ def run(row: Row) -> RunRow:
 
 
 def schedule(row: Row) -> ScheduleRow:
+    from stead.records import ScheduleRow
+
     return ScheduleRow(row["name"], row["cron"], row["next_tick"], row["updated_at"])
 
 
@@ -72,13 +73,13 @@ def link_params(r: Link) -> dict[str, Any]:
 
 
 def host(row: Row) -> HostRow:
+    from stead.records import HostRow
+
     return HostRow(row["worker_id"], row["code"], row["role"], row["started_at"],
                    row["seen_at"], row["stopped_at"], row["policy_version"], row["live_until"])
 
 
 def migration(row: Row) -> MigrationRow:
-    # A history's records are imported where one is made: a store that only
-    # lists runs never builds them (see `stead.records`).
     from stead.records import MigrationRow
 
     return MigrationRow(**{name: row[name] for name in MigrationRow.__dataclass_fields__})
@@ -89,6 +90,8 @@ def migration_params(m: MigrationRow) -> dict[str, Any]:
 
 
 def backlog(row: Row) -> Backlog:
+    from stead.records import Backlog
+
     return Backlog(row["workflow"], int(row["version"]), int(row["runnable"]),
                    int(row["leased"]), row["next_expiry"])
 

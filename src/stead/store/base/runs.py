@@ -15,7 +15,6 @@ from stead.records import (
     ResumeRecord,
     RunRow,
     RunStatus,
-    ScheduleRow,
 )
 from stead.store import _rows
 from stead.store.base.part import StorePart
@@ -24,7 +23,7 @@ from stead.store.transactions import common
 from stead.store.transactions import runs as tx
 
 if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
-    from stead.records import NewFork
+    from stead.records import NewFork, ScheduleRow
     from stead.searches import RunSearch
 
 

@@ -18,7 +18,6 @@ from stead.records import (
     Record,
     RecordStatus,
     RunRow,
-    ScheduleRow,
     task_taken,
 )
 from stead.store import _rows
@@ -37,8 +36,12 @@ from stead.store.seam import (
 )
 from stead.store.transactions import common, journal
 
-if TYPE_CHECKING:  # annotations only: a store that lists runs need not build it
-    from stead.records import NewFork
+if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
+    from stead.records import NewFork, ScheduleRow
+
+    # Given the stored schedule (None: never seen) and the time, returns the
+    # ticks to fire now and the next tick not yet fired (pure: no I/O).
+    Due = Callable[[ScheduleRow | None, float], tuple[list[float], float]]
 
 
 def live_owner(new: NewRun) -> Flow[RunRow | None]:
@@ -248,11 +251,6 @@ def child_started(
         return NOT_LANDED
     row = yield one("get_run", {"run_id": attempted[0].run_id})
     return NOT_LANDED if row is None else (_rows.run(row), attempted[1])
-
-
-# Given the stored schedule (None: never seen) and the time, returns the
-# ticks to fire now and the next tick not yet fired (pure: no I/O).
-Due = Callable[[ScheduleRow | None, float], tuple[list[float], float]]
 
 
 def fire_schedule(
