@@ -24,10 +24,23 @@ RUNTIME = ("stead.worker", "stead.leases", "stead.testing", "stead.web", "stead.
 # What runs a workflow's code: the client loads it only to replay or migrate.
 EXECUTION = ("stead.run", "stead.execution", "stead.dryrun", "stead.takeover",
              "stead.workflow.effects", "stead.llm", "stead.guard", "stead.workflow.revalidation")
+# What a listing reads without: the client's parts (`runs ls` lists from the
+# store, `stead.client.listing`), the app, the workflow side, and what the
+# store loads only when asked (keys, searches, queue limits, exports, the
+# records of a history, the flows of streams).
+NOT_LISTING = ("stead.client.client", "stead.client.base", "stead.client.deciding",
+               "stead.client.delivering", "stead.client.forks", "stead.client.inspecting",
+               "stead.client.migrating", "stead.client.revisions", "stead.client.starting",
+               "stead.app", "stead.workflow", "stead.policy", "stead.migrations", "stead.intent",
+               "stead.keys", "stead.searches", "stead.queues", "stead.exports",
+               "stead.records.histories", "stead.store._streams", "stead.stream_records")
+# The standard library's costly corners a listing does not need: finding the
+# SQL files through importlib.resources (tempfile, zipfile), the -wal watch,
+# the paths of run exports.
+STDLIB = ("importlib.resources", "tempfile", "zipfile", "ctypes", "pathlib")
 # Imported by `stead --help`: nothing of stead but the command line's own
-# root and what it shares (bounds, errors, intent: the checks of options).
-HELP_IMPORTS = {"stead", "stead.bounds", "stead.cli", "stead.cli.common", "stead.errors",
-                "stead.intent"}
+# root and what it shares (bounds and errors: the checks of options).
+HELP_IMPORTS = {"stead", "stead.bounds", "stead.cli", "stead.cli.common", "stead.errors"}
 
 # Runs the command in this interpreter and prints every module then imported.
 PROBE = """
@@ -77,3 +90,16 @@ def test_listing_runs_imports_nothing_that_runs_a_workflow(tmp_path: Path) -> No
     subprocess.run([sys.executable, "-m", "stead", "--db", db, "db", "migrate"], check=True,
                    capture_output=True)
     assert not _under(_imported(["--db", db, "runs", "ls"], tmp_path), EXECUTION)
+
+
+@pytest.mark.parametrize("args", [["runs", "ls"], ["runs", "ls", "--stranded"]])
+def test_listing_runs_needs_the_store_and_no_client(tmp_path: Path, args: list[str]) -> None:
+    db = f"sqlite:///{tmp_path}/stead.db"
+    subprocess.run([sys.executable, "-m", "stead", "--db", db, "db", "migrate"], check=True,
+                   capture_output=True)
+    found = _imported(["--db", db, *args], tmp_path)
+    assert not _under(found, NOT_LISTING)
+    assert not _under(found, STDLIB)
+    assert "stead.client.listing" in found
+    # The fleet's records (hosts, backlog, schedules, stranded runs) only for --stranded.
+    assert ("stead.records.fleet" in found) == ("--stranded" in args)

@@ -20,6 +20,8 @@ import socket
 
 @dataclasses.dataclass(frozen=True)
 class Process:
+    """A worker's process: its machine, its pid and when the kernel started it."""
+
     machine: str
     pid: int
     started: str  # the kernel's start time of the pid ("" if it cannot tell)

@@ -8,8 +8,10 @@ This module builds the root group and names its commands, one module a group;
 what they share (the database URL, loading `module:app`, opening a client,
 error handling) is in `stead.cli.common`. Nothing imports this module back.
 Commands reach the store only through `stead.Client`, except `worker`, which
-runs a `stead.Worker`, and `db migrate` and `db prune`, which open the store to
-migrate it and to delete old runs (`stead.retention`).
+runs a `stead.Worker`, `db migrate` and `db prune`, which open the store to
+migrate it and to delete old runs (`stead.retention`), and `runs ls`, which
+lists with `stead.client.listing` (what `Client.list_runs` calls) so that it
+loads none of the client's other parts.
 """
 
 from __future__ import annotations

@@ -24,15 +24,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from stead import bounds, errors
-from stead.intent import Grant, Intent
 
 if TYPE_CHECKING:
     from stead.app import App
     from stead.client import Client
+    from stead.intent import Grant, Intent
+    from stead.store import Store
 
-# What a command needs (the app, the client, the store) is imported inside it:
-# `stead --help` and `stead runs ls` stay quick because they load neither the
-# workflow runtime nor the libraries of the commands not run.
+# What a command needs (the app, the client, the store, an intent file's
+# `Intent`) is imported inside it: `stead --help` and `stead runs ls` stay
+# quick because they load neither the workflow runtime nor the libraries of
+# the commands not run.
 
 # `stead.store.DEFAULT_URL`, written here so that `--help` loads no store; a
 # test keeps the two equal.
@@ -236,11 +238,9 @@ def echo(text: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def opened_client(
-    db: str, app: App | None = None, *, interactive: bool = True
-) -> AsyncIterator[Client]:
-    """A `Client` on the store at `db`, closed on exit."""
-    from stead.client import Client
+async def opened_store(db: str, *, interactive: bool = True) -> AsyncIterator[Store]:
+    """The store at `db`, closed on exit: for a command that needs no
+    `Client` (`runs ls`), which then loads none of the client's parts."""
     from stead.store import open_store
 
     # A person waiting on a command gives up on an unreachable server after a
@@ -252,11 +252,22 @@ async def opened_client(
     try:
         store = await open_store(db, retry_for=3.0 if interactive else 30.0)
         try:
-            yield Client(store, app)
+            yield store
         finally:
             await store.close()
     finally:
         quiet.setLevel(level)
+
+
+@contextlib.asynccontextmanager
+async def opened_client(
+    db: str, app: App | None = None, *, interactive: bool = True
+) -> AsyncIterator[Client]:
+    """A `Client` on the store at `db`, closed on exit."""
+    from stead.client import Client
+
+    async with opened_store(db, interactive=interactive) as store:
+        yield Client(store, app)
 
 
 # -- arguments -------------------------------------------------------------------------
@@ -332,6 +343,8 @@ def parse_json(text: str, what: str, kind: type[list[Any]] | type[dict[str, Any]
 def read_intent(path: str, what: str = "'--intent'") -> Intent:
     """The `stead.Intent` in the JSON file at `path` (fields as in
     `Intent.to_json`, grants with `expires_in` or `expires_at`)."""
+    from stead.intent import Intent
+
     text = read_text(path, what)
     try:
         return Intent.loads(text)
@@ -360,6 +373,8 @@ def read_text(path: str, what: str) -> str:
 
 def read_grants(text: str, what: str) -> list[Grant]:
     """`text` as a JSON array of grants, each as in an intent file."""
+    from stead.intent import Grant
+
     try:
         return [Grant.from_json(g) for g in parse_json(text, what, list)]
     except errors.InvalidIntent as exc:
@@ -446,7 +461,7 @@ POSITION = Whole(0)  # a journal seq
 def grace_option(f: F) -> F:
     """`--grace SECONDS`: how long no worker may serve a runnable run's
     version before the run counts as stranded."""
-    from stead.client.inspecting import STRANDED_AFTER
+    from stead.client.listing import STRANDED_AFTER
 
     return click.option(
         "--grace", type=SECONDS_OR_ZERO, default=STRANDED_AFTER, show_default=True,

@@ -11,22 +11,29 @@ group by `stead.cli`).
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from stead import errors, records
-from stead.app import App
 from stead.cli import common
-from stead.client import MigrationReport, RunInfo
-from stead.exports import StoredRun
 from stead.views import timeline
+
+if TYPE_CHECKING:
+    # Types only (exports and paths are imported where an export is read):
+    # `stead runs ls` imports this module with the `runs` group, and needs none.
+    from stead.app import App
+    from stead.client import MigrationReport, RunInfo
+    from stead.exports import StoredRun
 
 
 # -- replay-check ------------------------------------------------------------------------
 def _read_exports(folder: str) -> tuple[list[StoredRun], list[str]]:
     """The exports in `folder`, and one line for each file that is not one."""
+    from pathlib import Path
+
+    from stead.exports import StoredRun
+
     root = Path(folder)
     if not root.is_dir():
         raise click.BadParameter(f"{folder!r} is not a folder", param_hint="'--from'")
@@ -233,6 +240,8 @@ def runs_import(ctx: click.Context, files: tuple[str, ...]) -> None:
     not a valid export, or whose run id exists, stores nothing and is named
     in one line; the others are imported. Exits 1 if any file failed."""
     db = common.database_url(ctx)
+
+    from stead.exports import StoredRun
 
     async def go() -> list[str]:
         failed = []

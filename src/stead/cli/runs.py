@@ -13,7 +13,7 @@ import click
 
 from stead import errors, records
 from stead.cli import common
-from stead.client import RunInfo
+from stead.client import RunInfo, listing
 from stead.views import timeline
 
 if TYPE_CHECKING:
@@ -153,10 +153,10 @@ def runs_ls(ctx: click.Context, status: str | None, workflow: str | None, limit:
     if stranded and status is not None:
         raise click.UsageError("--stranded lists runnable runs: leave --status out")
 
-    async def go() -> Any:
-        async with common.opened_client(db) as client:
-            return await client.list_runs(status=status, workflow=workflow, limit=limit,
-                                          stranded=stranded, grace=grace)
+    async def go() -> list[RunInfo]:
+        async with common.opened_store(db) as store:
+            return await listing.list_runs(store, status=status, workflow=workflow,
+                                           limit=limit, stranded=stranded, grace=grace)
 
     infos = common.run_async(go())
     if as_json:

@@ -5,21 +5,18 @@ events, streams, task state, lineage, migrations, snapshots and intents."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from stead import bounds, errors, records, searches
+from stead.client import listing
 from stead.client.base import Base
 from stead.client.info import RunInfo
 from stead.records import MigrationRow, Record, ResumeRecord, RunStatus, WaitState
 from stead.stream_records import StreamEntry
 from stead.workflow import streams, workspaces
 from stead.workflow.state import Facts
-
-# A runnable run no worker has served for this long is stranded (seconds).
-STRANDED_AFTER = 60.0
 
 
 def _status(value: str) -> RunStatus:
@@ -101,26 +98,13 @@ class Inspecting(Base):
 
     async def list_runs(self, *, status: str | None = None, workflow: str | None = None,
                         limit: int = 100, stranded: bool = False,
-                        grace: float = STRANDED_AFTER) -> list[RunInfo]:
+                        grace: float = listing.STRANDED_AFTER) -> list[RunInfo]:
         """Runs, newest first. `stranded=True`: only runnable runs whose
         version no worker has served (hosted or migrated) for `grace`
         seconds, oldest first, each with `hosted_at`; their status is
         unchanged, and a worker serving the version takes them as any other."""
-        bounds.integer(limit, "limit", least=1)
-        bounds.seconds(grace, "grace", zero=True)
-        if stranded:
-            found = await self.store.stranded_runs(grace, limit, workflow)
-            return [dataclasses.replace(RunInfo.from_row(s.run), stranded=True,
-                                        hosted_at=s.hosted_at) for s in found]
-        if status is not None:
-            try:
-                status = RunStatus(status)
-            except ValueError:
-                raise errors.SteadError(
-                    f"unknown status {status!r}; one of: {', '.join(RunStatus)}"
-                ) from None
-        rows = await self.store.list_runs(status=status, workflow=workflow, limit=limit)
-        return [RunInfo.from_row(r) for r in rows]
+        return await listing.list_runs(self.store, status=status, workflow=workflow,
+                                       limit=limit, stranded=stranded, grace=grace)
 
     async def lineage(self, run_id: str) -> records.Lineage:
         """Where the run came from (a fork of, or the successor of, another)

@@ -10,7 +10,7 @@ import enum
 from collections.abc import Awaitable, Callable
 
 from stead.client import Client, RunInfo
-from stead.client.inspecting import STRANDED_AFTER
+from stead.client.listing import STRANDED_AFTER
 from stead.operator.actions import Action, offered
 from stead.operator.situation import Situation, situation
 from stead.records import RunStatus, WaitRow, WaitState

@@ -35,6 +35,9 @@ STOPPED = frozenset({RunStatus.INCOMPATIBLE, RunStatus.OUTCOME_UNKNOWN, RunStatu
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RunRow:
+    """A run's row as stored: its identity and status, its input, result and
+    error (JSON text), its epoch, and who holds its lease until when."""
+
     run_id: str
     workflow: str
     version: int
@@ -71,6 +74,8 @@ class RunRow:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class NewRun:
+    """A run to start: what `Store.create_run` inserts (input as JSON text)."""
+
     run_id: str
     workflow: str
     version: int
@@ -110,6 +115,8 @@ class IntentRow:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class StateRow:
+    """One version of a task's facts (`data`, JSON text) as stored."""
+
     task_key: str
     version: int
     data: str

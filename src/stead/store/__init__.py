@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from stead import errors
 from stead.clock import Clock, SystemClock
-from stead.keys import KeySource
 from stead.store.base import Store
 from stead.store.urls import display_url
+
+if TYPE_CHECKING:
+    from stead.keys import KeySource
 
 DEFAULT_URL = "sqlite:///stead.db"
 

@@ -4,24 +4,25 @@ allow it), and columns a newer schema added are ignored."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stead.records import (
     ActionRow,
-    Backlog,
     EventRow,
-    HostRow,
     IntentRow,
     Link,
-    MigrationRow,
     Record,
     ResumeRecord,
     RunRow,
-    ScheduleRow,
     SnapshotRow,
     StateRow,
     WaitRow,
 )
+
+# The records of a history and of the fleet are imported where one is built:
+# a store that only lists runs builds none of them (see `stead.records`).
+if TYPE_CHECKING:
+    from stead.records import Backlog, HostRow, MigrationRow, ScheduleRow
 
 Row = Any  # sqlite3.Row or a psycopg dict row
 
@@ -47,6 +48,8 @@ def run(row: Row) -> RunRow:
 
 
 def schedule(row: Row) -> ScheduleRow:
+    from stead.records import ScheduleRow
+
     return ScheduleRow(row["name"], row["cron"], row["next_tick"], row["updated_at"])
 
 
@@ -70,19 +73,25 @@ def link_params(r: Link) -> dict[str, Any]:
 
 
 def host(row: Row) -> HostRow:
+    from stead.records import HostRow
+
     return HostRow(row["worker_id"], row["code"], row["role"], row["started_at"],
                    row["seen_at"], row["stopped_at"], row["policy_version"], row["live_until"])
 
 
 def migration(row: Row) -> MigrationRow:
-    return MigrationRow(**{name: row[name] for name in _MIGRATION_FIELDS})
+    from stead.records import MigrationRow
+
+    return MigrationRow(**{name: row[name] for name in MigrationRow.__dataclass_fields__})
 
 
 def migration_params(m: MigrationRow) -> dict[str, Any]:
-    return {name: getattr(m, name) for name in _MIGRATION_FIELDS}
+    return {name: getattr(m, name) for name in m.__dataclass_fields__}
 
 
 def backlog(row: Row) -> Backlog:
+    from stead.records import Backlog
+
     return Backlog(row["workflow"], int(row["version"]), int(row["runnable"]),
                    int(row["leased"]), row["next_expiry"])
 
@@ -163,7 +172,6 @@ _WAIT_FIELDS = WaitRow.__dataclass_fields__.keys()
 _WAIT_INSERT = tuple(n for n in _WAIT_FIELDS
                      if n not in ("state", "event_id", "closed_at", "bad_tokens", "locked_at"))
 _EVENT_FIELDS = EventRow.__dataclass_fields__.keys()
-_MIGRATION_FIELDS = MigrationRow.__dataclass_fields__.keys()
 
 
 def snapshot(row: Row) -> SnapshotRow:

@@ -28,9 +28,6 @@ from stead.store.seam import (
 )
 from stead.stream_records import EntryKind, NewEntry, StreamEntry
 
-# Entries a reader gets per read.
-PAGE = 500
-
 
 def entry(row: Any) -> StreamEntry:
     return StreamEntry(row["run_id"], row["name"], int(row["pos"]), EntryKind(row["kind"]),

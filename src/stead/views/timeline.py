@@ -12,13 +12,12 @@ import datetime as dt
 import json
 import shlex
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stead.client import RunInfo
 from stead.records import (
     Lineage,
     LineageKind,
-    MigrationRow,
     Record,
     RecordKind,
     RecordStatus,
@@ -28,6 +27,9 @@ from stead.records import (
 )
 
 PAYLOAD_WIDTH = 60
+
+if TYPE_CHECKING:  # annotations only: `runs ls` draws no migration
+    from stead.records import MigrationRow
 
 
 def clock_time(t: float) -> str:

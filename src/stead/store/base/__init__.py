@@ -14,9 +14,9 @@ import asyncio
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from stead import addresses, keys
+from stead import addresses
 from stead.store.base.actions import Actions
 from stead.store.base.intents import Intents
 from stead.store.base.journal import Journals
@@ -32,6 +32,9 @@ from stead.store.transactions import common
 from stead.store.transactions.intents import Guard, Revise
 from stead.store.transactions.state import OutsideChange, StateChange
 from stead.store.transactions.waits import Judge
+
+if TYPE_CHECKING:
+    from stead import keys
 
 
 def _outside_branches(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -89,6 +92,10 @@ class Store(Runs, Leases, Journals, Waits, TaskState, Intents, Actions, Migratio
         kept in this database). A database that still holds the secret it
         signed tokens with before (`stead_meta`) lends it as the `legacy` key,
         so runs that opened waits with it replay; no new secret is made here."""
+        # Imported when a keyring is first asked for (a wait opened, a token
+        # checked): a store that only reads runs never loads the key files.
+        from stead import keys
+
         ring = keys.resolve(self.key_source, self.key_file)
         if ring.legacy is not None:
             return ring

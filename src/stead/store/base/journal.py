@@ -4,18 +4,26 @@ appends and finishes of the run's holder."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from stead.records import Fence, IntentRow, Record, ResumeRecord, RunStatus
-from stead.store import _rows, _streams
+from stead.store import _rows
 from stead.store.base.part import StorePart
 from stead.store.seam import FencedWrite, Finish, Writing
 from stead.store.transactions import common
 from stead.store.transactions import journal as tx
-from stead.stream_records import NewEntry, StreamEntry
+
+if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
+    from stead.stream_records import NewEntry, StreamEntry
+
+# Entries a reader gets per read.
+STREAM_PAGE = 500
 
 
 class Journals(StorePart):
-    """The `Store`'s operations on a run's journal and its durable streams."""
+    """The `Store`'s operations on a run's journal and its durable streams.
+    The streams' flows (`store._streams`) are imported by the two methods
+    that run them: a store that only lists runs never loads them."""
 
     async def load_journal(self, run_id: str) -> list[Record]:
         """The whole journal in one query, ordered by seq."""
@@ -79,12 +87,16 @@ class Journals(StorePart):
         holds (else `StaleLease`); its offset. An entry whose key is there
         already is not appended again: its offset is returned. `StreamClosed`
         after the stream's `closed` entry."""
+        from stead.store import _streams
+
         return await self.database.write(
             lambda: _streams.append(fence, name, new),
             Writing(landed=lambda _: _streams.appended(fence.run_id, name, new.key),
                     one_statement=_streams.one_statement(new)))
 
     async def read_stream(self, run_id: str, name: str, after: int = 0,
-                          limit: int = _streams.PAGE) -> list[StreamEntry]:
+                          limit: int = STREAM_PAGE) -> list[StreamEntry]:
         """Up to `limit` entries of the stream after offset `after`, in order."""
+        from stead.store import _streams
+
         return await self.database.read(lambda: _streams.read(run_id, name, after, limit))

@@ -4,16 +4,19 @@ processes and heartbeats that tell a live holder from a dead one."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stead import processes
-from stead.queues import Queue
-from stead.records import Backlog, Fence, HostRow, RunRow, Stranded
+from stead.records import Fence, RunRow
 from stead.store import _holders, _rows
 from stead.store.base.part import StorePart
 from stead.store.seam import Claim, Writing
 from stead.store.transactions import common
 from stead.store.transactions import leases as tx
+
+if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
+    from stead.queues import Queue
+    from stead.records import Backlog, HostRow, Stranded
 
 
 class Leases(StorePart):

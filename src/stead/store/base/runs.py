@@ -4,25 +4,27 @@ successor, a schedule's ticks), finding them, and their lineage."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from stead import errors
 from stead.records import (
     Fence,
     Link,
-    NewFork,
     NewRun,
     Record,
     ResumeRecord,
     RunRow,
     RunStatus,
-    ScheduleRow,
 )
-from stead.searches import RunSearch
 from stead.store import _rows
 from stead.store.base.part import StorePart
 from stead.store.seam import FencedWrite, Finish, Writing
 from stead.store.transactions import common
 from stead.store.transactions import runs as tx
+
+if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
+    from stead.records import NewFork, ScheduleRow
+    from stead.searches import RunSearch
 
 
 class Runs(StorePart):

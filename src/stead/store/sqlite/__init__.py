@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from stead import keys
 from stead.clock import Clock
 from stead.store.base import Store
 from stead.store.sqlite.connection import busy_timeout_from_url, path_from_url
@@ -18,6 +17,8 @@ class SQLiteStore(Store):
                                         busy_timeout=busy_timeout, existing=existing))
         path = path_from_url(url)
         if path == ":memory:":  # a private database: its keys live and die with it
+            from stead import keys  # imported here, as in `Store.keyring`
+
             self.key_source = keys.Keyring((keys.new_key(),))
         else:
             self.key_file = path + ".keys"

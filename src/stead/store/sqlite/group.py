@@ -28,6 +28,8 @@ from stead.store.sqlite.connection import Connector
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Job:
+    """A write waiting for a group commit, and the future its caller awaits."""
+
     write: FencedWrite
     future: asyncio.Future[None]
     loop: asyncio.AbstractEventLoop

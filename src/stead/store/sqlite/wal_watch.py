@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import os
 import sys
 
@@ -75,6 +73,11 @@ def open_watch(db_path: str) -> WalWatch | None:
     """A watch on `db_path`'s `-wal`, or None where it cannot be had."""
     if not sys.platform.startswith("linux") or db_path == ":memory:":
         return None
+    # Imported here, by the store that waits for work (a worker's): one that
+    # only reads (`stead runs ls`) never opens a watch.
+    import ctypes
+    import ctypes.util
+
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name, use_errno=True)

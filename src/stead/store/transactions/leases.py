@@ -4,12 +4,15 @@ heartbeats that say which workers serve which code (and which runs none serves).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from stead.queues import Queue
-from stead.records import Fence, HostRow, RunRow, Stranded
+from stead.records import Fence, RunRow
 from stead.store import _rows
 from stead.store.seam import Flow, execute, fence_params, one, rows
+
+if TYPE_CHECKING:  # for annotations; `Stranded` is imported below where one is made
+    from stead.queues import Queue
+    from stead.records import HostRow, Stranded
 
 
 def renew(
@@ -77,6 +80,8 @@ def stranded(now: float, since: float, limit: int, lease_now: float | None,
              workflow: str | None = None) -> Flow[list[Stranded]]:
     found = yield rows("stranded_runs", {"now": now, "since": since, "limit": limit,
                                          "lease_now": lease_now, "workflow": workflow})
+    from stead.records import Stranded  # as in `_rows`: a plain listing builds none
+
     return [Stranded(_rows.run(r), r["hosted_at"]) for r in found]
 
 

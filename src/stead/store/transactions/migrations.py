@@ -4,12 +4,16 @@ archived, never deleted."""
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from stead import errors
-from stead.records import Fence, MigrationPlan, MigrationRow, ResumeRecord, RunRow
+from stead.records import Fence, ResumeRecord, RunRow
 from stead.store import _rows
 from stead.store.seam import NOT_LANDED, Flow, NotLanded, execute, fence_params, one, rows, stale
 from stead.store.transactions import common
+
+if TYPE_CHECKING:  # for annotations; imported below where one is made
+    from stead.records import MigrationPlan, MigrationRow
 
 
 def _movable(run: RunRow, lease_now: float | None, what: str) -> Flow[None]:
@@ -36,6 +40,10 @@ def migrate_run(plan: MigrationPlan, fence: Fence | None, resume: ResumeRecord |
     person's migration, its resume record), in one transaction. By the
     run's holder (`fence`: it keeps its lease) or by a person (the run must
     be live and held by no one; its epoch moves on)."""
+    # A history's records are imported where one is made: a store that only
+    # lists runs never builds them (see `stead.records`).
+    from stead.records import MigrationRow
+
     run_id = plan.run_id
     yield execute("lock_run", {"run_id": run_id})
     row = yield one("get_run", {"run_id": run_id})

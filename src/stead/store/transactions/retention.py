@@ -4,11 +4,15 @@ exported and deleted, and a run exported elsewhere imported here."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from stead import errors
-from stead.records import Record, RunExport, RunRow, StateRow, WaitRow
+from stead.records import Record, RunRow, StateRow, WaitRow
 from stead.store import _rows
 from stead.store.seam import NOT_LANDED, Flow, NotLanded, execute, one, rows
+
+if TYPE_CHECKING:  # for annotations; imported below where one is made
+    from stead.records import RunExport
 
 
 def prunable(cutoff: float, limit: int, run_ids: Sequence[str] | None = None
@@ -21,6 +25,10 @@ def prunable(cutoff: float, limit: int, run_ids: Sequence[str] | None = None
 
 def export_runs(run_ids: Sequence[str]) -> Flow[list[RunExport]]:
     """Everything stored of each run."""
+    # A history's records are imported where one is made: a store that only
+    # lists runs never builds them (see `stead.records`).
+    from stead.records import RunExport
+
     out = []
     for run_id in run_ids:
         key = {"run_id": run_id}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from stead import errors
 from stead.records import (
@@ -13,12 +14,10 @@ from stead.records import (
     IntentRow,
     LineageKind,
     Link,
-    NewFork,
     NewRun,
     Record,
     RecordStatus,
     RunRow,
-    ScheduleRow,
     task_taken,
 )
 from stead.store import _rows
@@ -36,6 +35,13 @@ from stead.store.seam import (
     stale,
 )
 from stead.store.transactions import common, journal
+
+if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
+    from stead.records import NewFork, ScheduleRow
+
+    # Given the stored schedule (None: never seen) and the time, returns the
+    # ticks to fire now and the next tick not yet fired (pure: no I/O).
+    Due = Callable[[ScheduleRow | None, float], tuple[list[float], float]]
 
 
 def live_owner(new: NewRun) -> Flow[RunRow | None]:
@@ -245,11 +251,6 @@ def child_started(
         return NOT_LANDED
     row = yield one("get_run", {"run_id": attempted[0].run_id})
     return NOT_LANDED if row is None else (_rows.run(row), attempted[1])
-
-
-# Given the stored schedule (None: never seen) and the time, returns the
-# ticks to fire now and the next tick not yet fired (pure: no I/O).
-Due = Callable[[ScheduleRow | None, float], tuple[list[float], float]]
 
 
 def fire_schedule(
