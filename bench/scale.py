@@ -115,7 +115,8 @@ def measure_stead(db: str, size: int, args: argparse.Namespace, scratch: Path,
                   log: Any) -> dict[str, Any]:
     with runner.fresh_database(db, scratch) as url:
         log(f"stead {db} {size:,}: seeding")
-        seed = runner.run(STEAD, {"workload": "seed", "url": url, "size": size}, timeout=7200)
+        seed = runner.run(STEAD, {"workload": "seed", "url": url, "size": size,
+                                  "checkpoint": not args.no_checkpoint}, timeout=7200)
         log(f"  seeded in {seed['f_seconds'] + seed['w_seconds']:.1f} s "
             f"(+{seed['analyze_seconds']:.1f} s analyze), {seed['bytes'] / 1e6:.0f} MB")
         starts = runner.run(STEAD, {"workload": "starts", "url": url, "runs": args.runs})
@@ -132,7 +133,9 @@ def measure_stead(db: str, size: int, args: argparse.Namespace, scratch: Path,
                 w.send_line()
             t_done = asyncio.run(wait_done(url, starts["run_ids"], 900))
             log(f"  executed: {args.runs / (t_done - t_go):.0f} runs/s")
+            io_before = server_io(db, url)
             sent, returned = asyncio.run(approvals(url, args.approvals, 300))
+            io_after = server_io(db, url)
             woke: dict[str, float] = {}
             deadline = time.monotonic() + 120
             while len(woke) < len(sent) and time.monotonic() < deadline:
@@ -159,7 +162,25 @@ def measure_stead(db: str, size: int, args: argparse.Namespace, scratch: Path,
         "wake_call_p50": pct(call_ms, 0.5), "wake_call_p99": pct(call_ms, 0.99),
         "wake_resume_p50": pct(resume_ms, 0.5), "wake_resume_p99": pct(resume_ms, 0.99),
         "plans": plans,
+        "server_io": {k: io_after[k] - io_before[k] for k in io_after},
     }
+
+
+def server_io(db: str, url: str) -> dict[str, float]:
+    """PostgreSQL's checkpoint and background-write counters (empty on SQLite):
+    what the server wrote on its own while the deliveries were measured."""
+    if db != "postgres":
+        return {}
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT checkpoints_timed + checkpoints_req AS checkpoints, buffers_checkpoint,"
+            " buffers_clean, buffers_backend, checkpoint_write_time, checkpoint_sync_time"
+            " FROM pg_stat_bgwriter").fetchone()
+        names = ("checkpoints", "buffers_checkpoint", "buffers_clean", "buffers_backend",
+                 "checkpoint_write_ms", "checkpoint_sync_ms")
+        return {n: float(v) for n, v in zip(names, row, strict=True)}
 
 
 def explain(db: str, url: str) -> dict[str, list[str]]:
@@ -308,6 +329,13 @@ def section(found: dict[str, Any], args: argparse.Namespace, seconds: float) -> 
                   f"(+{b['seed']['analyze_seconds']:.0f} s ANALYZE), "
                   f"{b['seed']['bytes'] / 1e6:,.0f} MB in use after; runs by status before "
                   f"the measured ones: {json.dumps(b['seed']['statuses'])}.",
+                  f"- while the approvals were delivered, the server's own writes at "
+                  f"{small:,} and {large:,} runs (last repetition): "
+                  f"{json.dumps(a.get('server_io', {}))} and "
+                  f"{json.dumps(b.get('server_io', {}))}; each seed ends with VACUUM "
+                  "ANALYZE" + ("" if args.no_checkpoint else
+                               f" and a CHECKPOINT ({b['seed']['checkpoint_seconds']:.1f} s "
+                               f"at {large:,} runs)") + ".",
                   f"- claims that found the queue empty: p50 {fmt(b['idle_p50'], 1)} ms "
                   f"({b['idle_claims']} of them) at {large:,} runs.",
                   "- deliver → next step, split into the delivery's own call (the event "
@@ -342,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=1,
                    help="take the sizes in turn this many times; report medians")
     p.add_argument("--no-dbos", action="store_true")
+    p.add_argument("--no-checkpoint", action="store_true",
+                   help="measure right after the bulk load, its WAL not yet checkpointed")
     p.add_argument("--write", action="store_true", help="update bench/RESULTS.md")
     args = p.parse_args(argv)
 

@@ -408,7 +408,6 @@ def _waits_dbos(ctx: Context, db: str, runs: int, deliveries: int) -> dict[str, 
         "bytes_per_run": setup["bytes"] / runs,
         "holder_rss_mb": rss_idle / 2**20, "holder_rss_after_mb": rss_after / 2**20,
         "setup_rss_mb": setup["rss"] / 2**20,
-        "inproc_p50": _pct(near_lat, 50), "inproc_p99": _pct(near_lat, 99),
         **_latencies(chosen, sent, woke),
     }
 
