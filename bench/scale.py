@@ -296,11 +296,14 @@ def section(found: dict[str, Any], args: argparse.Namespace, seconds: float) -> 
              f"(`app.queue(\"bench\", concurrency={CONCURRENCY})`): {args.runs:,} runs of 3 "
              f"steps started with `start_many`, then executed; then {args.approvals} approval "
              "runs taken to their waits and each delivered its event "
-             f"{DELIVER_GAP * 1000:.0f} ms apart. Single measurements on a shared 2-core "
-             "box (load: " + machine.load_now() + ")" + (
-                 f"; each cell is the median (min-max) of {args.repeat} repetitions, the "
+             f"{DELIVER_GAP * 1000:.0f} ms apart. Measured on a shared 2-core box "
+             "(load: " + machine.load_now() + "); " + (
+                 f"each cell is the median (min-max) of {args.repeat} repetitions, the "
                  "sizes taking turns, and each ratio is of the medians."
-                 if args.repeat > 1 else ".") + "", ""]
+                 if args.repeat > 1 else "single measurements.") + (
+                 " Each seed ends with VACUUM ANALYZE" + (
+                     "." if args.no_checkpoint else " and CHECKPOINT (see section 11)."))
+             , ""]
     for db in args.db:
         label = {"postgres": "PostgreSQL", "sqlite": "SQLite"}[db]
         a, b = found.get(("stead", db, small)), found.get(("stead", db, large))
