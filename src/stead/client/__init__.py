@@ -17,8 +17,9 @@ Each name here is imported when it is first used (PEP 562, as in `stead`):
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from stead import lazy
 
 if TYPE_CHECKING:
     from stead.client.client import Client
@@ -31,16 +32,4 @@ _WHERE = {"Client": "stead.client.client", "MigrationReport": "stead.client.migr
           "RunInfo": "stead.client.info"}
 
 
-def __getattr__(name: str) -> Any:
-    # Called only for a name not yet in this module's namespace; the value is
-    # kept there, so the next use is an ordinary attribute read.
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module 'stead.client' has no attribute {name!r}")
-    value = getattr(importlib.import_module(where), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy.names("stead.client", _WHERE, globals(), __all__)

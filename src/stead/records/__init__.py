@@ -28,8 +28,9 @@ one from `inspect.signature` as the module is imported (about 0.3 ms each).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from stead import lazy
 
 if TYPE_CHECKING:
     from stead.records.fleet import (
@@ -160,16 +161,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # Called only for a name not yet in this module's namespace; the value is
-    # kept there, so the next use is an ordinary attribute read.
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module 'stead.records' has no attribute {name!r}")
-    value = getattr(importlib.import_module(where), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy.names("stead.records", _WHERE, globals(), __all__)
