@@ -7,6 +7,7 @@ import ast
 import importlib
 import inspect
 import pkgutil
+import re
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,24 @@ async def test_a_crashing_store_refuses_to_sit_under_a_delegating_one(
     # The other way round works, and sees the crash store's writes.
     watched = Watching(CrashingStore(store, CrashPoint(after_commit=99)))
     assert watched.commits == store.commits
+
+
+def _code(sql: str) -> str:
+    """SQL without its comment lines, its whitespace collapsed and no final `;`."""
+    lines = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]
+    return " ".join(" ".join(lines).split()).rstrip(";").strip()
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_an_accepted_event_is_stored_as_insert_event_stores_any_other(dialect: str) -> None:
+    """`accept_event` repeats `insert_event`'s INSERT (in PostgreSQL's CTE, as
+    SQLite's first statement): the two must not drift apart."""
+    q = sql_files.queries(dialect)
+    insert = _code(q["insert_event"])
+    if dialect == "sqlite":
+        first = re.split(r"^--\s*then\s*$", q["accept_event"], flags=re.MULTILINE)[0]
+        assert _code(first) == insert
+    else:
+        body = _code(q["accept_event"])
+        stored = body.split("WITH stored AS (", 1)[1].split(" RETURNING 1 )", 1)[0]
+        assert stored.strip() == insert
