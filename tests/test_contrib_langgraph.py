@@ -272,6 +272,17 @@ def test_a_node_update_comes_back_from_its_json_as_it_was(update: dict[str, Any]
     assert _values.revive(json.loads(json.dumps(data))) == update
 
 
+@pytest.mark.parametrize("update", [
+    {"lc": [HumanMessage("hi")]},  # LangChain's own escape leaves the message an object
+    {"lc": 1, "type": "constructor", "id": ["langchain", "schema", "messages", "AIMessage"],
+     "kwargs": {"content": "not a message: the graph's own dict"}},
+    {"__lc_escaped__": {"lc": [AIMessage("x")]}},
+])
+def test_a_dict_with_langchains_own_keys_comes_back_as_it_was(update: dict[str, Any]) -> None:
+    data = _values.dump(update, "node 'n'")
+    assert _values.revive(json.loads(json.dumps(data))) == update
+
+
 def test_a_command_comes_back_with_its_update_and_where_it_goes() -> None:
     command = Command(update={"n": 1}, goto=["a", Send("b", {"x": [1]})])
     back = _values.revive(json.loads(json.dumps(_values.dump(command, "node 'n'"))))

@@ -45,8 +45,24 @@ def plain(value: Any) -> Any:
     return to_jsonable_python(_without_ids(value), fallback=_type_name)
 
 
+# LangChain's mark of a dict of the graph's own that has an "lc" key, so that
+# `load` does not take it for a LangChain object. `dumpd` writes it too, but
+# leaves such a dict's values unserialized (a message in it stays an object),
+# so containers are walked here and `dumpd` is given what they hold.
+_ESCAPED = "__lc_escaped__"
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, dict):
+        items = {k: _encode(v) for k, v in value.items()}
+        return {_ESCAPED: items} if "lc" in value or _ESCAPED in value else items
+    if isinstance(value, list | tuple):
+        return [_encode(v) for v in value]
+    return dumpd(value)
+
+
 def _dump(value: Any, what: str) -> Any:
-    data = dumpd(value)
+    data = _encode(value)
     if _unserializable(data):
         raise errors.SteadError(
             f"{what} holds a value with no JSON form ({_type_name(value)}): a journaled node "
@@ -79,9 +95,17 @@ def dump(value: Any, what: str) -> dict[str, Any]:
 
 
 def _load(data: Any) -> Any:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", LangChainBetaWarning)
-        return load(data, allowed_objects="core")
+    if isinstance(data, list):
+        return [_load(v) for v in data]
+    if not isinstance(data, dict):
+        return data
+    if set(data) == {_ESCAPED}:
+        return {k: _load(v) for k, v in data[_ESCAPED].items()}
+    if "lc" in data:  # a LangChain object (a dict of the graph's own is escaped)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", LangChainBetaWarning)
+            return load(data, allowed_objects="core")
+    return {k: _load(v) for k, v in data.items()}
 
 
 def revive(data: dict[str, Any]) -> Any:
