@@ -118,13 +118,13 @@ def event(row: Row) -> EventRow:
     return EventRow(**{name: row[name] for name in _EVENT_FIELDS})
 
 
-def consuming_event(row: Row) -> EventRow | None:
-    """The event of a `wait_and_event` row (its columns as `e_*`), or None
-    if no event consumed the wait (or it is no longer stored)."""
+def joined_event(row: Row) -> EventRow | None:
+    """The event a row carries as its `e_*` columns (`wait_and_event`: the
+    one that consumed the wait; `run_waits_and_event`: the one stored under
+    the delivered id), or None if there is none."""
     if row["e_event_id"] is None:
         return None
-    return EventRow(**{name: row["run_id"] if name == "run_id" else row["e_" + name]
-                       for name in _EVENT_FIELDS})
+    return EventRow(**{name: row["e_" + name] for name in _EVENT_FIELDS})
 
 
 def state(row: Row) -> StateRow:

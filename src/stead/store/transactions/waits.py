@@ -48,7 +48,7 @@ def open_wait(write: FencedWrite, wait: WaitRow) -> Flow[None]:
 
 def wait_and_event(wait_id: str) -> Flow[tuple[WaitRow, EventRow | None] | None]:
     row = yield one("wait_and_event", {"wait_id": wait_id})
-    return None if row is None else (_rows.wait(row), _rows.consuming_event(row))
+    return None if row is None else (_rows.wait(row), _rows.joined_event(row))
 
 
 def wait_opened(wait_id: str) -> Flow[NotLanded | None]:
@@ -129,11 +129,13 @@ def deliver(event: EventRow, judge: Judge, now: float) -> Flow[tuple[Judgement, 
     """Judge and store `event`: the run is locked first, so a delivery, a
     suspension and a revocation of one run happen one at a time."""
     key = {"run_id": event.run_id, "event_id": event.event_id}
-    # Each read is a round trip on PostgreSQL: the run comes with its lock,
-    # each wait with its task state's version.
+    # Each read is a round trip on PostgreSQL: the run comes with its lock;
+    # then, in one read that the lock makes current, the event stored under
+    # this id and the waits, each with its task state's version.
     run = yield one("locked_run", key)
-    found = yield one("get_event", key)
-    listed = yield rows("run_waits_versions", key)
+    joined = yield rows("run_waits_and_event", key)
+    found = _rows.joined_event(joined[0])
+    listed = [r for r in joined if r["wait_id"] is not None]
     waits = tuple(_rows.wait(r) for r in listed)
     versions: dict[str, int] = {
         w.task_key: 0 if r["state_version"] is None else int(r["state_version"])
@@ -144,7 +146,7 @@ def deliver(event: EventRow, judge: Judge, now: float) -> Flow[tuple[Judgement, 
         policies = frozenset(r["policy_version"] for r in (yield rows("live_policies", code)))
     ctx = DeliveryContext(
         run=None if run is None else _rows.run(run), waits=waits, state_versions=versions,
-        existing=None if found is None else _rows.event(found), now=now,
+        existing=found, now=now,
         live_policies=policies,
     )
     verdict = judge(ctx)

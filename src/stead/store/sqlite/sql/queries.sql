@@ -225,17 +225,27 @@ SELECT * FROM waits WHERE run_id = :run_id ORDER BY created_at, wait_id;
 -- the file's one write lock).
 SELECT * FROM runs WHERE run_id = :run_id;
 
--- name: run_waits_versions
--- A run's waits, each with the version of its task's state now (NULL: no
--- state yet, or no task): what a delivery judges against, in one read.
-SELECT w.*, s.version AS state_version
-FROM waits w LEFT JOIN task_state s ON s.task_key = w.task_key
-WHERE w.run_id = :run_id ORDER BY w.created_at, w.wait_id;
+-- name: run_waits_and_event
+-- What a delivery judges against, in one read after its run's lock: the
+-- event already stored under its id (its columns as e_*, repeated on every
+-- row; NULL: none) and the run's waits, each with the version of its task's
+-- state now (state_version NULL: no state yet, or no task). A run without
+-- waits gives one row, its wait columns NULL.
+SELECT ws.*, e.run_id AS e_run_id, e.event_id AS e_event_id, e.wait_id AS e_wait_id,
+       e.kind AS e_kind, e.payload AS e_payload, e.bind AS e_bind, e.verdict AS e_verdict,
+       e.reason AS e_reason, e.detail AS e_detail, e.received_at AS e_received_at,
+       e.delivered_by AS e_delivered_by, e.delivered_why AS e_delivered_why
+FROM (SELECT 1 AS one) AS x
+LEFT JOIN events e ON e.run_id = :run_id AND e.event_id = :event_id
+LEFT JOIN (SELECT w.*, s.version AS state_version
+           FROM waits w LEFT JOIN task_state s ON s.task_key = w.task_key
+           WHERE w.run_id = :run_id) AS ws ON true
+ORDER BY ws.created_at, ws.wait_id;
 
 -- name: wait_and_event
 -- A wait and, if an event consumed it, that event (its columns as e_*), in one read.
-SELECT w.*, e.event_id AS e_event_id, e.wait_id AS e_wait_id, e.kind AS e_kind,
-       e.payload AS e_payload, e.bind AS e_bind, e.verdict AS e_verdict,
+SELECT w.*, e.run_id AS e_run_id, e.event_id AS e_event_id, e.wait_id AS e_wait_id,
+       e.kind AS e_kind, e.payload AS e_payload, e.bind AS e_bind, e.verdict AS e_verdict,
        e.reason AS e_reason, e.detail AS e_detail, e.received_at AS e_received_at,
        e.delivered_by AS e_delivered_by, e.delivered_why AS e_delivered_why
 FROM waits w LEFT JOIN events e ON e.run_id = w.run_id AND e.event_id = w.event_id
