@@ -210,7 +210,7 @@ async def test_arguments_that_do_not_fit_the_child_fail_in_the_parent(
 
 
 async def test_runs_show_names_a_childs_parent(store: stead.Store) -> None:
-    from stead.views import timeline
+    from stead.views import runs_view, timeline
 
     calls = Calls()
     app, _leaf, parent = _family(calls)
@@ -220,7 +220,7 @@ async def test_runs_show_names_a_childs_parent(store: stead.Store) -> None:
     [kid] = await client.list_runs(workflow="leaf")
     shown = timeline.render_run(kid, await client.journal(kid.run_id), [])
     assert f"parent    {info.run_id} (this run is its child)" in shown
-    assert timeline.run_json(kid)["parent_id"] == info.run_id
+    assert runs_view.run_json(kid)["parent_id"] == info.run_id
 
 
 @pytest.mark.parametrize("fault", ["lose_ack", "drop_commit"])

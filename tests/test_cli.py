@@ -23,7 +23,7 @@ import stead
 import stead.store
 from stead.cli import COMMANDS, common, main
 from stead.records import Fence
-from stead.views import timeline
+from stead.views import runs_view, timeline
 
 T = TypeVar("T")
 DEADLINE = 30.0
@@ -301,10 +301,10 @@ def test_bad_options_are_usage_errors(db_url: str) -> None:
 
 
 def test_time_offsets_read_well() -> None:
-    assert timeline.offset(0.0123) == "+0.012s"
-    assert timeline.offset(245) == "+4m05s"
-    assert timeline.offset(2 * 3600 + 3 * 60 + 9) == "+2h03m"
-    assert timeline.offset(3 * 86400 + 4 * 3600) == "+3d04h"
+    assert runs_view.offset(0.0123) == "+0.012s"
+    assert runs_view.offset(245) == "+4m05s"
+    assert runs_view.offset(2 * 3600 + 3 * 60 + 9) == "+2h03m"
+    assert runs_view.offset(3 * 86400 + 4 * 3600) == "+3d04h"
     assert timeline.shorten("x" * 100, 10) == "x" * 9 + "…"
 
 

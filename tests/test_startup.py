@@ -34,6 +34,12 @@ NOT_LISTING = ("stead.client.client", "stead.client.base", "stead.client.decidin
                "stead.app", "stead.workflow", "stead.policy", "stead.migrations", "stead.intent",
                "stead.keys", "stead.searches", "stead.queues", "stead.exports",
                "stead.records.histories", "stead.store._streams", "stead.stream_records")
+# The records a listing does not build: it reads runs' rows (`records.runs`;
+# with --stranded the fleet's too), and a store imports the records of a
+# journal, a takeover and waits where the first is built. It draws its table
+# with `views.runs_view`, not the timeline, which names a journal's records.
+NOT_BUILT = ("stead.records.journal", "stead.records.resumes", "stead.records.waits",
+             "stead.views.timeline")
 # The standard library's costly corners a listing does not need: finding the
 # SQL files through importlib.resources (tempfile, zipfile), the -wal watch,
 # the paths of run exports.
@@ -99,6 +105,7 @@ def test_listing_runs_needs_the_store_and_no_client(tmp_path: Path, args: list[s
                    capture_output=True)
     found = _imported(["--db", db, *args], tmp_path)
     assert not _under(found, NOT_LISTING)
+    assert not _under(found, NOT_BUILT)
     assert not _under(found, STDLIB)
     assert "stead.client.listing" in found
     # The fleet's records (hosts, backlog, schedules, stranded runs) only for --stranded.

@@ -17,7 +17,7 @@ import click
 
 from stead import errors, records
 from stead.cli import common
-from stead.views import timeline
+from stead.views import runs_view
 
 if TYPE_CHECKING:
     # Types only (exports and paths are imported where an export is read):
@@ -129,7 +129,7 @@ def doctor(ctx: click.Context, grace: float) -> None:
     lines.append(f"workers heard from in the last {grace:g}s: {len(live)}")
     lines += [f"  {w}: {', '.join(sorted(codes))}" for w, codes in sorted(served.items())]
     lines.append(f"stranded runs: {len(stranded)}")
-    lines += [f"  {timeline.stranded_line(i)}" for i in stranded]
+    lines += [f"  {runs_view.stranded_line(i)}" for i in stranded]
     if stranded:
         lines.append("  start a worker hosting that version, register a migration to a "
                      "version you host (stead runs migrate), or cancel the run")

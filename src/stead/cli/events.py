@@ -14,14 +14,14 @@ import click
 
 from stead.cli import common
 from stead.records import EventRow, WaitRow, WaitState
-from stead.views import timeline
+from stead.views import runs_view
 from stead.workflow import waits
 
 
 def _when(t: float | None) -> str:
     if t is None:
         return "never"
-    return timeline.clock_time(t)
+    return runs_view.clock_time(t)
 
 
 def _event_id(run_id: str, wait: str, token: str, payload: Any, bind: Any) -> str:

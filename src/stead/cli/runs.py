@@ -14,7 +14,7 @@ import click
 from stead import errors, records
 from stead.cli import common
 from stead.client import RunInfo, listing
-from stead.views import timeline
+from stead.views import runs_view
 
 if TYPE_CHECKING:
     from stead.app import App
@@ -160,12 +160,12 @@ def runs_ls(ctx: click.Context, status: str | None, workflow: str | None, limit:
 
     infos = common.run_async(go())
     if as_json:
-        click.echo(json.dumps([timeline.run_json(i) for i in infos], indent=2))
+        click.echo(json.dumps([runs_view.run_json(i) for i in infos], indent=2))
     elif stranded:
-        common.echo("\n".join(timeline.stranded_line(_shown(i)) for i in infos)
+        common.echo("\n".join(runs_view.stranded_line(_shown(i)) for i in infos)
                     or "no stranded runs")
     else:
-        common.echo(timeline.render_runs([_shown(i) for i in infos]))
+        common.echo(runs_view.render_runs([_shown(i) for i in infos]))
 
 
 @runs.command("show", short_help="Show a run, its journal as a timeline, and its resumes.")
@@ -178,7 +178,7 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
     and the operator actions taken or refused on it (who, why, outcome)."""
     # What only `show` draws, imported here so that `runs ls` does not pay for it.
     from stead.operator import audit
-    from stead.views import context_view, workspace_view
+    from stead.views import context_view, timeline, workspace_view
 
     db = common.database_url(ctx)
     common.require_database(db)
@@ -286,7 +286,7 @@ def runs_fork(ctx: click.Context, run_id: str, at: int, as_json: bool) -> None:
 
     forked = common.run_async(go())
     if as_json:
-        click.echo(json.dumps({**timeline.run_json(forked), "forked_from": run_id, "at": at},
+        click.echo(json.dumps({**runs_view.run_json(forked), "forked_from": run_id, "at": at},
                               indent=2))
         return
     info = _shown(forked)

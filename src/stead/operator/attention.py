@@ -14,7 +14,7 @@ from stead.client.listing import STRANDED_AFTER
 from stead.operator.actions import Action, offered
 from stead.operator.situation import Situation, situation
 from stead.records import RunStatus, WaitRow, WaitState
-from stead.views import timeline
+from stead.views import runs_view
 
 # Open waits that expire within this many seconds need a human.
 NEAR_EXPIRY = 3600.0
@@ -115,7 +115,7 @@ async def _stranded(client: Client, now: float) -> list[Attention]:
         s = await situation(client, info.run_id)
         found.append(Attention(
             AttentionKind.STRANDED, info,
-            f"{timeline.stranded_reason(info)}: deploy a worker that does, or migrate it",
+            f"{runs_view.stranded_reason(info)}: deploy a worker that does, or migrate it",
             _resolving(s, "migrate", "cancel")))
     return found
 

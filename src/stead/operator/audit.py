@@ -12,7 +12,7 @@ from typing import Any
 from stead.client import Client
 from stead.operator.forms import Decision
 from stead.records import ActionOutcome, ActionRow
-from stead.views import timeline
+from stead.views import runs_view, timeline
 
 
 def audit_json(rows: Sequence[ActionRow]) -> list[dict[str, Any]]:
@@ -26,7 +26,7 @@ def render(rows: Sequence[ActionRow]) -> str:
     lines = [f"operator actions ({len(rows)})"]
     for r in sorted(rows, key=lambda r: r.at):
         on = f" {r.target}" if r.target else ""
-        lines += [f"  {timeline.clock_time(r.at)}  {r.action}{on}  by {r.author}  {r.outcome}",
+        lines += [f"  {runs_view.clock_time(r.at)}  {r.action}{on}  by {r.author}  {r.outcome}",
                   f"    why     {timeline.shorten(r.why, 200)}",
                   f"    detail  {timeline.shorten(r.detail, 200)}"]
     return "\n".join(lines)

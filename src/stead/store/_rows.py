@@ -4,23 +4,17 @@ allow it), and columns a newer schema added are ignored."""
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
-from stead.records import (
-    ActionRow,
-    EventRow,
-    IntentRow,
-    Link,
-    Record,
-    ResumeRecord,
-    RunRow,
-    SnapshotRow,
-    StateRow,
-    WaitRow,
-)
+from stead import records
+from stead.records import ActionRow, IntentRow, Link, RunRow, StateRow
 
-# The records of a history and of the fleet are imported where one is built:
-# a store that only lists runs builds none of them (see `stead.records`).
+# A store that only lists runs builds none of the other records (see
+# `stead.records`). Those of a journal, a takeover, waits and snapshots are
+# written `records.Record`, which imports their module when the first is built
+# (an import in each function would cost ~0.6 µs a row, a third of building a
+# `Record`); those of a history and of the fleet are imported where one is.
 if TYPE_CHECKING:
     from stead.records import Backlog, HostRow, MigrationRow, ScheduleRow
 
@@ -96,35 +90,35 @@ def backlog(row: Row) -> Backlog:
                    int(row["leased"]), row["next_expiry"])
 
 
-def record(row: Row) -> Record:
-    return Record(
+def record(row: Row) -> records.Record:
+    return records.Record(
         row["seq"], row["addr"], row["attempt"], row["kind"], row["name"], row["digest"],
         row["status"], row["payload"], row["epoch"], row["at"],
     )
 
 
-def resume(row: Row) -> ResumeRecord:
-    return ResumeRecord(
+def resume(row: Row) -> records.ResumeRecord:
+    return records.ResumeRecord(
         row["run_id"], row["epoch"], row["worker_id"], row["at"], row["from_seq"],
         row["code_version"], row["reused"], row["detail"],
     )
 
 
-def wait(row: Row) -> WaitRow:
-    return WaitRow(**{name: row[name] for name in _WAIT_FIELDS})
+def wait(row: Row) -> records.WaitRow:
+    return records.WaitRow(**{name: row[name] for name in _fields(records.WaitRow)})
 
 
-def event(row: Row) -> EventRow:
-    return EventRow(**{name: row[name] for name in _EVENT_FIELDS})
+def event(row: Row) -> records.EventRow:
+    return records.EventRow(**{name: row[name] for name in _fields(records.EventRow)})
 
 
-def joined_event(row: Row) -> EventRow | None:
+def joined_event(row: Row) -> records.EventRow | None:
     """The event a row carries as its `e_*` columns (`wait_and_event`: the
     one that consumed the wait; `run_waits_and_event`: the one stored under
     the delivered id), or None if there is none."""
     if row["e_event_id"] is None:
         return None
-    return EventRow(**{name: row["e_" + name] for name in _EVENT_FIELDS})
+    return records.EventRow(**{name: row["e_" + name] for name in _fields(records.EventRow)})
 
 
 def state(row: Row) -> StateRow:
@@ -143,7 +137,7 @@ def action(row: Row) -> ActionRow:
     return ActionRow(**{name: row[name] for name in ActionRow.__dataclass_fields__})
 
 
-def record_params(run_id: str, r: Record) -> dict[str, Any]:
+def record_params(run_id: str, r: records.Record) -> dict[str, Any]:
     return {
         "run_id": run_id, "seq": r.seq, "addr": r.addr, "attempt": r.attempt,
         "kind": r.kind, "name": r.name, "digest": r.digest, "status": r.status,
@@ -151,7 +145,7 @@ def record_params(run_id: str, r: Record) -> dict[str, Any]:
     }
 
 
-def resume_params(r: ResumeRecord) -> dict[str, Any]:
+def resume_params(r: records.ResumeRecord) -> dict[str, Any]:
     return {
         "run_id": r.run_id, "epoch": r.epoch, "worker_id": r.worker_id, "at": r.at,
         "from_seq": r.from_seq, "code_version": r.code_version, "reused": r.reused,
@@ -159,27 +153,31 @@ def resume_params(r: ResumeRecord) -> dict[str, Any]:
     }
 
 
-def event_params(e: EventRow) -> dict[str, Any]:
-    return {name: getattr(e, name) for name in _EVENT_FIELDS}
+def event_params(e: records.EventRow) -> dict[str, Any]:
+    return {name: getattr(e, name) for name in _fields(records.EventRow)}
 
 
-def wait_params(w: WaitRow) -> dict[str, Any]:
+def wait_params(w: records.WaitRow) -> dict[str, Any]:
     """What inserting a new (open) wait takes."""
-    return {name: getattr(w, name) for name in _WAIT_INSERT}
+    return {name: getattr(w, name) for name in _wait_insert()}
 
 
-_WAIT_FIELDS = WaitRow.__dataclass_fields__.keys()
-_WAIT_INSERT = tuple(n for n in _WAIT_FIELDS
-                     if n not in ("state", "event_id", "closed_at", "bad_tokens", "locked_at"))
-_EVENT_FIELDS = EventRow.__dataclass_fields__.keys()
+@functools.cache
+def _fields(record_class: type[Any]) -> tuple[str, ...]:
+    """The names of a record class's fields, in order: read once a class,
+    when the first is built or written, not as this module is imported."""
+    return tuple(record_class.__dataclass_fields__)
 
 
-def snapshot(row: Row) -> SnapshotRow:
-    return SnapshotRow(*(row[name] for name in _SNAPSHOT_FIELDS))
+@functools.cache
+def _wait_insert() -> tuple[str, ...]:
+    return tuple(n for n in _fields(records.WaitRow)
+                 if n not in ("state", "event_id", "closed_at", "bad_tokens", "locked_at"))
 
 
-def snapshot_params(s: SnapshotRow) -> dict[str, Any]:
-    return {name: getattr(s, name) for name in _SNAPSHOT_FIELDS}
+def snapshot(row: Row) -> records.SnapshotRow:
+    return records.SnapshotRow(*(row[name] for name in _fields(records.SnapshotRow)))
 
 
-_SNAPSHOT_FIELDS = tuple(SnapshotRow.__dataclass_fields__)
+def snapshot_params(s: records.SnapshotRow) -> dict[str, Any]:
+    return {name: getattr(s, name) for name in _fields(records.SnapshotRow)}

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from stead import errors
 from stead.clock import Clock
-from stead.records import Fence, Record, ResumeRecord, RunRow, RunStatus
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
+    from stead.records import Fence, Record, ResumeRecord, RunRow, RunStatus
     from stead.store.local_work import Signal
 
 T = TypeVar("T")

@@ -13,7 +13,7 @@ from typing import Any
 from stead.guard import Ledger
 from stead.intent import Intent
 from stead.records import IntentRow, Record, RecordKind, ResumeRecord
-from stead.views.timeline import clock_time
+from stead.views.runs_view import clock_time
 
 
 def _expiry(expires_at: float | None, now: float) -> str:

@@ -1,6 +1,7 @@
 """A run as text: its status and result, its journal as a timeline, each
 effect's phase, and the audit of every takeover. Used by `stead runs show` and
-`stead demo`.
+`stead demo`; what a run's row alone shows (the table `stead runs ls` prints,
+a run as JSON, the times) is in `runs_view`.
 
 Pure functions over what `Client` returns; no I/O here.
 """
@@ -8,7 +9,6 @@ Pure functions over what `Client` returns; no I/O here.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import json
 import shlex
 from collections.abc import Sequence
@@ -25,36 +25,12 @@ from stead.records import (
     ResumeRecord,
     RunStatus,
 )
+from stead.views.runs_view import ago, clock_time, offset, run_json, table
 
 PAYLOAD_WIDTH = 60
 
 if TYPE_CHECKING:  # annotations only: `runs ls` draws no migration
     from stead.records import MigrationRow
-
-
-def clock_time(t: float) -> str:
-    """An absolute time, in UTC, to the second. A stored time no date can
-    show (one written before numbers were checked at the door) is said in
-    words, never a traceback."""
-    try:
-        return dt.datetime.fromtimestamp(t, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-    except (OverflowError, OSError, ValueError):
-        return "not a time" if t != t else ("beyond year 9999" if t > 0 else "before year 1")
-
-
-def offset(seconds: float) -> str:
-    """A time offset from the run's start: `+0.012s`, `+4m05s`, `+2h03m`, `+3d04h`."""
-    s = max(seconds, 0.0)
-    if s < 60:
-        return f"+{s:.3f}s"
-    if not s < 1e12:  # past year 30000, or infinite, or NaN: no count of days says more
-        return "+forever"
-    whole = int(s)
-    if whole < 3600:
-        return f"+{whole // 60}m{whole % 60:02d}s"
-    if whole < 86400:
-        return f"+{whole // 3600}h{whole % 3600 // 60:02d}m"
-    return f"+{whole // 86400}d{whole % 86400 // 3600:02d}h"
 
 
 def shorten(text: str, width: int = PAYLOAD_WIDTH) -> str:
@@ -89,21 +65,6 @@ def summary(rec: Record) -> str:
             text += f" +{len(calls)} tool call(s)"
         return shorten(text)
     return shorten(_compact(value))
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
-    widths = [len(h) for h in header]
-    for row in rows:
-        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
-
-    def line(cells: Sequence[str]) -> str:
-        out = [
-            c.rjust(w) if i in right else c.ljust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ]
-        return "  ".join(out).rstrip()
-
-    return [line(header), *(line(r) for r in rows)]
 
 
 def _resume_line(r: ResumeRecord, start: float) -> str:
@@ -159,10 +120,10 @@ def journal_lines(
          str(r.attempt), str(r.epoch), summary(r)]
         for r in journal
     ]
-    table = _table(header, rows, right={0, 1, 5, 6})
-    out = ["  " + table[0]]
+    lines = table(header, rows, right={0, 1, 5, 6})
+    out = ["  " + lines[0]]
     marks = {r.from_seq: r for r in resumes}
-    for rec, text in zip(journal, table[1:], strict=True):
+    for rec, text in zip(journal, lines[1:], strict=True):
         mark = marks.get(rec.seq)
         if mark is not None:
             out.append(f"  -- resumed by {mark.worker_id} at epoch {mark.epoch}: "
@@ -313,11 +274,6 @@ def lease_text(info: RunInfo, now: float) -> str:
             f"({ago(now - expires)} ago): expired, waiting for a worker hosting {code}")
 
 
-def ago(seconds: float) -> str:
-    """A duration in a few characters: `4.2s`, `3m05s`, `2h03m`."""
-    return offset(seconds)[1:]
-
-
 def last_update(info: RunInfo, journal: Sequence[Record]) -> float:
     """When the run last changed: its row, or its newest journal record if later
     (a journal append does not touch the row)."""
@@ -367,19 +323,6 @@ def render_run(
     return "\n".join(lines)
 
 
-def render_runs(infos: Sequence[RunInfo]) -> str:
-    """The table `stead runs ls` prints."""
-    if not infos:
-        return "no runs"
-    header = ["run", "workflow", "status", "task", "created", "updated"]
-    rows = [
-        [i.run_id, f"{i.workflow}@{i.version}", i.status, i.task_id or "-",
-         clock_time(i.created_at), offset(i.updated_at - i.created_at)]
-        for i in infos
-    ]
-    return "\n".join(_table(header, rows, right=set()))
-
-
 def render_migrations(workflow: str, migrated: Sequence[MigrationRow]) -> str:
     """Each migration of a run: versions, who, when, the journal's length
     before and after (the old journal is kept), and its rollback."""
@@ -395,26 +338,7 @@ def render_migrations(workflow: str, migrated: Sequence[MigrationRow]) -> str:
     return "\n".join(lines)
 
 
-def stranded_reason(info: RunInfo) -> str:
-    """`no worker hosts refund_order@1 since …`."""
-    since = ("and none has yet" if info.hosted_at is None
-             else f"since {clock_time(info.hosted_at)}")
-    return f"no worker hosts {info.workflow}@{info.version} {since}"
-
-
-def stranded_line(info: RunInfo) -> str:
-    """`run R (refund_order@1, pending): no worker hosts refund_order@1 since …`."""
-    return f"run {info.run_id} ({info.workflow}@{info.version}, {info.status}): " + \
-        stranded_reason(info)
-
-
 # -- JSON forms (for --json) -------------------------------------------------
-def run_json(info: RunInfo) -> dict[str, Any]:
-    data = dataclasses.asdict(info)
-    data.pop("created", None)
-    return data
-
-
 def record_json(rec: Record) -> dict[str, Any]:
     data = dataclasses.asdict(rec)
     data["payload"] = _decoded(rec.payload)

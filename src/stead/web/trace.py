@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from stead.records import Record, RecordKind, RecordStatus, ResumeRecord
-from stead.views import timeline
+from stead.views import runs_view
 
 DRAWN = frozenset({RecordKind.STEP, RecordKind.LLM, RecordKind.EFFECT, RecordKind.WAIT,
                    RecordKind.SLEEP})
@@ -46,7 +46,7 @@ class Bar:
 
     @property
     def duration(self) -> str:
-        return timeline.ago(self.end - self.start)
+        return runs_view.ago(self.end - self.start)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +122,6 @@ def trace(journal: Sequence[Record], resumes: Sequence[ResumeRecord], *, created
         b, x=min(x(b.start), WIDTH - NARROWEST),
         width=max(round((b.end - b.start) * scale, 2), NARROWEST)) for b in bars)
     marks = tuple(Mark(r, x(r.at)) for r in resumes if start <= r.at <= end)
-    ticks = tuple((WIDTH * i / 4, timeline.offset(start + (end - start) * i / 4 - created_at))
+    ticks = tuple((WIDTH * i / 4, runs_view.offset(start + (end - start) * i / 4 - created_at))
                   for i in range(5))
     return Trace(placed, marks, ticks, start, end)

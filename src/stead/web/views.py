@@ -30,7 +30,7 @@ from stead.records import (
     StateRow,
     WaitRow,
 )
-from stead.views import context_view, timeline, workspace_view
+from stead.views import context_view, runs_view, timeline, workspace_view
 from stead.web import trace, window
 from stead.workflow import waits
 
@@ -80,7 +80,7 @@ def clip_json(text: str | None, width: int = CLIP) -> str:
 
 
 def when(t: float | None) -> str:
-    return "never" if t is None else timeline.clock_time(t)
+    return "never" if t is None else runs_view.clock_time(t)
 
 
 def left(t: float | None, now: float) -> str:
@@ -128,7 +128,7 @@ def _entry(r: Record, start: float, resumed: ResumeRecord | None) -> Entry:
             extra = f"key {data['key']}"
         elif data.get("retry_at") is not None:
             extra = f"retry at {when(float(data['retry_at']))}"
-    return Entry(r, timeline.offset(r.at - start), clip(timeline.summary(r), CLIP),
+    return Entry(r, runs_view.offset(r.at - start), clip(timeline.summary(r), CLIP),
                  redact(extra), resumed, pretty(data) if data is not None else redact(r.payload))
 
 

@@ -4,13 +4,16 @@ resuming or ending one stopped for a person, and the operator's audit."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from stead.records import ActionRow, Record, RunRow, RunStatus
 from stead.store import _rows
 from stead.store.base.part import StorePart
 from stead.store.seam import Writing
 from stead.store.transactions import actions as tx
 from stead.store.transactions import common
+
+if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
+    from stead.records import ActionRow, Record, RunRow, RunStatus
 
 
 class Actions(StorePart):

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from stead.records import Fence, IntentRow, Record, ResumeRecord, RunRow, RunStatus
 from stead.store import _rows
 from stead.store.base.part import StorePart
 from stead.store.seam import FencedWrite, Writing
 from stead.store.transactions import common, journal
 from stead.store.transactions import intents as tx
+
+if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
+    from stead.records import Fence, IntentRow, Record, ResumeRecord, RunRow, RunStatus
 
 
 class Intents(StorePart):

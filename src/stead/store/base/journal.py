@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from stead.records import Fence, IntentRow, Record, ResumeRecord, RunStatus
 from stead.store import _rows
 from stead.store.base.part import StorePart
 from stead.store.seam import FencedWrite, Finish, Writing
@@ -14,6 +13,7 @@ from stead.store.transactions import common
 from stead.store.transactions import journal as tx
 
 if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
+    from stead.records import Fence, IntentRow, Record, ResumeRecord, RunStatus
     from stead.stream_records import NewEntry, StreamEntry
 
 # Entries a reader gets per read.

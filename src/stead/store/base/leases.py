@@ -7,7 +7,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from stead import processes
-from stead.records import Fence, RunRow
 from stead.store import _holders, _rows
 from stead.store.base.part import StorePart
 from stead.store.seam import Claim, Writing
@@ -16,7 +15,7 @@ from stead.store.transactions import leases as tx
 
 if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
     from stead.queues import Queue
-    from stead.records import Backlog, HostRow, Stranded
+    from stead.records import Backlog, Fence, HostRow, RunRow, Stranded
 
 
 class Leases(StorePart):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from stead.records import Fence, Record, ResumeRecord, RunRow
 from stead.store import _rows
 from stead.store.base.part import StorePart
 from stead.store.seam import Writing
@@ -13,7 +12,7 @@ from stead.store.transactions import common
 from stead.store.transactions import migrations as tx
 
 if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
-    from stead.records import MigrationPlan, MigrationRow
+    from stead.records import Fence, MigrationPlan, MigrationRow, Record, ResumeRecord, RunRow
 
 
 class Migrations(StorePart):

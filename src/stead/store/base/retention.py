@@ -6,14 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from stead.records import Record, RunRow, StateRow, WaitRow
 from stead.store import _rejections
 from stead.store.base.part import StorePart
 from stead.store.seam import Writing
 from stead.store.transactions import retention as tx
 
-if TYPE_CHECKING:  # annotations only: a store that lists runs need not build it
-    from stead.records import RunExport
+if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
+    from stead.records import Record, RunExport, RunRow, StateRow, WaitRow
 
 
 class Retention(StorePart):

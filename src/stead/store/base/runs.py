@@ -7,15 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from stead import errors
-from stead.records import (
-    Fence,
-    Link,
-    NewRun,
-    Record,
-    ResumeRecord,
-    RunRow,
-    RunStatus,
-)
+from stead.records import RunStatus
 from stead.store import _rows
 from stead.store.base.part import StorePart
 from stead.store.seam import FencedWrite, Finish, Writing
@@ -23,7 +15,16 @@ from stead.store.transactions import common
 from stead.store.transactions import runs as tx
 
 if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
-    from stead.records import NewFork, ScheduleRow
+    from stead.records import (
+        Fence,
+        Link,
+        NewFork,
+        NewRun,
+        Record,
+        ResumeRecord,
+        RunRow,
+        ScheduleRow,
+    )
     from stead.searches import RunSearch
 
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from stead.records import EventRow, Fence, Judgement, Record, ResumeRecord, WaitRow, WaitState
 from stead.store import _rows
 from stead.store.base.part import StorePart
 from stead.store.seam import FencedWrite, Writing
 from stead.store.transactions import common
 from stead.store.transactions import waits as tx
+
+if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
+    from stead.records import EventRow, Fence, Judgement, Record, ResumeRecord, WaitRow, WaitState
 
 
 class Waits(StorePart):

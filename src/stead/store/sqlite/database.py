@@ -14,15 +14,17 @@ import json
 import os
 import re
 import sqlite3
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from stead import errors
 from stead.clock import Clock
-from stead.records import RunRow
 from stead.store import _rows, local_work, seam, sql_files
 from stead.store.sqlite import journal, wal_watch
 from stead.store.sqlite.connection import Connector, busy_timeout_from_url, path_from_url
 from stead.store.sqlite.group import GroupCommit
+
+if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
+    from stead.records import RunRow
 
 T = TypeVar("T")
 Q = sql_files.queries("sqlite")

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from stead.records import Fence, Record, ResumeRecord
 from stead.store import _rows, sql_files
 from stead.store.seam import FencedWrite, Journal, fence_params, stale
+
+if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
+    from stead.records import Fence, Record, ResumeRecord
 
 Q = sql_files.queries("sqlite")
 

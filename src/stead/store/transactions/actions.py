@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from stead import errors
-from stead.records import ActionRow, Record, RunRow, RunStatus
+from stead.records import RunStatus
 from stead.store import _rows
 from stead.store.seam import NOT_LANDED, Flow, NotLanded, execute, one, rows
 from stead.store.transactions import common
+
+if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
+    from stead.records import ActionRow, Record, RunRow
 
 
 def cancel_run(run_id: str, now: float, where: str) -> Flow[RunRow]:

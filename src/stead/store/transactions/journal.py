@@ -4,11 +4,14 @@ read-back of an append or a finish), and what a takeover reads of it."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from stead import errors
-from stead.records import IntentRow, Record, ResumeRecord
 from stead.store import _rows
 from stead.store.seam import NOT_LANDED, FencedWrite, Flow, NotLanded, one, rows
+
+if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
+    from stead.records import IntentRow, Record, ResumeRecord
 
 
 def records_landed(

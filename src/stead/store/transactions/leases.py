@@ -6,13 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from stead.records import Fence, RunRow
 from stead.store import _rows
 from stead.store.seam import Flow, execute, fence_params, one, rows
 
 if TYPE_CHECKING:  # for annotations; `Stranded` is imported below where one is made
     from stead.queues import Queue
-    from stead.records import HostRow, Stranded
+    from stead.records import Fence, HostRow, RunRow, Stranded
 
 
 def renew(

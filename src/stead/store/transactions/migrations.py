@@ -7,13 +7,12 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from stead import errors
-from stead.records import Fence, ResumeRecord, RunRow
 from stead.store import _rows
 from stead.store.seam import NOT_LANDED, Flow, NotLanded, execute, fence_params, one, rows, stale
 from stead.store.transactions import common
 
 if TYPE_CHECKING:  # for annotations; imported below where one is made
-    from stead.records import MigrationPlan, MigrationRow
+    from stead.records import Fence, MigrationPlan, MigrationRow, ResumeRecord, RunRow
 
 
 def _movable(run: RunRow, lease_now: float | None, what: str) -> Flow[None]:

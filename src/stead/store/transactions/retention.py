@@ -7,12 +7,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from stead import errors
-from stead.records import Record, RunRow, StateRow, WaitRow
 from stead.store import _rows
 from stead.store.seam import NOT_LANDED, Flow, NotLanded, execute, one, rows
 
 if TYPE_CHECKING:  # for annotations; imported below where one is made
-    from stead.records import RunExport
+    from stead.records import Record, RunExport, RunRow, StateRow, WaitRow
 
 
 def prunable(cutoff: float, limit: int, run_ids: Sequence[str] | None = None

@@ -9,17 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from stead import errors
-from stead.records import (
-    TERMINAL,
-    IntentRow,
-    LineageKind,
-    Link,
-    NewRun,
-    Record,
-    RecordStatus,
-    RunRow,
-    task_taken,
-)
+from stead.records import TERMINAL, IntentRow, LineageKind, Link, task_taken
 from stead.store import _rows
 from stead.store.seam import (
     NOT_LANDED,
@@ -37,7 +27,7 @@ from stead.store.seam import (
 from stead.store.transactions import common, journal
 
 if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
-    from stead.records import NewFork, ScheduleRow
+    from stead.records import NewFork, NewRun, Record, RunRow, ScheduleRow
 
     # Given the stored schedule (None: never seen) and the time, returns the
     # ticks to fire now and the next tick not yet fired (pure: no I/O).
@@ -215,6 +205,8 @@ def start_child(write: FencedWrite, new: NewRun, now: float) -> Flow[tuple[RunRo
     or neither. The child's id is derived from the parent and the call, so a
     start found done already is read back, not made twice. A live run of the
     child's task that this parent did not start is journaled as an error."""
+    from stead.records import RecordStatus  # here: a store that lists runs loads no journal
+
     fence, records = write.fence, write.records
     yield execute("lock_run", {"run_id": fence.run_id})
     if (yield one("fence", fence_params(fence))) is None:

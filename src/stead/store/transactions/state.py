@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from stead.records import Record, StateRow
+from stead.records import StateRow
 from stead.store import _rows
 from stead.store.seam import (
     NOT_LANDED,
@@ -20,6 +21,9 @@ from stead.store.seam import (
     stale,
 )
 from stead.store.transactions import journal
+
+if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
+    from stead.records import Record
 
 # Given the current task state (or None), returns the new data (JSON text, or
 # None for a refused change) and the status and payload of the journal record

@@ -4,22 +4,12 @@ revoking and unlocking a wait, and the judged delivery of an event."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from stead import errors
-from stead.records import (
-    UNAUTHENTICATED,
-    DeliveryContext,
-    EventRow,
-    Judgement,
-    RejectReason,
-    RunStatus,
-    Verdict,
-    WaitRow,
-    WaitState,
-)
+from stead.records import RunStatus
 from stead.store import _rejections, _rows
 from stead.store.seam import (
     NOT_LANDED,
@@ -34,6 +24,11 @@ from stead.store.seam import (
     rows,
 )
 from stead.store.transactions import journal, runs
+
+# The records of waits are imported where a flow reads one: a store that
+# lists runs builds none of them (see `stead.records`).
+if TYPE_CHECKING:
+    from stead.records import DeliveryContext, EventRow, Judgement, WaitRow
 
 
 def wait_state(wait_id: str) -> Flow[str]:
@@ -74,6 +69,8 @@ def suspend(
     write: FencedWrite, wake_at: float | None, wait_ids: Sequence[str], now: float,
     children: Sequence[str] = (),
 ) -> Flow[None]:
+    from stead.records import WaitState
+
     yield Journal(write)
     for wait_id in wait_ids:
         state = yield from wait_state(wait_id)
@@ -100,6 +97,8 @@ def suspended(write: FencedWrite) -> Flow[NotLanded | None]:
 
 
 def revoke_wait(wait_id: str, now: float, where: str) -> Flow[WaitRow]:
+    from stead.records import WaitState
+
     row = yield one("get_wait", {"wait_id": wait_id})
     if row is None:
         raise errors.SteadError(f"no wait {wait_id!r} in {where}")
@@ -115,19 +114,24 @@ def revoke_wait(wait_id: str, now: float, where: str) -> Flow[WaitRow]:
 
 
 def wait_revoked(wait_id: str) -> Flow[WaitRow | NotLanded]:
+    from stead.records import WaitState
+
     row = yield one("get_wait", {"wait_id": wait_id})
     if row is None or row["state"] != WaitState.REVOKED:
         return NOT_LANDED
     return _rows.wait(row)
 
 
-# Judges a delivery inside its transaction (pure: no I/O).
-Judge = Callable[[DeliveryContext], Judgement]
+# Judges a delivery inside its transaction (pure: no I/O). Its records are
+# named, not imported (see above).
+Judge = Callable[["DeliveryContext"], "Judgement"]
 
 
 def deliver(event: EventRow, judge: Judge, now: float) -> Flow[tuple[Judgement, EventRow]]:
     """Judge and store `event`: the run is locked first, so a delivery, a
     suspension and a revocation of one run happen one at a time."""
+    from stead.records import UNAUTHENTICATED, DeliveryContext, RejectReason, Verdict, WaitState
+
     key = {"run_id": event.run_id, "event_id": event.event_id}
     # Each read is a round trip on PostgreSQL: the run comes with its lock;
     # then, in one read that the lock makes current, the event stored under
@@ -184,6 +188,8 @@ def digest(text: str) -> str:
     characters; `text` itself when it is no longer than that."""
     if len(text) <= DIGEST_HEAD:
         return text
+    import hashlib  # here: a store that lists runs loads no digests (~1.4 ms)
+
     return json.dumps({"omitted": "only a digest of this event is kept",
                        "sha256": hashlib.sha256(text.encode()).hexdigest(),
                        "bytes": len(text.encode()), "head": text[:DIGEST_HEAD]})

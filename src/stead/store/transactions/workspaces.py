@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from stead.records import SnapshotRow
 from stead.store import _rows
 from stead.store.seam import (
     NOT_LANDED,
@@ -21,6 +21,9 @@ from stead.store.seam import (
     rows,
     stale,
 )
+
+if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
+    from stead.records import SnapshotRow
 
 # The content of a blob, by its sha256 (read when the save needs it: only the
 # blobs the store does not hold yet are read and sent).
