@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+import stead
 from stead.store.sqlite import wal_watch
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
@@ -40,3 +43,55 @@ async def test_a_commit_on_another_connection_is_seen_at_once(tmp_path: Path) ->
 def test_a_file_without_a_wal_gives_no_watch(tmp_path: Path) -> None:
     assert wal_watch.open_watch(str(tmp_path / "none.db")) is None
     assert wal_watch.open_watch(":memory:") is None
+
+
+async def test_a_commit_being_made_is_looked_for_closely_and_for_a_bounded_time(
+        tmp_path: Path) -> None:
+    """`until` looks at sub-millisecond intervals (the loop's own timers
+    wake no sooner than a millisecond) and gives up after `within`."""
+    conn, path = _wal_file(tmp_path)
+    watch = wal_watch.open_watch(path)
+    assert watch is not None
+    looks: list[float] = []
+
+    def shows_on_the_fifth() -> bool:
+        looks.append(time.monotonic())
+        return len(looks) == 5
+
+    try:
+        assert await watch.until(shows_on_the_fifth, 5.0)
+        assert len(looks) == 5
+        looks.clear()
+        began = time.monotonic()
+        assert not await watch.until(lambda: False, 0.05)
+        assert 0.05 <= time.monotonic() - began < 5.0  # bounded, however slow the box
+    finally:
+        watch.close()
+        conn.close()
+
+
+async def test_an_idle_waiter_returns_once_another_connection_commits(
+        tmp_path: Path) -> None:
+    """The store's wait for work, on a file another connection commits to
+    while it waits: it returns for that commit, long before its timeout."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    store = await stead.open_store(url)
+    other = await stead.open_store(url)
+    try:
+        app = stead.App("w")
+
+        @app.workflow()
+        async def wf(run: stead.Run) -> int:
+            return 1
+
+        await stead.Client(other, app).start(wf)  # the -wal exists from here on
+        waiting = asyncio.ensure_future(store.database.wait_for_work(60.0))
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        began = time.monotonic()
+        await stead.Client(other, app).start(wf)
+        await asyncio.wait_for(waiting, 30.0)
+        assert time.monotonic() - began < 30.0
+    finally:
+        await store.close()
+        await other.close()

@@ -30,7 +30,10 @@ T = TypeVar("T")
 Q = sql_files.queries("sqlite")
 # How often an idle worker looks whether anyone committed to the file.
 _WATCH_INTERVAL = 0.01
-# After a write to the -wal, how often and how many times to look again.
+# After a write to the -wal: how long to look closely for its commit to show
+# (a commit's sync takes a fraction of a millisecond), then how often and how
+# many times to look again.
+_SETTLE_WITHIN = 0.002
 _SOON_INTERVAL = 0.0005
 _SOON_LOOKS = 10
 
@@ -140,6 +143,11 @@ class SQLiteDatabase(seam.Database):
             elif await self._wal.written(pause):
                 # A commit writes its frames to the -wal before it shows in
                 # data_version: if it does not show yet, it will in a moment.
+                # Looked for closely only after a quiet spell: while the file
+                # is written on and on, the looks at the short interval do.
+                if not soon and await self._wal.until(
+                        lambda: self._db.data_version() != seen, _SETTLE_WITHIN):
+                    return
                 soon = _SOON_LOOKS
             if self._db.data_version() != seen:
                 return

@@ -12,13 +12,20 @@ descriptors) `open_watch` gives None and the worker polls as before.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import sys
+import time
+from collections.abc import Callable
 
 _IN_MODIFY = 0x2
 _IN_NONBLOCK = os.O_NONBLOCK
 _IN_CLOEXEC = os.O_CLOEXEC
+
+
+# How often `until` looks while a commit it saw begin is finishing.
+_TICK = 0.0001
 
 
 class WalWatch:
@@ -26,6 +33,26 @@ class WalWatch:
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
+        self._ticks: concurrent.futures.ThreadPoolExecutor | None = None
+
+    async def until(self, shows: Callable[[], bool], within: float) -> bool:
+        """After a write: look whether the commit `shows` every `_TICK`
+        seconds, for at most `within`; whether it did. A commit writes its
+        frames to the -wal, syncs them, and only then shows; the event loop's
+        timers wake no sooner than a millisecond after they are asked to
+        (epoll counts milliseconds), about twice the sync, so the pauses
+        between looks are slept in a thread of the watch's own. `shows` runs
+        on the loop."""
+        loop = asyncio.get_running_loop()
+        if self._ticks is None:
+            self._ticks = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="stead-wal-watch")
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            await loop.run_in_executor(self._ticks, time.sleep, _TICK)
+            if shows():
+                return True
+        return False
 
     async def written(self, timeout: float) -> bool:
         """Wait until the file is written to, or `timeout`; whether it was."""
@@ -65,6 +92,9 @@ class WalWatch:
             got = True
 
     def close(self) -> None:
+        if self._ticks is not None:
+            self._ticks.shutdown(wait=False)
+            self._ticks = None
         with contextlib.suppress(OSError):
             os.close(self._fd)
 
