@@ -301,8 +301,9 @@ def section(found: dict[str, Any], args: argparse.Namespace, seconds: float) -> 
                  f"each cell is the median (min-max) of {args.repeat} repetitions, the "
                  "sizes taking turns, and each ratio is of the medians."
                  if args.repeat > 1 else "single measurements.") + (
-                 " Each seed ends with VACUUM ANALYZE" + (
-                     "." if args.no_checkpoint else " and CHECKPOINT (see section 11)."))
+                 " Each PostgreSQL seed ends with VACUUM ANALYZE, an SQLite one with ANALYZE" + (
+                     "." if args.no_checkpoint else
+                     "; the PostgreSQL one then with CHECKPOINT (see section 11)."))
              , ""]
     for db in args.db:
         label = {"postgres": "PostgreSQL", "sqlite": "SQLite"}[db]
@@ -335,8 +336,9 @@ def section(found: dict[str, Any], args: argparse.Namespace, seconds: float) -> 
                   f"- while the approvals were delivered, the server's own writes at "
                   f"{small:,} and {large:,} runs (last repetition): "
                   f"{json.dumps(a.get('server_io', {}))} and "
-                  f"{json.dumps(b.get('server_io', {}))}; each seed ends with VACUUM "
-                  "ANALYZE" + ("" if args.no_checkpoint else
+                  f"{json.dumps(b.get('server_io', {}))}; each seed ends with "
+                  + ("ANALYZE" if db == "sqlite" else "VACUUM ANALYZE")
+                  + ("" if b["seed"].get("checkpoint_seconds") is None else
                                f" and a CHECKPOINT ({b['seed']['checkpoint_seconds']:.1f} s "
                                f"at {large:,} runs)") + ".",
                   f"- claims that found the queue empty: p50 {fmt(b['idle_p50'], 1)} ms "
