@@ -26,6 +26,7 @@ from stead.app import App
 from stead.clock import Clock, SystemClock
 from stead.execution import Execution, ExecutionOptions
 from stead.records import Backlog, Fence, RunRow, RunStatus
+from stead.store import local_work
 from stead.store.base import Store
 from stead.worker import attempts, claims, idle, leases
 from stead.worker.leases import LeaseKeeper
@@ -73,6 +74,10 @@ class Worker:
         self._next_ticks: dict[str, float] = {}
         # What stopped the worker by itself (a missing key): raised once it drained.
         self._stopped_by: errors.SteadError | None = None
+        # Its offer to take runs straight from deliveries made in this process
+        # (`local_work`), made when its loop starts.
+        self._taker: local_work.Taker | None = None
+        self._releasing: set[asyncio.Task[None]] = set()  # runs handed to it as it stopped
 
     # -- public -------------------------------------------------------------
     async def run(self) -> None:
@@ -127,6 +132,7 @@ class Worker:
         nothing was claimed. `wait_for_runs`: while runs execute, idle until one
         ends rather than polling the store."""
         addresses.install(asyncio.get_running_loop())
+        self._taker = local_work.Taker(self.id, self.options.lease_seconds, self._handed)
         await warmups.ready()  # the SDKs' schemas, built off the loop before any run
         await self._leases.start()
         await self._claims.beat()
@@ -134,7 +140,8 @@ class Worker:
         try:
             while not self._stopping.is_set():
                 await self._fire_schedules()
-                free = self.options.concurrency - len(self._active)
+                pending = self._taker.pending  # slots deliveries reserved, not yet handed
+                free = self.options.concurrency - len(self._active) - pending
                 batch = self._claims.batch(free)
                 claimed: list[RunRow] = []
                 backing_off = self._backing_off()
@@ -159,7 +166,7 @@ class Worker:
                     # next poll, so that a burst of runs spreads across the fleet.
                     await self._idle(False)
                     continue
-                if (finished is not None and not claimed and not backing_off
+                if (finished is not None and not claimed and not backing_off and not pending
                         and await self._ask(finished)):
                     return
                 # Fewer than asked for (or none): the store has nothing more
@@ -168,6 +175,7 @@ class Worker:
                 # ending or the poll bring the next claim.
                 await self._idle(wait_for_runs)
         finally:
+            self._taker = None  # a run handed to it from now on is released (`_handed`)
             beating.cancel()
             await asyncio.gather(beating, return_exceptions=True)
             try:
@@ -206,12 +214,31 @@ class Worker:
         waiters: set[asyncio.Task[Any]] = {asyncio.create_task(self._wake.wait())}
         if timeout is not None:
             waiters.add(asyncio.create_task(self.store.wait_for_work(timeout)))
+        local, taker = self.store.database.local, self._taker
+        free = self.options.concurrency - len(self._active)
+        offer = contextlib.nullcontext() if local is None or taker is None else \
+            local.offering(taker, free - taker.pending, frozenset(self._claims.claimable))
         try:
-            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            with offer:
+                await asyncio.wait(waiters, timeout=timeout,
+                                   return_when=asyncio.FIRST_COMPLETED)
         finally:
             for waiter in waiters:
                 waiter.cancel()
             await asyncio.gather(*waiters, return_exceptions=True)
+
+    def _handed(self, row: RunRow) -> None:
+        """A delivery of this process leased `row` to this worker (see
+        `local_work`): execute it, as if claimed; a worker that is stopping
+        gives it back at once, for another worker to take."""
+        if self._taker is None or self._stopping.is_set() or row.run_id in self._active:
+            fence = Fence(row.run_id, row.epoch, self.id)
+            task = asyncio.ensure_future(attempts.release_quietly(self.store, fence))
+            self._releasing.add(task)
+            task.add_done_callback(self._releasing.discard)
+            return
+        self._spawn(row)
+        self._wake.set()
 
     def _spawn(self, row: RunRow) -> None:
         # The worker's own context has no branch; the run's body starts in its

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from stead.store import _rows
+from stead.store import _rows, local_work
 from stead.store.base.part import StorePart
 from stead.store.seam import FencedWrite, Writing
 from stead.store.transactions import common
@@ -76,11 +76,21 @@ class Waits(StorePart):
         """Judge and store `event` in one transaction: read the run, its waits,
         its task state versions and any event with the same id; call `judge`;
         store the event with the verdict; if accepted, consume the wait and wake
-        the run. A duplicate stores nothing and returns the original event."""
-        return await self.database.write(
-            lambda: tx.deliver(event, judge, self.clock.now()),
-            Writing(landed=lambda attempted: tx.delivered(event, attempted)),
-        )
+        the run. A duplicate stores nothing and returns the original event.
+        A run it wakes goes straight to an idle worker of this process that
+        hosts its code, leased to it in the same transaction (`local_work`)."""
+        local = self.database.local
+        lessee = None if local is None else local_work.Lessee(local, self.database.lease_now())
+        leased = None
+        try:
+            judged, stored, leased = await self.database.write(
+                lambda: tx.deliver(event, judge, self.clock.now(), lessee),
+                Writing(landed=lambda attempted: tx.delivered(event, attempted)),
+            )
+        finally:
+            if lessee is not None:
+                lessee.settle(leased)
+        return judged, stored
 
     async def revoke_wait(self, wait_id: str) -> WaitRow:
         """Revoke an open wait and wake its run (it sees `WaitRevoked`)."""

@@ -28,7 +28,8 @@ from stead.store.transactions import journal, runs
 # The records of waits are imported where a flow reads one: a store that
 # lists runs builds none of them (see `stead.records`).
 if TYPE_CHECKING:
-    from stead.records import DeliveryContext, EventRow, Judgement, WaitRow
+    from stead.records import DeliveryContext, EventRow, Judgement, RunRow, WaitRow
+    from stead.store.local_work import Lessee
 
 
 def wait_state(wait_id: str) -> Flow[str]:
@@ -127,9 +128,17 @@ def wait_revoked(wait_id: str) -> Flow[WaitRow | NotLanded]:
 Judge = Callable[["DeliveryContext"], "Judgement"]
 
 
-def deliver(event: EventRow, judge: Judge, now: float) -> Flow[tuple[Judgement, EventRow]]:
+# What a delivery returns: the judgement, the event as stored, and the run
+# if the delivery leased it to an idle worker of this process (`lessee`).
+Delivered = tuple["Judgement", "EventRow", "RunRow | None"]
+
+
+def deliver(event: EventRow, judge: Judge, now: float,
+            lessee: Lessee | None = None) -> Flow[Delivered]:
     """Judge and store `event`: the run is locked first, so a delivery, a
-    suspension and a revocation of one run happen one at a time."""
+    suspension and a revocation of one run happen one at a time. A run it
+    wakes is leased to `lessee`'s idle worker, if one of this process hosts
+    its code, in the same transaction (as a claim would lease it)."""
     from stead.records import UNAUTHENTICATED, DeliveryContext, RejectReason, Verdict, WaitState
 
     key = {"run_id": event.run_id, "event_id": event.event_id}
@@ -156,7 +165,7 @@ def deliver(event: EventRow, judge: Judge, now: float) -> Flow[tuple[Judgement, 
     verdict = judge(ctx)
     if verdict.verdict == Verdict.DUPLICATE:
         assert ctx.existing is not None
-        return verdict, ctx.existing
+        return verdict, ctx.existing, None
     stored = dataclasses.replace(
         event, wait_id=verdict.wait_id or event.wait_id, verdict=verdict.verdict,
         reason=verdict.reason, detail=verdict.detail, received_at=now,
@@ -169,14 +178,24 @@ def deliver(event: EventRow, judge: Judge, now: float) -> Flow[tuple[Judgement, 
         # Stored, the wait consumed, the run woken and idle workers told: one
         # statement on PostgreSQL (`stored.wait_id` is the verdict's wait).
         yield execute("accept_event", _rows.event_params(stored))
-        return verdict, stored
+        leased: RunRow | None = None
+        if (lessee is not None and run is not None and run["status"] == RunStatus.WAITING
+                and run["queue"] is None):
+            taker = lessee.reserve(f"{run['workflow']}@{run['version']}")
+            if taker is not None:
+                row = yield one("lease_woken", {
+                    "run_id": event.run_id, "worker_id": taker.worker_id,
+                    "lease_seconds": taker.lease_seconds, "lease_now": lessee.lease_now,
+                    "now": now})
+                leased = None if row is None else _rows.run(row)
+        return verdict, stored, leased
     yield execute("insert_event", _rows.event_params(stored))
     if verdict.verdict == Verdict.REJECTED:
         yield from _rejections.trim(event.run_id, run is not None, now)
     if verdict.reason == RejectReason.BAD_TOKEN and verdict.wait_id is not None:
         yield execute("count_bad_token",
                       {"wait_id": verdict.wait_id, "lock": verdict.locks_wait, "now": now})
-    return verdict, stored
+    return verdict, stored, None
 
 
 # How much of an unauthenticated event's JSON text is kept, besides its digest.
@@ -206,11 +225,10 @@ def unlock_wait(wait_id: str, where: str) -> Flow[WaitRow]:
     return _rows.wait((yield one("get_wait", {"wait_id": wait_id})) or row)
 
 
-def delivered(
-    event: EventRow, attempted: tuple[Judgement, EventRow] | None,
-) -> Flow[tuple[Judgement, EventRow] | NotLanded]:
-    # Stored means this delivery landed (a duplicate stores nothing).
+def delivered(event: EventRow, attempted: Delivered | None) -> Flow[Delivered | NotLanded]:
+    # Stored means this delivery landed (a duplicate stores nothing), and with
+    # it the lease it took, if it took one.
     found = yield one("get_event", {"run_id": event.run_id, "event_id": event.event_id})
     if found is None or attempted is None:
         return NOT_LANDED
-    return attempted[0], _rows.event(found)
+    return attempted[0], _rows.event(found), attempted[2]

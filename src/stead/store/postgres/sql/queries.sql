@@ -477,6 +477,16 @@ WITH stored AS (
 )
 SELECT pg_notify('stead_work', current_schema()) FROM woken;
 
+-- name: lease_woken
+-- A run an accepted event just woke, leased to an idle worker of the
+-- delivering process in the delivery's transaction, as a claim leases it.
+UPDATE runs
+SET epoch = epoch + 1, lease_owner = %(worker_id)s, lease_expires_at =
+    COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8 + %(lease_seconds)s,
+    updated_at = %(now)s
+WHERE run_id = %(run_id)s AND status = 'running' AND lease_owner IS NULL AND queue IS NULL
+RETURNING *;
+
 -- name: list_events
 SELECT * FROM events WHERE run_id = %(run_id)s
 ORDER BY received_at, event_id LIMIT %(limit)s;

@@ -316,6 +316,16 @@ WHERE wait_id = :wait_id AND state = 'open';
 UPDATE runs SET status = 'running', wake_at = NULL, updated_at = :received_at
 WHERE run_id = :run_id AND status = 'waiting';
 
+-- name: lease_woken
+-- A run an accepted event just woke, leased to an idle worker of the
+-- delivering process in the delivery's transaction, as a claim leases it.
+UPDATE runs
+SET epoch = epoch + 1, lease_owner = :worker_id, lease_expires_at =
+    COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0) + :lease_seconds,
+    updated_at = :now
+WHERE run_id = :run_id AND status = 'running' AND lease_owner IS NULL AND queue IS NULL
+RETURNING *;
+
 -- name: list_events
 SELECT * FROM events WHERE run_id = :run_id ORDER BY received_at, event_id LIMIT :limit;
 

@@ -1,0 +1,196 @@
+"""A delivery made in the process of an idle worker that hosts the woken
+run's code leases the run to that worker in the delivery's transaction and
+hands it the row (`store/local_work.py`): the worker starts at once, with no
+claim of its own. Everything else about the run is as after a claim: one
+epoch more, a lease the worker renews, a takeover by someone else if it
+stops."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import stead
+from stead.store.base import Store
+
+
+def approval_app(after: Any = None) -> tuple[stead.App, stead.Workflow[..., Any]]:
+    app = stead.App("handoff")
+
+    def note(x: Any) -> Any:
+        if after is not None:
+            after(x)
+        return x
+
+    @app.workflow()
+    async def approve(run: stead.Run) -> Any:
+        event = await (await run.wait("approval", token=False))
+        return await run.step("after", note, event)
+
+    return app, approve
+
+
+class CountedClaims:
+    """The runs each `Store.claim` and `claim_queue` of one store took."""
+
+    def __init__(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.taken: list[str] = []
+        for name in ("claim", "claim_queue"):
+            direct = getattr(store, name)
+
+            async def counted(*args: Any, _direct: Any = direct, **kwargs: Any) -> Any:
+                rows = await _direct(*args, **kwargs)
+                self.taken += [r.run_id for r in rows]
+                return rows
+
+            monkeypatch.setattr(store, name, counted)
+
+
+async def _waiting(client: stead.Client, run_id: str) -> None:
+    await client.wait_for(run_id, ["waiting"], timeout=30)
+
+
+async def test_a_delivery_hands_the_woken_run_to_an_idle_worker_of_its_process(
+        store: stead.Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    done = asyncio.Event()
+    app, approve = approval_app(lambda _: done.set())
+    client = stead.Client(store, app)
+    claims = CountedClaims(store, monkeypatch)
+    worker = stead.Worker(app, store, stead.WorkerOptions(poll_interval=60))
+    task = asyncio.create_task(worker.run())
+    try:
+        info = await client.start(approve)
+        await _waiting(client, info.run_id)
+        assert claims.taken == [info.run_id]  # its first claim: a start hands nothing
+        epoch = (await client.get(info.run_id)).epoch
+        await asyncio.sleep(0.2)  # idle again, offering its slots
+        accepted = await client.deliver(info.run_id, event_id="e1", kind="approval",
+                                        payload={"ok": 1})
+        assert isinstance(accepted, stead.Accepted)
+        await asyncio.wait_for(done.wait(), 20)
+        assert await client.result(info.run_id, timeout=20) == {"ok": 1}
+        assert claims.taken == [info.run_id]  # the woken run came with the delivery
+        assert (await store.get_run(info.run_id)).epoch == epoch + 1
+    finally:
+        worker.stop()
+        await task
+
+
+async def test_a_run_of_code_the_idle_worker_does_not_host_is_woken_for_a_claim(
+        db_url: str) -> None:
+    app, approve = approval_app()
+    other = stead.App("handoff")  # hosts another workflow only
+
+    @other.workflow()
+    async def unrelated(run: stead.Run) -> int:
+        return 1
+
+    store = await stead.open_store(db_url)
+    try:
+        client = stead.Client(store, app)
+        info = await client.start(approve)
+        await stead.Worker(app, store).run_until_idle()
+        idle = stead.Worker(other, store, stead.WorkerOptions(poll_interval=60))
+        task = asyncio.create_task(idle.run())
+        await asyncio.sleep(0.2)
+        await client.deliver(info.run_id, event_id="e1", kind="approval", payload=1)
+        idle.stop()
+        await task
+        row = await store.get_run(info.run_id)
+        assert row.status == "running" and row.lease_owner is None
+        await stead.Worker(app, store).run_until_idle()
+        assert await client.result(info.run_id) == 1
+    finally:
+        await store.close()
+
+
+async def test_a_queued_run_is_left_to_its_queue_s_claim(
+        store: stead.Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    app = stead.App("handoff")
+    app.queue("q", concurrency=1)
+
+    @app.workflow()
+    async def approve(run: stead.Run) -> Any:
+        return await (await run.wait("approval", token=False))
+
+    client = stead.Client(store, app)
+    claims = CountedClaims(store, monkeypatch)
+    worker = stead.Worker(app, store, stead.WorkerOptions(poll_interval=60))
+    task = asyncio.create_task(worker.run())
+    try:
+        info = await client.start(approve, queue="q")
+        await _waiting(client, info.run_id)
+        await asyncio.sleep(0.2)
+        await client.deliver(info.run_id, event_id="e1", kind="approval", payload=2)
+        assert await client.result(info.run_id, timeout=20) == 2
+        # Taken by the queue's claim, under its limits, both times.
+        assert claims.taken == [info.run_id, info.run_id]
+    finally:
+        worker.stop()
+        await task
+
+
+async def test_a_run_handed_to_a_stopping_worker_is_released_for_another(
+        store: stead.Store) -> None:
+    app, approve = approval_app()
+    client = stead.Client(store, app)
+    info = await client.start(approve)
+    await stead.Worker(app, store).run_until_idle()
+    worker = stead.Worker(app, store, stead.WorkerOptions(poll_interval=60))
+    task = asyncio.create_task(worker.run())
+    await asyncio.sleep(0.2)
+    local = store.database.local
+    assert local is not None
+    # The delivery reserves the idle worker's slot; the worker is told to
+    # stop before the leased row reaches it.
+    real_reserve = local.reserve
+
+    def reserve_then_stop(code: str) -> Any:
+        taker = real_reserve(code)
+        worker.stop()
+        return taker
+
+    local.reserve = reserve_then_stop  # type: ignore[method-assign]
+    try:
+        await client.deliver(info.run_id, event_id="e1", kind="approval", payload=3)
+    finally:
+        local.reserve = real_reserve  # type: ignore[method-assign]
+    await task
+    for _ in range(200):  # the release is a task the handing-over started
+        row = await store.get_run(info.run_id)
+        if row.lease_owner is None:
+            break
+        await asyncio.sleep(0.05)
+    assert row.lease_owner is None and row.status == "running"
+    await stead.Worker(app, store).run_until_idle()  # no lease to wait out
+    assert await client.result(info.run_id) == 3
+
+
+async def test_a_slot_a_delivery_did_not_use_is_given_back(
+        store: stead.Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    app, approve = approval_app()
+    client = stead.Client(store, app)
+    first, second = (await client.start(approve)), (await client.start(approve))
+    await stead.Worker(app, store).run_until_idle()
+    claims = CountedClaims(store, monkeypatch)
+    # One slot: a delivery that leased nothing must give it back, or the
+    # next one could not hand its run over.
+    worker = stead.Worker(app, store, stead.WorkerOptions(poll_interval=60, concurrency=1))
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.sleep(0.2)
+        wrong = await client.deliver(first.run_id, event_id="x", kind="nope", payload=0)
+        assert isinstance(wrong, stead.Rejected)
+        await client.deliver(first.run_id, event_id="e1", kind="approval", payload=4)
+        assert await client.result(first.run_id, timeout=20) == 4
+        again = await client.deliver(first.run_id, event_id="e1", kind="approval", payload=4)
+        assert isinstance(again, stead.Duplicate)
+        await asyncio.sleep(0.2)
+        await client.deliver(second.run_id, event_id="e2", kind="approval", payload=5)
+        assert await client.result(second.run_id, timeout=20) == 5
+        assert claims.taken == []  # both came with their deliveries
+    finally:
+        worker.stop()
+        await task
