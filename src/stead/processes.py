@@ -17,6 +17,14 @@ import dataclasses
 import os
 import socket
 
+# How long a lease holder's presence lock must stay free, not taken again,
+# before a claimer takes the holder for dead: longer than a live worker takes
+# to notice its presence connection dropped and take the lock back (a look
+# every quarter second, then a reconnect), short enough that a SIGKILLed
+# worker on another machine is taken over within two seconds (claimers look
+# every quarter second too).
+PRESENCE_GRACE = 1.25
+
 
 @dataclasses.dataclass(frozen=True)
 class Process:

@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from stead import errors, logs
+from stead import errors, logs, processes
 from stead.app import App
 from stead.cli import common
 from stead.store import display_url
@@ -51,6 +51,12 @@ log = logging.getLogger("stead.cli")
               show_default=True, metavar="SECONDS",
               help="How often the worker tells the store which versions it serves "
                    "(a runnable run no worker serves is listed as stranded).")
+@click.option("--presence-grace", type=common.SECONDS, default=processes.PRESENCE_GRACE,
+              show_default=True, metavar="SECONDS",
+              help="PostgreSQL: how long another worker's presence lock must stay free, not "
+                   "taken again, before this worker takes it for dead and ends its leases "
+                   "(longer than a reconnect: a blip, a pooler restart or a failover moves "
+                   "no run).")
 @click.option("--worker-id", default=None, help="Name this worker (default host:pid:random).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True, help="Log level of stead's messages.")
@@ -62,7 +68,8 @@ log = logging.getLogger("stead.cli")
 @click.pass_context
 def worker(ctx: click.Context, app_spec: str, concurrency: int, lease: float, poll: float,
            grace: float, until_idle: bool, until_done: bool, timeout: float | None,
-           max_result_bytes: int, heartbeat: float, worker_id: str | None, log_level: str,
+           max_result_bytes: int, heartbeat: float, presence_grace: float,
+           worker_id: str | None, log_level: str,
            log_format: str,
            run_ids: tuple[str, ...]) -> None:
     """Run a worker for the workflows of MODULE:APP.
@@ -82,7 +89,8 @@ def worker(ctx: click.Context, app_spec: str, concurrency: int, lease: float, po
     app = common.load_app(app_spec)
     options = WorkerOptions(concurrency=concurrency, lease_seconds=lease, poll_interval=poll,
                             shutdown_grace=grace, worker_id=worker_id,
-                            max_result_bytes=max_result_bytes, heartbeat=heartbeat)
+                            max_result_bytes=max_result_bytes, heartbeat=heartbeat,
+                            presence_grace=presence_grace)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logs.formatter(log_format))
     stead_log = logging.getLogger("stead")

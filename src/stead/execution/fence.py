@@ -65,13 +65,19 @@ class Fenced:
         self._draining = False
         self._classes: dict[ResumeClass, int] = {}
         self._inflight = 0
+        self._quiet: asyncio.Event | None = None  # set when nothing is in flight
         self._sending_in_thread = 0  # sync effect functions running in threads now
         self._suspended = False
         self._body: asyncio.Task[Any] | None = None
         self._suspend_after = options.suspend_after
         self._recheck_every = options.recheck_every
         self._keyring = options.keyring
+        self._standing = options.standing
         self.dry = options.dry
+        # Until when (monotonic) the previous holder of the run, taken for
+        # dead by its presence alone, may still be alive and sending (see
+        # `RunRow.prior_lease_until`); None: it is known gone, or never was.
+        self.previous_holder_until: float | None = None
         # What a takeover does with a step whose body changed (`App(changed_steps=)`).
         self.changed_steps = stepcode.ChangedSteps.WARN
         # In a dry replay: the last call the journal did not know ("kind 'name' at addr").
@@ -213,6 +219,18 @@ class Fenced:
                 "type": "DeadlineExceeded",
                 "message": f"run {self.fence.run_id} passed its deadline "
                            f"({self.deadline:.3f}) before it ended"})
+
+    async def act(self, *, boundary: bool = True) -> None:
+        """Before a call that reaches outside (a step, a model call, an
+        effect's send or check): `check_live`, after waiting while the worker
+        cannot be sure it still holds its leases (its presence lock lost, or
+        its last renewal too old), so a run whose lease was lost meanwhile
+        starts nothing."""
+        self.check_live(boundary=boundary)
+        standing = self._standing
+        if standing is not None and not standing.sure() and not self.dry:
+            await standing.regained()
+            self.check_live(boundary=boundary)
 
     async def before_live(self, action: Action) -> bool:
         """Before a live call: the takeover's revalidation judges `action` if

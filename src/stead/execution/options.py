@@ -11,6 +11,15 @@ from stead import keys
 from stead.policy import Action
 
 
+class Standing(Protocol):
+    """Whether the worker hosting a run is sure it still holds its leases
+    (`stead.worker.standing.Standing`)."""
+
+    def sure(self) -> bool: ...
+
+    async def regained(self) -> None: ...
+
+
 class Judge(Protocol):
     """A takeover's revalidation (`stead.workflow.revalidation.Revalidation`)."""
 
@@ -37,3 +46,6 @@ class ExecutionOptions:
     # A dry replay (`stead.dryrun`): nothing live starts and nothing is
     # written; the first live call raises `Frontier`.
     dry: bool = False
+    # Whether the worker is sure it still holds its leases: a call that
+    # reaches outside waits until it is (None: always sure).
+    standing: Standing | None = None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Iterator
 
 from stead import addresses, errors, logs
@@ -19,6 +20,26 @@ log = logging.getLogger("stead.run")
 
 class Parking(Writes):
     """What is in flight, what is parked, and the suspension."""
+
+    async def outlive_previous_holder(self, what: str) -> bool:
+        """If the run's previous holder may still be alive and sending (taken
+        for dead by its presence alone, its lease not yet run out), wait
+        until its lease would have ended; whether it waited. `what`: the
+        call that waits, for the log."""
+        until = self.previous_holder_until
+        if until is None:
+            return False
+        self.previous_holder_until = None
+        left = until - time.monotonic()
+        if left <= 0:
+            return False
+        log.warning("run %s: %s; its previous holder was taken for dead while cut off "
+                    "from the database and may still be sending: waiting %.1f s, until its "
+                    "lease would have ended", self.fence.run_id, what, left,
+                    extra={"run_id": self.fence.run_id})
+        with self.busy():
+            await asyncio.sleep(left)
+        return True
 
     @contextlib.contextmanager
     def busy(self) -> Iterator[None]:
@@ -45,8 +66,20 @@ class Parking(Writes):
 
     def _idle(self) -> None:
         self._inflight -= 1
-        if self._inflight == 0 and self._blocked:
-            self._schedule_settle()
+        if self._inflight == 0:
+            if self._blocked:
+                self._schedule_settle()
+            if self._quiet is not None:
+                self._quiet.set()
+
+    async def calls_settled(self) -> None:
+        """Return once nothing of the run is in flight (no step, model call or
+        effect running). After a failed write the run is given up only then:
+        released sooner, a step still running in a thread here would run
+        again on the next holder while this worker lives."""
+        while self._inflight:
+            self._quiet = asyncio.Event()
+            await self._quiet.wait()
 
     async def sleep_until(self, at: float) -> None:
         """Wait until the wall-clock time `at`; a long wait suspends the run."""

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         HostRole,
         HostRow,
         Missed,
+        Presence,
         ScheduleRow,
         Stranded,
     )
@@ -95,7 +96,8 @@ if TYPE_CHECKING:
     )
 
 _MODULES: dict[str, tuple[str, ...]] = {
-    "fleet": ("Backlog", "HostRole", "HostRow", "Missed", "ScheduleRow", "Stranded"),
+    "fleet": ("Backlog", "HostRole", "HostRow", "Missed", "Presence", "ScheduleRow",
+              "Stranded"),
     "histories": ("FindingKind", "MigrationPlan", "MigrationRow", "NewFork", "RunExport"),
     "journal": ("KINDS", "RECORD_STATUSES", "Boundary", "Fence", "Record", "RecordKind",
                 "RecordStatus", "SnapshotRow"),
@@ -137,6 +139,7 @@ __all__ = [
     "Missed",
     "NewFork",
     "NewRun",
+    "Presence",
     "Record",
     "RecordKind",
     "RecordStatus",

@@ -27,6 +27,16 @@ class Backlog:
         return f"{self.workflow}@{self.version}"
 
 
+class Presence(enum.StrEnum):
+    """A worker's presence lock, as its lease keeper just found it (see
+    `Store.keep_presence`)."""
+
+    HELD = "held"  # held since it was last looked at
+    TAKEN = "taken"  # taken just now (first, or again after its session dropped)
+    LOST = "lost"  # its session dropped and it could not be taken back yet
+    NONE = "none"  # this database holds none (SQLite; or no session to hold one on)
+
+
 class HostRole(enum.StrEnum):
     """How a worker serves a `workflow@version` (see `HostRow`)."""
 

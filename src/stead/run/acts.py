@@ -87,7 +87,9 @@ class Acts(Part):
         operation `key`) is journaled before `fn(op, *args, **kwargs)` runs, the
         outcome after. After a crash, an effect whose outcome is unknown is
         resent only if `idempotent`, else `check(op)` is asked, else the run
-        stops as `outcome_unknown` for a human to reconcile. An exception from
+        stops as `outcome_unknown` for a human to reconcile. A `not_found`
+        from `check` is acted on only once no earlier holder of the run can
+        still be sending (see docs/concepts/effects.md). An exception from
         `fn` is a known failure (retried under `retry`, then `EffectFailed`);
         a timeout or `OutcomeUncertain` is not: the outcome is unknown.
 

@@ -106,7 +106,7 @@ class Recorder:
         if self._x.guard is not None:  # nothing to judge for a run without intent or policy
             await self._judged(policy.Action(kind, name, None, {}, reason, digest=digest))
         while True:
-            self._x.check_live()
+            await self._x.act()
             if gate is not None:
                 gate()
             # Rides along with whatever commits while the call is in flight

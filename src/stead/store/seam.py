@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextvars
 import dataclasses
 import enum
 from collections.abc import Callable, Generator, Sequence
@@ -28,10 +29,25 @@ from stead import errors
 from stead.clock import Clock
 
 if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
-    from stead.records import Fence, Record, ResumeRecord, RunRow, RunStatus
+    from stead.records import Fence, Presence, Record, ResumeRecord, RunRow, RunStatus
     from stead.store.local_work import Signal
 
 T = TypeVar("T")
+
+# Whether the writer surely still holds the leases it writes under (its
+# worker's `Standing.sure`, set in the context of each run's attempt). A
+# write of such a writer that the database keeps failing with a dropped
+# connection is tried on past the store's `retry_for` while this says so:
+# a worker whose renewals go through is alive, and giving its run up over one
+# unlucky write would have the next holder run its calls again.
+lease_held: contextvars.ContextVar[Callable[[], bool] | None] = contextvars.ContextVar(
+    "stead_lease_held", default=None)
+
+
+def still_held() -> bool:
+    """Whether the current writer surely still holds its leases (see `lease_held`)."""
+    held = lease_held.get()
+    return held is not None and held()
 
 
 class Fetch(enum.Enum):
@@ -225,12 +241,14 @@ class Database(abc.ABC):
         This default sleeps (workers poll)."""
         await asyncio.sleep(timeout)
 
-    async def keep_presence(self, worker_id: str) -> bool:
+    async def keep_presence(self, worker_id: str) -> Presence:
         """Hold (or take again) a lock that lives as long as this worker's
-        session, which claimers anywhere can see freed when it dies; whether
-        it is held. This default has none (a dead holder is then told by its
-        process, on its own machine only)."""
-        return False
+        session, which claimers anywhere can see freed when it dies. This
+        default has none (a dead holder is then told by its process, on its
+        own machine only, or by its lease)."""
+        from stead.records import Presence
+
+        return Presence.NONE
 
     @property
     @abc.abstractmethod

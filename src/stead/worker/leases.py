@@ -17,11 +17,19 @@ leaves its attempt counted, at no commit of its own.
 
 The same thread records the worker's process, holds its presence lock where
 the database has one (PostgreSQL: freed by the server when the worker's
-session ends), and every half second ends the leases of other workers it can
-tell have died (their presence lock free, or on this machine their process
-gone: see stead/processes.py and `Store.end_dead_leases`), then wakes its worker:
-a SIGKILLed worker's runs are taken over within about a second, not after
-their lease. Holders it cannot judge keep their leases until they run out.
+session ends; looked at every quarter second, and taken back at once when its
+connection dropped), and every quarter second ends the leases of other workers
+it can tell have died (on this machine their process gone; anywhere their
+presence lock free, untaken, for `presence_grace`: see store/_holders.py),
+then wakes its worker: a SIGKILLed worker's runs are taken over within about
+two seconds, not after their lease. Holders it cannot judge keep their leases
+until they run out.
+
+A worker is not sure it holds its own leases while its presence lock is lost,
+or once its last renewal is too old: the keeper says so to its `Standing`,
+and its runs start no call that reaches outside until the lock is back and
+every lease renewed (see stead/worker/standing.py). So a dropped connection
+makes a live worker pause for a moment, never lose its runs.
 
 The same thread watches the loop: a probe it posts every tick must run within
 `blocked_after` seconds, or it logs which run holds the loop and in which
@@ -34,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import sys
 import threading
@@ -43,10 +52,11 @@ from collections.abc import Callable, Coroutine, Sequence
 from types import FrameType
 from typing import Any, TypeVar
 
-from stead import errors
-from stead.records import Fence
+from stead import errors, processes
+from stead.records import Fence, Presence
 from stead.store import open_store
 from stead.store.base import Store
+from stead.worker.standing import Standing
 
 log = logging.getLogger("stead.worker")
 T = TypeVar("T")
@@ -60,9 +70,13 @@ _CANCEL_CHECK = 1.0
 # the call that blocks.
 _MACHINERY = (os.path.dirname(asyncio.__file__),
               os.path.dirname(os.path.dirname(__file__)))
-# How often it looks for leases held by workers whose process has died (on
-# this machine: see stead/processes.py), which end then rather than run out.
-_DEAD_CHECK = 0.5
+# How often it looks for leases held by workers that have died (see
+# store/_holders.py), which end then rather than run out.
+_DEAD_CHECK = 0.25
+# How often it looks whether its presence lock is still held: a dropped
+# connection is found and the lock taken back within this, well inside the
+# grace a claimer gives a holder whose lock it finds free.
+_PRESENCE_CHECK = 0.25
 # Prefix of the names of the tasks that execute a run (see `task_name`).
 _RUN_TASK = "stead run "
 
@@ -78,8 +92,17 @@ class LeaseKeeper:
         on_lost: Callable[[list[Fence]], None], blocked_after: float = 1.0,
         on_cancel: Callable[[list[str]], None] | None = None,
         worker_id: str | None = None, on_freed: Callable[[], None] | None = None,
+        standing: Standing | None = None, presence_grace: float = processes.PRESENCE_GRACE,
     ) -> None:
         self._store = store
+        # Whether the worker is sure it holds its leases (told here; see
+        # stead/worker/standing.py), and how long another worker's presence
+        # lock must stay free before this one takes it for dead.
+        self.standing = standing if standing is not None else Standing(lease_seconds)
+        self._grace = presence_grace
+        # The presence lock as last found; None until first looked at.
+        self._presence: Presence | None = None
+        self._renewal_failed = False  # whether the last renewal met a store error
         # The worker these leases are for: with it, the keeper records the
         # worker's process and ends the leases of dead holders, then tells
         # the worker (`on_freed`, on its loop) that their runs are claimable.
@@ -127,6 +150,8 @@ class LeaseKeeper:
     async def start(self) -> None:
         loop = self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
+        self.standing.bind(loop)
+        self.standing.renewed(time.monotonic())  # nothing held yet: nothing to lose
         ready: asyncio.Future[None] = loop.create_future()
         self._finished = loop.create_future()
         if self._worker_id is not None:
@@ -176,12 +201,20 @@ class LeaseKeeper:
         due = time.monotonic() + interval
         asked = time.monotonic() + _CANCEL_CHECK
         looked = time.monotonic()  # at once: a worker may start to take a dead one's runs
+        present = time.monotonic()
         try:
             while not halt.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(halt.wait(), _TICK)
                 if not self._watch():
                     break  # the worker's loop is closed: no one to keep leases for
+                if self._worker_id is not None and time.monotonic() >= present \
+                        and not halt.is_set():
+                    twin = await self._keep_presence(twin)
+                    lost = self._presence == Presence.LOST
+                    present = time.monotonic() + (_TICK if lost else _PRESENCE_CHECK)
+                    if self._presence == Presence.TAKEN:
+                        due = time.monotonic() + interval  # `_keep_presence` renewed them all
                 if time.monotonic() >= due and not halt.is_set():
                     due = time.monotonic() + interval
                     asked = time.monotonic() + _CANCEL_CHECK
@@ -190,8 +223,10 @@ class LeaseKeeper:
                     asked = time.monotonic() + _CANCEL_CHECK
                     twin = await self._renew(twin, extend=False)
                 if time.monotonic() >= looked and not halt.is_set():
-                    looked = time.monotonic() + _DEAD_CHECK
                     twin = await self._end_dead(twin)
+                    # Sooner if a holder's grace ends before the next look.
+                    looked = min(time.monotonic() + _DEAD_CHECK,
+                                 self._store_for(twin).absences_end(self._grace) or math.inf)
         finally:
             if twin is not None:
                 with contextlib.suppress(errors.SteadError):
@@ -203,20 +238,28 @@ class LeaseKeeper:
         with self._lock:
             sources = dict(self._fences)
         fences = list(sources)
+        if not fences and extend:
+            self.standing.renewed(time.monotonic())  # nothing held: nothing to lose
+            self._renewal_failed = False
         if not fences or (not extend and self._on_cancel is None):
             return twin
         if twin is None:
             twin = await self._open_twin()
         store = twin if twin is not None else self._store
+        sent = time.monotonic()
         try:
             lost = await self._on(store, store.renew(fences, self._lease, {
                 f: ask() for f, ask in sources.items() if ask is not None})) if extend else []
+            if extend:
+                self.standing.renewed(sent)
+            self._renewal_failed = False
             held = [f.run_id for f in fences if f not in lost]
             cancelled = await self._on(store, store.cancel_requests(held)) \
                 if held and self._on_cancel is not None else []
         except errors.StoreError as exc:
             log.warning("could not renew %d lease(s) or read cancel requests: %s",
                         len(fences), exc)
+            self._renewal_failed = True
             return twin
         if lost:
             self._post(self._on_lost, lost)
@@ -224,16 +267,56 @@ class LeaseKeeper:
             self._post(self._on_cancel, cancelled)
         return twin
 
+    async def _keep_presence(self, twin: Store | None) -> Store | None:
+        """Look whether the presence lock is held, take it back if it was
+        lost, and tell the worker's `Standing`: a worker that has it back is
+        sure of its leases again only once each was renewed since."""
+        assert self._worker_id is not None
+        if twin is None:
+            twin = await self._open_twin()
+        store = self._store_for(twin)
+        was = self._presence
+        try:
+            now = await self._on(store, store.keep_presence(self._worker_id))
+        except errors.StoreError as exc:
+            log.warning("worker %s could not hold its presence lock: %s", self._worker_id, exc)
+            now = Presence.LOST
+        if now == Presence.LOST:
+            if was != Presence.LOST:
+                log.warning("worker %s lost its presence lock: its runs start no new call "
+                            "until it has it back", self._worker_id)
+            self.standing.absent()
+        elif now == Presence.TAKEN and was is not None:
+            # Taken back: claimers elsewhere may have taken this worker for
+            # dead meanwhile. Its runs go on once every lease is renewed (a
+            # lease found lost stops its run).
+            self.standing.absent()
+            before = len(self._fences)
+            twin = await self._renew(twin)
+            if self._renewal_failed:
+                now = Presence.LOST  # not sure yet: look again at the next tick
+            else:
+                log.info("worker %s has its presence lock back; its %d lease(s) renewed",
+                         self._worker_id, before)
+                self.standing.present()
+        else:
+            self.standing.present()
+        self._presence = now
+        return twin
+
+    def _store_for(self, twin: Store | None) -> Store:
+        return twin if twin is not None else self._store
+
     async def _end_dead(self, twin: Store | None) -> Store | None:
         """End the leases of holders found dead, and wake the worker if any."""
         if self._worker_id is None:
             return twin
         if twin is None:
             twin = await self._open_twin()
-        store = twin if twin is not None else self._store
+        store = self._store_for(twin)
         try:
-            await self._on(store, store.keep_presence(self._worker_id))
-            gone = await self._on(store, store.end_dead_leases(self._worker_id))
+            gone = await self._on(store, store.end_dead_leases(self._worker_id,
+                                                               grace=self._grace))
         except errors.StoreError as exc:
             log.warning("could not look for dead lease holders: %s", exc)
             return twin

@@ -26,11 +26,12 @@ from stead.app import App
 from stead.clock import Clock, SystemClock
 from stead.execution import Execution, ExecutionOptions
 from stead.records import Backlog, Fence, RunRow, RunStatus
-from stead.store import local_work
+from stead.store import local_work, seam
 from stead.store.base import Store
 from stead.worker import attempts, claims, idle, leases
 from stead.worker.leases import LeaseKeeper
 from stead.worker.options import WorkerOptions
+from stead.worker.standing import Standing
 
 log = logging.getLogger("stead.worker")
 
@@ -56,14 +57,19 @@ class Worker:
         self._active: dict[str, tuple[asyncio.Task[None], Execution | None]] = {}
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
+        # Whether this worker is sure it still holds its leases: its runs
+        # start no call that reaches outside while it is not (see `standing`).
+        standing = Standing(self.options.lease_seconds)
         self._execution_options = ExecutionOptions(
             suspend_after=self.options.suspend_after, keyring=self.store.keyring,
-            max_result_bytes=self.options.max_result_bytes,
+            max_result_bytes=self.options.max_result_bytes, standing=standing,
         )
         self._leases = LeaseKeeper(store, self.options.lease_seconds, on_lost=self._lost,
                                    blocked_after=self.options.blocked_after,
                                    on_cancel=self._cancel_requested,
-                                   worker_id=self.id, on_freed=self._wake.set)
+                                   worker_id=self.id, on_freed=self._wake.set,
+                                   standing=standing,
+                                   presence_grace=self.options.presence_grace)
         # Runs this worker leaves alone for a while after a store error: run id
         # -> (until when, by loop time; the pause the next error starts).
         self._backoff: dict[str, tuple[float, float]] = {}
@@ -245,6 +251,9 @@ class Worker:
         # root branch (see Execution.start), so its tasks are numbered from zero.
         context = contextvars.copy_context()
         context.run(logs.current_run.set, row.run_id)
+        # Its writes are tried on past the store's retry bound while this
+        # worker is sure it holds its leases (see `stead.store.seam.lease_held`).
+        context.run(seam.lease_held.set, self._leases.standing.sure)
         task = asyncio.create_task(self._execute(row), context=context,
                                    name=leases.task_name(row.run_id))
         self._active[row.run_id] = (task, None)
@@ -343,15 +352,18 @@ class Worker:
     async def _execute(self, row: RunRow) -> None:
         fence = Fence(row.run_id, row.epoch, self.id)
         self._leases.hold(fence)
+        execution: Execution | None = None
         try:
             ready = await takeover.prepare(self.app, self.store, self.clock, row, self.id,
                                            self._execution_options)
             if isinstance(ready, takeover.Stopped):
                 await attempts.finish_stopped(self.store, fence, ready)
                 return
+            execution = ready.execution
             task = self._active.get(row.run_id)
             if task is not None:
-                self._active[row.run_id] = (task[0], ready.execution)
+                self._active[row.run_id] = (task[0], execution)
+            self._previous_holder(row, ready.execution)
             if self._stopping.is_set():
                 # The stop came while the run was being taken over: `stop()`
                 # had no execution to drain, so it would run on to the end.
@@ -374,15 +386,32 @@ class Worker:
             # and leave the run to be taken over (released now if the store
             # lets us, else when its lease expires), nothing lost. This worker
             # leaves it alone for a while, so a failing store is not hammered.
+            # Its calls still in flight (a sibling branch's step in a thread)
+            # end first, the lease kept meanwhile: released sooner, the run's
+            # next holder would run them again while this worker lives.
             log.error("run %s: store error, leaving the run to be taken over: %s",
                       row.run_id, exc)
             self._back_off(row.run_id)
+            if execution is not None:
+                await execution.calls_settled()
             await attempts.release_quietly(self.store, fence)
         except asyncio.CancelledError:
             await attempts.release_quietly(self.store, fence)
             raise
         finally:
             self._leases.drop(fence)
+
+    def _previous_holder(self, row: RunRow, execution: Execution) -> None:
+        """Tell the execution until when the run's previous holder may still
+        be sending, if it was taken for dead by its presence alone: its lease
+        would have run out at `prior_lease_until`, on the database's clock,
+        which this claim read as its own lease's start."""
+        until, expires = row.prior_lease_until, row.lease_expires_at
+        if until is None or expires is None:
+            return
+        left = until - (expires - self.options.lease_seconds)
+        if left > 0:
+            execution.previous_holder_until = time.monotonic() + left
 
     async def _rejected(self, fence: Fence, exc: errors.StoreRejected) -> None:
         """The database refused a write for good: taken over, the run would

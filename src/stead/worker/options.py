@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from stead import bounds
+from stead import bounds, processes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,13 +31,20 @@ class WorkerOptions:
     # How often the worker tells the store which versions it serves (see
     # `Store.heartbeat`); one not heard from for 3 heartbeats is taken as gone.
     heartbeat: float = 10.0
+    # How long another worker's presence lock (PostgreSQL) must stay free, not
+    # taken again, before this one takes that worker for dead and ends its
+    # leases: longer than a live worker takes to find its presence connection
+    # dropped and take the lock back, so a blip, a pooler restart or a failover
+    # moves no run (see docs/guides/platform/many-workers.md).
+    presence_grace: float = processes.PRESENCE_GRACE
 
     def __post_init__(self) -> None:
         bounds.integer(self.concurrency, "WorkerOptions.concurrency", least=1,
                        most=bounds.MAX_INT32)
         bounds.integer(self.max_result_bytes, "WorkerOptions.max_result_bytes", least=1)
         bounds.optional_text(self.worker_id, "WorkerOptions.worker_id")
-        for name in ("lease_seconds", "poll_interval", "heartbeat", "blocked_after"):
+        for name in ("lease_seconds", "poll_interval", "heartbeat", "blocked_after",
+                     "presence_grace"):
             bounds.seconds(getattr(self, name), f"WorkerOptions.{name}")
         for name in ("shutdown_grace", "store_backoff", "suspend_after"):
             bounds.seconds(getattr(self, name), f"WorkerOptions.{name}", zero=True)

@@ -158,7 +158,7 @@ class Effect:
 
     async def _send(self, attempt: int, *, resend: bool = False) -> Any:
         # A resend follows an outcome not known yet: no cancel stops it there.
-        self.x.check_live(boundary=not resend)
+        await self.x.act(boundary=not resend)
         intent: dict[str, Any] = {
             "key": self.key, "arguments": self.args_json, "idempotent": self.spec.idempotent,
             "resend": resend,
@@ -179,6 +179,9 @@ class Effect:
             return await self._call(attempt, grant)
 
     async def _call(self, attempt: int, grant: Grant | None) -> Any:
+        # Its intent is journaled: if the worker lost its presence meanwhile,
+        # send only once it is sure again that the run is still its own.
+        await self.x.act(boundary=False)
         op = self._operation(attempt, None, live=True, grant=grant)
         in_thread = not calls.is_async(self.spec.fn)
         try:
@@ -271,13 +274,18 @@ class Effect:
                     external_id=external_id)
         delay = self.spec.poll_every
         while True:
-            self.x.check_live(boundary=False)
+            await self.x.act(boundary=False)
             outcome = await self._ask(attempt, external_id)
             if outcome.kind == Outcome.DONE:
                 return await self._done(attempt, outcome.result)
             if outcome.kind == Outcome.FAILED:
                 return await self._failed(attempt, "Failed", outcome.message)
             if outcome.kind == Outcome.NOT_FOUND and external_id is None:
+                # "Not found" proves nothing while the run's previous holder
+                # may still be sending it: ask again once it surely is not.
+                if await self.x.outlive_previous_holder(
+                        f"effect {self.spec.name!r} was not found by its check"):
+                    continue
                 return await self._send(attempt + 1)
             if outcome.kind == Outcome.PENDING:
                 with self.x.busy():  # polling the outside is live work

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from stead import addresses
+from stead.store import _holders
 from stead.store.base.actions import Actions
 from stead.store.base.intents import Intents
 from stead.store.base.journal import Journals
@@ -74,7 +75,7 @@ class Store(Runs, Leases, Journals, Waits, TaskState, Intents, Actions, Migratio
         self.key_file: str | None = None
         self._legacy: bytes | None = None
         self._legacy_read = False
-        self._present: set[str] = set()  # workers whose presence lock is marked held
+        self._absences = _holders.Absences()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

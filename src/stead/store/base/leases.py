@@ -3,6 +3,7 @@ processes and heartbeats that tell a live holder from a dead one."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -15,13 +16,14 @@ from stead.store.transactions import leases as tx
 
 if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
     from stead.queues import Queue
-    from stead.records import Backlog, Fence, HostRow, RunRow, Stranded
+    from stead.records import Backlog, Fence, HostRow, Presence, RunRow, Stranded
+
 
 
 class Leases(StorePart):
     """The `Store`'s operations on who holds which run."""
 
-    _present: set[str]  # workers whose presence lock is marked held
+    _absences: _holders.Absences  # the holders whose presence lock this store saw free
 
     async def backlog(self) -> list[Backlog]:
         """What workers could take, by `workflow@version`: runs runnable now,
@@ -114,29 +116,47 @@ class Leases(StorePart):
         me, now = processes.this_process(), self.clock.now()
         await self.database.write(lambda: _holders.record(worker_id, me, now), Writing())
 
-    async def keep_presence(self, worker_id: str) -> None:
+    async def keep_presence(self, worker_id: str) -> Presence:
         """Hold `worker_id`'s presence lock, where the database has one
-        (PostgreSQL: see store/postgres/presence.py), and say so in its
-        process row, so claimers on any machine can tell when it died."""
-        if await self.database.keep_presence(worker_id) and worker_id not in self._present:
-            await self.database.write(lambda: _holders.mark_locks(worker_id), Writing())
-            self._present.add(worker_id)
+        (PostgreSQL: see store/postgres/presence.py), so claimers on any
+        machine can tell when it died. Each time the lock is taken (first,
+        or again after its session dropped) the process row counts one more
+        take, so a claimer watching the lock free starts its grace again."""
+        from stead.records import Presence  # the fleet's records: not for a listing
+
+        state = await self.database.keep_presence(worker_id)
+        if state == Presence.TAKEN:
+            me, now = processes.this_process(), self.clock.now()
+            await self.database.write(lambda: _holders.present(worker_id, me, now), Writing())
+        return state
 
     async def forget_process(self, worker_id: str) -> None:
         await self.database.write(lambda: _holders.forget(worker_id), Writing())
 
-    async def end_dead_leases(self, worker_id: str, limit: int = 100) -> list[str]:
-        """End now the leases of the workers (other than `worker_id`) whose
-        process is known dead, so the next claim takes their runs without
-        waiting their leases out; the dead workers' ids. Holders this machine
-        cannot judge keep their leases (see stead/processes.py)."""
+    async def end_dead_leases(self, worker_id: str, *, grace: float = processes.PRESENCE_GRACE,
+                              limit: int = 100) -> list[str]:
+        """End now the leases of the workers (other than `worker_id`) known
+        to be dead, so the next claim takes their runs without waiting their
+        leases out; their ids. Dead: on this machine, its process is gone; on
+        any machine (PostgreSQL), its presence lock has stayed free, not
+        taken again, for `grace` seconds of this store's watch (asked again
+        over that time: see store/_holders.py). Others keep their leases."""
         lease_now = self.database.lease_now()
-        gone = await self.database.read(
-            lambda: _holders.dead_holders(worker_id, lease_now, processes.dead, limit,
-                                          processes.this_process().machine))
-        if gone:
-            await self.database.write(lambda: _holders.end_leases(gone, lease_now), Writing())
-        return gone
+        holders = await self.database.read(
+            lambda: _holders.lease_holders(worker_id, lease_now, limit))
+        gone = _holders.gone(holders, processes.dead, processes.this_process().machine)
+        absent = [h for h in self._absences.absent(holders, time.monotonic(), grace)
+                  if h not in gone]
+        if not gone and not absent:
+            return []
+        return await self.database.write(
+            lambda: _holders.end_leases(gone, absent, lease_now), Writing())
+
+    def absences_end(self, grace: float) -> float | None:
+        """When (monotonic) the soonest holder whose presence lock this store
+        watches free may be taken for dead, if it watches one: the time to
+        ask `end_dead_leases` again."""
+        return self._absences.next_due(grace)
 
     async def heartbeat(self, worker_id: str, served: Sequence[tuple[str, str]], *,
                         policy_version: str | None, live_for: float,

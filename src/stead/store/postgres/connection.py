@@ -33,7 +33,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from stead import errors
 from stead.store import sql_files
-from stead.store.seam import NotLanded
+from stead.store.seam import NotLanded, still_held
 from stead.store.urls import display_url
 
 T = TypeVar("T")
@@ -229,7 +229,9 @@ class Connector:
                 if not retryable(exc):
                     raise translate(exc, self.target.display) from exc
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 and still_held():
+                    left = 2.0  # a live lease holder's write: tried on (see `lease_held`)
+                elif left <= 0:
                     raise errors.StoreUnavailable(
                         f"could not {what}: PostgreSQL at {self.target.display} stayed "
                         f"unreachable for {self.retry_for:g} s ({exc}); nothing was written "

@@ -26,12 +26,12 @@ import asyncio
 from typing import Any, TypeVar, cast
 
 from stead.clock import Clock
-from stead.records import RunRow
+from stead.records import Presence, RunRow
 from stead.store import _rows, local_work, seam, sql_files
 from stead.store.postgres import connection, journal
 from stead.store.postgres.connection import Conn
 from stead.store.postgres.group import GroupCommit
-from stead.store.postgres.presence import Presence
+from stead.store.postgres.presence import PresenceLock
 
 T = TypeVar("T")
 Q = sql_files.queries("postgres")
@@ -48,7 +48,7 @@ class PostgresDatabase(seam.Database):
         self._db = connection.Connector(self.target, retry_for=retry_for)
         self._listener = connection.Listener(self._db)
         self._group = GroupCommit(self._db)
-        self._presence: Presence | None = None
+        self._presence: PresenceLock | None = None
         self.local = self._local = local_work.signal(f"postgres:{self.display}#{self.schema}")
 
     @property
@@ -138,9 +138,9 @@ class PostgresDatabase(seam.Database):
         """Return when a run may have become claimable (NOTIFY), or after `timeout`."""
         await self._listener.wait(timeout)
 
-    async def keep_presence(self, worker_id: str) -> bool:
+    async def keep_presence(self, worker_id: str) -> Presence:
         if self._presence is None:
-            self._presence = Presence(self._db, worker_id)
+            self._presence = PresenceLock(self._db, worker_id)
         return await self._presence.keep()
 
 

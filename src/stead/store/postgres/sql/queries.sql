@@ -1066,7 +1066,7 @@ ORDER BY pos LIMIT %(limit)s;
 -- name: delete_streams
 DELETE FROM stream_entries WHERE run_id = ANY(%(run_ids)s::text[]);
 
--- == dead lease holders: leases whose holder's process is gone (leases.py) ==
+-- == dead lease holders: leases whose holder is surely gone (store/_holders.py) ==
 -- name: record_process
 INSERT INTO worker_processes (worker_id, machine, pid, started, at)
 VALUES (%(worker_id)s, %(machine)s, %(pid)s, %(started)s, %(now)s)
@@ -1074,15 +1074,24 @@ ON CONFLICT (worker_id) DO UPDATE
 SET machine = excluded.machine, pid = excluded.pid, started = excluded.started, at = excluded.at,
     locks = FALSE;
 
+-- name: present
+-- The worker took its presence lock (again): one take more. Its row is
+-- written whole, in case it was forgotten meanwhile.
+INSERT INTO worker_processes (worker_id, machine, pid, started, at, locks, presence_taken)
+VALUES (%(worker_id)s, %(machine)s, %(pid)s, %(started)s, %(now)s, TRUE, 1)
+ON CONFLICT (worker_id) DO UPDATE
+SET machine = excluded.machine, pid = excluded.pid, started = excluded.started, at = excluded.at,
+    locks = TRUE, presence_taken = worker_processes.presence_taken + 1;
+
 -- name: forget_process
 DELETE FROM worker_processes WHERE worker_id = %(worker_id)s;
 
 -- name: lease_holders
 -- The processes of the other workers that hold leases not ended yet (from
 -- the few process rows, each looked up in runs_lease_owner); lock_free: the
--- holder took its presence lock (presence_lock) and no session holds it any
--- more, so its process is gone, on whatever machine.
-SELECT p.worker_id, p.machine, p.pid, p.started,
+-- holder took its presence lock (present) and no session holds it now: it is
+-- gone, or its session dropped (a claimer waits for a grace period to tell).
+SELECT p.worker_id, p.machine, p.pid, p.started, p.presence_taken,
     (p.locks AND NOT EXISTS (
         SELECT 1 FROM pg_locks AS l
         WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
@@ -1104,15 +1113,45 @@ LIMIT %(limit)s;
 DELETE FROM worker_processes
 WHERE at < %(before)s AND worker_id NOT IN (SELECT worker_id FROM worker_hosts);
 
--- name: end_leases_of
--- The holder is dead: its leases end now, so the next claim takes its runs
--- (the epoch the claim bumps fences anything the holder might still write);
--- idle workers are woken as by a release.
+-- name: end_leases_of_gone
+-- The holder's process has ended (told on its machine): its leases end now,
+-- so the next claim takes its runs (the epoch the claim bumps fences anything
+-- it might have left to write); idle workers are woken as by a release. Only
+-- if its process row is still the one judged: a worker that recorded another
+-- process since is another life. One row if any lease ended.
 WITH ended AS (
-    UPDATE runs SET lease_expires_at =
+    UPDATE runs SET prior_lease_until = NULL, lease_expires_at =
         COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8
     WHERE status = 'running' AND lease_owner = %(worker_id)s AND lease_expires_at >
         COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8
+      AND EXISTS (
+        SELECT 1 FROM worker_processes AS p
+        WHERE p.worker_id = %(worker_id)s AND p.machine = %(machine)s AND p.pid = %(pid)s
+          AND p.started = %(started)s)
+    RETURNING run_id
+)
+SELECT pg_notify('stead_work', current_schema()) FROM (SELECT 1 FROM ended LIMIT 1) AS any_ended;
+
+-- name: end_leases_of_absent
+-- The holder's presence lock stayed free, not taken again, for the grace
+-- period: it is taken for dead, its leases end now. Judged again here: only if
+-- the lock is still free and its takes still number %(taken)s. Each lease keeps
+-- when it would have run out (prior_lease_until): the holder may be alive and
+-- cut off, still sending. One row if any lease ended.
+WITH ended AS (
+    UPDATE runs SET prior_lease_until = lease_expires_at, lease_expires_at =
+        COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8
+    WHERE status = 'running' AND lease_owner = %(worker_id)s AND lease_expires_at >
+        COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8
+      AND EXISTS (
+        SELECT 1 FROM worker_processes AS p
+        WHERE p.worker_id = %(worker_id)s AND p.locks AND p.presence_taken = %(taken)s
+          AND NOT EXISTS (
+            SELECT 1 FROM pg_locks AS l
+            WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+              AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+              AND l.classid = 1937007980
+              AND l.objid = hashtext(current_schema() || '/' || p.worker_id)::oid))
     RETURNING run_id
 )
 SELECT pg_notify('stead_work', current_schema()) FROM (SELECT 1 FROM ended LIMIT 1) AS any_ended;
@@ -1122,9 +1161,6 @@ SELECT pg_notify('stead_work', current_schema()) FROM (SELECT 1 FROM ended LIMIT
 -- own, see postgres/presence.py): key (1937007980, the schema and worker id).
 SELECT pg_try_advisory_lock(1937007980, hashtext(current_schema() || '/' || %(worker_id)s))
     AS held;
-
--- name: mark_locks
-UPDATE worker_processes SET locks = TRUE WHERE worker_id = %(worker_id)s;
 
 -- name: presence_held
 -- Whether this session still holds its presence lock (a round trip that

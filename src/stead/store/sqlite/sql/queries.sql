@@ -879,13 +879,16 @@ ORDER BY pos LIMIT :limit;
 -- name: delete_streams
 DELETE FROM stream_entries WHERE run_id IN (SELECT value FROM json_each(:run_ids));
 
--- == dead lease holders: leases whose holder's process is gone (leases.py) ==
+-- == dead lease holders: leases whose holder is surely gone (store/_holders.py) ==
 -- name: record_process
 INSERT INTO worker_processes (worker_id, machine, pid, started, at)
 VALUES (:worker_id, :machine, :pid, :started, :now)
 ON CONFLICT (worker_id) DO UPDATE
 SET machine = excluded.machine, pid = excluded.pid, started = excluded.started, at = excluded.at,
     locks = FALSE;
+
+-- name: present
+-- SQLite has no presence locks (see the PostgreSQL query): never asked.
 
 -- name: forget_process
 DELETE FROM worker_processes WHERE worker_id = :worker_id;
@@ -894,7 +897,8 @@ DELETE FROM worker_processes WHERE worker_id = :worker_id;
 -- The processes of the other workers that hold leases not ended yet (from
 -- the few process rows, each looked up among the running runs, runs_status);
 -- lock_free: SQLite has no presence locks (see the PostgreSQL query).
-SELECT p.worker_id, p.machine, p.pid, p.started, 0 AS lock_free FROM worker_processes AS p
+SELECT p.worker_id, p.machine, p.pid, p.started, p.presence_taken, 0 AS lock_free
+FROM worker_processes AS p
 WHERE p.worker_id <> :worker_id AND EXISTS (
     SELECT 1 FROM runs
     WHERE runs.lease_owner = p.worker_id AND runs.status = 'running'
@@ -908,9 +912,19 @@ LIMIT :limit;
 DELETE FROM worker_processes
 WHERE at < :before AND worker_id NOT IN (SELECT worker_id FROM worker_hosts);
 
--- name: end_leases_of
--- The holder is dead: its leases end now, so the next claim takes its runs
--- (the epoch the claim bumps fences anything the holder might still write).
-UPDATE runs SET lease_expires_at = COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0)
+-- name: end_leases_of_gone
+-- The holder's process has ended (told on its machine): its leases end now,
+-- so the next claim takes its runs (the epoch the claim bumps fences anything
+-- it might have left to write). Only if its process row is still the one
+-- judged: a worker that recorded another process since is another life.
+UPDATE runs SET prior_lease_until = NULL,
+    lease_expires_at = COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0)
 WHERE status = 'running' AND lease_owner = :worker_id
-  AND lease_expires_at > COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0);
+  AND lease_expires_at > COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0)
+  AND EXISTS (
+    SELECT 1 FROM worker_processes AS p
+    WHERE p.worker_id = :worker_id AND p.machine = :machine AND p.pid = :pid
+      AND p.started = :started);
+
+-- name: end_leases_of_absent
+-- SQLite has no presence locks (see the PostgreSQL query): never asked.
