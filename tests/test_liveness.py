@@ -239,6 +239,27 @@ async def test_a_holder_cut_off_past_the_grace_is_dead_and_may_come_back(
     assert row.run_id == second
 
 
+async def test_a_live_holder_on_this_machine_is_judged_by_its_process_alone(
+    pstore: stead.Store, pg_url: str
+) -> None:
+    """Its presence lock stays free (its connection cut, not taken back),
+    but its process lives: it keeps its leases however long that lasts."""
+    from tests import pg
+
+    run_id = await _leased_to(pstore, "local")
+    holder = _Holder(pg_url, "local")
+    try:
+        assert _terminate_presence(pg.query_param(pg_url, "application_name")) == 1
+        deadline = time.monotonic() + 3 * GRACE
+        while time.monotonic() < deadline:
+            assert await pstore.end_dead_leases("claimer") == []
+            await asyncio.sleep(0.1)
+        assert (await pstore.get_run(run_id)).lease_owner == "local"
+    finally:
+        holder.kill()
+    assert await pstore.end_dead_leases("claimer") == ["local"]  # now it is gone
+
+
 async def test_a_holder_gone_on_this_machine_leaves_nothing_to_wait_for(
     store: stead.Store, db_url: str
 ) -> None:

@@ -7,8 +7,8 @@ sooner, so a SIGKILLed worker's runs move within about a second:
 - on the claimer's own machine, the holder's process is gone (its pid gone,
   a zombie, or reused: see stead/processes.py). Final: a process does not
   come back, so its process row goes with its leases;
-- anywhere (PostgreSQL), the holder's presence lock has stayed free, and not
-  been taken again, for a grace period longer than a reconnect. A dropped
+- on another machine (PostgreSQL), the holder's presence lock has stayed
+  free, and not been taken again, for a grace period longer than a reconnect. A dropped
   connection frees the lock too, but a live worker takes it back at once and
   counts one more take (`present`), which restarts the claimer's watch
   (`Absences`). Not final: a worker cut off from the database for longer

@@ -144,9 +144,12 @@ class Leases(StorePart):
         lease_now = self.database.lease_now()
         holders = await self.database.read(
             lambda: _holders.lease_holders(worker_id, lease_now, limit))
-        gone = _holders.gone(holders, processes.dead, processes.this_process().machine)
-        absent = [h for h in self._absences.absent(holders, time.monotonic(), grace)
-                  if h not in gone]
+        machine = processes.this_process().machine
+        gone = _holders.gone(holders, processes.dead, machine)
+        # A holder on this machine is judged by its process alone: its presence
+        # lock is freed by any dropped connection too.
+        elsewhere = [h for h in holders if h.process.machine != machine]
+        absent = self._absences.absent(elsewhere, time.monotonic(), grace)
         if not gone and not absent:
             return []
         return await self.database.write(
