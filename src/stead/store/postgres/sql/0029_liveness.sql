@@ -1,3 +1,4 @@
+-- upgrade: compatible online
 -- stead schema 29 (PostgreSQL): a worker's death is told by what a network
 -- blip cannot fake.
 -- worker_processes.presence_taken: how many times the worker has taken its
