@@ -77,3 +77,22 @@ def postgres(fixture: Fixture) -> Iterator[str]:
         yield pg.with_query(direct, schema=SCHEMA, application_name=f"stead-{name}")
     finally:
         pg.admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def query(url: str, statement: str, *params: object) -> list[tuple[Any, ...]]:
+    """One statement (`%s` parameters) on a store's database, in its schema
+    on PostgreSQL, outside stead: what it returns, if anything."""
+    if url.startswith("sqlite"):
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"))
+        try:
+            with conn:
+                return conn.execute(statement.replace("%s", "?"), params).fetchall()
+        finally:
+            conn.close()
+    import psycopg
+
+    with psycopg.connect(url.split("?")[0], autocommit=True) as pconn:
+        pconn.execute(b"SELECT set_config('search_path', %s, false)",
+                      (pg.query_param(url, "schema"),))
+        cur = pconn.execute(statement.encode(), params or None)
+        return cur.fetchall() if cur.description else []

@@ -9,7 +9,6 @@ import logging
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -25,7 +24,6 @@ from stead.store.schema_versions import (
     Migration,
     OnOpen,
 )
-from tests import pg
 from tests.upgrade import restore
 
 WHERE = "db"
@@ -137,28 +135,9 @@ def test_each_migration_declares_what_it_does_to_a_live_fleet() -> None:
 
 
 # -- on a database --------------------------------------------------------------------------
-def _execute(url: str, statement: str, *params: object) -> list[tuple[Any, ...]]:
-    """One statement on the store's database (its schema, on PostgreSQL)."""
-    if url.startswith("sqlite"):
-        conn = sqlite3.connect(url.removeprefix("sqlite:///"))
-        try:
-            with conn:
-                return conn.execute(statement.replace("%s", "?"), params).fetchall()
-        finally:
-            conn.close()
-    import psycopg
-
-    with psycopg.connect(url.split("?")[0], autocommit=True) as conn:
-        conn.execute(b"SELECT set_config('search_path', %s, false)",
-                     (pg.query_param(url, "schema"),))
-        return conn.execute(statement.encode(), params or None).fetchall() \
-            if statement.lstrip().upper().startswith("SELECT") else \
-            (conn.execute(statement.encode(), params or None), [])[1]
-
-
 def _migrated_past(url: str, version: int, compatible: bool) -> None:
     """As a newer release would: a migration this code does not know."""
-    _execute(url, "INSERT INTO stead_schema (version, name, compatible, applied_at, "
+    restore.query(url, "INSERT INTO stead_schema (version, name, compatible, applied_at, "
                   "stead_version) VALUES (%s, 'next_thing', %s, 0, '0.3.0')",
              version, compatible)
 
@@ -176,7 +155,7 @@ async def test_workers_record_their_release_and_doctor_shows_the_fleet(
                                                          schema_versions.latest())
     # A worker of a release before 0.2.0 writes its heartbeat without them.
     now = store.clock.now()
-    _execute(db_url, "INSERT INTO worker_hosts (worker_id, code, role, started_at, seen_at, "
+    restore.query(db_url, "INSERT INTO worker_hosts (worker_id, code, role, started_at, seen_at, "
                      "live_until) VALUES ('w-old', 'noop@1', 'hosts', %s, %s, %s)",
              now, now, now + 60)
     done = await asyncio.to_thread(CliRunner().invoke, main, ["--db", db_url, "doctor"])
@@ -258,7 +237,7 @@ def _migrate_by_hand(url: str) -> None:
     assert "applied 0030 fleet_versions: compatible, online" in applied.output
     listed = runner.invoke(main, ["--db", url, "runs", "ls"])
     assert listed.exit_code == 0 and "approval@1" in listed.output
-    [(name, compatible, by)] = _execute(
+    [(name, compatible, by)] = restore.query(
         url, "SELECT name, compatible, stead_version FROM stead_schema WHERE version = 30")
     assert (name, bool(compatible), by) == ("fleet_versions", True, stead.__version__)
 
@@ -269,9 +248,9 @@ async def test_live_workers_of_older_code_are_read_from_their_heartbeats(
     now = store.clock.now()
     await store.heartbeat("w-new", [("a@1", "hosts")], policy_version=None, live_for=60)
     for worker_id, live_until in (("w-old", now + 60), ("w-gone", now - 1)):
-        _execute(db_url, "INSERT INTO worker_hosts (worker_id, code, role, started_at, seen_at, "
-                         "live_until) VALUES (%s, 'a@1', 'hosts', %s, %s, %s)",
-                 worker_id, now, now, live_until)
+        restore.query(db_url, "INSERT INTO worker_hosts (worker_id, code, role, started_at, "
+                              "seen_at, live_until) VALUES (%s, 'a@1', 'hosts', %s, %s, %s)",
+                      worker_id, now, now, live_until)
     live = await _live_workers(db_url, now)
     assert live == [LiveWorker("w-new", stead.__version__, schema_versions.latest()),
                     LiveWorker("w-old", None, None)]
