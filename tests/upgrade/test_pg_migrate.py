@@ -86,6 +86,20 @@ async def test_a_migration_that_waits_for_a_lock_gives_up_naming_what_holds_it(
     assert _version(old_url) == 28  # nothing of it was applied
 
 
+async def test_a_migration_waits_its_patience_for_another_migrating_process(
+    old_url: str,
+) -> None:
+    with _connect(old_url, "upgrade-test-migrator", autocommit=True) as other:
+        other.execute(b"SELECT pg_advisory_lock(1937007972, hashtext(%s))", (restore.SCHEMA,))
+        with pytest.raises(stead.errors.MigrationBlocked,
+                           match=r"migration 0030 fleet_versions waited 0.5 s for another "
+                                 r"process migrating this schema"):
+            await stead.store.upgrade(old_url, patience=0.5)
+    assert _version(old_url) == 28
+    await stead.store.upgrade(old_url, patience=5)  # the lock went with that session
+    assert _version(old_url) == schema_versions.latest()
+
+
 async def test_writers_wait_at_most_the_lock_timeout_while_a_migration_waits(
     old_url: str, caplog: pytest.LogCaptureFixture,
 ) -> None:

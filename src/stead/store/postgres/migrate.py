@@ -118,7 +118,7 @@ async def _patiently(opener: _Opener, batch: list[Migration], *,
 async def _in_transaction(opener: _Opener, batch: list[Migration], *,
                           fresh: bool) -> list[Migration]:
     """Apply `batch` in one transaction, under the migration lock."""
-    conn, wait = opener.conn, 0.02
+    conn, waiting = opener.conn, _Waiting(opener)
     timeout = f"{max(1, round(opener.migrating.lock_timeout * 1000))}ms"
     while True:
         async with conn.transaction():
@@ -132,19 +132,16 @@ async def _in_transaction(opener: _Opener, batch: list[Migration], *,
                     await conn.execute(m.in_one_transaction().encode())
                     await _record(opener, m)
                 return todo
-        # Another opener migrates: look again shortly, holding no snapshot meanwhile.
-        await asyncio.sleep(wait)
-        wait = min(1.0, wait * 2)
+        await waiting.pause(batch[0])  # holding no snapshot meanwhile
 
 
 async def _outside_transaction(opener: _Opener, m: Migration) -> list[Migration]:
     """Apply `m` statement by statement, each its own transaction, under the
     session's hold of the migration lock. No lock_timeout here: an index
     built CONCURRENTLY blocks no reader or writer while it waits."""
-    conn, wait = opener.conn, 0.02
+    conn, waiting = opener.conn, _Waiting(opener)
     while not await _taken(conn, "try_migrate_session_lock", opener.schema):
-        await asyncio.sleep(wait)
-        wait = min(1.0, wait * 2)
+        await waiting.pause(m)
     try:
         todo = await _still_pending(opener, [m])
         for one in todo:
@@ -155,6 +152,26 @@ async def _outside_transaction(opener: _Opener, m: Migration) -> list[Migration]
     finally:
         with contextlib.suppress(psycopg.Error):  # a lost session has released it
             await conn.execute(Q["migrate_unlock"], {"schema": opener.schema})
+
+
+class _Waiting:
+    """Another opener holds the migration lock: look again shortly, for up to
+    `patience` seconds."""
+
+    def __init__(self, opener: _Opener) -> None:
+        self.opener = opener
+        self.deadline = time.monotonic() + opener.migrating.patience
+        self.delay = 0.02
+
+    async def pause(self, m: Migration) -> None:
+        if time.monotonic() > self.deadline:
+            raise errors.MigrationBlocked(
+                f"{self.opener.where}: migration {m.label} waited "
+                f"{self.opener.migrating.patience:g} s for another process migrating this "
+                "schema (it holds stead's migration lock) and applied nothing. Run `stead db "
+                "migrate` again once that process is done")
+        await asyncio.sleep(self.delay)
+        self.delay = min(1.0, self.delay * 2)
 
 
 async def _still_pending(opener: _Opener, batch: list[Migration]) -> list[Migration]:
