@@ -67,8 +67,9 @@ class PostgresDatabase(seam.Database):
 
     async def migrate(self, conn: Conn) -> None:
         """Pass the schema's version gate on `conn`: apply the migrations
-        `self.migrating` allows, online (see `migrate`), or raise
-        `SchemaBehind` / `SchemaAhead`. Many processes may open at once."""
+        `self.migrating` allows, without stopping a live fleet (see
+        `postgres/migrate.py`), or raise `SchemaBehind` / `SchemaAhead`. Many
+        processes may open at once."""
         self.versions = await migrate.migrate(conn, self.schema, self.migrating,
                                             self.display, self.clock.now())
 
