@@ -15,6 +15,7 @@ import dataclasses
 import json
 import os
 import re
+import shlex
 import sqlite3
 import subprocess
 import sys
@@ -210,3 +211,35 @@ def test_the_readme_agent_runs_to_its_wait_from_the_shell(tmp_path: Path) -> Non
     shell("start", "shop:app", "refund_order", '["123", 4200]', "--task-id", "order-123")
     shell("worker", "shop:app", "--until-idle")
     assert re.search(r"refund_order@1\s+waiting\s+order-123", shell("runs", "ls"))
+
+
+UPGRADING = ROOT / "docs" / "guides" / "platform" / "upgrading.md"
+
+
+def test_the_upgrading_pages_commands_print_what_it_shows(tmp_path: Path) -> None:
+    """The `stead` commands of docs/guides/platform/upgrading.md, block by block and in
+    order, on a database stead 0.1.0 wrote (tests/upgrade/fixtures): each exits 0, and
+    what a block's commands print is the ```text block after it."""
+    from tests.upgrade import restore
+
+    [fixture] = [f for f in restore.every() if f.schema == 28]
+    restore.sqlite(fixture, tmp_path / "stead.db")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEAD_")}
+    env |= {"HOME": str(tmp_path), "STEAD_SECRET": fixture.described["secret"]}
+    page = [b for b in ALL if b.page == UPGRADING]
+    ran = 0
+    for block, after in zip(page, [*page[1:], None], strict=True):
+        if block.lang != "bash":
+            continue
+        printed = ""
+        for line in block.source.splitlines():
+            assert line.startswith("stead "), f"{block.where}: only stead commands here: {line}"
+            done = subprocess.run([sys.executable, "-m", "stead", *shlex.split(line)[1:]],
+                                  cwd=tmp_path, env=env, capture_output=True, text=True,
+                                  timeout=60)
+            assert done.returncode == 0, f"{block.where}: {line}: {done.stderr}"
+            printed += done.stdout
+            ran += 1
+        if after is not None and after.lang == "text":
+            assert printed == after.source, block.where
+    assert ran >= 4

@@ -122,6 +122,7 @@ if TYPE_CHECKING:
         SnapshotRow,
         UnknownOutcome,
     )
+    from stead.release import __version__
     from stead.retention import PruneReport, prune
     from stead.retry import Retry
     from stead.roles import Role
@@ -135,8 +136,6 @@ if TYPE_CHECKING:
     from stead.workflow.streams import Stream
     from stead.workflow.waits import Accepted, Delivery, Duplicate, Operator, Rejected, Token, Wait
     from stead.workflow.workspaces import Snapshot, Workspace, WorkspacePath
-
-__version__ = "0.1.0"
 
 # Each public name and the module it lives in (below `stead.`), imported on
 # first use. The imports above say the same for the type checker; a test keeps
@@ -170,6 +169,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "outcomes": ("Compensation", "Operation", "Outcome"),
     "policy": ("Action", "Continue", "Pause", "Terminate"),
     "queues": ("Queue",),
+    "release": ("__version__",),
     "records": ("HostRow", "Lineage", "LineageKind", "Link", "MigrationRow", "Missed",
                 "Record", "ResumeDetails", "ResumeRecord", "SnapshotRow", "UnknownOutcome"),
     "retention": ("PruneReport", "prune"),

@@ -25,7 +25,8 @@ By where they come from:
 - workspaces: `WorkspaceError`, `WorkspaceOutsideRoot`, `WorkspaceEscape`,
   `WorkspaceUnsafe`, `WorkspaceTooLarge`, `WorkspaceChanged`,
   `WorkspaceMismatch`;
-- deploys: `MigrationRefused`.
+- deploys: `MigrationRefused`;
+- upgrading stead: `SchemaBehind`, `SchemaAhead`, `MigrationBlocked`.
 """
 
 from __future__ import annotations
@@ -37,15 +38,16 @@ __all__ = [
     "CancelRequested", "ChildEnded", "ChildFailed", "CorruptRecord", "DatabaseMissing",
     "DeadlineExceeded", "EffectCompensated", "EffectFailed", "EventTooLarge", "ForkRefused",
     "GrantRefused", "GrantWidening", "InvalidInput", "InvalidIntent", "InvalidSchedule",
-    "InvalidStart", "InvalidValue", "KeysUnavailable", "MigrationRefused", "NonDeterminism",
-    "NotAllowed", "NotStopped", "OutcomeUncertain", "ResultTooLarge", "RunEnded",
-    "RunFailed", "RunMovedOn", "ScriptExhausted", "SecretInJournal", "SerializationError",
-    "StaleLease", "StateConflict", "StatusNotReached", "SteadError", "StepError",
-    "StepTimeout", "StoreError", "StoreRejected", "StoreUnavailable", "StreamClosed",
-    "TaskMismatch", "TokenHidden", "UnknownAction", "UnknownQueue", "UnknownRun",
-    "UnknownWorkflow", "WaitExpired", "WaitNotOpen", "WaitPolicyChanged", "WaitRevoked",
-    "WorkspaceChanged", "WorkspaceError", "WorkspaceEscape", "WorkspaceMismatch",
-    "WorkspaceOutsideRoot", "WorkspaceTooLarge", "WorkspaceUnsafe",
+    "InvalidStart", "InvalidValue", "KeysUnavailable", "MigrationBlocked", "MigrationRefused",
+    "NonDeterminism", "NotAllowed", "NotStopped", "OutcomeUncertain", "ResultTooLarge",
+    "RunEnded", "RunFailed", "RunMovedOn", "SchemaAhead", "SchemaBehind", "ScriptExhausted",
+    "SecretInJournal", "SerializationError", "StaleLease", "StateConflict", "StatusNotReached",
+    "SteadError", "StepError", "StepTimeout", "StoreError", "StoreRejected",
+    "StoreUnavailable", "StreamClosed", "TaskMismatch", "TokenHidden", "UnknownAction",
+    "UnknownQueue", "UnknownRun", "UnknownWorkflow", "WaitExpired", "WaitNotOpen",
+    "WaitPolicyChanged", "WaitRevoked", "WorkspaceChanged", "WorkspaceError",
+    "WorkspaceEscape", "WorkspaceMismatch", "WorkspaceOutsideRoot", "WorkspaceTooLarge",
+    "WorkspaceUnsafe",
 ]
 
 
@@ -369,6 +371,27 @@ class MigrationRefused(SteadError):
     would lose an effect's record, its input does not fit the new version,
     the run is held by a worker or moved meanwhile, or something was
     journaled since the migration. The message says which."""
+
+
+class SchemaBehind(StoreError):
+    """The database's schema is older than this code needs, and opening it
+    did not migrate it (`STEAD_MIGRATE`, or a pending migration that is not
+    online and compatible): the process writes nothing. The message names
+    both versions and the migrations pending; `stead db migrate` applies them."""
+
+
+class SchemaAhead(StoreError):
+    """The database was migrated past what this code can work with: a
+    migration newer than the code is not compatible with older code. The
+    process writes nothing (a worker stops claiming); the message names both
+    versions and the release to upgrade to."""
+
+
+class MigrationBlocked(StoreError):
+    """A schema migration was not applied, and nothing of it changed: it could
+    not take its locks in time (a long transaction held them), or it would
+    break live workers that run older code. The message says which, and what
+    to do."""
 
 
 class WorkspaceError(SteadError):

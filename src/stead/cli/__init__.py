@@ -36,7 +36,9 @@ COMMANDS = {
                          "Watch an agent run survive a real worker crash and resume."),
     "doctor": common.Place("deploy:doctor", "Say what needs a person: stranded runs (no worker "
                                             "serves their version), runs stopped for a "
-                                            "decision, and the workers heard from."),
+                                            "decision, the workers heard from with the stead "
+                                            "release each runs, and the database's schema "
+                                            "version."),
     "events": common.Place("events:events", "Events delivered to runs, with their verdicts."),
     "grants": common.Place("grants:grants_group",
                            "Renew or deny the grants that let a run call its tools."),
@@ -64,7 +66,9 @@ COMMANDS = {
 @click.group(cls=common.Root, places=COMMANDS,
              context_settings={"help_option_names": ["-h", "--help"]})
 @common.database_option
-@click.version_option(package_name="stead", prog_name="stead")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=common.print_version,
+              help="Show the version, and the schema version it needs, and exit.")
 def main(db: str) -> None:
     """stead: durable execution for AI agents. Resume, don't rerun.
 

@@ -193,6 +193,18 @@ def require_database(db: str) -> None:
         )
 
 
+def print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """`stead --version`: the release, and the schema version its code needs
+    (`stead db migrate` brings a database there; CHANGELOG.md names both)."""
+    if not value or ctx.resilient_parsing:
+        return
+    from stead import release
+    from stead.store import schema_versions
+
+    click.echo(f"stead {release.__version__} (schema {schema_versions.latest()})")
+    ctx.exit()
+
+
 # -- running ---------------------------------------------------------------------------
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """Run `coro`; any `SteadError` becomes a clean one-line CLI error."""

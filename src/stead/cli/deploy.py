@@ -106,8 +106,10 @@ def replay_check(ctx: click.Context, app_spec: str, source: str | None, limit: i
 @click.pass_context
 def doctor(ctx: click.Context, grace: float) -> None:
     """Say what needs a person: stranded runs (no worker serves their
-    version), runs stopped for a decision, and the workers heard from.
-    Exits 1 if a run is stranded."""
+    version), runs stopped for a decision, the workers heard from with the
+    stead release each runs, and the database's schema version. Exits 1 if
+    a run is stranded, or if a live worker runs code the schema has moved
+    past (it stops claiming)."""
     db = common.database_url(ctx)
     common.require_database(db)
 
@@ -115,19 +117,27 @@ def doctor(ctx: click.Context, grace: float) -> None:
         async with common.opened_client(db) as client:
             stopped = {s: await client.list_runs(status=s, limit=1000)
                        for s in sorted(records.STOPPED)}
+            versions = client.store.database.versions
             return (await client.list_runs(stranded=True, grace=grace, limit=1000),
-                    stopped, await client.workers(), client.store.clock.now())
+                    stopped, await client.workers(), client.store.clock.now(),
+                    None if versions is None else versions.version)
 
-    stranded, stopped, hosts, now = common.run_async(go())
+    stranded, stopped, hosts, now, schema = common.run_async(go())
     lines = []
     live = {h.worker_id for h in hosts if h.stopped_at is None and now - h.seen_at <= grace}
     served: dict[str, set[str]] = {}
+    releases: dict[str, tuple[str | None, int | None]] = {}
     for h in hosts:
         if h.worker_id in live:
             served.setdefault(h.worker_id, set()).add(
                 h.code if h.role == records.HostRole.HOSTS else f"{h.code} (migrates)")
+            releases[h.worker_id] = (h.stead_version, h.schema_version)
+    (schema_line, *fleet), outdated = _fleet_lines(releases, schema)
+    lines.append(schema_line)
     lines.append(f"workers heard from in the last {grace:g}s: {len(live)}")
-    lines += [f"  {w}: {', '.join(sorted(codes))}" for w, codes in sorted(served.items())]
+    lines += [f"  {w}: {', '.join(sorted(codes))} ({_release(*releases[w])})"
+              for w, codes in sorted(served.items())]
+    lines += fleet
     lines.append(f"stranded runs: {len(stranded)}")
     lines += [f"  {runs_view.stranded_line(i)}" for i in stranded]
     if stranded:
@@ -138,8 +148,39 @@ def doctor(ctx: click.Context, grace: float) -> None:
             lines.append(f"runs stopped as {status}: {len(infos)} (stead runs ls --status "
                          f"{status})")
     common.echo("\n".join(lines))
-    if stranded:
+    if stranded or outdated:
         ctx.exit(1)
+
+
+def _release(stead_version: str | None, schema_version: int | None) -> str:
+    if stead_version is None:
+        return "stead before 0.2.0"
+    return f"stead {stead_version}, schema {schema_version}"
+
+
+def _fleet_lines(releases: dict[str, tuple[str | None, int | None]],
+                 schema: int | None) -> tuple[list[str], bool]:
+    """The schema line, a line for a mixed fleet, and one for each release the
+    schema moved past (a breaking migration newer than its code); whether any
+    such worker is live."""
+    from stead import release
+    from stead.store import schema_versions
+
+    code = schema_versions.known("sqlite")
+    lines = [f"schema: the database is at {schema}; this stead ({release.__version__}) needs "
+             f"{code[-1].version}"]
+    kinds = sorted({_release(*r) for r in releases.values()})
+    if len(kinds) > 1:
+        lines.append(f"a mixed fleet: {len(kinds)} releases run ({'; '.join(kinds)})")
+    outdated = False
+    for kind, (_version, needs) in sorted({_release(*r): r for r in releases.values()}.items()):
+        broken = [] if schema is None else schema_versions.breaking_since(needs, schema, code)
+        if broken:
+            outdated = True
+            lines.append(f"  workers on {kind} are past their window: {broken[0].label} is "
+                         "breaking; they stop claiming. Upgrade them (stead db migrate "
+                         "refuses breaking migrations while such workers live)")
+    return lines, outdated
 
 
 # -- runs migrate | rollback | export | import -----------------------------------------------

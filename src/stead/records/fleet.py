@@ -56,6 +56,10 @@ class HostRow:
     stopped_at: float | None = None  # it stopped cleanly then
     policy_version: str | None = None  # what its app's policy is (None: none)
     live_until: float | None = None  # gone if not heard from again by then
+    # The stead release its code is, and the schema version that code needs
+    # (None: a release before 0.2.0, which did not say).
+    stead_version: str | None = None
+    schema_version: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from stead.store.urls import display_url
 
 if TYPE_CHECKING:
     from stead.keys import KeySource
+    from stead.store.schema_versions import Migrating, Report
 
 DEFAULT_URL = "sqlite:///stead.db"
 
@@ -37,8 +38,10 @@ def database_url(url: str | None = None) -> str:
 async def open_store(
     url: str | None = None, *, clock: Clock | None = None, retry_for: float = 30.0,
     keys: KeySource | None = None, lease_clock: Clock | None = None, existing: bool = False,
+    migrate: str | None = None,
 ) -> Store:
-    """Open (and migrate) the store at `url`; see `database_url` for the default.
+    """Open the store at `url`, past its schema's version gate; see
+    `database_url` for the default URL.
     `clock` is business time (timers, deadlines, expiries, row times). Leases
     are judged by the database's own clock inside each statement, whatever
     `clock` says; `lease_clock` replaces that clock, for tests that expire
@@ -48,14 +51,49 @@ async def open_store(
     function returning one) signs and checks wait tokens; without it they come
     from `STEAD_SECRET` or a key file (see `stead.keys`). `existing` opens only
     a database that is there (an SQLite file that is gone is `DatabaseMissing`,
-    not created afresh): for a second connection to a store already open."""
+    not created afresh): for a second connection to a store already open.
+    `migrate` (else `STEAD_MIGRATE`) says which pending schema migrations
+    opening applies: `"all"` (SQLite's default), `"online"` (PostgreSQL's: a
+    new database, or migrations that are all compatible and online) or
+    `"none"`; a database left behind raises `SchemaBehind`, one migrated past
+    what this code can work with `SchemaAhead` (see
+    docs/guides/platform/upgrading.md)."""
+    from stead.store import schema_versions
+
     url = database_url(url)
+    dialect = "sqlite" if url.startswith("sqlite:") else "postgres"
+    migrating = schema_versions.Migrating(on_open=schema_versions.on_open(dialect, migrate))
+    return await _opened(url, clock=clock, retry_for=retry_for, keys=keys,
+                         lease_clock=lease_clock, existing=existing, migrating=migrating)
+
+
+async def upgrade(url: str | None = None, *, dry_run: bool = False, lock_timeout: float = 2.0,
+                  patience: float = 60.0) -> Report:
+    """Apply every schema migration the database at `url` lacks (`stead db
+    migrate`): breaking ones too, unless a live worker runs older code
+    (`MigrationBlocked`). `dry_run` applies nothing and refuses nothing: the
+    report says what is pending. On PostgreSQL each statement waits at most
+    `lock_timeout` seconds for a lock, and a migration is tried again for up
+    to `patience` seconds."""
+    from stead.store import schema_versions
+
+    migrating = schema_versions.Migrating(explicit=True, dry_run=dry_run,
+                                          lock_timeout=lock_timeout, patience=patience)
+    store = await _opened(database_url(url), clock=None, retry_for=3.0, keys=None,
+                          lease_clock=None, existing=False, migrating=migrating)
+    await store.close()
+    assert store.database.versions is not None  # an opened store has passed the gate
+    return store.database.versions
+
+
+async def _opened(url: str, *, clock: Clock | None, retry_for: float, keys: KeySource | None,
+                  lease_clock: Clock | None, existing: bool, migrating: Migrating) -> Store:
     clock = clock or SystemClock()
     if url.startswith("sqlite:"):
         from stead.store import sqlite
 
         store: Store = sqlite.SQLiteStore(url, clock=clock, lease_clock=lease_clock,
-                                          existing=existing)
+                                          existing=existing, migrating=migrating)
     elif url.startswith(("postgresql:", "postgres:")):
         try:
             from stead.store import postgres
@@ -65,7 +103,7 @@ async def open_store(
                 f"({exc})"
             ) from exc
         store = postgres.PostgresStore(url, clock=clock, lease_clock=lease_clock,
-                                        retry_for=retry_for)
+                                        retry_for=retry_for, migrating=migrating)
     else:
         raise errors.StoreError(
             f"unsupported database URL {display_url(url)!r}: use sqlite:///path/to/file.db or "
@@ -81,4 +119,4 @@ async def open_store(
     return store
 
 
-__all__ = ["DEFAULT_URL", "Store", "database_url", "display_url", "open_store"]
+__all__ = ["DEFAULT_URL", "Store", "database_url", "display_url", "open_store", "upgrade"]

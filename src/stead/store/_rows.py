@@ -71,7 +71,8 @@ def host(row: Row) -> HostRow:
     from stead.records import HostRow
 
     return HostRow(row["worker_id"], row["code"], row["role"], row["started_at"],
-                   row["seen_at"], row["stopped_at"], row["policy_version"], row["live_until"])
+                   row["seen_at"], row["stopped_at"], row["policy_version"], row["live_until"],
+                   row["stead_version"], row["schema_version"])
 
 
 def migration(row: Row) -> MigrationRow:

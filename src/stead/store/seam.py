@@ -31,6 +31,7 @@ from stead.clock import Clock
 if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
     from stead.records import Fence, Presence, Record, ResumeRecord, RunRow, RunStatus
     from stead.store.local_work import Signal
+    from stead.store.schema_versions import Report
 
 T = TypeVar("T")
 
@@ -205,6 +206,9 @@ class Database(abc.ABC):
     # that make work claimable (see `local_work`); None: only the database
     # itself tells workers of work.
     local: Signal | None = None
+    # What opening found of the schema's versions and applied (see
+    # `schema_versions`); None until it opened.
+    versions: Report | None = None
 
     def lease_now(self) -> float | None:
         """The `lease_now` parameter of the statements that judge leases:
@@ -213,7 +217,8 @@ class Database(abc.ABC):
 
     @abc.abstractmethod
     async def open(self) -> None:
-        """Connect and migrate the schema."""
+        """Connect, and pass the schema's version gate: migrate as the
+        database's `Migrating` allows, or raise (see `schema_versions`)."""
 
     @abc.abstractmethod
     async def close(self) -> None: ...

@@ -49,10 +49,17 @@ def _strip(body: str) -> str:
 
 def migrations(dialect: str) -> list[tuple[int, str]]:
     """`(version, sql)` for every numbered migration, in order."""
+    return [(version, sql) for version, _name, sql in migration_files(dialect)]
+
+
+def migration_files(dialect: str) -> list[tuple[int, str, str]]:
+    """`(version, name, sql)` for every numbered migration, in order: the
+    name is the file's, after its number (`0026_runs_list.sql`: `runs_list`)."""
     found = []
     folder = _folder(dialect)
     for name in os.listdir(folder):
-        head = name.split("_", 1)[0]
+        head, _, rest = name.partition("_")
         if name.endswith(".sql") and head.isdigit():
-            found.append((int(head), _read(os.path.join(folder, name))))
+            found.append((int(head), rest.removesuffix(".sql"),
+                          _read(os.path.join(folder, name))))
     return sorted(found)

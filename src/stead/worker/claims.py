@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from stead import errors
 from stead.app import App
@@ -24,12 +25,16 @@ class Claims:
     """One worker's claims: its heartbeat, its peers and its turn among the queues."""
 
     def __init__(self, app: App, store: Store, clock: Clock, worker_id: str,
-                 options: WorkerOptions) -> None:
+                 options: WorkerOptions,
+                 stop_for: Callable[[str, errors.SteadError], None]) -> None:
         self.app = app
         self.store = store
         self.clock = clock
         self.worker_id = worker_id
         self.options = options
+        # Stops the worker for a reason no retry mends (the schema moved past its code).
+        self.stop_for = stop_for
+        self._window_said = False
         # What this worker claims: the versions it hosts, and those it can
         # migrate to one of them that no other live worker hosts (refreshed
         # at each heartbeat).
@@ -70,6 +75,22 @@ class Claims:
                 live_for=3 * self.options.heartbeat)
         except errors.StoreError as exc:
             log.warning("worker %s could not send its heartbeat: %s", self.worker_id, exc)
+        await self.check_schema()
+
+    async def check_schema(self) -> None:
+        """Stop claiming once the database was migrated past what this
+        worker's code can work with (see `Store.check_schema`); say once when
+        it works inside the compatibility window."""
+        try:
+            window = await self.store.check_schema()
+        except errors.SchemaAhead as exc:
+            self.stop_for(str(exc), exc)
+        except errors.StoreError as exc:
+            log.warning("worker %s could not read the schema's version: %s", self.worker_id, exc)
+        else:
+            if window is not None and not self._window_said:
+                self._window_said = True
+                log.warning("worker %s: %s", self.worker_id, window)
 
     def alive(self, host: HostRow, now: float) -> bool:
         """Whether `host` is live, judged by the interval it published (its own

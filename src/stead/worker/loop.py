@@ -75,7 +75,8 @@ class Worker:
         self._backoff: dict[str, tuple[float, float]] = {}
         self._claim_pause = 0.0
         # What it claims, and how much at a time.
-        self._claims = claims.Claims(app, store, self.clock, self.id, self.options)
+        self._claims = claims.Claims(app, store, self.clock, self.id, self.options,
+                                     stop_for=self._stop_for)
         # Each schedule's next tick as last read: firing is tried once it is due.
         self._next_ticks: dict[str, float] = {}
         # What stopped the worker by itself (a missing key): raised once it drained.

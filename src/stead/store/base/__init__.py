@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from stead import addresses
-from stead.store import _holders
+from stead.store import _holders, schema_versions
 from stead.store.base.actions import Actions
 from stead.store.base.intents import Intents
 from stead.store.base.journal import Journals
@@ -29,7 +29,7 @@ from stead.store.base.state import TaskState
 from stead.store.base.waits import Waits
 from stead.store.base.workspaces import Workspaces
 from stead.store.seam import Database
-from stead.store.transactions import common
+from stead.store.transactions import common, leases
 from stead.store.transactions.intents import Guard, Revise
 from stead.store.transactions.state import OutsideChange, StateChange
 from stead.store.transactions.waits import Judge
@@ -82,11 +82,25 @@ class Store(Runs, Leases, Journals, Waits, TaskState, Intents, Actions, Migratio
         run_outside_branches(cls)
 
     async def open(self) -> None:
-        """Connect and migrate the schema."""
+        """Connect, past the schema's version gate (see `schema_versions`)."""
         await self.database.open()
 
     async def close(self) -> None:
         await self.database.close()
+
+    async def check_schema(self) -> str | None:
+        """Raise `SchemaAhead` if the database was migrated, since it was
+        opened, past what this code can work with (a breaking migration newer
+        than the code): a worker asks at each heartbeat and stops claiming.
+        Inside the compatibility window, the line that says so; else None."""
+        known = schema_versions.latest()
+        beyond = await self.database.read(lambda: leases.schema_beyond(known))
+        if not beyond:
+            return None
+        where = self.database.display
+        schema_versions.check_beyond(beyond, known, where)
+        found = schema_versions.Found(frozenset(b.version for b in beyond), tuple(beyond))
+        return schema_versions.window_line(found, known, where)
 
     async def keyring(self) -> keys.Keyring:
         """The keys that sign and verify wait tokens (see `stead.keys`; never

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from stead import processes
-from stead.store import _holders, _rows
+from stead.store import _holders, _rows, schema_versions
 from stead.store.base.part import StorePart
 from stead.store.seam import Claim, Writing
 from stead.store.transactions import common
@@ -170,9 +170,10 @@ class Leases(StorePart):
         policy version compare; heartbeats older than `forget_after` seconds
         are dropped."""
         now = self.clock.now()
+        release = (schema_versions.stead_version(), schema_versions.latest())
         await self.database.write(
             lambda: tx.heartbeat(worker_id, served, now, now - forget_after, policy_version,
-                                 now + live_for), Writing())
+                                 now + live_for, release), Writing())
 
     async def host_stopped(self, worker_id: str) -> None:
         """`worker_id` stopped cleanly: it serves nothing any more."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from stead.clock import Clock
 from stead.store.base import Store
 from stead.store.postgres.database import PostgresDatabase
+from stead.store.schema_versions import Migrating
 
 
 class PostgresStore(Store):
@@ -12,9 +13,9 @@ class PostgresStore(Store):
     retried for up to `retry_for` seconds before `StoreUnavailable`."""
 
     def __init__(self, url: str, *, clock: Clock, lease_clock: Clock | None = None,
-                 retry_for: float = 30.0) -> None:
+                 retry_for: float = 30.0, migrating: Migrating | None = None) -> None:
         super().__init__(PostgresDatabase(url, clock=clock, lease_clock=lease_clock,
-                                          retry_for=retry_for))
+                                          retry_for=retry_for, migrating=migrating))
 
 
 __all__ = ["PostgresDatabase", "PostgresStore"]

@@ -27,8 +27,8 @@ from typing import Any, TypeVar, cast
 
 from stead.clock import Clock
 from stead.records import Presence, RunRow
-from stead.store import _rows, local_work, seam, sql_files
-from stead.store.postgres import connection, journal
+from stead.store import _rows, local_work, schema_versions, seam, sql_files
+from stead.store.postgres import connection, journal, migrate
 from stead.store.postgres.connection import Conn
 from stead.store.postgres.group import GroupCommit
 from stead.store.postgres.presence import PresenceLock
@@ -39,10 +39,13 @@ Q = sql_files.queries("postgres")
 
 class PostgresDatabase(seam.Database):
     def __init__(self, url: str, *, clock: Clock, lease_clock: Clock | None = None,
-                 retry_for: float = 30.0) -> None:
+                 retry_for: float = 30.0,
+                 migrating: schema_versions.Migrating | None = None) -> None:
         self.url = url
         self.clock = clock
         self.lease_clock = lease_clock
+        self.migrating = migrating or schema_versions.Migrating(
+            on_open=schema_versions.on_open("postgres"))
         self.target = connection.parse_url(url)
         self.display = self.target.display
         self._db = connection.Connector(self.target, retry_for=retry_for)
@@ -63,21 +66,12 @@ class PostgresDatabase(seam.Database):
         await self._db.open(self.migrate)
 
     async def migrate(self, conn: Conn) -> None:
-        """Create the schema and apply every newer migration, under a lock held
-        by one opener at a time, so many processes may start at once."""
-        schema = {"schema": self.schema}
-        async with conn.transaction():
-            await conn.execute(Q["migrate_lock"], schema)
-            await conn.execute(Q["name_schema"], schema)
-            await conn.execute(Q["create_schema"])
-            await conn.execute(Q["create_version_table"])
-            cur = await conn.execute(Q["schema_version"])
-            row = await cur.fetchone()
-            current = int(row["version"]) if row else 0
-            for version, script in sql_files.migrations("postgres"):
-                if version > current:
-                    await conn.execute(script.encode())
-                    await conn.execute(Q["insert_version"], {"version": version})
+        """Pass the schema's version gate on `conn`: apply the migrations
+        `self.migrating` allows, without stopping a live fleet (see
+        `postgres/migrate.py`), or raise `SchemaBehind` / `SchemaAhead`. Many
+        processes may open at once."""
+        self.versions = await migrate.migrate(conn, self.schema, self.migrating,
+                                            self.display, self.clock.now())
 
     async def close(self) -> None:
         if self._presence is not None:

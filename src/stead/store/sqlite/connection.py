@@ -1,6 +1,6 @@
 """Connecting to an SQLite file: the URL, the connections (and the thread
-that uses them), WAL, migrations, and the one place where sqlite3's errors
-become stead's."""
+that uses them), WAL, and the one place where sqlite3's errors become
+stead's. Migrations are `migrate`'s."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from typing import TypeVar
 from urllib.parse import parse_qs, unquote, urlparse
 
 from stead import errors
-from stead.store import sql_files
 from stead.store.sqlite import files
 
 T = TypeVar("T")
@@ -150,42 +149,6 @@ def set_wal(conn: sqlite3.Connection, timeout: float) -> None:
             time.sleep(0.01)
 
 
-def migrate(conn: sqlite3.Connection) -> None:
-    """Apply every numbered migration the file lacks, in one write transaction
-    (other processes opening the file at once wait for it)."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        conn.execute("CREATE TABLE IF NOT EXISTS stead_schema (version INTEGER PRIMARY KEY)")
-        row = conn.execute("SELECT COALESCE(MAX(version), 0) FROM stead_schema").fetchone()
-        current = int(row[0])
-        for version, script in sql_files.migrations("sqlite"):
-            if version <= current:
-                continue
-            for statement in _statements(script):
-                conn.execute(statement)
-            conn.execute("INSERT INTO stead_schema (version) VALUES (?)", (version,))
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-
-
-def _statements(script: str) -> Iterator[str]:
-    """Split a migration into statements (sqlite3 runs one per execute)."""
-    buf: list[str] = []
-    for line in script.splitlines():
-        if not buf and (not line.strip() or line.lstrip().startswith("--")):
-            continue
-        buf.append(line)
-        text = "\n".join(buf)
-        if sqlite3.complete_statement(text):
-            yield text
-            buf = []
-    if "\n".join(buf).strip():
-        raise errors.StoreError("migration ends with an incomplete statement")
-
-
 class _Busy:
     """The connections (or the file's write lock) are taken right now."""
 
@@ -221,10 +184,12 @@ class Connector:
         self._files = files.Opened(path)  # what was opened, checked at every claim
 
     # -- lifetime -----------------------------------------------------------
-    async def open(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(self._thread, self._connect)
+    async def open(self, migrate: Callable[[sqlite3.Connection], bool]) -> None:
+        """Connect, and bring the schema up to date with `migrate` (which says
+        whether it committed anything)."""
+        await asyncio.get_running_loop().run_in_executor(self._thread, self._connect, migrate)
 
-    def _connect(self) -> None:
+    def _connect(self, migrate: Callable[[sqlite3.Connection], bool]) -> None:
         check_folder(self.path)
         try:
             if self.existing and self.path != ":memory:" and not os.path.exists(self.path):
@@ -242,8 +207,8 @@ class Connector:
             conn = connect(self.path, self.busy_timeout)
             set_wal(conn, self.busy_timeout)
             self._conn = conn
-            migrate(conn)
-            self.commits += 1
+            if migrate(conn):
+                self.commits += 1
             if self.path != ":memory:":  # a second :memory: connection is another database
                 self._inline = connect(self.path, 0.0)
                 self._watch = connect(self.path, 0.0)

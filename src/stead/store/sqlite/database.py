@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from stead import errors
 from stead.clock import Clock
-from stead.store import _rows, local_work, seam, sql_files
-from stead.store.sqlite import journal, wal_watch
+from stead.store import _rows, local_work, schema_versions, seam, sql_files
+from stead.store.sqlite import journal, migrate, wal_watch
 from stead.store.sqlite.connection import Connector, busy_timeout_from_url, path_from_url
 from stead.store.sqlite.group import GroupCommit
 
@@ -40,10 +40,13 @@ _SOON_LOOKS = 10
 
 class SQLiteDatabase(seam.Database):
     def __init__(self, url: str, *, clock: Clock, lease_clock: Clock | None = None,
-                 busy_timeout: float = 10.0, existing: bool = False) -> None:
+                 busy_timeout: float = 10.0, existing: bool = False,
+                 migrating: schema_versions.Migrating | None = None) -> None:
         self.url = self.display = url
         self.clock = clock
         self.lease_clock = lease_clock
+        self.migrating = migrating or schema_versions.Migrating(
+            on_open=schema_versions.on_open("sqlite"))
         self.path = path_from_url(url)
         self.busy_timeout = busy_timeout_from_url(url, busy_timeout)
         self._db = Connector(self.path, self.busy_timeout, existing=existing)
@@ -59,7 +62,12 @@ class SQLiteDatabase(seam.Database):
         return self._db.commits
 
     async def open(self) -> None:
-        await self._db.open()
+        await self._db.open(self._migrate)
+
+    def _migrate(self, conn: sqlite3.Connection) -> bool:
+        """Pass the schema's gate (see `schema_versions`); whether it committed."""
+        self.versions = migrate.migrate(conn, self.migrating, self.display, self.clock.now())
+        return bool(self.versions.applied)
 
     async def close(self) -> None:
         if self._wal is not None:

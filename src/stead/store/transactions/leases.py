@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from stead.store import _rows
+from stead.store import _rows, schema_versions
 from stead.store.seam import Flow, execute, fence_params, one, rows
 
 if TYPE_CHECKING:  # for annotations; `Stranded` is imported below where one is made
     from stead.queues import Queue
     from stead.records import Fence, HostRow, RunRow, Stranded
+    from stead.store.schema_versions import Beyond
 
 
 def renew(
@@ -61,14 +62,24 @@ def queue_claimed(queue: Queue, params: dict[str, Any]) -> Flow[list[RunRow]]:
 
 def heartbeat(worker_id: str, served: Sequence[tuple[str, str]], now: float,
               forget_before: float, policy_version: str | None,
-              live_until: float) -> Flow[None]:
+              live_until: float, release: tuple[str, int]) -> Flow[None]:
     """Say `worker_id` is alive until `live_until`, serves each `(code, role)`
-    and runs `policy_version`; forget heartbeats older than `forget_before`."""
+    and runs `policy_version` on `release` (stead's version and the schema
+    version its code needs); forget heartbeats older than `forget_before`."""
+    stead_version, schema_version = release
     for code, role in served:
         yield execute("heartbeat", {"worker_id": worker_id, "code": code, "role": role,
                                     "now": now, "policy_version": policy_version,
-                                    "live_until": live_until})
+                                    "live_until": live_until, "stead_version": stead_version,
+                                    "schema_version": schema_version})
     yield execute("forget_hosts", {"before": forget_before})
+
+
+def schema_beyond(known: int) -> Flow[list[Beyond]]:
+    """The schema versions past `known` the database has applied, as the
+    releases that applied them described them."""
+    found = yield rows("schema_beyond", {"known": known})
+    return [schema_versions.beyond(r) for r in found]
 
 
 def host_stopped(worker_id: str, now: float) -> Flow[None]:

@@ -1,3 +1,4 @@
+-- upgrade: compatible online
 -- stead schema 1 (PostgreSQL). The same tables as SQLite's 0001, in the
 -- schema named by the URL (?schema=, default public).
 -- runs: one row per run; epoch + lease_owner + lease_expires_at are the lease.

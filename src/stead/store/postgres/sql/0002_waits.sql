@@ -1,3 +1,4 @@
+-- upgrade: compatible locking
 -- stead schema 2 (PostgreSQL): waits, events, task state, durable wake-ups.
 -- A suspended run has status 'waiting', no lease, and wakes when an event is
 -- accepted for it or when wake_at (its earliest timer or wait expiry) passes.

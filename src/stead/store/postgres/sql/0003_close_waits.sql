@@ -1,3 +1,4 @@
+-- upgrade: compatible online
 -- stead schema 3 (PostgreSQL): when a run ends (completed, failed, cancelled),
 -- its open waits close with it, so `stead waits ls` lists only what runs wait for.
 CREATE FUNCTION stead_close_waits() RETURNS trigger LANGUAGE plpgsql AS $$

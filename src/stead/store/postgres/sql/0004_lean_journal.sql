@@ -1,3 +1,4 @@
+-- upgrade: compatible online
 -- stead schema 4 (PostgreSQL): a journal row costs less to keep.
 -- The unique index on (run_id, addr, attempt, status) goes. A run's records are
 -- written by the one holder of its fence, and its primary key (run_id, seq)

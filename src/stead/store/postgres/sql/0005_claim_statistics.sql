@@ -1,3 +1,4 @@
+-- upgrade: compatible online
 -- stead schema 5 (PostgreSQL): statistics for the claim's plan.
 -- The claim filters runs by (workflow || '@' || version), an expression the
 -- planner has no statistics on: it guessed that 0.5% of the runnable runs

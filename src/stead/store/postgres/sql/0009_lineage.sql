@@ -1,3 +1,4 @@
+-- upgrade: compatible online
 -- stead schema 9 (postgres): where a run came from. A fork copies a prefix of
 -- its parent's journal; a successor (continue-as-new) starts with an empty
 -- one. One row per run that has a parent, read from either side: a run's

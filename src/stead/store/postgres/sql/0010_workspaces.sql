@@ -1,3 +1,4 @@
+-- upgrade: compatible online
 -- stead schema 10 (postgres): workspaces. A snapshot of a run's workspace is
 -- saved with the journal record that announces it (same fenced transaction);
 -- its files' contents are blobs named by their sha256, stored once however

@@ -1,3 +1,4 @@
+-- upgrade: compatible online
 -- stead schema 11 (PostgreSQL): an event an operator delivered (from the dashboard,
 -- or a webhook signed with stead's key) instead of the wait's token keeps who
 -- vouched for it and why, so the audit shows it as an operator's decision.

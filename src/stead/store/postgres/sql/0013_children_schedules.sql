@@ -1,3 +1,4 @@
+-- upgrade: compatible locking
 -- stead schema 13 (PostgreSQL): child runs, run deadlines, cancellation
 -- requests and schedules (see ../sqlite/0013_children_schedules.sql).
 ALTER TABLE runs ADD COLUMN parent_id TEXT;

@@ -1,3 +1,4 @@
+-- upgrade: compatible online
 -- stead schema 14 (PostgreSQL): the calls a run's holder has in flight.
 -- in_flight: JSON list of the started markers ({addr, attempt, kind, name,
 -- digest, epoch}) of the calls the holder had in flight at its last lease

@@ -1,3 +1,4 @@
+-- upgrade: compatible online
 -- stead schema 16 (PostgreSQL): the policy versions deliveries compare, and task
 -- state changed from outside a run.
 -- waits.policy_version: the app's policy version when the wait opened (the

@@ -1,3 +1,4 @@
+-- upgrade: compatible locking
 -- stead schema 17 (PostgreSQL): rejected events are bounded.
 -- Only the newest rejected events are kept, per run and, for runs that do
 -- not exist, in all (see the trim_rejected queries); rejected_tally counts

@@ -1,3 +1,4 @@
+-- upgrade: compatible online
 -- stead schema 24 (PostgreSQL): durable streams, the values a workflow appends
 -- for a screen to follow (see stead.streams). A stream is (run_id, name);
 -- pos numbers its entries from 1 in commit order, the offset a reader

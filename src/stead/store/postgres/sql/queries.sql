@@ -9,9 +9,34 @@
 -- %(lease_now)s stands in for the server's time where a test moves a fake
 -- lease clock; null (always, outside tests) means the server's.
 
--- name: migrate_lock
--- Serialises migrations of one schema across every process that opens it.
-SELECT pg_advisory_xact_lock(1937007972, hashtext(%(schema)s));
+-- name: try_migrate_lock
+-- Serialises migrations of one schema across every process that opens it,
+-- until the transaction ends. Tried, never waited for: an opener that waits
+-- inside a transaction holds a snapshot, which an index being built
+-- CONCURRENTLY would wait for in turn.
+SELECT pg_try_advisory_xact_lock(1937007972, hashtext(%(schema)s)) AS taken;
+
+-- name: try_migrate_session_lock
+-- The same lock, held by the session: around a migration whose statements
+-- run outside a transaction.
+SELECT pg_try_advisory_lock(1937007972, hashtext(%(schema)s)) AS taken;
+
+-- name: migrate_unlock
+SELECT pg_advisory_unlock(1937007972, hashtext(%(schema)s));
+
+-- name: set_lock_timeout
+-- How long a migration's statement waits for a lock, for this transaction:
+-- while it waits, every statement that needs the table queues behind it.
+SELECT set_config('lock_timeout', %(lock_timeout)s, true);
+
+-- name: oldest_transaction
+-- The longest-open transaction but this one: what a migration that could not
+-- take its lock most likely waited for.
+SELECT pid, application_name, EXTRACT(EPOCH FROM now() - xact_start) AS seconds,
+       left(query, 80) AS query
+FROM pg_stat_activity
+WHERE xact_start IS NOT NULL AND pid <> pg_backend_pid() AND datname = current_database()
+ORDER BY xact_start LIMIT 1;
 
 -- name: name_schema
 SELECT set_config('stead.schema', %(schema)s, true);
@@ -32,14 +57,40 @@ $$;
 -- name: set_search_path
 SELECT set_config('search_path', quote_ident(%(schema)s), false);
 
+-- name: schema_table
+-- Whether the version table is there (the search path is the store's schema,
+-- which may not exist yet).
+SELECT to_regclass('stead_schema') IS NOT NULL AS present;
+
 -- name: create_version_table
 CREATE TABLE IF NOT EXISTS stead_schema (version INTEGER PRIMARY KEY);
 
--- name: schema_version
-SELECT COALESCE(MAX(version), 0) AS version FROM stead_schema;
+-- name: schema_applied
+SELECT version FROM stead_schema;
+
+-- name: schema_beyond
+-- The versions past %(known)s, as the releases that applied them described them.
+SELECT version, name, compatible, stead_version FROM stead_schema
+WHERE version > %(known)s ORDER BY version;
 
 -- name: insert_version
 INSERT INTO stead_schema (version) VALUES (%(version)s);
+
+-- name: insert_version_described
+INSERT INTO stead_schema (version, name, compatible, applied_at, stead_version)
+VALUES (%(version)s, %(name)s, %(compatible)s, %(applied_at)s, %(stead_version)s);
+
+-- name: live_worker_versions
+-- The workers heard from lately, each with the release and schema its code runs.
+SELECT worker_id, MAX(stead_version) AS stead_version,
+       MIN(schema_version) AS schema_version
+FROM worker_hosts WHERE stopped_at IS NULL AND live_until > %(now)s
+GROUP BY worker_id ORDER BY worker_id;
+
+-- name: live_workers_unversioned
+-- The same on a database before schema 30, whose heartbeats name no version.
+SELECT DISTINCT worker_id, NULL AS stead_version, NULL::integer AS schema_version
+FROM worker_hosts WHERE stopped_at IS NULL AND seen_at > %(since)s ORDER BY worker_id;
 
 -- name: listen
 LISTEN stead_work;
@@ -618,14 +669,16 @@ SELECT * FROM operator_actions WHERE run_id = %(run_id)s
 ORDER BY at, action_id LIMIT %(limit)s;
 
 -- name: heartbeat
--- A worker says it is alive and serves `code` (as `role`).
+-- A worker says it is alive and serves `code` (as `role`);
+-- `stead_version` and `schema_version` say which release its code is.
 INSERT INTO worker_hosts (worker_id, code, role, started_at, seen_at, policy_version,
-                          live_until)
+                          live_until, stead_version, schema_version)
 VALUES (%(worker_id)s, %(code)s, %(role)s, %(now)s, %(now)s, %(policy_version)s,
-        %(live_until)s)
+        %(live_until)s, %(stead_version)s, %(schema_version)s)
 ON CONFLICT (worker_id, code, role) DO UPDATE
 SET seen_at = excluded.seen_at, stopped_at = NULL, policy_version = excluded.policy_version,
-    live_until = excluded.live_until;
+    live_until = excluded.live_until, stead_version = excluded.stead_version,
+    schema_version = excluded.schema_version;
 
 -- name: live_policies
 -- The policy versions (NULL: none) the live workers serving `code` run: not

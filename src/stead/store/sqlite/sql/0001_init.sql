@@ -1,3 +1,4 @@
+-- upgrade: compatible online
 -- stead schema 1 (SQLite).
 -- runs: one row per run; epoch + lease_owner + lease_expires_at are the lease.
 -- journal: a run's acknowledged calls; seq is commit order, addr the call identity.

@@ -1,3 +1,4 @@
+-- upgrade: compatible online
 -- stead schema 3 (SQLite): when a run ends (completed, failed, cancelled), its
 -- open waits close with it, so `stead waits ls` lists only what runs wait for.
 CREATE TRIGGER close_waits_of_ended_runs AFTER UPDATE OF status ON runs

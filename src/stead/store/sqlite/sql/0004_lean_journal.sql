@@ -1,3 +1,4 @@
+-- upgrade: compatible online
 -- stead schema 4 (SQLite): nothing changes here. PostgreSQL's schema 4 drops
 -- the journal's unique index on (run_id, addr, attempt, status) (see
 -- ../postgres/0004_lean_journal.sql); SQLite keeps it. The numbers move together.

@@ -1,3 +1,4 @@
+-- upgrade: compatible online
 -- stead schema 5 (SQLite): nothing changes here. PostgreSQL's schema 5 adds
 -- statistics for its claim's plan (see ../postgres/0005_claim_statistics.sql);
 -- SQLite's claim names its indexes (INDEXED BY). The numbers move together.

@@ -1,3 +1,4 @@
+-- upgrade: breaking locking
 -- stead schema 7 (sqlite): a run's intent, versioned. Every change (given at
 -- start, declared by the workflow, a renewal, a human's resume, a policy's
 -- revision) is a new version with who and why; none is overwritten.

@@ -1,3 +1,4 @@
+-- upgrade: compatible online
 -- stead schema 8 (SQLite): what deploys need.
 -- worker_hosts: each worker's heartbeat, per workflow@version it serves
 -- ('hosts': it runs that version; 'migrates': it claims runs of that version

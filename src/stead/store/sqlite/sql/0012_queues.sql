@@ -1,3 +1,4 @@
+-- upgrade: breaking locking
 -- stead schema 12 (sqlite): queues. A run started in a queue carries its name,
 -- its priority (lower runs first) and an optional dedup key (unique among the
 -- queue's live runs, as a task id is among all live runs); started_at is its

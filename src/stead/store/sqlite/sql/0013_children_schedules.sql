@@ -1,3 +1,4 @@
+-- upgrade: compatible locking
 -- stead schema 13 (SQLite): child runs, run deadlines, cancellation requests
 -- and schedules.
 -- parent_id: the run that started this one with `run.child` (its result is

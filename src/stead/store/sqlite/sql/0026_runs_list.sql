@@ -1,3 +1,4 @@
+-- upgrade: compatible locking
 -- stead schema 26 (SQLite): the dashboard's runs list pages by keyset,
 -- newest first, in (created_at, run_id) order (the search_runs query): this
 -- index serves each page, however deep, without sorting every run.

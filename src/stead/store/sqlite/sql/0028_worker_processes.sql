@@ -1,3 +1,4 @@
+-- upgrade: compatible online
 -- stead schema 28 (SQLite): worker_processes, the process each live worker runs in
 -- (the machine, the pid and the kernel's start time of that pid; see
 -- stead/processes.py). A claimer on the same machine that finds a lease

@@ -7,6 +7,40 @@
 -- test moves a fake lease clock; null (always, outside tests) means the
 -- database's.
 
+-- name: schema_table
+-- Whether the version table is there (a file stead never opened has none).
+SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'stead_schema';
+
+-- name: create_version_table
+CREATE TABLE IF NOT EXISTS stead_schema (version INTEGER PRIMARY KEY);
+
+-- name: schema_applied
+SELECT version FROM stead_schema;
+
+-- name: schema_beyond
+-- The versions past :known, as the releases that applied them described them.
+SELECT version, name, compatible, stead_version FROM stead_schema
+WHERE version > :known ORDER BY version;
+
+-- name: insert_version
+INSERT INTO stead_schema (version) VALUES (:version);
+
+-- name: insert_version_described
+INSERT INTO stead_schema (version, name, compatible, applied_at, stead_version)
+VALUES (:version, :name, :compatible, :applied_at, :stead_version);
+
+-- name: live_worker_versions
+-- The workers heard from lately, each with the release and schema its code runs.
+SELECT worker_id, MAX(stead_version) AS stead_version,
+       MIN(schema_version) AS schema_version
+FROM worker_hosts WHERE stopped_at IS NULL AND live_until > :now
+GROUP BY worker_id ORDER BY worker_id;
+
+-- name: live_workers_unversioned
+-- The same on a database before schema 30, whose heartbeats name no version.
+SELECT DISTINCT worker_id, NULL AS stead_version, NULL AS schema_version
+FROM worker_hosts WHERE stopped_at IS NULL AND seen_at > :since ORDER BY worker_id;
+
 -- name: find_live_task
 SELECT * FROM runs
 WHERE task_id = :task_id AND status NOT IN ('completed', 'failed', 'cancelled', 'revalidation_failed');
@@ -450,13 +484,15 @@ SELECT * FROM operator_actions WHERE run_id = :run_id ORDER BY at, action_id LIM
 
 -- name: heartbeat
 -- A worker says it is alive and serves `code` (as `role`).
+-- `stead_version` and `schema_version` say which release its code is.
 INSERT INTO worker_hosts (worker_id, code, role, started_at, seen_at, policy_version,
-                          live_until)
+                          live_until, stead_version, schema_version)
 VALUES (:worker_id, :code, :role, :now, :now, :policy_version,
-        :live_until)
+        :live_until, :stead_version, :schema_version)
 ON CONFLICT (worker_id, code, role) DO UPDATE
 SET seen_at = excluded.seen_at, stopped_at = NULL, policy_version = excluded.policy_version,
-    live_until = excluded.live_until;
+    live_until = excluded.live_until, stead_version = excluded.stead_version,
+    schema_version = excluded.schema_version;
 
 -- name: live_policies
 -- The policy versions (NULL: none) the live workers serving `code` run: not
