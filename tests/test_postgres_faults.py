@@ -195,3 +195,32 @@ async def test_a_server_down_longer_than_the_retry_bound_is_store_unavailable(
         assert [r.run_id for r in await store.list_runs()] == ["r1"]  # r2 was never written
     finally:
         await store.close()
+
+
+async def test_a_column_a_newer_release_adds_under_a_running_process_fails_nothing(
+    pg_url: str,
+) -> None:
+    """A rolling deploy: a newer release's migration adds a column to runs
+    while this process holds statements it prepared reading runs with `*`.
+    The server refuses those ("cached plan must not change result type");
+    the store drops the connection and its statements and reads again."""
+    store = await stead.open_store(pg_url)
+    try:
+        client = stead.Client(store)
+        run_id = (await client.start("w", version=1)).run_id
+        for _ in range(12):  # past psycopg's prepare threshold, on each pooled connection
+            await store.get_run(run_id)
+            await store.list_runs()
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(pg.URL, autocommit=True) as admin:
+            admin.execute(sql.SQL("ALTER TABLE {}.runs ADD COLUMN from_a_newer_release TEXT")
+                          .format(sql.Identifier(pg.query_param(pg_url, "schema"))))
+        for _ in range(3):
+            assert (await store.get_run(run_id)).run_id == run_id
+            assert [r.run_id for r in await store.list_runs()] == [run_id]
+        [row] = await store.claim("w1", ["w@1"], 30.0, 1, exclude=[])
+        assert row.run_id == run_id
+    finally:
+        await store.close()

@@ -63,9 +63,10 @@ class RunRow:
     # JSON: the started markers of the calls its holder had in flight, not yet
     # journaled, at its last lease renewal (see `stead.replay.markers_from`).
     in_flight: str | None = None
-    # When the lease of a holder taken for dead by its presence alone (see
-    # `Store.end_dead_leases`) would have run out: that holder may still be
-    # alive, cut off from the database, and sending.
+    # Read by a claim, not stored with the run (table lease_ends): when the
+    # lease of the run's previous holder, taken for dead by its presence alone
+    # (see `Store.end_dead_leases`), would have run out; that holder may still
+    # be alive, cut off from the database, and sending.
     prior_lease_until: float | None = None
 
     @property

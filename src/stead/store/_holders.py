@@ -14,7 +14,7 @@ sooner, so a SIGKILLed worker's runs move within about a second:
   (`Absences`). Not final: a worker cut off from the database for longer
   than the grace is taken for dead, keeps its process row, and counts as
   alive again once it takes its lock back; its runs' leases end early but
-  remember when they would have run out (`runs.prior_lease_until`), for the
+  remember when they would have run out (table `lease_ends`), for the
   new holder of a run to wait that long before acting on "not found" for
   an effect that worker may still be sending.
 

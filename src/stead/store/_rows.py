@@ -22,8 +22,8 @@ Row = Any  # sqlite3.Row or a psycopg dict row
 
 
 # The runs columns later schemas added (intent 7, queues 12, children and
-# deadlines 13, calls in flight 14, a lease ended early 29), each with what a
-# store still on an older schema reads as.
+# deadlines 13, calls in flight 14), and what a claim reads beside them (a
+# lease ended early, 29), each with what a row without it reads as.
 _LATER_RUN_COLUMNS: dict[str, Any] = {
     "intent_version": 0, "queue": None, "priority": 0, "dedup_key": None, "started_at": None,
     "parent_id": None, "deadline": None, "cancel_requested": None, "in_flight": None,

@@ -148,8 +148,20 @@ def rejected(exc: psycopg.Error) -> bool:
 
 def retryable(exc: psycopg.Error) -> bool:
     """Lost connections, a server starting or shutting down, deadlocks and
-    serialization failures: the transaction did not commit, try again."""
-    return isinstance(exc, psycopg.OperationalError) and not _permanent(exc)
+    serialization failures, stale prepared statements: the transaction did
+    not commit, try again."""
+    return (isinstance(exc, psycopg.OperationalError) and not _permanent(exc)) \
+        or replanned(exc)
+
+
+def replanned(exc: psycopg.Error) -> bool:
+    """A statement this connection prepared no longer fits its tables: a
+    newer release's migration added a column to a table it reads with `*`
+    while this process ran (a rolling deploy). The server refuses it without
+    running it; the connection is dropped, with what it prepared, and the
+    statement tried again on another."""
+    return isinstance(exc, pg_errors.FeatureNotSupported) \
+        and "cached plan must not change result type" in str(exc)
 
 
 def _backoff(attempt: int) -> float:
@@ -260,7 +272,12 @@ class Connector:
             raise errors.StoreError("store is closed")
         if not fresh:
             async with self._pool.connection(timeout=min(self.retry_for, 5.0)) as conn:
-                yield conn
+                try:
+                    yield conn
+                except psycopg.Error as exc:
+                    if replanned(exc):
+                        await conn.close()  # the pool discards it
+                    raise
             return
         conn = await self.connect()
         try:

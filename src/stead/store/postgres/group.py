@@ -30,7 +30,14 @@ from psycopg import pq
 from stead import errors
 from stead.store.futures import settle
 from stead.store.postgres import journal
-from stead.store.postgres.connection import Conn, Connector, Verify, retryable, translate
+from stead.store.postgres.connection import (
+    Conn,
+    Connector,
+    Verify,
+    replanned,
+    retryable,
+    translate,
+)
 from stead.store.seam import FencedWrite, stale
 
 log = logging.getLogger("stead.store.postgres")
@@ -119,7 +126,7 @@ class GroupCommit:
             cur = await conn.execute(journal.Q[name], params, prepare=True)
             held = {int(row["n"]) for row in await cur.fetchall()}
         except BaseException as exc:
-            await self._check_connection()
+            await self._check_connection(exc)
             if not isinstance(exc, Exception):  # cancelled: the outcome stays unknown
                 for job in batch:
                     job.future.cancel()
@@ -131,12 +138,14 @@ class GroupCommit:
         for n, job in enumerate(batch, 1):
             settle(job.future, None if n in held else stale(job.write.fence))
 
-    async def _check_connection(self) -> None:
-        """Keep the writer connection only if it is healthy and idle."""
+    async def _check_connection(self, exc: BaseException) -> None:
+        """Keep the writer connection only if it is healthy and idle, and
+        what it prepared still fits (see `connection.replanned`)."""
         conn = self._conn
         if conn is None:
             return
-        if conn.closed or conn.info.transaction_status != pq.TransactionStatus.IDLE:
+        stale = isinstance(exc, psycopg.Error) and replanned(exc)
+        if stale or conn.closed or conn.info.transaction_status != pq.TransactionStatus.IDLE:
             self._conn = None
             try:
                 await conn.close()

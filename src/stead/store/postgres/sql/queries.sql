@@ -175,6 +175,8 @@ RETURNING *;
 -- due sleepers longest overdue first (runs_waking), not all waiting runs.
 -- Rows an arm locked but the final LIMIT leaves are unlocked at the commit.
 -- Runs in a queue are left to the queue's claim (claim_queue), under its limits.
+-- prior_lease_until: when the lease ended early under the epoch before would
+-- have run out (see end_leases_of_absent), if it was.
 WITH runnable AS (
     SELECT run_id, created_at FROM runs
     WHERE status IN ('pending', 'running') AND queue IS NULL
@@ -204,7 +206,9 @@ SET epoch = runs.epoch + 1, lease_owner = %(worker_id)s, lease_expires_at =
     status = 'running', wake_at = NULL, updated_at = %(now)s
 FROM picked
 WHERE runs.run_id = picked.run_id
-RETURNING runs.*;
+RETURNING runs.*,
+    (SELECT e.until FROM lease_ends AS e
+     WHERE e.run_id = runs.run_id AND e.epoch = runs.epoch - 1) AS prior_lease_until;
 
 -- name: lease_now
 -- The time leases are judged at (see the top of this file).
@@ -213,7 +217,10 @@ SELECT COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float
 -- name: claimed_by
 -- Read-back after a claim whose commit status is unknown: the runs leased to
 -- this worker by that very claim (its time, updated_at, is its own).
-SELECT * FROM runs
+SELECT runs.*,
+    (SELECT e.until FROM lease_ends AS e
+     WHERE e.run_id = runs.run_id AND e.epoch = runs.epoch - 1) AS prior_lease_until
+FROM runs
 WHERE lease_owner = %(worker_id)s AND updated_at = %(now)s AND status = 'running'
   AND NOT (run_id = ANY(%(exclude)s::text[]))
 ORDER BY created_at;
@@ -983,7 +990,8 @@ SELECT
 
 -- name: claim_queue
 -- Lease up to limit runs of the queue (the room its limits leave), lowest
--- priority number first, then oldest; due sleepers of the queue come from
+-- priority number first, then oldest (each with the end of a lease ended
+-- early under the epoch before, as in claim); due sleepers of the queue come from
 -- runs_queue_waking. A run's first claim sets started_at, which the rate
 -- counts. SKIP LOCKED as in claim: a run a fenced write holds is not waited on.
 WITH runnable AS (
@@ -1016,7 +1024,9 @@ SET epoch = runs.epoch + 1, lease_owner = %(worker_id)s, lease_expires_at =
     started_at = COALESCE(runs.started_at, %(now)s)
 FROM picked
 WHERE runs.run_id = picked.run_id
-RETURNING runs.*;
+RETURNING runs.*,
+    (SELECT e.until FROM lease_ends AS e
+     WHERE e.run_id = runs.run_id AND e.epoch = runs.epoch - 1) AS prior_lease_until;
 
 -- == rejected events: how many are kept (store/_rejections.py) ==
 -- name: trim_rejected
@@ -1173,7 +1183,7 @@ WHERE at < %(before)s AND worker_id NOT IN (SELECT worker_id FROM worker_hosts);
 -- if its process row is still the one judged: a worker that recorded another
 -- process since is another life. One row if any lease ended.
 WITH ended AS (
-    UPDATE runs SET prior_lease_until = NULL, lease_expires_at =
+    UPDATE runs SET lease_expires_at =
         COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8
     WHERE status = 'running' AND lease_owner = %(worker_id)s AND lease_expires_at >
         COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8
@@ -1188,12 +1198,11 @@ SELECT pg_notify('stead_work', current_schema()) FROM (SELECT 1 FROM ended LIMIT
 -- name: end_leases_of_absent
 -- The holder's presence lock stayed free, not taken again, for the grace
 -- period: it is taken for dead, its leases end now. Judged again here: only if
--- the lock is still free and its takes still number %(taken)s. Each lease keeps
--- when it would have run out (prior_lease_until): the holder may be alive and
--- cut off, still sending. One row if any lease ended.
-WITH ended AS (
-    UPDATE runs SET prior_lease_until = lease_expires_at, lease_expires_at =
-        COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8
+-- the lock is still free and its takes still number %(taken)s. Each lease ended
+-- is kept in lease_ends with when it would have run out: the holder may be
+-- alive and cut off, still sending. One row if any lease ended.
+WITH old AS (
+    SELECT run_id, lease_expires_at FROM runs
     WHERE status = 'running' AND lease_owner = %(worker_id)s AND lease_expires_at >
         COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8
       AND EXISTS (
@@ -1205,7 +1214,15 @@ WITH ended AS (
               AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
               AND l.classid = 1937007980
               AND l.objid = hashtext(current_schema() || '/' || p.worker_id)::oid))
-    RETURNING run_id
+    FOR UPDATE
+), ended AS (
+    UPDATE runs SET lease_expires_at =
+        COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8
+    FROM old WHERE runs.run_id = old.run_id
+    RETURNING runs.run_id, runs.epoch, old.lease_expires_at AS until
+), kept AS (
+    INSERT INTO lease_ends (run_id, epoch, until) SELECT run_id, epoch, until FROM ended
+    ON CONFLICT (run_id) DO UPDATE SET epoch = excluded.epoch, until = excluded.until
 )
 SELECT pg_notify('stead_work', current_schema()) FROM (SELECT 1 FROM ended LIMIT 1) AS any_ended;
 

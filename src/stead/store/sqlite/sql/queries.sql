@@ -953,8 +953,7 @@ WHERE at < :before AND worker_id NOT IN (SELECT worker_id FROM worker_hosts);
 -- so the next claim takes its runs (the epoch the claim bumps fences anything
 -- it might have left to write). Only if its process row is still the one
 -- judged: a worker that recorded another process since is another life.
-UPDATE runs SET prior_lease_until = NULL,
-    lease_expires_at = COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0)
+UPDATE runs SET lease_expires_at = COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0)
 WHERE status = 'running' AND lease_owner = :worker_id
   AND lease_expires_at > COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0)
   AND EXISTS (
