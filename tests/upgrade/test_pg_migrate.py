@@ -79,8 +79,8 @@ async def test_a_migration_that_waits_for_a_lock_gives_up_naming_what_holds_it(
     with _connect(old_url, "upgrade-test-blocker") as blocker:
         blocker.execute(b"SELECT count(*) FROM worker_hosts")  # holds its lock until it ends
         with pytest.raises(stead.errors.MigrationBlocked,
-                           match=r"migration 00(29 liveness|30 fleet_versions) could not take its locks "
-                                 r"within 0.1 s in \d+ tries over 1 s \(the longest-open "
+                           match=r"migration 00(29 liveness|30 fleet_versions) could not take "
+                                 r"its locks within 0.1 s in \d+ tries over 1 s \(the longest-open "
                                  r"transaction: pid \d+ \(upgrade-test-blocker\), open"):
             await stead.store.upgrade(old_url, lock_timeout=0.1, patience=1.0)
         blocker.rollback()
