@@ -10,6 +10,7 @@ PostgreSQL tests skip, saying why, except under CI=true, where they fail.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import functools
 import glob
@@ -19,6 +20,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -86,17 +88,26 @@ def terminate(application_name: str) -> int:
 
 
 @contextlib.contextmanager
-def fresh_schema(base: str | None = None) -> Iterator[str]:
-    """A URL on a schema no other test uses (the store creates it), dropped
-    afterwards. Its connections carry the schema's name as application_name,
-    so a test can find (and terminate) them."""
+def fresh_schema(base: str | None = None, *, new: bool = False) -> Iterator[str]:
+    """A URL on a schema no other test uses, dropped or emptied afterwards.
+    Its connections carry the schema's name as application_name, so a test
+    can find (and terminate) them.
+
+    Creating stead's schema costs about a second of DDL, most of a quick
+    PostgreSQL test: so a schema a test leaves as stead made it (the same
+    tables, columns, triggers and versions) is emptied and handed to the
+    next test, already migrated (`_Pool`). `new`: a schema that does not
+    exist yet, for a test of creating one (the store creates it)."""
     require()
-    name = f"t_{uuid.uuid4().hex[:12]}"
+    pooled = base is None and not new
+    name = _POOL.take() if pooled else None
+    name = name or f"t_{uuid.uuid4().hex[:12]}"
     try:
         yield with_query(base or URL, schema=name, application_name=f"stead-{name}")
     finally:
         terminate(f"stead-{name}")  # left over by a killed worker process
-        drop_schema(name)
+        if not (pooled and _POOL.give_back(name)):
+            drop_schema(name)
 
 
 def drop_schema(name: str) -> None:
@@ -105,6 +116,110 @@ def drop_schema(name: str) -> None:
 
     with psycopg.connect(URL, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+# A schema's shape, as a test may change it: the columns of each table stead
+# makes, told from each table's name (indexed lookups: a scan of pg_class by
+# namespace costs as much as the whole emptying, with many schemas about).
+_SHAPE = """
+SELECT string_agg(t.name || ':' || coalesce((
+    SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), ','
+                      ORDER BY a.attnum)
+    FROM pg_attribute AS a
+    WHERE a.attrelid = to_regclass(quote_ident(%(schema)s) || '.' || quote_ident(t.name))
+      AND a.attnum > 0 AND NOT a.attisdropped), '-'), ';' ORDER BY t.name)
+FROM unnest(%(tables)s::text[]) AS t(name)
+"""
+
+
+class _Pool:
+    """Schemas stead made and a test left as it made them, emptied: the next
+    test gets one already migrated. A schema whose shape differs from the
+    one this code makes (a test changed it, or restored an old release's)
+    is dropped instead."""
+
+    def __init__(self) -> None:
+        self._ready: list[str] = []
+        self._shape: str | None = None  # the shape of a schema as this code makes it
+        self._tables: list[str] = []  # the tables of a schema as this code makes it
+
+    def take(self) -> str | None:
+        return self._ready.pop() if self._ready else None
+
+    def give_back(self, name: str) -> bool:
+        """Empty `name` and keep it, if it is as stead makes it; False if not."""
+        import psycopg
+        from psycopg import sql
+
+        reference = self._reference()
+        with psycopg.connect(URL, autocommit=True) as conn:
+            if self._shape_of(conn, name) != reference:
+                return False
+            versions = conn.execute(sql.SQL("SELECT max(version) FROM {}.stead_schema").format(
+                sql.Identifier(name))).fetchone()
+            if versions is None or versions[0] != _LATEST:
+                return False
+            tables = [t for t in self._tables if t != "stead_schema"]
+            with conn.transaction():
+                # Foreign keys and triggers off: any order empties them all.
+                conn.execute(b"SET LOCAL session_replication_role = replica")
+                for table in tables:
+                    conn.execute(sql.SQL("DELETE FROM {}.{}").format(
+                        sql.Identifier(name), sql.Identifier(table)))
+        self._ready.append(name)
+        return True
+
+    def _reference(self) -> str:
+        """The shape of a schema this code makes, made once per session."""
+        if self._shape is None:
+            name = f"t_{uuid.uuid4().hex[:12]}"
+            url = with_query(URL, schema=name, application_name=f"stead-{name}")
+            subprocess.run([sys.executable, "-c", _MAKE, url],
+                           check=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
+            import psycopg
+
+            try:
+                with psycopg.connect(URL, autocommit=True) as conn:
+                    self._shape = self._shape_of(conn, name)
+            finally:
+                drop_schema(name)
+        assert self._shape is not None
+        return self._shape
+
+    def _shape_of(self, conn: object, name: str) -> str | None:
+        import psycopg
+
+        assert isinstance(conn, psycopg.Connection)
+        if not self._tables:
+            self._tables = [str(r[0]) for r in conn.execute(
+                b"SELECT c.relname FROM pg_class AS c JOIN pg_namespace AS n "
+                b"ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r' "
+                b"ORDER BY c.relname", (name,))]
+        row = conn.execute(_SHAPE.encode(), {"schema": name, "tables": self._tables}).fetchone()
+        return None if row is None or row[0] is None or ":-" in str(row[0]) else str(row[0])
+
+    def drop_all(self) -> None:
+        while self._ready:
+            with contextlib.suppress(Exception):
+                drop_schema(self._ready.pop())
+
+
+_MAKE = (
+    "import asyncio, sys, stead\n"
+    "async def main():\n"
+    "    await (await stead.open_store(sys.argv[1])).close()\n"
+    "asyncio.run(main())\n")
+_POOL = _Pool()
+atexit.register(_POOL.drop_all)
+
+
+def _latest() -> int:
+    from stead.store import sql_files
+
+    return max(version for version, _sql in sql_files.migrations("postgres"))
+
+
+_LATEST = _latest()
 
 
 # -- a proxy that loses connections ------------------------------------------------
