@@ -176,6 +176,45 @@ async def test_a_git_tree_records_commit_patch_and_untracked_files_and_restores(
     assert b"+    return a + b" in patch
 
 
+async def test_a_restored_git_tree_is_not_saved_again_by_a_step_that_changes_nothing(
+    fstore: stead.Store, clock: stead.FakeClock, dirs: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A restore writes every file anew, so the index's cached file times no
+    # longer match: git asked about the tree refreshes them in .git/index
+    # unless told not to, and that would be a change no step made.
+    calls = Calls()
+    repo = make_repo(dirs["root"] / "repo")
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "start"]):
+        git(repo, *args)
+    app = stead.App("gitreader")
+
+    def crash_once() -> None:
+        if calls["crash"] < 1:
+            calls.hit("crash")
+            raise Crash()
+
+    @app.workflow()
+    async def read(run: stead.Run, path: str) -> str:
+        ws = await run.workspace("repo", path, root=dirs["root"])
+        await run.step("edit", edit, ws.path)  # saved with its result: an uncommitted change
+        await run.step("crash", crash_once)
+        return str(await run.step("read", lambda p: Path(p, "calc.py").read_text(), ws.path))
+
+    client = stead.Client(fstore, app)
+    info = await client.start(read, str(repo))
+    await stead.Worker(app, fstore, stead.WorkerOptions(lease_seconds=30)).run_until_idle()
+    monkeypatch.setenv("STEAD_WORKSPACE_DIR", str(dirs["b"]))
+    await take_over(app, fstore, clock)
+    assert "a + b" in await client.result(info.run_id, timeout=10)
+    [snap] = await client.snapshots(info.run_id)  # the steps after the restore changed nothing
+    assert snap.epoch == 1 and snap.git is not None and '"dirty": true' in snap.git
+    [resume] = await client.resumes(info.run_id)
+    restored = Path((resume.details.workspaces or {})["repo"]["path"])
+    assert trees.scan(restored).sha256 == snap.tree  # stead's git left .git/index as restored
+    assert git(restored, "status", "--porcelain") == " M calc.py"
+
+
 async def test_the_cli_prints_a_snapshots_patch_or_says_it_has_none(
     store: stead.Store, dirs: dict[str, Path], db_url: str, tmp_path: Path,
 ) -> None:

@@ -200,7 +200,7 @@ class Workspace:
         self.seen = self._snapshot.tree
 
     def _scan(self) -> tuple[trees.Tree, gittrees.GitState | None]:
-        # git first: asking it may refresh its index, which is part of the tree.
+        # git first, so the tree scanned is the one it described (it writes nothing).
         git = gittrees.state(self.dir)
         return trees.scan(self.dir, self.max_bytes, _restores_inside(self.dir)), git
 
