@@ -229,7 +229,9 @@ class _Scanned:
 
     @classmethod
     def of(cls, tree: trees.Tree, git: gittrees.GitState | None) -> _Scanned:
-        return cls(tree, git, tree.manifest, tree.sha256, tree.blobs(), tree.files, tree.bytes)
+        manifest = tree.manifest
+        return cls(tree, git, manifest, trees.digest(manifest), tree.blobs(), tree.files,
+                   tree.bytes)
 
     @property
     def extra(self) -> dict[str, bytes]:
@@ -251,9 +253,13 @@ async def _commit(x: Execution, recs: list[Record],
     saved = [x.record(addr, 1, RecordKind.WORKSPACE, ws.name, _SAVE, RecordStatus.OK,
                       scanned.payload(ws.name)) for ws, addr, scanned in saves]
     into_db = [(ws, s) for ws, _a, s in saves if ws.blob_url is None]
-    where: dict[str, tuple[Workspace, _Scanned]] = {
-        h: (ws, s) for ws, s in into_db for h in (*s.located, *s.extra)}
-    hashes = list(where)
+
+    def index() -> tuple[dict[str, tuple[Workspace, _Scanned]], list[str]]:
+        found = {h: (ws, s) for ws, s in into_db for h in (*s.located, *s.extra)}
+        return found, list(found)
+
+    # Every blob's hash and where to read it: whole-tree work, off the loop.
+    where, hashes = await asyncio.to_thread(index) if into_db else ({}, [])
     numbered: list[Record] = []
 
     def read(sha256: str) -> bytes:
@@ -372,7 +378,7 @@ async def attach(x: Execution, name: str, path: str | os.PathLike[str], *,
     if restored:
         ws.seen = str(restored["tree"])
     elif not x.dry:
-        ws.seen = (await asyncio.to_thread(ws._scan))[0].sha256
+        ws.seen = await asyncio.to_thread(lambda: ws._scan()[0].sha256)
     return ws
 
 
@@ -424,18 +430,9 @@ async def restore(store: Store, snap: SnapshotRow, dest: Path) -> Path:
     anything is written (`trees.Tree.loads`), and `trees.write` writes nothing
     through a link."""
     what = f"workspace {snap.name!r} (snapshot at seq {snap.seq} of run {snap.run_id})"
-    try:
-        tree = trees.Tree.loads(snap.manifest)
-        commit = _recorded_commit(snap.git)
-    except errors.WorkspaceError as exc:
-        raise type(exc)(
-            f"{what} is refused, nothing was written: {exc}. The stored snapshot is not one "
-            f"a save makes; look at it with `stead runs show {snap.run_id}`") from None
-    if tree.sha256 != snap.tree:
-        raise errors.WorkspaceMismatch(
-            f"{what}: its manifest hashes to {tree.sha256}, not the recorded {snap.tree}",
-            ["manifest: differs from the recorded hash"])
-    get = await _blob_source(store, snap, tree)
+    # Reading and checking the manifest is whole-tree work: off the loop.
+    tree, commit = await asyncio.to_thread(_read_snapshot, snap, what)
+    get = await asyncio.to_thread(_blob_source, store, snap, tree, asyncio.get_running_loop())
     try:
         await asyncio.to_thread(trees.write, tree, dest, get)
     except errors.WorkspaceMismatch as exc:
@@ -455,6 +452,23 @@ async def restore(store: Store, snap: SnapshotRow, dest: Path) -> Path:
     return dest
 
 
+def _read_snapshot(snap: SnapshotRow, what: str) -> tuple[trees.Tree, str | None]:
+    """The tree a snapshot row holds, checked whole and against its hash, and
+    the commit it records."""
+    try:
+        tree = trees.Tree.loads(snap.manifest)
+        commit = _recorded_commit(snap.git)
+    except errors.WorkspaceError as exc:
+        raise type(exc)(
+            f"{what} is refused, nothing was written: {exc}. The stored snapshot is not one "
+            f"a save makes; look at it with `stead runs show {snap.run_id}`") from None
+    if tree.sha256 != snap.tree:
+        raise errors.WorkspaceMismatch(
+            f"{what}: its manifest hashes to {tree.sha256}, not the recorded {snap.tree}",
+            ["manifest: differs from the recorded hash"])
+    return tree, commit
+
+
 def _recorded_commit(git: str | None) -> str | None:
     """The commit a snapshot row's git JSON records, if any."""
     if git is None:
@@ -469,12 +483,13 @@ def _recorded_commit(git: str | None) -> str | None:
     return commit
 
 
-async def _blob_source(store: Store, snap: SnapshotRow, tree: trees.Tree
-                       ) -> Callable[[str], bytes]:
-    """What `trees.write` reads blobs with (from its thread). From the
-    database they are fetched in file order, a batch of about `_BATCH_BYTES`
-    at a time, and dropped once every file holding them is written: a restore
-    holds a batch in memory, not the tree."""
+def _blob_source(store: Store, snap: SnapshotRow, tree: trees.Tree,
+                 loop: asyncio.AbstractEventLoop) -> Callable[[str], bytes]:
+    """What `trees.write` reads blobs with (from its thread; made in a
+    thread too: it walks the tree). From the database they are fetched on
+    `loop` in file order, a batch of about `_BATCH_BYTES` at a time, and
+    dropped once every file holding them is written: a restore holds a batch
+    in memory, not the tree."""
     if snap.blobs is not None:
         return blobs.BlobDir(snap.blobs).get
     files = [e for e in tree.entries if e.kind == trees.FILE]
@@ -482,7 +497,6 @@ async def _blob_source(store: Store, snap: SnapshotRow, tree: trees.Tree
     sizes = {e.sha256: e.size for e in files}
     pending = list(uses)  # each blob once, in the order the files are written
     cache: dict[str, bytes] = {}
-    loop = asyncio.get_running_loop()
 
     def fetch() -> None:
         batch: list[str] = []
@@ -518,7 +532,8 @@ async def patch_of(store: Store, run_id: str, name: str, seq: int | None = None)
     if snap.blobs is not None:
         return await asyncio.to_thread(blobs.BlobDir(snap.blobs).get, sha256)
     data = (await store.read_blobs([sha256])).get(sha256)
-    if data is None or hashlib.sha256(data).hexdigest() != sha256:
+    if data is None or await asyncio.to_thread(
+            lambda: hashlib.sha256(data).hexdigest()) != sha256:
         raise errors.WorkspaceMismatch(
             f"the patch of workspace {name!r} at seq {snap.seq} of run {run_id} is missing "
             "from the store or does not hash as saved", [f"blob {sha256}: missing or changed"])
