@@ -3,6 +3,7 @@ resume and before every effect's intent commits."""
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import json
 import math
@@ -514,9 +515,15 @@ async def test_a_run_without_intent_or_policy_reads_nothing_more(
     asked: list[str] = []
 
     class Watching(DelegatingStore):
-        async def takeover_context(self, run_id: str, *, journal: bool) -> Any:
-            asked.append("takeover_context")
-            return await self.inner.takeover_context(run_id, journal=journal)
+        async def load_journal(self, run_id: str) -> Any:
+            asked.append("load_journal")
+            return await self.inner.load_journal(run_id)
+
+        async def takeover_context(self, run_id: str, *, journal: bool, task_key: str,
+                                   revalidate: bool) -> Any:
+            asked.append(f"takeover_context(journal={journal}, revalidate={revalidate})")
+            return await self.inner.takeover_context(run_id, journal=journal,
+                                                     task_key=task_key, revalidate=revalidate)
 
         async def latest_intent(self, run_id: str) -> Any:
             asked.append("latest_intent")
@@ -545,8 +552,45 @@ async def test_a_run_without_intent_or_policy_reads_nothing_more(
     info = await client.start(plain)
     await crash_then_resume(app, store, clock)
     assert await client.result(info.run_id, timeout=10) == 1
-    assert asked == []
-    assert all(r.details.intent is None for r in await client.resumes(info.run_id))
+    # The first claim reads nothing; the takeover reads the journal and the
+    # task state (which its resume record names) in one read, and no intent.
+    assert asked == ["takeover_context(journal=True, revalidate=False)"]
+    [resume] = await client.resumes(info.run_id)
+    assert resume.details.intent is None and resume.details.world == {"version": 0, "keys": {}}
+
+
+async def test_every_resume_record_names_the_task_state_it_resumed_on(
+    fstore: stead.Store, clock: stead.FakeClock, db_url: str,
+) -> None:
+    # The order-123 story without intent or policy: the record of the
+    # takeover still says which version of the task's facts it went on from.
+    app = stead.App("plain")
+    crashed = Calls()
+
+    def crash_once() -> str:
+        if not crashed["x"]:
+            crashed.hit("x")
+            raise Crash()
+        return "refunded"
+
+    @app.workflow()
+    async def refund(run: stead.Run) -> str:
+        await run.state.update({"status": "awaiting_user_confirmation"}, expect_version=0)
+        return str(await run.step("refund", crash_once))
+
+    client = stead.Client(fstore, app)
+    info = await client.start(refund, task_id="order-123")
+    await crash_then_resume(app, fstore, clock)
+    assert await client.result(info.run_id, timeout=10) == "refunded"
+    [resume] = await client.resumes(info.run_id)
+    assert resume.details.intent is None
+    assert (resume.details.world or {}).get("version") == 1
+    assert set((resume.details.world or {}).get("keys") or {}) == {"status"}
+    shown = await asyncio.to_thread(CliRunner().invoke, main,
+                                    ["--db", db_url, "runs", "show", info.run_id])
+    assert shown.exit_code == 0, shown.output
+    [line] = [x for x in shown.output.splitlines() if x.strip().startswith("epoch 2")]
+    assert "on task state v1" in line
 
 
 # -- a takeover that stops still leaves its record ----------------------------------------

@@ -47,6 +47,7 @@ from stead.records import (
     ResumeRecord,
     RunRow,
     RunStatus,
+    StateRow,
     WaitState,
 )
 from stead.replay import Journal, markers_from
@@ -192,15 +193,14 @@ def decode_input(wf: Workflow[Any, Any], row: RunRow) -> tuple[list[Any], dict[s
         ) from exc
 
 
-async def revalidation_for(
+def revalidation_for(
     app: App, store: Store, x: Execution, ctx: guard.Guard, recorded: Sequence[Record],
-    intents: Sequence[IntentRow], last: ResumeRecord | None,
+    intents: Sequence[IntentRow], last: ResumeRecord | None, state: StateRow | None,
 ) -> revalidation.Revalidation:
     """The takeover's revalidation: the diff since the last one now (it
     decides whether a `fresh` proposal is asked again); the policy is asked
     where the run first acts live (`Execution.judge`)."""
     before = revalidation.baseline(intents[0] if intents else None, last)
-    state = await store.read_state(ctx.task_key)
     ctx.cleared = revalidation.cleared_pause(last, recorded, intents)
     registered = None if app.current_policy is None else app.current_policy.version
     return revalidation.Revalidation(store, x, ctx, before, state,
@@ -208,10 +208,13 @@ async def revalidation_for(
 
 
 def stopped(row: RunRow, worker_id: str, at: float, code_version: str, from_seq: int,
-            status: RunStatus, reason: str, error_type: str = "CorruptRecord") -> Stopped:
-    """A stop before replay, carrying its resume record."""
+            status: RunStatus, reason: str, error_type: str = "CorruptRecord",
+            world: dict[str, Any] | None = None) -> Stopped:
+    """A stop before replay, carrying its resume record (with the task state
+    the takeover read, if it got that far)."""
     decision = {"decision": f"stopped: {status}", "reason": reason, "policy_version": None}
-    detail = ResumeDetails(from_seq, {}, {}, {"decision": decision})
+    detail = ResumeDetails(from_seq, {}, {}, {"decision": decision}, world=world,
+                           claimed_at=row.updated_at)
     resume = ResumeRecord(
         run_id=row.run_id, epoch=row.epoch, worker_id=worker_id, at=at, from_seq=from_seq,
         code_version=code_version, reused=0, detail=detail.to_json())
@@ -239,17 +242,24 @@ async def prepare(
         gated = app.get(row.workflow, row.version)
     # A run without intent under an app without policy has nothing to revalidate.
     checked = app.current_policy is not None or row.intent_version > 0
-    intents: list[IntentRow] = []
+    # Every claim writes a resume record but a plain run's first: the record
+    # names the task state it resumed on, read with the journal.
+    audited = row.epoch > 1 or migrated is not None or checked
+    intents: Sequence[IntentRow] = []
     last: ResumeRecord | None = None
+    state: StateRow | None = None
+    world: dict[str, Any] | None = None
     journal: Journal | None = None
+    recorded: Sequence[Record] = []
     try:
         # Epoch 1 is a run's first claim ever (every claim, retry and cancel
         # bumps it): no one has journaled anything yet, so skip the round trip.
         load = row.epoch > 1 and migrated is None
-        if checked:
-            recorded, intents, last = await store.takeover_context(row.run_id, journal=load)
-        else:
-            recorded = await store.load_journal(row.run_id) if load else []
+        if audited:
+            read = await store.takeover_context(row.run_id, journal=load, task_key=task_key(row),
+                                                revalidate=checked)
+            recorded, intents, last, state = read.journal, read.intents, read.last, read.state
+            world = revalidation.world_of(state)
         if migrated is not None:
             recorded = list(migrated)
         journal = Journal(row.run_id, recorded)
@@ -259,7 +269,7 @@ async def prepare(
     except errors.CorruptRecord as exc:
         seq = 0 if journal is None else journal.length
         return stopped(row, worker_id, clock.now(), gated.key, seq, RunStatus.INCOMPATIBLE,
-                       str(exc))
+                       str(exc), world=world)
     restored: dict[str, dict[str, Any]] = {}
     if any(r.kind == RecordKind.WORKSPACE for r in recorded):
         try:
@@ -268,7 +278,7 @@ async def prepare(
         except errors.WorkspaceError as exc:
             return stopped(row, worker_id, clock.now(), gated.key, journal.length,
                            RunStatus.INCOMPATIBLE, f"run {row.run_id}: {exc}",
-                           type(exc).__name__)
+                           type(exc).__name__, world)
     execution = Execution(
         store=store,
         fence=Fence(row.run_id, row.epoch, worker_id),
@@ -276,10 +286,12 @@ async def prepare(
         clock=clock,
         code_version=gated.key,
         # A revalidated run's first claim has its resume record too.
-        takeover=row.epoch > 1 or journal.length > 0 or audit is not None or checked,
+        takeover=audited,
         options=options,
     )
     execution.migration = audit
+    execution.world = world
+    execution.claimed_at = row.updated_at
     execution.matchers = app.matchers
     execution.check_input = lambda text: inputs.check(gated, text)
     execution.restored = restored
@@ -299,9 +311,10 @@ async def prepare(
         return stopped(row, worker_id, clock.now(), gated.key, journal.length,
                        RunStatus.INCOMPATIBLE,
                        f"run {row.run_id}: its stored intent is corrupt ({exc}); "
-                       "repair or cancel it")
+                       "repair or cancel it", world=world)
     ctx.ledger.count(recorded)
     ctx.points = app.policy_on
     execution.guard = ctx
-    execution.judge = await revalidation_for(app, store, execution, ctx, recorded, intents, last)
+    execution.judge = revalidation_for(app, store, execution, ctx, recorded, intents, last,
+                                       state)
     return Ready(gated, execution, args, kwargs)

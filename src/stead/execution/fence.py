@@ -119,6 +119,10 @@ class Fenced:
         # The workspaces the takeover restored before replay, by name (see
         # `stead.workflow.workspaces`): the resume record lists them.
         self.restored: dict[str, dict[str, Any]] = {}
+        # The task state the takeover read, and when the run was claimed
+        # (see `ResumeDetails.world`, `claimed_at`).
+        self.world: dict[str, Any] | None = None
+        self.claimed_at: float | None = None
         # When the run fails if it has not ended (None: never), and whether
         # someone asked to cancel it: both take effect at a call boundary.
         self.deadline: float | None = None

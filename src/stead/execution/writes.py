@@ -126,7 +126,7 @@ class Writes(Fenced, abc.ABC):
                                  self.journal.reused_kinds, self.revalidation,
                                  self.migration, self.restored or None,
                                  self.resumed_effects or None,
-                                 self.reran or None).to_json(),
+                                 self.reran or None, self.world, self.claimed_at).to_json(),
         )
 
     def _committed(self, batch: Sequence[Record], resume: ResumeRecord | None,

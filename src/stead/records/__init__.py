@@ -66,6 +66,7 @@ if TYPE_CHECKING:
         ResumeRecord,
         StaleCause,
         StaleOutcome,
+        TakeoverContext,
         UnknownOutcome,
     )
     from stead.records.runs import (
@@ -102,7 +103,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "journal": ("KINDS", "RECORD_STATUSES", "Boundary", "Fence", "Record", "RecordKind",
                 "RecordStatus", "SnapshotRow"),
     "resumes": ("EffectReplay", "ResumeClass", "ResumeDetails", "ResumeRecord", "StaleCause",
-                "StaleOutcome", "UnknownOutcome"),
+                "StaleOutcome", "TakeoverContext", "UnknownOutcome"),
     "runs": ("STOPPED", "TERMINAL", "ActionOutcome", "ActionRow", "IntentRow", "Lineage",
              "LineageKind", "Link", "NewRun", "RunRow", "RunStatus", "StateRow", "task_taken"),
     "waits": ("POLICY_VERSION_KEY", "UNAUTHENTICATED", "DeliveryContext", "EventRow", "Judgement",
@@ -156,6 +157,7 @@ __all__ = [
     "StaleOutcome",
     "StateRow",
     "Stranded",
+    "TakeoverContext",
     "UnknownOutcome",
     "Verdict",
     "WaitRow",

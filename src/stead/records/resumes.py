@@ -10,7 +10,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from stead.records.journal import RecordKind
+from stead.records.journal import Record, RecordKind
+from stead.records.runs import IntentRow, StateRow
 
 E = TypeVar("E", bound=enum.StrEnum)
 
@@ -80,6 +81,14 @@ class ResumeDetails:
     # `{"call", "seq", "cause": fingerprint | proposal, "changed": ["part: old
     # -> new", ...], "done": rerun | paused}`.
     reran: Sequence[Mapping[str, Any]] | None = None
+    # The task state the run resumed on: its version and a digest per key
+    # (`policy.world`; version 0: the task has no state yet). Every resume
+    # record names it, with or without an intent; None in older records.
+    world: Mapping[str, Any] | None = None
+    # When the worker claimed the run (the store's clock, as `Record.at`):
+    # where the takeover happened. The record's own `at` is its first write,
+    # after replay. None in older records.
+    claimed_at: float | None = None
 
     @classmethod
     def from_json(cls, text: str) -> ResumeDetails:
@@ -101,6 +110,9 @@ class ResumeDetails:
             if isinstance(data.get("effects"), list) else None,
             reran=[e for e in data["reran"] if isinstance(e, dict)]
             if isinstance(data.get("reran"), list) else None,
+            world=data["world"] if isinstance(data.get("world"), dict) else None,
+            claimed_at=float(data["claimed_at"])
+            if type(data.get("claimed_at")) in (int, float) else None,
         )
 
     def to_json(self) -> str:
@@ -116,6 +128,10 @@ class ResumeDetails:
             data["effects"] = [dict(e) for e in self.effects]
         if self.reran:
             data["reran"] = [dict(e) for e in self.reran]
+        if self.world is not None:
+            data["world"] = dict(self.world)
+        if self.claimed_at is not None:
+            data["claimed_at"] = self.claimed_at
         return json.dumps(data)
 
 
@@ -143,6 +159,19 @@ class ResumeRecord:
     @property
     def details(self) -> ResumeDetails:
         return ResumeDetails.from_json(self.detail)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TakeoverContext:
+    """What a takeover reads of a run, in one read: its journal (empty if not
+    asked for), its intent's versions and its last resume record (for a run
+    that is revalidated; else empty and None), and its task's state (None:
+    the task has none yet), which every resume record names."""
+
+    journal: Sequence[Record]
+    intents: Sequence[IntentRow]
+    last: ResumeRecord | None
+    state: StateRow | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

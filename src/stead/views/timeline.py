@@ -72,10 +72,19 @@ def _resume_line(r: ResumeRecord, start: float) -> str:
         f"epoch {r.epoch}  by {r.worker_id}  at {offset(r.at - start)}  from seq {r.from_seq}"
         f"  code {r.code_version}  reused {r.reused} record(s)"
     )
-    world = ((r.details.intent or {}).get("snapshot") or {}).get("world")
-    if isinstance(world, dict):
-        line += f"  on task state v{world.get('version')}"
+    version = state_version(r)
+    if version is not None:
+        line += f"  on task state v{version}"
     return "".join([line, *(f"\n    {said}" for said in replay_words(r))])
+
+
+def state_version(r: ResumeRecord) -> int | None:
+    """The version of the task state a takeover resumed on (0: the task had
+    none), if its record says: every record does, older ones only with an
+    intent or a policy."""
+    world = r.details.world or ((r.details.intent or {}).get("snapshot") or {}).get("world")
+    version = world.get("version") if isinstance(world, dict) else None
+    return version if isinstance(version, int) else None
 
 
 def replay_words(r: ResumeRecord) -> list[str]:

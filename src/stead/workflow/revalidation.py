@@ -40,6 +40,14 @@ def baseline(first: IntentRow | None, last: ResumeRecord | None) -> dict[str, An
     return policy.snapshot(Intent.loads(first.intent), first.version, None, first.at)
 
 
+def world_of(state: StateRow | None) -> dict[str, Any]:
+    """What a resume record keeps of a task's state (`policy.world`): its
+    version and a digest per key; version 0 and no keys for a task without
+    state."""
+    return policy.world(0 if state is None else state.version,
+                        {} if state is None else codec.loads(state.data))
+
+
 def seen_world(before: Mapping[str, Any] | None, journal: Sequence[Record]
                ) -> dict[str, Any] | None:
     """The world the run last knew: the baseline's, or the task state the run
@@ -93,7 +101,7 @@ class Revalidation:
         self.store, self.x, self.ctx = store, x, ctx
         self.before = None if before is None else {**before, "world": seen}
         self.state = {} if state is None else codec.loads(state.data)
-        self.world = policy.world(0 if state is None else state.version, self.state)
+        self.world = world_of(state)
         self._lock = asyncio.Lock()
         self._done = False
         self._stop: Stop | None = None

@@ -13,7 +13,7 @@ from stead.store.transactions import common
 from stead.store.transactions import journal as tx
 
 if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
-    from stead.records import Fence, IntentRow, Record, ResumeRecord, RunStatus
+    from stead.records import Fence, Record, ResumeRecord, RunStatus, TakeoverContext
     from stead.stream_records import NewEntry, StreamEntry
 
 # Entries a reader gets per read.
@@ -76,11 +76,12 @@ class Journals(StorePart):
             lambda: common.read_all("list_resumes", {"run_id": run_id}, _rows.resume))
 
     async def takeover_context(
-        self, run_id: str, *, journal: bool,
-    ) -> tuple[list[Record], list[IntentRow], ResumeRecord | None]:
+        self, run_id: str, *, journal: bool, task_key: str, revalidate: bool,
+    ) -> TakeoverContext:
         """In one read: the journal (if `journal`), the intent's versions and
-        the last resume record."""
-        return await self.database.read(lambda: tx.takeover_context(run_id, journal))
+        the last resume record (if `revalidate`), and task `task_key`'s state."""
+        return await self.database.read(
+            lambda: tx.takeover_context(run_id, journal, task_key, revalidate))
 
     async def append_stream(self, fence: Fence, name: str, new: NewEntry) -> int:
         """Append `new` to run `fence.run_id`'s stream `name` while `fence`

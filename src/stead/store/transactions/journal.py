@@ -11,7 +11,7 @@ from stead.store import _rows
 from stead.store.seam import NOT_LANDED, FencedWrite, Flow, NotLanded, one, rows
 
 if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
-    from stead.records import IntentRow, Record, ResumeRecord
+    from stead.records import Record, ResumeRecord, TakeoverContext
 
 
 def records_landed(
@@ -53,12 +53,19 @@ def journaled(write: FencedWrite) -> Flow[NotLanded | None]:
 
 
 def takeover_context(
-    run_id: str, journal: bool,
-) -> Flow[tuple[list[Record], list[IntentRow], ResumeRecord | None]]:
-    """What a takeover reads, in one round trip: the journal (if `journal`),
-    the intent's versions and the last resume record."""
+    run_id: str, journal: bool, task_key: str, revalidate: bool,
+) -> Flow[TakeoverContext]:
+    """What a takeover reads, in one read: the journal (if `journal`), the
+    intent's versions and the last resume record (if `revalidate`), and the
+    task's state."""
+    from stead.records import TakeoverContext
+
     records = [_rows.record(r) for r in (yield rows("load_journal", {"run_id": run_id}))] \
         if journal else []
-    intents = [_rows.intent(r) for r in (yield rows("list_intents", {"run_id": run_id}))]
-    resumes = [_rows.resume(r) for r in (yield rows("list_resumes", {"run_id": run_id}))]
-    return records, intents, resumes[-1] if resumes else None
+    intents, resumes = [], []
+    if revalidate:
+        intents = [_rows.intent(r) for r in (yield rows("list_intents", {"run_id": run_id}))]
+        resumes = [_rows.resume(r) for r in (yield rows("list_resumes", {"run_id": run_id}))]
+    state = yield one("read_state", {"task_key": task_key})
+    return TakeoverContext(records, intents, resumes[-1] if resumes else None,
+                           None if state is None else _rows.state(state))
