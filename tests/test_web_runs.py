@@ -6,6 +6,7 @@ a run that was taken over."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from collections.abc import AsyncIterator
@@ -18,6 +19,7 @@ from stead.web import create_app
 from tests import trace_app
 
 BASE = "http://127.0.0.1:8484"
+QUEUED = 1.0  # seconds a run waits for its first claim in the trace test
 
 
 def _dashboard(store: stead.Store) -> httpx.AsyncClient:
@@ -177,6 +179,45 @@ async def test_the_trace_of_a_run_taken_over_marks_the_takeover(
     assert f"epoch {resume.epoch} by {resume.worker_id}" in html
     assert html.count('class="takeover"/>') == 2  # the mark, on each bar's lane
     assert "<rect " in html and "style=" not in html.split("<main>")[1]
+
+
+def _bars(html: str) -> dict[str, tuple[str, bool]]:
+    """Each bar of a trace page by call name: its outcome, and whether it is
+    drawn taken over."""
+    found = re.findall(r'<tr class="bar (\w+)( taken-over)?" data-kind="\w+" '
+                       r'data-name="(\w+)">', html)
+    return {name: (outcome, bool(over)) for outcome, over, name in found}
+
+
+async def test_a_trace_marks_the_takeover_at_the_claim_and_shows_the_time_queued(
+    store: stead.Store,
+) -> None:
+    # The real clock: the takeover's first write comes a little after the
+    # call it journals, the claim well before it, as on any machine.
+    client = stead.Client(store, trace_app.app)
+    run = await client.start("crashy_then_ship", uuid.uuid4().hex)
+    await asyncio.sleep(QUEUED)  # no worker yet
+    lease = stead.WorkerOptions(lease_seconds=0.5, poll_interval=0.01)
+    await stead.Worker(trace_app.app, store, lease).run_until_idle()  # dies in charge
+    await asyncio.sleep(0.6)
+    await stead.Worker(trace_app.app, store, lease).run_until_idle()
+    assert (await client.get(run.run_id)).status == "completed"
+    [resume] = await client.resumes(run.run_id)
+    claimed = resume.details.claimed_at
+    journal = {r.name: r for r in await client.journal(run.run_id)}
+    assert claimed is not None and claimed < journal["charge"].at <= resume.at
+    async with _dashboard(store) as web:
+        html = (await web.get(f"/runs/{run.run_id}/trace")).text
+    bars = _bars(html)
+    assert bars == {"reserve": ("ok", False), "charge": ("ok", True), "ship": ("ok", False)}
+    # The time before the first claim is its own row, not part of the first call.
+    queued = re.search(r'<tr class="queued"[^>]*>.*?<td>([0-9.]+)s</td>', html, re.S)
+    assert html.count('class="takeover"/>') == 3  # the mark, on each bar's lane
+    reserve = re.search(r'data-name="reserve">.*?<td>([0-9.]+)s', html, re.S)
+    assert queued is not None and reserve is not None, html
+    assert float(queued.group(1)) >= QUEUED > float(reserve.group(1))
+    info = await client.get(run.run_id)
+    assert info.started_at is not None and info.started_at - info.created_at >= QUEUED
 
 
 async def test_the_runs_list_polls_with_its_filters_and_answers_204_until_a_run_changes(

@@ -1,6 +1,6 @@
 """An app for the run page's tests, the trace view's and the page bench: a
-run as long as asked, a shipment sent as an effect, and a run taken over
-after its first worker died mid-step."""
+run as long as asked, a shipment sent as an effect, and runs taken over
+after their first worker died mid-step."""
 
 from __future__ import annotations
 
@@ -46,6 +46,19 @@ async def crashy(run: stead.Run, order: str) -> str:
 
     await run.step("reserve", reserve)
     return await run.step("charge", charge)
+
+
+@app.workflow()
+async def crashy_then_ship(run: stead.Run, order: str) -> str:
+    def charge() -> str:
+        if not crashes.get(order):
+            crashes[order] = True
+            raise Crash()
+        return f"charged {order}"
+
+    await run.step("reserve", lambda: f"reserved {order}")
+    await run.step("charge", charge)
+    return str(await run.step("ship", lambda: f"shipped {order}"))
 
 
 async def long_run(client: stead.Client, records: int) -> str:

@@ -38,6 +38,8 @@ class RunInfo:
     priority: int = 0
     # The arguments it was started with, as stored: {"args": [...], "kwargs": {...}}.
     input: Any = None
+    # When a worker first claimed it (None: not yet): before, it was queued.
+    started_at: float | None = None
 
     @property
     def code(self) -> str:
@@ -68,6 +70,7 @@ class RunInfo:
             parent_id=row.parent_id, deadline=row.deadline,
             cancel_requested=row.cancel_requested is not None, queue=row.queue,
             priority=row.priority, input=loads(row.input, row.run_id),
+            started_at=row.started_at,
         )
 
 

@@ -59,7 +59,8 @@ class RunRow:
     queue: str | None = None  # claimed only under this queue's limits
     priority: int = 0  # in its queue: lower is claimed first
     dedup_key: str | None = None  # unique among its queue's live runs
-    started_at: float | None = None  # its first claim (a queue's rate counts these)
+    # Its first claim (a queue's rate counts these; before it the run was queued).
+    started_at: float | None = None
     # JSON: the started markers of the calls its holder had in flight, not yet
     # journaled, at its last lease renewal (see `stead.replay.markers_from`).
     in_flight: str | None = None

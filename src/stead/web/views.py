@@ -242,5 +242,6 @@ async def trace_page(client: Client, run_id: str, shown: window.Window) -> Trace
     page = await client.journal_page(run_id, start=shown.start, limit=shown.limit)
     _, last_seq = await client.journal_size(run_id)
     drawn = trace.trace(page, await client.resumes(run_id), created_at=info.created_at,
-                        now=client.store.clock.now(), live=not info.done)
+                        now=client.store.clock.now(), live=not info.done,
+                        started_at=info.started_at)
     return TracePage(info, shown, last_seq, drawn)

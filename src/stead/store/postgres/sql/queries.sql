@@ -177,6 +177,7 @@ RETURNING *;
 -- Runs in a queue are left to the queue's claim (claim_queue), under its limits.
 -- prior_lease_until: when the lease ended early under the epoch before would
 -- have run out (see end_leases_of_absent), if it was.
+-- A run's first claim sets started_at: the trace shows the time before it as queued.
 WITH runnable AS (
     SELECT run_id, created_at FROM runs
     WHERE status IN ('pending', 'running') AND queue IS NULL
@@ -203,7 +204,8 @@ WITH runnable AS (
 UPDATE runs
 SET epoch = runs.epoch + 1, lease_owner = %(worker_id)s, lease_expires_at =
     COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8 + %(lease_seconds)s,
-    status = 'running', wake_at = NULL, updated_at = %(now)s
+    status = 'running', wake_at = NULL, updated_at = %(now)s,
+    started_at = COALESCE(runs.started_at, %(now)s)
 FROM picked
 WHERE runs.run_id = picked.run_id
 RETURNING runs.*,

@@ -124,11 +124,13 @@ SELECT * FROM (
 ORDER BY created_at LIMIT :limit;
 
 -- name: claim
--- :run_ids are claim_candidates read in the same write transaction.
+-- :run_ids are claim_candidates read in the same write transaction. A run's
+-- first claim sets started_at: the trace shows the time before it as queued.
 UPDATE runs
 SET epoch = epoch + 1, lease_owner = :worker_id, lease_expires_at =
     COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0) + :lease_seconds,
-    status = 'running', wake_at = NULL, updated_at = :now
+    status = 'running', wake_at = NULL, updated_at = :now,
+    started_at = COALESCE(started_at, :now)
 WHERE run_id IN (SELECT value FROM json_each(:run_ids))
 RETURNING *;
 
