@@ -49,12 +49,18 @@ async def _export(store: stead.Store) -> dict[str, Any]:
 
 
 def _renamed(data: dict[str, Any], run_id: str) -> dict[str, Any]:
-    """`data` as the export of a run `run_id` (its waits too): the same
-    history, importable beside the original."""
+    """`data` as the export of a run `run_id` (its waits, and the journal's
+    records of them, too): the same history, importable beside the original."""
     data = json.loads(json.dumps(data))
     data["run"]["run_id"] = run_id
     for w in data["waits"]:
         w["run_id"], w["wait_id"] = run_id, f"{w['wait_id']}-{run_id}"
+        w["task_key"] = f"run:{run_id}"
+    for r in data["journal"]:
+        if r["kind"] == "wait":
+            payload = json.loads(r["payload"])
+            payload["wait_id"] = f"{payload['wait_id']}-{run_id}"
+            r["payload"] = json.dumps(payload)
     return data
 
 

@@ -14,7 +14,9 @@ anything uses it, and says what is wrong, naming the file: at most
 statuses and kinds stead knows); the journal's
 `seq` runs 0, 1, 2... in order; every JSON text field (input, results,
 payloads, bound values, schemas, task state) is JSON of its shape, nested at
-most `MAX_DEPTH` deep; the waits belong to the run, each once.
+most `MAX_DEPTH` deep; the waits belong to the run, each once; and the run's
+row agrees with its journal and waits (`stead.agreement`: a run whose journal
+still waits is not stored as completed with a result nobody made).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from stead import errors
+from stead import agreement, errors
 from stead.records import Record, RecordKind, RecordStatus, RunRow, StateRow, WaitRow
 
 FORMAT = "stead.run/1"
@@ -108,7 +110,7 @@ class StoredRun:
                           for i, w in enumerate(_list(data, "waits", optional=True)))
             state = None if data.get("state") is None else _row(StateRow, data["state"],
                                                                  "the task state")
-            _consistent(run, journal, waits)
+            _consistent(run, journal, waits, state)
         except (KeyError, TypeError, ValueError) as exc:
             raise errors.InvalidInput(f"{source}: {exc}") from exc
         return cls(run, journal, waits, state)
@@ -276,9 +278,12 @@ def _within_depth(value: Any, where: str) -> None:
             stack.extend((v, depth + 1) for v in item)
 
 
-def _consistent(run: RunRow, journal: tuple[Record, ...], waits: tuple[WaitRow, ...]) -> None:
+def _consistent(run: RunRow, journal: tuple[Record, ...], waits: tuple[WaitRow, ...],
+                state: StateRow | None) -> None:
     """What holds between the rows: the input's arguments, seq 0, 1, 2... in
-    order, an error's payload an object, the waits the run's own and each once."""
+    order, an error's payload an object, the waits the run's own and each
+    once, and the run's status, result and error agreeing with its journal
+    and waits (`stead.agreement`)."""
     arguments = json.loads(run.input)
     if not isinstance(arguments.get("args"), list) or not isinstance(
             arguments.get("kwargs"), dict):
@@ -303,3 +308,7 @@ def _consistent(run: RunRow, journal: tuple[Record, ...], waits: tuple[WaitRow, 
         if w.wait_id in seen:
             raise ValueError(f"wait {i} repeats wait id {w.wait_id!r}")
         seen.add(w.wait_id)
+    problem = agreement.disagreement(run, journal, waits, state)
+    if problem is not None:
+        raise ValueError(f"{problem}. A run's row must agree with its journal and waits: "
+                         "export the run again from its database (stead runs export RUN)")

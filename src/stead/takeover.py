@@ -87,7 +87,7 @@ def version_gate(app: App, row: RunRow) -> Workflow[Any, Any] | Stopped:
 
 
 def task_key(row: RunRow) -> str:
-    return row.task_id if row.task_id is not None else f"run:{row.run_id}"
+    return row.task_key
 
 
 async def load_stored(store: Store, row: RunRow) -> StoredRun:

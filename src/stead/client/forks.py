@@ -107,7 +107,7 @@ def _uncounted(marker: Record) -> Record:
 
 def task_key(run: RunRow) -> str:
     """The key of a run's task state (its task id, else the run itself)."""
-    return run.task_id if run.task_id is not None else f"run:{run.run_id}"
+    return run.task_key
 
 
 def plan(

@@ -74,6 +74,11 @@ class RunRow:
     def live(self) -> bool:
         return self.status not in TERMINAL
 
+    @property
+    def task_key(self) -> str:
+        """The key of its task's state and waits: its task id, else the run."""
+        return self.task_id if self.task_id is not None else f"run:{self.run_id}"
+
     def evolve(self, **changes: Any) -> Self:
         return dataclasses.replace(self, **changes)
 
