@@ -6,6 +6,7 @@ hostile input that must never be a 500 nor store anything."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -15,7 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -272,14 +273,59 @@ async def test_failures_from_one_address_are_throttled_not_another_address(
         assert ok.status_code == 200 and ok.json()["verdict"] == "accepted", ok.text
 
 
-async def test_login_is_throttled_per_address(asgi: ASGIApp) -> None:
+async def test_wrong_logins_are_throttled_per_address_and_the_right_token_always_logs_in(
+    asgi: ASGIApp,
+) -> None:
     limit, _window = throttling.LOGIN
     async with _http(asgi, "203.0.113.9") as guesser, _http(asgi, "198.51.100.7") as alice:
         for _ in range(limit):
             assert (await _log_in(guesser, "x" * 26)).status_code == 401
-        slowed = await _log_in(guesser)
-        assert slowed.status_code == 429 and "Too many failed logins" in slowed.text
+        slowed = await _log_in(guesser, "y" * 26)
+        assert slowed.status_code == 429 and "Too many wrong tokens" in slowed.text
+        assert int(slowed.headers["retry-after"]) > 0
+        # Whoever failed before from this address, the right token logs in.
+        assert (await _log_in(guesser)).status_code == 303
+        assert (await _log_in(alice, "z" * 26)).status_code == 401  # not throttled
         assert (await _log_in(alice)).status_code == 303
+
+
+async def test_behind_a_trusted_proxy_logins_are_throttled_per_forwarded_client(
+    store: stead.Store,
+) -> None:
+    # Everyone reaches the dashboard from the proxy's address; the proxy
+    # names each client in X-Forwarded-For, believed from the proxy only.
+    asgi = create_app(web_app.app, store=store, token=UI_TOKEN, trusted_proxies=["127.0.0.1"])
+    limit, _window = throttling.LOGIN
+
+    async with _http(asgi, "127.0.0.1") as proxy:
+        async def log_in(client: str, token: str) -> int:
+            csrf = _csrf((await proxy.get("/login")).text)
+            return (await proxy.post("/login", headers={"X-Forwarded-For": client}, data={
+                "csrf": csrf, "who": "alice", "token": token})).status_code
+
+        for _ in range(limit):
+            assert await log_in("203.0.113.9", "x" * 26) == 401
+        assert await log_in("203.0.113.9", "x" * 26) == 429
+        assert await log_in("198.51.100.7", "x" * 26) == 401  # another client behind it
+        assert await log_in("198.51.100.7", UI_TOKEN) == 303
+        # What a client wrote before the proxy appended its address is not believed.
+        assert await log_in("198.51.100.77, 203.0.113.9", "x" * 26) == 429
+    async with _http(asgi, "127.0.0.1") as tls:
+        # The proxy terminates TLS: the cookies it relays are for https only.
+        page = await tls.get("/login", headers={"X-Forwarded-Proto": "https"})
+        assert "secure" in page.headers["set-cookie"].lower()
+    async with _http(asgi, "203.0.113.50") as direct:  # not the proxy: its header is not believed
+        for n in range(limit):
+            csrf = _csrf((await direct.get("/login")).text)
+            await direct.post("/login", headers={"X-Forwarded-For": f"192.0.2.{n}"},
+                              data={"csrf": csrf, "who": "a", "token": "x" * 26})
+        csrf = _csrf((await direct.get("/login")).text)
+        refused = await direct.post("/login", headers={"X-Forwarded-For": "192.0.2.99"},
+                                    data={"csrf": csrf, "who": "a", "token": "x" * 26})
+        assert refused.status_code == 429
+    async with _http(asgi, "203.0.113.51") as direct:
+        page = await direct.get("/login", headers={"X-Forwarded-Proto": "https"})
+        assert "secure" not in page.headers["set-cookie"].lower()
 
 
 def test_the_throttle_forgets_ended_windows_and_holds_a_bounded_number() -> None:
@@ -338,37 +384,36 @@ async def test_reading_needs_a_login_unless_the_dashboard_is_public(
         assert r.status_code == 401 and "--public" in r.text
 
 
-def test_stead_ui_serves_the_names_it_is_given_and_public_pages(
-    sqlite_url: str, tmp_path: Path,
-) -> None:
-    """`stead ui --allow-host NAME --public` in its own process: the name is
-    served and the pages are shown without a login; any other name is 421."""
-    assert cli(sqlite_url, "db", "migrate").exit_code == 0
+@contextlib.contextmanager
+def _stead_ui(db_url: str, tmp_path: Path, *args: str,
+              token: str | None = None) -> Iterator[str]:
+    """`stead ui tests.web_app:app ARGS` in its own process, served by
+    uvicorn as a user runs it; yields its base URL once it listens."""
+    assert cli(db_url, "db", "migrate").exit_code == 0
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if k != "STEAD_UI_TOKEN"}
+    if token is not None:
+        env["STEAD_UI_TOKEN"] = token
     log = tmp_path / "ui.log"
     with log.open("wb") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "stead", "--db", sqlite_url, "ui", "tests.web_app:app",
-             "--port", str(port), "--allow-host", "dash.example", "--public"],
+            [sys.executable, "-m", "stead", "--db", db_url, "ui", "tests.web_app:app",
+             "--port", str(port), *args],
             cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
             stderr=err)
-    url = f"http://127.0.0.1:{port}/runs"
+    base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
         while True:  # until it listens (or has died)
             try:
-                first = httpx.get(url, timeout=5)
+                httpx.get(f"{base}/login", timeout=5)
                 break
             except httpx.TransportError:
                 assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
                 time.sleep(0.05)
-        assert first.status_code == 200  # --public: no login to read
-        assert httpx.get(url, headers={"Host": "dash.example"}, timeout=5).status_code == 200
-        rebound = httpx.get(url, headers={"Host": "attacker.example"}, timeout=5)
-        assert rebound.status_code == 421
+        yield base
     finally:
         proc.terminate()
         try:
@@ -376,6 +421,47 @@ def test_stead_ui_serves_the_names_it_is_given_and_public_pages(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def test_stead_ui_serves_the_names_it_is_given_and_public_pages(
+    sqlite_url: str, tmp_path: Path,
+) -> None:
+    """`stead ui --allow-host NAME --public` in its own process: the name is
+    served and the pages are shown without a login; any other name is 421."""
+    with _stead_ui(sqlite_url, tmp_path, "--allow-host", "dash.example", "--public") as base:
+        url = f"{base}/runs"
+        assert httpx.get(url, timeout=5).status_code == 200  # --public: no login to read
+        assert httpx.get(url, headers={"Host": "dash.example"}, timeout=5).status_code == 200
+        rebound = httpx.get(url, headers={"Host": "attacker.example"}, timeout=5)
+        assert rebound.status_code == 421
+
+
+def test_stead_ui_behind_its_trusted_proxy_names_operators_and_throttles_each_client(
+    sqlite_url: str, tmp_path: Path,
+) -> None:
+    """`stead ui --trusted-proxy 127.0.0.1` in its own process, reached as
+    through an SSO proxy on this machine, which names the client in
+    X-Forwarded-For as well as the operator."""
+    limit, _window = throttling.LOGIN
+    with _stead_ui(sqlite_url, tmp_path, "--trusted-proxy", "127.0.0.1",
+                   "--proxy-group", "ops=operator", token=UI_TOKEN) as base, \
+            httpx.Client(base_url=base, timeout=10) as proxy:
+        named = proxy.get("/runs", headers={"X-Forwarded-For": "203.0.113.5",
+                                            "X-Forwarded-User": "olga",
+                                            "X-Forwarded-Groups": "ops"})
+        assert named.status_code == 200 and "olga" in named.text
+
+        def log_in(client: str, token: str) -> int:
+            with httpx.Client(base_url=base, timeout=10) as browser:  # its own cookies
+                csrf = _csrf(browser.get("/login").text)
+                return browser.post("/login", headers={"X-Forwarded-For": client}, data={
+                    "csrf": csrf, "who": "alice", "token": token}).status_code
+
+        for _ in range(limit):
+            assert log_in("203.0.113.9", "x" * 26) == 401
+        assert log_in("203.0.113.9", "x" * 26) == 429
+        assert log_in("198.51.100.7", "x" * 26) == 401  # another client of the proxy
+        assert log_in("203.0.113.9", UI_TOKEN) == 303  # the right token, whatever failed
 
 
 # -- (5) bodies are bounded before they are read --------------------------------------------

@@ -62,7 +62,9 @@ def _groups(specs: tuple[str, ...]) -> dict[str, roles.Role]:
                    "your proxy's or SSO's login instead of the token.")
 @click.option("--trusted-proxy", "proxies", metavar="ADDRESS", multiple=True,
               help="The address of an SSO proxy whose X-Forwarded-User and "
-                   "X-Forwarded-Groups headers name the operator; repeat for more. "
+                   "X-Forwarded-Groups headers name the operator, and whose "
+                   "X-Forwarded-For and X-Forwarded-Proto name the client and the "
+                   "scheme (failed logins count per client); repeat for more. "
                    "Requests from other addresses are not believed.")
 @click.option("--proxy-group", "proxy_groups", metavar="GROUP=ROLE", multiple=True,
               help="The role (viewer, approver, operator, admin) a proxy group gives; "
@@ -108,11 +110,14 @@ def ui(ctx: click.Context, app_spec: str, host: str, port: int, read_only: bool,
     hosts = (*allowed, *([] if host in ("0.0.0.0", "::", "") else [host]))
     web = create_app(app, db_url=db, token=token, auth=auth, read_only=read_only,
                      public=public, hosts=hosts, poll_seconds=poll,
-                     signature_tolerance=signature_tolerance)
+                     signature_tolerance=signature_tolerance, trusted_proxies=proxies)
     if token is None and auth is None and not public:
         click.echo(f"no {TOKEN_ENV}, no --auth and no --public: nobody can log in, so the "
                    "pages show nothing (the webhook works)", err=True)
     mode = ("read-only" if read_only else "actions need a login") + (
         ", pages public" if public else ", pages need a login")
     click.echo(f"stead ui on http://{host}:{port} ({mode})", err=True)
-    uvicorn.run(web, host=host, port=port, log_level="warning")
+    # With a trusted proxy the dashboard reads its X-Forwarded-* headers itself
+    # (`web.edge`, `web.throttle`): uvicorn's reading would replace the peer with
+    # the client, and the proxy's headers would then name nobody.
+    uvicorn.run(web, host=host, port=port, log_level="warning", proxy_headers=not proxies)

@@ -9,6 +9,13 @@
   before the route reads any of it: by its `Content-Length`, and, for a body
   streamed without one (chunked), as soon as the bytes received pass the limit,
   so nothing is parsed or spooled to disk first.
+- **Scheme.** From a trusted proxy (`create_app(trusted_proxies=)`, `stead ui
+  --trusted-proxy`), which terminates TLS, the request's scheme is the one its
+  `X-Forwarded-Proto` names, so cookies are marked secure and a form's Origin
+  is compared with the address the browser used. The peer stays the proxy's
+  (`sso_proxy` believes the proxy's headers by it); the client it names counts
+  in the throttles (`web.throttle`). `stead ui` then turns uvicorn's own
+  reading of these headers off, which would make the client the peer.
 """
 
 from __future__ import annotations
@@ -51,16 +58,22 @@ class Edge:
     body a route takes, in bytes."""
 
     def __init__(self, app: ASGIApp, hosts: Iterable[str],
-                 limit: Callable[[str], int]) -> None:
+                 limit: Callable[[str], int], proxies: Iterable[str] = ()) -> None:
         self.app = app
         self.hosts = frozenset(host_name(h) for h in hosts)
         self.limit = limit
+        self.proxies = frozenset(proxies)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
+        peer = scope.get("client")
+        if peer is not None and peer[0] in self.proxies:
+            proto = headers.get(b"x-forwarded-proto", b"").decode("latin-1").strip().lower()
+            if proto in ("http", "https"):
+                scope = {**scope, "scheme": proto}
         host = host_name(headers.get(b"host", b"").decode("latin-1"))
         if host not in self.hosts:
             await _refuse(scope, send, 421, f"this server does not serve the name {host[:80]!r}; "

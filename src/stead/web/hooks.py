@@ -19,8 +19,8 @@ It is authenticated one of two ways:
 
 A caller that authenticates neither way gets the same 401 whatever the run,
 task, wait or event id (nothing tells it whether they exist), and counts as a
-failure of its address (`web.throttle`): past `throttle.WEBHOOK` failures a
-minute, 429 until the minute ends.
+failure of its address (`web.throttle`: the forwarded client's, from a trusted
+proxy): past `throttle.WEBHOOK` failures a minute, 429 until the minute ends.
 
 Answers: 200 `{"verdict": "accepted" | "duplicate", ...}`, 409
 `{"verdict": "rejected", "reason": ..., "detail": ...}`; 401 not
@@ -33,6 +33,7 @@ from __future__ import annotations
 import hmac
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -86,18 +87,20 @@ class Webhook:
     """The webhook's endpoint, with what it keeps between requests: the
     signatures it took and the failures of each source address."""
 
-    def __init__(self, verifier: signatures.Verifier, failures: throttle.Throttle) -> None:
+    def __init__(self, verifier: signatures.Verifier, failures: throttle.Throttle,
+                 source: Callable[[Request], str] = throttle.source) -> None:
         self.verifier = verifier
         self.failures = failures
+        self.source = source  # the client a request counts for (see `throttle.source`)
 
     def _refuse(self, request: Request) -> JSONResponse:
-        self.failures.failed(throttle.source(request))
+        self.failures.failed(self.source(request))
         return _error(401, NOT_AUTHENTICATED)
 
     async def deliver(self, request: Request, client: Client, run_id: str | None,
                       task_id: str | None) -> JSONResponse:
         """Handle one webhook delivery to `run_id` (or the live run of `task_id`)."""
-        wait = self.failures.refused_for(throttle.source(request))
+        wait = self.failures.refused_for(self.source(request))
         if wait > 0:
             return JSONResponse({"error": "too many failed attempts from this address: try "
                                           f"again in {wait:.0f} s"}, status_code=429,
@@ -118,7 +121,7 @@ class Webhook:
                     await client.store.keyring(), header, request.method, request.url.path,
                     body["event_id"], raw, time.time())
             except errors.InvalidInput as exc:
-                self.failures.failed(throttle.source(request))
+                self.failures.failed(self.source(request))
                 return _error(401, f"bad signature: {exc}")
             why = body.get("why")
             if why is not None and not (isinstance(why, str) and why.strip()):

@@ -87,7 +87,8 @@ def _templates() -> jinja2.Environment:
 class Dashboard:
     def __init__(self, app: App | None, db_url: str | None, store: Store | None, *,
                  token: str | None, auth: security.AuthHook | None, read_only: bool,
-                 public: bool, poll_seconds: float, signature_tolerance: float) -> None:
+                 public: bool, poll_seconds: float, signature_tolerance: float,
+                 proxies: frozenset[str]) -> None:
         self.app = app
         self.db_url = db_url
         self._given = store
@@ -97,9 +98,14 @@ class Dashboard:
         self.public = public
         self.poll = poll_seconds
         self.env = _templates()
+        self.proxies = proxies
         self.logins = throttle.Throttle(*throttle.LOGIN)
         self.webhook = hooks.Webhook(signatures.Verifier(signature_tolerance),
-                                     throttle.Throttle(*throttle.WEBHOOK))
+                                     throttle.Throttle(*throttle.WEBHOOK), self.source)
+
+    def source(self, request: Request) -> str:
+        """The client a request counts for in the throttles (`throttle.source`)."""
+        return throttle.source(request, self.proxies)
 
     @property
     def client(self) -> Client:
@@ -232,25 +238,29 @@ class Dashboard:
     async def login(self, request: Request) -> Response:
         if request.method == "GET":
             return await self.render(request, "login.html", failed=False, closed=False)
-        source = throttle.source(request)
-        wait = self.logins.refused_for(source)
-        if wait > 0:
-            slowed = await self.render(
-                request, "message.html", 429, title="Too many attempts",
-                message=f"Too many failed logins from this address: try again in {wait:.0f} s.",
-                ok=False, run_id=None)
-            slowed.headers["Retry-After"] = str(int(wait) + 1)
-            return slowed
         form = await request.form()
         refused = await self._cross_site(request, form)
         if refused is not None:
             return refused
         response = RedirectResponse("/attention", status_code=303, headers=_HEADERS)
-        if not self.guard.log_in(str(form.get("token", "")), str(form.get("who", "")),
-                                 response, secure=request.url.scheme == "https"):
-            self.logins.failed(source)
-            return await self.render(request, "login.html", 401, failed=True, closed=False)
-        return response
+        # The right token always logs in: failures from the same address (behind
+        # a proxy that names no client, everyone's) must not lock operators out.
+        # The throttle answers only wrong tokens.
+        if self.guard.log_in(str(form.get("token", "")), str(form.get("who", "")),
+                             response, secure=request.url.scheme == "https"):
+            return response
+        source = self.source(request)
+        wait = self.logins.refused_for(source)
+        if wait > 0:
+            slowed = await self.render(
+                request, "message.html", 429, title="Too many attempts",
+                message=f"Too many wrong tokens from this address: a wrong one is refused "
+                        f"for {wait:.0f} s more (the right token still logs in).",
+                ok=False, run_id=None)
+            slowed.headers["Retry-After"] = str(int(wait) + 1)
+            return slowed
+        self.logins.failed(source)
+        return await self.render(request, "login.html", 401, failed=True, closed=False)
 
     async def logout(self, request: Request) -> Response:
         refused = await self._cross_site(request, await request.form())
@@ -367,7 +377,7 @@ def create_app(
     token: str | None = None, auth: security.AuthHook | None = None,
     read_only: bool = False, public: bool = False, hosts: Sequence[str] = (),
     poll_seconds: float = 2.0, max_body: int = hooks.MAX_BODY,
-    signature_tolerance: float = signatures.TOLERANCE,
+    signature_tolerance: float = signatures.TOLERANCE, trusted_proxies: Sequence[str] = (),
 ) -> Starlette:
     """The dashboard and webhook as an ASGI app, over the store at `db_url`
     (opened in its lifespan) or the `store` given. Reading and acting need
@@ -376,10 +386,13 @@ def create_app(
     anyone, `read_only` takes no action at all. Requests are answered for the
     loopback names and `hosts` only; bodies are at most `max_body` bytes (the
     webhook's and the actions'), 16 KB elsewhere; a webhook signature is good
-    for `signature_tolerance` seconds around its time."""
+    for `signature_tolerance` seconds around its time. Failed logins and
+    webhook calls are throttled per client: the peer's address, or, from one
+    of the `trusted_proxies` addresses, the client its `X-Forwarded-For`
+    names (see `web.throttle`)."""
     d = Dashboard(app, db_url, store, token=token, auth=auth, read_only=read_only,
                   public=public, poll_seconds=poll_seconds,
-                  signature_tolerance=signature_tolerance)
+                  signature_tolerance=signature_tolerance, proxies=frozenset(trusted_proxies))
 
     def limit(path: str) -> int:
         return max_body if path.startswith("/hooks/") or "/actions/" in path else SMALL_BODY
@@ -401,5 +414,5 @@ def create_app(
     ]
     return Starlette(routes=routes, lifespan=d.lifespan,
                      middleware=[Middleware(edge.Edge, hosts=(*edge.LOOPBACK, *hosts),
-                                            limit=limit)],
+                                            limit=limit, proxies=trusted_proxies)],
                      exception_handlers={errors.StoreError: d.unavailable})

@@ -2,10 +2,16 @@
 
 A source that fails `limit` times within a window of `window` seconds (a
 wrong login token; a webhook call that authenticates neither way) is refused
-until that window ends, without anything being read or checked. It bounds
-guessing from one address, and it is per address, so the guesses of one
-source never refuse another: the legitimate approver is not locked out by
-someone else's junk.
+until that window ends: a webhook call without anything being read or
+checked, a login only if its token is wrong too (the dashboard never refuses
+the right token because of failures before it). It is per address, so the
+guesses of one source never refuse another: the legitimate approver is not
+locked out by someone else's junk.
+
+The address is the client's (`source`): the peer's, or, from a trusted proxy
+(the dashboard's `trusted_proxies`, `stead ui --trusted-proxy`), the client
+the proxy names in `X-Forwarded-For`; behind a proxy every request comes
+from its address, and one client's failures would otherwise count for all.
 
 At most `sources` addresses are tracked: past that the oldest window is
 dropped (an attacker with that many addresses gains as many fresh windows;
@@ -16,8 +22,9 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import ipaddress
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from starlette.requests import Request
 
@@ -26,10 +33,30 @@ WEBHOOK = (20, 60.0)
 SOURCES = 10_000
 
 
-def source(request: Request) -> str:
-    """The address a request came from (as the server saw it, or as the
-    proxy it trusts says)."""
-    return request.client.host if request.client is not None else "unknown"
+def source(request: Request, proxies: Collection[str] = ()) -> str:
+    """The address a request came from: the peer's, or, when the peer is one
+    of the trusted `proxies`, the client's its `X-Forwarded-For` names. That
+    is the last address in the header that is no trusted proxy: each proxy
+    appends the address it was reached from, while whatever came before the
+    first one is what the client wrote, believed by no one."""
+    peer = request.client.host if request.client is not None else "unknown"
+    if peer not in proxies:
+        return peer
+    chain = [a.strip() for line in request.headers.getlist("x-forwarded-for")
+             for a in line.split(",")]
+    for address in reversed(chain):
+        if address not in proxies:
+            return address if _address(address) else peer
+    return peer
+
+
+def _address(text: str) -> bool:
+    """Whether `text` is an IP address (what a proxy appends), not junk."""
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclasses.dataclass
