@@ -4,6 +4,7 @@ not after the 30 s default lease. Real processes, on both stores."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import signal
 import subprocess
@@ -15,7 +16,8 @@ import pytest
 
 import stead
 from stead import processes
-from stead.records import Fence
+from stead.records import Fence, Liveness
+from tests.ops_app import cli
 from tests.workers.procs import SLOW, Workers, check_journal, wait_until
 
 # The promise: takeover within 2 s of a SIGKILL, with the default lease.
@@ -62,6 +64,43 @@ async def test_a_killed_workers_run_is_taken_over_within_two_seconds(
     assert await store.renew([stale], 30) == [stale]
 
 
+async def _recorded(store: stead.Store, *worker_ids: str) -> bool:
+    """Whether each of `worker_ids` recorded its process, alive."""
+    judged = {w.worker_id: w.verdict for w in await store.worker_liveness()}
+    return all(judged.get(w) == Liveness.ALIVE for w in worker_ids)
+
+
+@pytest.mark.slow
+async def test_doctor_says_a_sigkilled_worker_is_dead_by_the_claimers_test(
+    workers: Workers, store: stead.Store
+) -> None:
+    procs = {w: workers.start("--lease", "30", "--worker-id", w) for w in ("one", "two")}
+    await wait_until("both workers to start", lambda: _recorded(store, "one", "two"))
+    run_id = (await stead.Client(store).start("slow", version=1)).run_id
+    await wait_until("a worker to take the run",
+                     lambda: workers.step_names(run_id)["gated"] == 1)
+    dead = (await store.get_run(run_id)).lease_owner
+    assert dead is not None
+    [alive] = set(procs) - {dead}
+    procs[dead].send_signal(signal.SIGKILL)
+    procs[dead].wait()
+    # Judged at once by the claimers' test (its process, on this machine),
+    # before or after the other worker ended its leases and forgot its process.
+    judged = {w.worker_id: w for w in await store.worker_liveness()}
+    assert judged[dead].verdict == Liveness.DEAD, judged
+    assert judged[alive].verdict == Liveness.ALIVE, judged
+    shown = await asyncio.to_thread(cli, workers.db_url, "doctor")
+    assert "workers heard from in the last 60s: 2 (1 alive, 1 dead)" in shown.output, (
+        shown.output)
+    lines = {line.split(":")[0].strip(): line for line in shown.output.splitlines()
+             if line.startswith("  ")}
+    assert "[dead: " in lines[dead] and "its leases end at the next claim" in lines[dead]
+    assert f"[alive: its process {procs[alive].pid} on this machine runs]" in lines[alive]
+    workers.open_gate()
+    assert await stead.Client(store).result(run_id, timeout=30 * SLOW) == [
+        "first", "gated", "last"]
+
+
 def test_a_process_is_dead_only_when_this_machine_can_tell() -> None:
     me = processes.this_process()
     assert not processes.dead(me)
@@ -98,6 +137,9 @@ async def test_only_the_leases_of_dead_holders_end_early(
     await store.record_process("alive")  # this process, alive
     _recorded_by_a_process_that_ended(db_url, "dead", stead.SystemClock().now())
 
+    # What doctor says of them, by the same test.
+    assert {w.worker_id: w.verdict for w in await store.worker_liveness()} == {
+        "dead": Liveness.DEAD, "alive": Liveness.ALIVE}
     assert await store.end_dead_leases("claimer") == ["dead"]
     taken = await store.claim("claimer", ["w@1"], 30.0, 10, exclude=[])
     assert [r.run_id for r in taken] == [dead_run]
@@ -134,9 +176,18 @@ async def test_on_postgres_a_holder_is_dead_once_its_presence_lock_is_free(
         try:
             assert holder.stdout.readline().strip() == b"held"
             assert await store.end_dead_leases("claimer") == []
+            [remote] = await store.worker_liveness()  # what doctor says, by the same test
+            assert (remote.verdict, remote.reason) == (
+                Liveness.ALIVE, "on another machine; it holds its presence lock")
         finally:
             holder.kill()
             holder.wait()
+
+    async def gone() -> bool:
+        return [(w.worker_id, w.verdict) for w in await store.worker_liveness()] == [
+            ("remote", Liveness.DEAD)]
+
+    await wait_until("doctor's test to find the lock free", gone, timeout=10 * SLOW)
 
     async def freed() -> bool:  # the server notices the session ended
         return await store.end_dead_leases("claimer") == ["remote"]

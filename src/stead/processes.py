@@ -67,16 +67,25 @@ def this_process() -> Process:
 
 def dead(process: Process) -> bool:
     """Whether `process` has surely ended (see the module docstring)."""
+    return running(process) is False
+
+
+def running(process: Process) -> bool | None:
+    """Whether `process` runs (True) or has ended (False), as this machine
+    tells; None when it cannot (another machine, no /proc to tell its pid
+    from a reused one)."""
     if process.machine != _machine() or process.pid <= 0:
-        return False
+        return None
     try:
         os.kill(process.pid, 0)
     except ProcessLookupError:
-        return True
+        return False
     except OSError:  # no permission to signal it: it exists
         pass
     stat = _stat(process.pid)
     if stat is None:
-        return False
+        return None
     state, started = stat
-    return state in ("Z", "X") or (bool(process.started) and started != process.started)
+    if state in ("Z", "X") or (bool(process.started) and started != process.started):
+        return False
+    return True if process.started else None

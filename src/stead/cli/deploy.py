@@ -107,9 +107,11 @@ def replay_check(ctx: click.Context, app_spec: str, source: str | None, limit: i
 def doctor(ctx: click.Context, grace: float) -> None:
     """Say what needs a person: stranded runs (no worker serves their
     version), runs stopped for a decision, the workers heard from with the
-    stead release each runs, and the database's schema version. Exits 1 if
-    a run is stranded, or if a live worker runs code the schema has moved
-    past (it stops claiming)."""
+    stead release each runs, each alive, dead or unknown by the test claimers
+    use (its process on this machine, its presence lock on PostgreSQL
+    elsewhere), and the database's schema version. Exits 1 if a run is
+    stranded, or if a live worker runs code the schema has moved past (it
+    stops claiming)."""
     db = common.database_url(ctx)
     common.require_database(db)
 
@@ -119,24 +121,32 @@ def doctor(ctx: click.Context, grace: float) -> None:
                        for s in sorted(records.STOPPED)}
             versions = client.store.database.versions
             return (await client.list_runs(stranded=True, grace=grace, limit=1000),
-                    stopped, await client.workers(), client.store.clock.now(),
-                    None if versions is None else versions.version)
+                    stopped, await client.workers(), await client.store.worker_liveness(),
+                    client.store.clock.now(), None if versions is None else versions.version)
 
-    stranded, stopped, hosts, now, schema = common.run_async(go())
+    stranded, stopped, hosts, judged, now, schema = common.run_async(go())
     lines = []
-    live = {h.worker_id for h in hosts if h.stopped_at is None and now - h.seen_at <= grace}
+    heard = {h.worker_id for h in hosts if h.stopped_at is None and now - h.seen_at <= grace}
     served: dict[str, set[str]] = {}
     releases: dict[str, tuple[str | None, int | None]] = {}
     for h in hosts:
-        if h.worker_id in live:
+        if h.worker_id in heard:
             served.setdefault(h.worker_id, set()).add(
                 h.code if h.role == records.HostRole.HOSTS else f"{h.code} (migrates)")
             releases[h.worker_id] = (h.stead_version, h.schema_version)
     (schema_line, *fleet), outdated = _fleet_lines(releases, schema)
     lines.append(schema_line)
-    lines.append(f"workers heard from in the last {grace:g}s: {len(live)}")
+    verdicts = {w.worker_id: w for w in judged}
+    unrecorded = records.WorkerLiveness("", records.Liveness.UNKNOWN, "no process recorded")
+    said = {w: verdicts.get(w, unrecorded) for w in heard}
+    counts = ", ".join(f"{n} {v}" for v in records.Liveness
+                       if (n := sum(1 for j in said.values() if j.verdict == v)))
+    lines.append(f"workers heard from in the last {grace:g}s: {len(heard)}"
+                 + (f" ({counts})" if counts else ""))
     lines += [f"  {w}: {', '.join(sorted(codes))} ({_release(*releases[w])})"
-              for w, codes in sorted(served.items())]
+              f"  [{said[w].verdict}: {said[w].reason}"
+              + ("; its leases end at the next claim" if said[w].verdict == "dead" else "")
+              + "]" for w, codes in sorted(served.items())]
     lines += fleet
     lines.append(f"stranded runs: {len(stranded)}")
     lines += [f"  {runs_view.stranded_line(i)}" for i in stranded]

@@ -37,10 +37,12 @@ if TYPE_CHECKING:
         Backlog,
         HostRole,
         HostRow,
+        Liveness,
         Missed,
         Presence,
         ScheduleRow,
         Stranded,
+        WorkerLiveness,
     )
     from stead.records.histories import (
         FindingKind,
@@ -97,8 +99,8 @@ if TYPE_CHECKING:
     )
 
 _MODULES: dict[str, tuple[str, ...]] = {
-    "fleet": ("Backlog", "HostRole", "HostRow", "Missed", "Presence", "ScheduleRow",
-              "Stranded"),
+    "fleet": ("Backlog", "HostRole", "HostRow", "Liveness", "Missed", "Presence", "ScheduleRow",
+              "Stranded", "WorkerLiveness"),
     "histories": ("FindingKind", "MigrationPlan", "MigrationRow", "NewFork", "RunExport"),
     "journal": ("KINDS", "RECORD_STATUSES", "Boundary", "Fence", "Record", "RecordKind",
                 "RecordStatus", "SnapshotRow"),
@@ -135,6 +137,7 @@ __all__ = [
     "Lineage",
     "LineageKind",
     "Link",
+    "Liveness",
     "MigrationPlan",
     "MigrationRow",
     "Missed",
@@ -162,6 +165,7 @@ __all__ = [
     "Verdict",
     "WaitRow",
     "WaitState",
+    "WorkerLiveness",
     "task_taken",
 ]
 

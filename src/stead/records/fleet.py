@@ -1,6 +1,6 @@
 """What the workers of a fleet share through the store: the versions each
-serves, the runs waiting to be claimed, the runs no live worker serves, and
-the schedules they fire."""
+serves, whether each is alive, the runs waiting to be claimed, the runs no
+live worker serves, and the schedules they fire."""
 
 from __future__ import annotations
 
@@ -60,6 +60,24 @@ class HostRow:
     # (None: a release before 0.2.0, which did not say).
     stead_version: str | None = None
     schema_version: int | None = None
+
+
+class Liveness(enum.StrEnum):
+    """Whether a worker's process is alive, by the test the claimers use to
+    end a dead holder's leases early (see `Store.worker_liveness`)."""
+
+    ALIVE = "alive"
+    DEAD = "dead"
+    UNKNOWN = "unknown"  # nothing here can tell: its lease decides
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkerLiveness:
+    """A worker's `verdict`, and why (`reason`, in words)."""
+
+    worker_id: str
+    verdict: Liveness
+    reason: str
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

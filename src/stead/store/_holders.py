@@ -27,10 +27,14 @@ Holders no signal can judge keep their leases until they run out.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING
 
 from stead.processes import Process
 from stead.store.seam import Flow, count, execute, rows
+
+if TYPE_CHECKING:  # annotations only: a claimer builds no verdicts
+    from stead.records import WorkerLiveness
 
 # A process row this old whose worker no heartbeat names any more is dropped.
 _STALE_AFTER = 24 * 3600.0
@@ -130,3 +134,64 @@ def end_leases(gone: list[Holder], absent: list[Holder],
         if n:
             ended.append(h.worker_id)
     return ended
+
+
+# -- every worker, for `stead doctor` (`Store.worker_liveness`) -----------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class Recorded:
+    """Every worker that recorded its process, as a lease holder's row reads
+    (`holders`), the ids of those that took their presence lock since, and
+    the ids of the workers heard from that did not stop cleanly and whose
+    process is no longer recorded (`forgotten`)."""
+
+    holders: list[Holder]
+    locking: frozenset[str]
+    forgotten: list[str]
+
+
+def workers() -> Flow[Recorded]:
+    holders, locking, forgotten = [], set(), []
+    for h in (yield rows("worker_liveness", {})):
+        if h["machine"] is None:
+            forgotten.append(str(h["worker_id"]))
+            continue
+        holders.append(Holder(str(h["worker_id"]), Process(str(h["machine"]), int(h["pid"]),
+                                                           str(h["started"])),
+                              bool(h["lock_free"]), int(h["presence_taken"])))
+        if h["locks"]:
+            locking.add(str(h["worker_id"]))
+    return Recorded(holders, frozenset(locking), forgotten)
+
+
+def verdicts(found: Recorded, running: Callable[[Process], bool | None], machine: str,
+             absent: Collection[str], grace: float) -> list[WorkerLiveness]:
+    """Each worker's verdict by the claimers' test: on this `machine` its
+    process (`running`: True, False, or None when it cannot tell); elsewhere
+    its presence lock, dead once `absent` (free for `grace` seconds, not taken
+    again: `Absences`). A worker whose process row is gone though it did not
+    stop cleanly was found gone that way (`end_leases` forgets it)."""
+    from stead.records import Liveness, WorkerLiveness
+
+    judged = [WorkerLiveness(w, Liveness.DEAD, (
+        "it did not stop cleanly and its process is no longer recorded: a claimer found it "
+        "gone and ended its leases (or it could not record its process)"))
+        for w in found.forgotten]
+    for h in found.holders:
+        if h.process.machine == machine:
+            runs = running(h.process)
+            verdict = {True: Liveness.ALIVE, False: Liveness.DEAD, None: Liveness.UNKNOWN}[runs]
+            reason = (f"its process {h.process.pid} on this machine "
+                      + {True: "runs", False: "has ended", None: "cannot be looked at"}[runs])
+        elif h.worker_id in absent:
+            verdict, reason = Liveness.DEAD, (f"on another machine; its presence lock stayed "
+                                              f"free for {grace:g}s: its session ended")
+        elif h.lock_free:
+            verdict, reason = Liveness.UNKNOWN, ("on another machine; its presence lock is "
+                                                 "free, taken back since: its connection drops")
+        elif h.worker_id in found.locking:
+            verdict, reason = Liveness.ALIVE, "on another machine; it holds its presence lock"
+        else:
+            verdict, reason = Liveness.UNKNOWN, ("on another machine, with no presence lock "
+                                                 "(SQLite has none): its lease decides")
+        judged.append(WorkerLiveness(h.worker_id, verdict, reason))
+    return sorted(judged, key=lambda j: j.worker_id)

@@ -3,6 +3,7 @@ processes and heartbeats that tell a live holder from a dead one."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -16,7 +17,15 @@ from stead.store.transactions import leases as tx
 
 if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
     from stead.queues import Queue
-    from stead.records import Backlog, Fence, HostRow, Presence, RunRow, Stranded
+    from stead.records import (
+        Backlog,
+        Fence,
+        HostRow,
+        Presence,
+        RunRow,
+        Stranded,
+        WorkerLiveness,
+    )
 
 
 
@@ -160,6 +169,30 @@ class Leases(StorePart):
         watches free may be taken for dead, if it watches one: the time to
         ask `end_dead_leases` again."""
         return self._absences.next_due(grace)
+
+    async def worker_liveness(self, *, grace: float = processes.PRESENCE_GRACE
+                              ) -> list[WorkerLiveness]:
+        """Whether each worker is alive, dead or cannot be told, and why, by
+        the test `end_dead_leases` applies to lease holders, asked of every
+        worker that recorded its process: on this machine its process; on
+        another (PostgreSQL) its presence lock, dead once free for `grace`
+        seconds and not taken again (a lock found free is looked at again
+        then, so this may take that long). A worker that did not stop cleanly
+        and whose process is no longer recorded was found gone that way. A
+        worker that stopped cleanly is not listed."""
+        machine = processes.this_process().machine
+        watch = _holders.Absences()
+        found = await self.database.read(_holders.workers)
+        absent = watch.absent([h for h in found.holders if h.process.machine != machine],
+                              time.monotonic(), grace)
+        due = watch.next_due(grace)
+        if due is not None:
+            await asyncio.sleep(max(due - time.monotonic(), 0.0))
+            found = await self.database.read(_holders.workers)
+            absent = watch.absent([h for h in found.holders if h.process.machine != machine],
+                                  time.monotonic(), grace)
+        return _holders.verdicts(found, processes.running, machine,
+                                 {h.worker_id for h in absent}, grace)
 
     async def heartbeat(self, worker_id: str, served: Sequence[tuple[str, str]], *,
                         policy_version: str | None, live_for: float,

@@ -1171,6 +1171,27 @@ WHERE p.worker_id <> %(worker_id)s AND EXISTS (
           COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8)
 LIMIT %(limit)s;
 
+-- name: worker_liveness
+-- Every recorded worker process, for `Store.worker_liveness` (doctor), with
+-- its count of presence takes, whether it took the lock since it recorded its
+-- process, and whether the lock is free now: the lock_free of lease_holders,
+-- which claimers act on (change the two together). Then the workers whose
+-- heartbeats say they did not stop cleanly but whose process is not recorded
+-- (machine NULL): end_leases_of_gone forgets the process of a holder gone.
+SELECT p.worker_id, p.machine, p.pid, p.started, p.presence_taken, p.locks,
+    (p.locks AND NOT EXISTS (
+        SELECT 1 FROM pg_locks AS l
+        WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+          AND l.classid = 1937007980
+          AND l.objid = hashtext(current_schema() || '/' || p.worker_id)::oid)) AS lock_free
+FROM worker_processes AS p
+UNION ALL
+SELECT h.worker_id, NULL, NULL, NULL, 0, FALSE, FALSE FROM (
+    SELECT DISTINCT worker_id FROM worker_hosts WHERE stopped_at IS NULL) AS h
+WHERE NOT EXISTS (SELECT 1 FROM worker_processes AS p WHERE p.worker_id = h.worker_id)
+ORDER BY 1;
+
 -- name: forget_gone_processes
 -- Process rows of workers whose heartbeats were forgotten (forget_hosts) are
 -- history too. Only rows recorded before %(before)s (a day ago): a worker records

@@ -943,6 +943,19 @@ WHERE p.worker_id <> :worker_id AND EXISTS (
       AND runs.lease_expires_at > COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0))
 LIMIT :limit;
 
+-- name: worker_liveness
+-- Every recorded worker process, for `Store.worker_liveness` (doctor): judged
+-- as lease_holders' are; SQLite has no presence locks. Then the workers whose
+-- heartbeats say they did not stop cleanly but whose process is not recorded
+-- (machine NULL): end_leases_of_gone forgets the process of a holder gone.
+SELECT worker_id, machine, pid, started, presence_taken, 0 AS locks, 0 AS lock_free
+FROM worker_processes
+UNION ALL
+SELECT h.worker_id, NULL, NULL, NULL, 0, 0, 0 FROM (
+    SELECT DISTINCT worker_id FROM worker_hosts WHERE stopped_at IS NULL) AS h
+WHERE NOT EXISTS (SELECT 1 FROM worker_processes AS p WHERE p.worker_id = h.worker_id)
+ORDER BY 1;
+
 -- name: forget_gone_processes
 -- Process rows of workers whose heartbeats were forgotten (forget_hosts) are
 -- history too. Only rows recorded before :before (a day ago): a worker records
