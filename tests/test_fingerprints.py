@@ -108,7 +108,8 @@ async def test_a_changed_lockfile_makes_the_result_stale_and_it_runs_again(
     # Reused: the attachment and the save before the cut, not the cut fingerprint.
     assert resume.reused == 2
     shown = timeline.render_run(await client.get(run_id), journal, [resume])
-    assert "reused 2 record(s)\n    calls: results no longer holding, made again 1" in shown
+    assert ("reused 2 record(s)  on task state v0\n    calls: results no longer holding, made "
+            "again 1") in shown
     assert f"rerun: tests (seq {fp.seq}), its fingerprint changed: files.{lock}: " in shown
     assert "2 record(s) above reused" in shown
     # The dashboard's run page says the same, in the same words.

@@ -151,7 +151,7 @@ def trace(journal: Sequence[Record], resumes: Sequence[ResumeRecord], *, created
     bars = _bars(journal, begun, now, live, marks)
     if not bars:
         return Trace((), (), (), created_at, created_at)
-    start = min(b.start for b in bars) if queued is None else queued.start
+    start = min([b.start for b in bars] + ([] if queued is None else [queued.start]))
     end = max(max(b.end for b in bars), start + 1e-3)
     scale = WIDTH / (end - start)
 
@@ -167,5 +167,6 @@ def trace(journal: Sequence[Record], resumes: Sequence[ResumeRecord], *, created
     ticks = tuple((WIDTH * i / 4, runs_view.offset(start + (end - start) * i / 4 - created_at))
                   for i in range(5))
     if queued is not None:
-        queued = dataclasses.replace(queued, x=0.0, width=width(queued.start, queued.end))
+        queued = dataclasses.replace(queued, x=x(queued.start),
+                                     width=width(queued.start, queued.end))
     return Trace(placed, shown, ticks, start, end, queued)
