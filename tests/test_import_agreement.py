@@ -195,6 +195,10 @@ def _open_wait_the_journal_does_not_know(d: dict[str, Any]) -> None:
 
 
 def _never_claimed_with_a_journal(d: dict[str, Any]) -> None:
+    d["run"]["status"], d["run"]["epoch"] = "pending", 0
+
+
+def _waiting_but_never_claimed(d: dict[str, Any]) -> None:
     d["run"]["epoch"] = 0
 
 
@@ -234,6 +238,7 @@ TAMPERED: dict[Callable[[dict[str, Any]], None], str] = {
     _open_wait_the_journal_does_not_know: "is open but the journal has no unresolved wait "
                                           "for it at '42'",
     _never_claimed_with_a_journal: "never claimed \\(epoch 0\\) but its journal holds",
+    _waiting_but_never_claimed: "the run is waiting at epoch 0",
     _record_of_no_claim: "journal record 0 was written at epoch 0",
     _pending_at_a_later_epoch: "pending at epoch 3",
     _another_tasks_wait: "is bound to task 'order-999', not the run's",
