@@ -5,6 +5,7 @@ A test about SQLite itself (its file, its locks, raw sqlite3) is marked
 
 from __future__ import annotations
 
+import os
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -22,18 +23,31 @@ BACKENDS = ("sqlite", "postgres")
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     stress.add_option(parser)
+    stress.add_full_option(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "sqlite_only: a test of SQLite itself; db_url is only ever a SQLite URL"
     )
+    if config.getoption("--full"):
+        os.environ[stress.FULL_ENV] = "1"  # read as test modules are imported
     if stress.wanted(config):
         stress.start(config)
 
 
-def pytest_report_header(config: pytest.Config) -> str | None:
+def pytest_report_header(config: pytest.Config) -> list[str]:
     return stress.report(config)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    stress.leave_out_slow(config, items)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    said = stress.left_out(terminalreporter.config)
+    if said:
+        terminalreporter.write_line(said)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -408,8 +408,8 @@ async def test_a_locked_database_is_store_unavailable_and_nothing_is_written(
         with raw(db_path) as holder:
             holder.execute("BEGIN EXCLUSIVE")
             try:
-                with pytest.raises(stead.StoreUnavailable, match="locked"):
-                    await stead.open_store(db_url + "?busy_timeout=0.2")
+                # Opening a database whose schema is current writes nothing: it opens.
+                await (await stead.open_store(db_url + "?busy_timeout=0.2")).close()
                 with pytest.raises(stead.StoreUnavailable, match=r"locked.*nothing was written"):
                     await client.start(healthy, 2)
                 with pytest.raises(stead.StoreUnavailable):

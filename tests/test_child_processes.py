@@ -13,6 +13,9 @@ import pytest
 import stead
 from tests.workers.procs import KILLED, SLOW, Workers
 
+# Process-level, crash or long property tests: `pytest --full` (CI) runs them.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 async def store(workers: Workers) -> AsyncIterator[stead.Store]:

@@ -24,9 +24,10 @@ import stead.store
 from stead.cli import COMMANDS, common, main
 from stead.records import Fence
 from stead.views import runs_view, timeline
+from tests import stress
 
 T = TypeVar("T")
-DEADLINE = 30.0
+DEADLINE = 30.0 * stress.slow()  # scaled to the machine's load (tests/stress.py)
 
 APP_SOURCE = '''
 import time

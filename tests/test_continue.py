@@ -38,6 +38,7 @@ async def _chain(client: stead.Client, run_id: str) -> list[str]:
     return chain
 
 
+@pytest.mark.slow
 async def test_a_10000_turn_loop_keeps_every_journal_bounded(store: stead.Store) -> None:
     client = stead.Client(store, app)
     first = await client.start(agent_loop, 0, TURNS, 0.0, task_id="agent-1")

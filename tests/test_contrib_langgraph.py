@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
@@ -19,6 +19,7 @@ from langgraph.types import Command, RetryPolicy, Send, interrupt
 import stead
 from stead.contrib import langgraph as lg
 from stead.contrib.langgraph import _values
+from tests import stress
 from tests.workers import agents_app, langgraph_app
 
 pytestmark = pytest.mark.usefixtures("sdk_dir")
@@ -264,6 +265,9 @@ messages = st.builds(lambda text, ai: AIMessage(text) if ai else HumanMessage(te
                      st.text(max_size=10), st.booleans())
 
 
+# Generating LangChain messages is slow, the more so on a busy machine: a
+# health check about it would fail the test for the machine's sake.
+@settings(max_examples=stress.examples(100), suppress_health_check=[HealthCheck.too_slow])
 @given(update=st.dictionaries(st.text(max_size=5), json_values | st.lists(messages,
                                                                            max_size=3),
                               max_size=4))

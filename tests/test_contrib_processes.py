@@ -18,12 +18,13 @@ import pytest
 
 import stead
 from stead.records import ResumeClass
+from tests import stress
 from tests.workers import agents_app
 from tests.workers.procs import KILLED, wait_until
 
 pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).parent / "workers" / "sdk_worker.py"
-DEADLINE = 60.0
+DEADLINE = 60.0 * stress.slow()  # scaled to the machine's load (tests/stress.py)
 
 
 class Procs:

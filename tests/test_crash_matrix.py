@@ -22,6 +22,9 @@ from stead.testing.points import enumerate_points
 from stead.testing.report import STOPPED
 from tests.workers import chaos_app
 
+# Process-level, crash or long property tests: `pytest --full` (CI) runs them.
+pytestmark = pytest.mark.slow
+
 GOOD = {e.workflow: e for e in EXAMPLES if not e.broken}
 BROKEN = next(e for e in EXAMPLES if e.broken)
 

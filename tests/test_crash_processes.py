@@ -32,6 +32,9 @@ from stead.records import Fence, NewRun, Record
 from stead.testing import CrashingStore, CrashPoint, DelegatingStore
 from tests.workers.procs import KILLED, SLOW, Workers, check_journal, wait_until
 
+# Process-level, crash or long property tests: `pytest --full` (CI) runs them.
+pytestmark = pytest.mark.slow
+
 STEPS = ("fetch", "plan", "part0", "part1", "part2", "combine")
 
 

@@ -20,11 +20,11 @@ import pytest
 
 import stead
 from stead.testing import check_migration, check_migration_async
-from tests import deploy_app
+from tests import deploy_app, stress
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
-DEADLINE = 30.0
+DEADLINE = 30.0 * stress.slow()  # scaled to the machine's load (tests/stress.py)
 
 
 class Deploy:

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import stead
 from stead import codec, digests, errors
 from stead.workflow.waits import Token
+from tests import stress
 from tests.helpers import Crash, crash_then_resume
 
 # -- what the cache sees must not change what the digest is ----------------------
@@ -126,7 +127,7 @@ def _check(cache: digests.Digests, model: str, history: list[Any], params: Any) 
             assert fast() == expected
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=stress.examples(300), deadline=None)
 @given(start=st.lists(values, max_size=12), steps=st.lists(ops, max_size=25))
 def test_the_cache_always_gives_the_digest_from_scratch(
     start: list[Any], steps: list[tuple[Any, ...]]

@@ -43,6 +43,9 @@ import stead
 from tests.outside import CI, Mail, Payments
 from tests.workers.procs import DEADLINE, KILLED, wait_until
 
+# Process-level, crash or long property tests: `pytest --full` (CI) runs them.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = Path(__file__).with_name("workers") / "effects_worker.py"
 # The worker that dies holds a short lease, so the takeover comes soon; the

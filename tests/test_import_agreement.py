@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import stead
 from stead.records import RunStatus
+from tests import stress
 from tests.helpers import Crash
 
 app = stead.App("agree")
@@ -329,7 +330,7 @@ async def test_a_history_that_still_waits_is_never_accepted_as_ended(
     seen: dict[str, int] = {"accepted": 0, "refused": 0}
     loop = asyncio.get_running_loop()
 
-    @settings(max_examples=60, deadline=None, derandomize=True, database=None,
+    @settings(max_examples=stress.examples(60), deadline=None, derandomize=True, database=None,
               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
     @given(name=st.sampled_from(UNFINISHED), edits=_edits())
     def check(name: str, edits: list[tuple[str, Any]]) -> None:

@@ -24,6 +24,7 @@ from stead import exports
 from stead.cli import main
 from stead.records import Record, RunRow, StateRow, WaitRow
 from stead.testing import replay_check
+from tests import stress
 
 
 def _app() -> stead.App:
@@ -355,7 +356,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, Any
     return db, asyncio.run(_exported(db))
 
 
-@settings(max_examples=80, deadline=None,
+@settings(max_examples=stress.examples(80), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_import_never_stores_a_partial_or_corrupt_run_and_never_tracebacks(

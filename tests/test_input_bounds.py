@@ -29,6 +29,7 @@ from stead import bounds, errors
 from stead.cli import main
 from stead.testing import DelegatingStore
 from stead.web import create_app
+from tests import stress
 
 NUL = "a\x00b"
 SURROGATE = "a\ud800b"
@@ -297,7 +298,7 @@ CLIENT_TEXTS = ["start task_id", "start workflow", "deliver event_id", "deliver 
                 "deliver run_id", "deliver operator", "terminate by"]
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=stress.examples(40), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(call=st.one_of(st.tuples(st.sampled_from(CLIENT_NUMBERS), BAD_NUMBERS),
                       st.tuples(st.sampled_from(CLIENT_TEXTS), BAD_TEXT),

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 import stead
+from tests import stress
 from tests.helpers import Crash
 
 LEASE = 30.0
@@ -127,7 +128,7 @@ async def _play(store: stead.Store, clock: stead.FakeClock, amounts: list[int], 
         assert sorted(sent) == list(range(len(amounts)))
 
 
-@settings(max_examples=100, deadline=None,
+@settings(max_examples=stress.examples(100), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(
     amounts=st.lists(st.integers(min_value=0, max_value=60), min_size=1, max_size=5),

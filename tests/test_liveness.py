@@ -18,6 +18,7 @@ import stead
 from stead import processes
 from stead.store._holders import Absences, Holder
 from stead.worker.standing import Standing
+from tests import pg, stress
 from tests.workers.procs import SLOW, wait_until
 
 GRACE = 1.25
@@ -32,7 +33,7 @@ def _holder(lock_free: bool, taken: int, worker_id: str = "w") -> Holder:
 Look = tuple[float, bool, int]  # seconds since the last look, lock free?, takes so far
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=stress.examples(300), deadline=None)
 @given(st.lists(st.tuples(st.floats(0, 1.0), st.booleans(), st.integers(0, 3)),
                 min_size=1, max_size=30))
 def test_a_holder_is_absent_only_after_a_grace_free_and_untaken(looks: list[Look]) -> None:
@@ -157,8 +158,6 @@ async def _leased_to(store: stead.Store, owner: str) -> str:
 
 
 def _terminate_presence(schema_app: str) -> int:
-    from tests import pg
-
     rows = pg.admin(
         "SELECT count(pg_terminate_backend(a.pid)) FROM pg_stat_activity AS a "
         "JOIN pg_locks AS l ON l.pid = a.pid WHERE a.application_name = %s "
@@ -177,8 +176,6 @@ def elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_a_holder_whose_presence_drops_and_is_taken_back_keeps_its_leases(
     pstore: stead.Store, pg_url: str, elsewhere: None
 ) -> None:
-    from tests import pg
-
     run_id = await _leased_to(pstore, "remote")
     holder = _Holder(pg_url, "remote")
     try:
@@ -201,8 +198,6 @@ async def test_a_holder_whose_presence_drops_and_is_taken_back_keeps_its_leases(
 async def test_a_holder_cut_off_past_the_grace_is_dead_and_may_come_back(
     pstore: stead.Store, pg_url: str, elsewhere: None
 ) -> None:
-    from tests import pg
-
     run_id = await _leased_to(pstore, "remote")
     before = (await pstore.get_run(run_id)).lease_expires_at
     holder = _Holder(pg_url, "remote")
@@ -243,8 +238,6 @@ async def test_a_live_holder_on_this_machine_is_judged_by_its_process_alone(
 ) -> None:
     """Its presence lock stays free (its connection cut, not taken back),
     but its process lives: it keeps its leases however long that lasts."""
-    from tests import pg
-
     run_id = await _leased_to(pstore, "local")
     holder = _Holder(pg_url, "local")
     try:

@@ -20,6 +20,9 @@ from tests.sdk_agents import PROVIDERS
 from tests.workers.agent_worker import app
 from tests.workers.procs import KILLED, check_journal
 
+# Process-level, crash or long property tests: `pytest --full` (CI) runs them.
+pytestmark = pytest.mark.slow
+
 SCRIPT = Path(__file__).with_name("workers") / "agent_worker.py"
 ROOT = Path(__file__).parent.parent
 

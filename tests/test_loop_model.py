@@ -39,11 +39,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import stead
+from tests import stress
 from tests.helpers import Crash
 
 LEASE = 30.0
 HOUR = 3600.0
-EXAMPLES = 60
+EXAMPLES = stress.examples(60)
 STEPS = 15
 TIMEOUT = 120.0
 # A fresh plan is re-derived after a real change only once takeovers tell a

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import stead
 from stead.migrations import Migration, MigrationView, new_journal
 from stead.records import Record, RecordKind, RecordStatus
+from tests import stress
 
 EFFECT_PHASES = (RecordStatus.INTENT, RecordStatus.ACCEPTED, RecordStatus.OK)
 
@@ -43,7 +44,7 @@ def _view(records: tuple[Record, ...]) -> MigrationView:
 MIGRATION = Migration("wf", 1, 2, lambda view: stead.Migrated())
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=stress.examples(200), deadline=None)
 @given(journals(), st.data())
 def test_a_journal_is_accepted_exactly_when_it_keeps_every_effect_record(
     records: tuple[Record, ...], data: st.DataObject,
@@ -66,7 +67,7 @@ def test_a_journal_is_accepted_exactly_when_it_keeps_every_effect_record(
             (r.addr, r.kind, r.status, r.payload) for r in edited]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=stress.examples(100), deadline=None)
 @given(journals(), st.data())
 def test_an_effect_record_altered_in_place_is_refused(
     records: tuple[Record, ...], data: st.DataObject,

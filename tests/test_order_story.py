@@ -16,10 +16,14 @@ from pathlib import Path
 import pytest
 
 import stead
+from tests import stress
 from tests.outside import Payments
 
+# Process-level, crash or long property tests: `pytest --full` (CI) runs them.
+pytestmark = pytest.mark.slow
+
 WORKERS = Path(__file__).with_name("workers")
-DEADLINE = 30.0
+DEADLINE = 30.0 * stress.slow()  # scaled to the machine's load (tests/stress.py)
 
 
 def _spawn(*args: str, log: Path) -> subprocess.Popen[bytes]:

@@ -24,6 +24,7 @@ from stead.cli import main
 from stead.client import revisions
 from stead.web import create_app
 from stead.workflow import state
+from tests import stress
 from tests.helpers import Gate
 
 HOUR = 3600.0
@@ -153,7 +154,7 @@ _CALLS = st.lists(st.fixed_dictionaries({"order_id": st.sampled_from(["123", "12
                                          "amount": st.integers(-1, 11)}), max_size=20)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=stress.examples(300), deadline=None)
 @given(before=_SCOPES, after=_SCOPES, expiries=st.tuples(
     st.one_of(st.none(), st.floats(0, 100)), st.one_of(st.none(), st.floats(0, 100))),
     calls=_CALLS)

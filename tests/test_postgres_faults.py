@@ -69,6 +69,7 @@ async def _check_journals(store: stead.Store, run_ids: list[str]) -> None:
         assert {r.epoch for r in journal} == {1}, "a run was taken over"
 
 
+@pytest.mark.slow  # a storm: the full set, and twenty times in CI's stress pass
 async def test_backends_terminated_mid_run_lose_and_repeat_nothing(
     pg_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -22,6 +22,9 @@ import pytest
 import stead
 from tests import pg
 
+# Process-level, crash or long property tests: `pytest --full` (CI) runs them.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tests" / "workers" / "pg_scale_worker.py"
 RUNS = 500

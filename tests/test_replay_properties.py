@@ -39,6 +39,7 @@ from hypothesis import strategies as st
 
 import stead
 from stead.records import Record, ResumeRecord
+from tests import stress
 
 T = TypeVar("T")
 LEASE = 30.0
@@ -433,7 +434,8 @@ def _check(program: list[dict[str, Any]], out: Outcome) -> None:
 
 
 # -- the properties -------------------------------------------------------------
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=stress.examples(60), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(program=_programs.map(_named), seed=st.integers(0, 2**32 - 1), data=st.data())
 def test_crashed_runs_converge_to_the_uninterrupted_result(
     program: list[dict[str, Any]], seed: int, data: st.DataObject
@@ -492,7 +494,8 @@ async def _forked(program: list[dict[str, Any]], seed: int, fraction: float
             await store.close()
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=stress.examples(40), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(program=_programs.map(_named), seed=st.integers(0, 2**32 - 1),
        fraction=st.floats(0, 1))
 def test_a_fork_anywhere_finishes_like_the_run_it_came_from(

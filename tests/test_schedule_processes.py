@@ -22,6 +22,9 @@ import stead
 from stead.records import RunStatus
 from tests.workers.procs import SLOW, wait_until
 
+# Process-level, crash or long property tests: `pytest --full` (CI) runs them.
+pytestmark = pytest.mark.slow
+
 SCRIPT = Path(__file__).parent / "workers" / "schedule_worker.py"
 
 

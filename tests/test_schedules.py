@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import stead
 from stead.records import Missed, ScheduleRow
 from stead.schedules import Schedule
+from tests import stress
 
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC).timestamp()
 
@@ -30,7 +31,7 @@ def test_a_schedule_first_seen_fires_nothing_and_waits_for_its_next_tick() -> No
     assert ticks == [] and following == START + 300
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=stress.examples(300), deadline=None)
 @given(missed=st.sampled_from(list(Missed)), ticks_late=st.integers(0, 400),
        seconds=st.floats(0, 299.9))
 def test_due_ticks_follow_the_missed_policy(missed: Missed, ticks_late: int,

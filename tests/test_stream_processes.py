@@ -12,9 +12,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import stead
 from tests.workers.procs import DEADLINE, KILLED
 from tests.workers.stream_worker import WORDS, answer, app
+
+# Process-level, crash or long property tests: `pytest --full` (CI) runs them.
+pytestmark = pytest.mark.slow
 
 SCRIPT = Path(__file__).with_name("workers") / "stream_worker.py"
 ROOT = Path(__file__).parent.parent

@@ -12,6 +12,7 @@ import pydantic
 import pytest
 
 import stead
+from tests import stress
 from tests.helpers import Calls
 
 
@@ -443,7 +444,7 @@ def _mutate(event: dict[str, Any], how: str, arg: Any) -> dict[str, Any]:
     return event
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=stress.examples(60), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(mutation=_mutations())
 async def test_a_mutated_event_is_never_accepted(

@@ -24,10 +24,11 @@ playwright_api = pytest.importorskip("playwright.async_api",
                                      reason="playwright is not installed (pip install -e '.[dev]')")
 
 CHROMIUM = os.environ.get("STEAD_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-pytestmark = pytest.mark.skipif(
+# Browser tests: `pytest --full` (CI) runs them.
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     not Path(CHROMIUM).exists(),
     reason=f"no Chromium at {CHROMIUM}: install Debian's package (apt-get install chromium; "
-           ".ci/run does) or set STEAD_CHROMIUM")
+           ".ci/run does) or set STEAD_CHROMIUM")]
 
 
 class Dashboard:

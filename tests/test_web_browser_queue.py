@@ -21,7 +21,9 @@ from tests import web_app
 from tests.test_web_browser import CHROMIUM, Dashboard, playwright_api
 from tests.web_app import UI_TOKEN, serving, settle
 
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}")
+# Browser tests: `pytest --full` (CI) runs them.
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}")]
 
 POLL = 0.3
 TYPING = 60  # ms between keys: a person types, the page polls meanwhile

@@ -33,7 +33,7 @@ from stead.testing import DelegatingStore
 from stead.web import create_app, sign_webhook
 from stead.web import throttle as throttling
 from stead.workflow.waits import sign as sign_token
-from tests import web_app
+from tests import stress, web_app
 from tests.ops_app import cli
 from tests.web_app import UI_TOKEN, settle
 
@@ -580,7 +580,7 @@ bodies = st.one_of(
 )
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=stress.examples(60), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(body=bodies, target=st.sampled_from(["run", "task", "unknown", "hostile"]),
        signature=st.none() | st.text(max_size=80), hostile=ids,
@@ -617,7 +617,7 @@ events = st.builds(
     st.none() | json_values | st.just({"order_id": "order-s"}), json_values, st.none() | ids)
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=stress.examples(60), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(event=events, to_task=st.booleans())
 @example(event={"event_id": "e", "wait_id": None, "kind": None, "bind": None, "payload": {},
@@ -650,7 +650,7 @@ forms = st.dictionaries(st.sampled_from(["csrf", "who", "token", "target", "why"
                         st.text(max_size=60), max_size=8)
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=stress.examples(60), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(form=forms, action=st.sampled_from(["approve", "reject", "cancel", "retry", "unlock",
                                            "no_such_action"]),

@@ -22,7 +22,7 @@ from stead import operator
 from stead.records import RunStatus
 from stead.roles import Role
 from stead.web import Identity, actions, create_app, queue, sso_proxy
-from tests import web_app
+from tests import stress, web_app
 from tests.ops_app import cli
 from tests.web_app import UI_TOKEN, csrf_of, log_in, settle
 
@@ -254,7 +254,7 @@ def test_runs_show_lists_the_operator_audit(db_url: str) -> None:
         ("cancel", "olga", "refused"), ("cancel", "olga", "done")]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=stress.examples(200), deadline=None)
 @given(st.text(alphabet=st.sampled_from("ab cd,;:é"), max_size=400))
 def test_a_short_summary_is_cut_at_a_word_and_within_bounds(text: str) -> None:
     brief = queue.short(text, 60)
@@ -287,7 +287,7 @@ def test_stead_ui_takes_only_known_roles_for_proxy_groups(sqlite_url: str) -> No
     assert alone.exit_code != 0 and "needs --trusted-proxy" in alone.output
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=stress.examples(300), deadline=None)
 @given(st.one_of(st.text(max_size=60), st.text(alphabet="/\\:.@?#%&=ahtps-_", max_size=40)))
 def test_the_way_back_never_leaves_the_dashboard(text: str) -> None:
     back = actions.safe_next(text)

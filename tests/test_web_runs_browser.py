@@ -19,9 +19,10 @@ from tests.web_app import UI_TOKEN, serving
 
 playwright_api = pytest.importorskip("playwright.async_api",
                                      reason="playwright is not installed (pip install -e '.[dev]')")
-pytestmark = pytest.mark.skipif(
+# Browser tests: `pytest --full` (CI) runs them.
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     not __import__("pathlib").Path(CHROMIUM).exists(),
-    reason=f"no Chromium at {CHROMIUM}: install Debian's package (apt-get install chromium)")
+    reason=f"no Chromium at {CHROMIUM}: install Debian's package (apt-get install chromium)")]
 TYPING = 60  # ms between keys: a person's pace, so a poll lands while they type
 
 

@@ -33,6 +33,7 @@ from stead.records import (
     SnapshotRow,
 )
 from stead.workflow import workspaces
+from tests import stress
 
 CONTENT = b"written by a hostile manifest\n"
 SHA = hashlib.sha256(CONTENT).hexdigest()
@@ -242,7 +243,7 @@ def shaped(picked: list[list[Any]]) -> list[list[Any]]:
 manifests = st.one_of(st.lists(rows, max_size=10), st.lists(rows, max_size=8).map(shaped))
 
 
-@settings(max_examples=300, deadline=None,
+@settings(max_examples=stress.examples(300), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(manifest=manifests)
 @example(manifest=CHAIN)
@@ -469,7 +470,7 @@ def test_removing_an_earlier_copy_that_is_a_link_changes_nothing_it_points_to(
     assert state(top, dest) == before and not os.path.lexists(dest)
 
 
-@settings(max_examples=150, deadline=None,
+@settings(max_examples=stress.examples(150), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(made=st.lists(rows, max_size=10).map(shaped))
 def test_a_tree_a_save_takes_has_every_link_inside_and_restores_exactly(
