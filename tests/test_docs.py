@@ -20,6 +20,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -145,6 +146,37 @@ def test_getting_started_runs_a_real_sdk_agent() -> None:
     source = "".join(b.source for b in PYTHON if b.page == GETTING_STARTED and not b.fragment)
     assert "openai.AsyncOpenAI(" in source and "httpx2.MockTransport(" in source
     assert "stead.Worker(app, store).run_until_idle()" in source
+
+
+# stead is installed from its checkout (docs/install.md): `pip install stead` and
+# `pip install 'stead[openai]'` find nothing on a package index.
+BY_NAME = re.compile(r"pip\s+install\s+(?:-\S+\s+)*['\"]?stead\b")
+# `pip install -e '.[openai,postgres]'`, or with the checkout's path for the dot.
+EXTRAS = re.compile(r"pip\s+install\s+-e\s+['\"]?(?:\.|\S*/stead)\[(?P<names>[^\]]+)\]")
+INSTALL = ROOT / "docs" / "install.md"
+
+
+def test_install_lines_install_from_the_checkout() -> None:
+    """No page, README or message says to install stead by name; every extra named exists,
+    and every page that names one links to the page that says how to install."""
+    sources = sorted((ROOT / "src" / "stead").rglob("*.py"))
+    texts = {path: path.read_text() for path in [*PAGES, *sources]}
+    by_name = [f"{path.relative_to(ROOT)}: {m[0]!r}" for path, text in texts.items()
+               for m in BY_NAME.finditer(text)]
+    assert not by_name, f"stead is installed from its checkout (docs/install.md): {by_name}"
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())
+                 ["project"]["optional-dependencies"])
+    named = {path: {n.strip() for m in EXTRAS.finditer(text) for n in m["names"].split(",")}
+             for path, text in texts.items()}
+    unknown = {str(path.relative_to(ROOT)): sorted(names - extras)
+               for path, names in named.items() if names - extras}
+    assert not unknown, f"extras pyproject.toml does not declare: {unknown}"
+    unlinked = [str(path.relative_to(ROOT)) for path in PAGES
+                if named[path] and path.parent != ROOT and path != INSTALL
+                and "install.md" not in texts[path]]
+    assert not unlinked, f"pages naming an extra without a link to install.md: {unlinked}"
+    every = {m[1] for m in re.finditer(r"^\| `([\w-]+)` \|", INSTALL.read_text(), re.M)}
+    assert every == extras, "docs/install.md's table lists every extra of pyproject.toml"
 
 
 LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
