@@ -149,6 +149,15 @@ def test_getting_started_runs_a_real_sdk_agent() -> None:
     assert "stead.Worker(app, store).run_until_idle()" in source
 
 
+def test_the_agents_sdk_page_runs_the_sdk_model_offline() -> None:
+    """The OpenAI Agents SDK page's agent is the SDK's own Chat Completions model over
+    the real client, its HTTP answered offline, run by a worker through an approval."""
+    page = ROOT / "docs" / "guides" / "agent-author" / "openai-agents.md"
+    source = "".join(b.source for b in PYTHON if b.page == page and not b.fragment)
+    assert "OpenAIChatCompletionsModel(" in source and "httpx2.MockTransport(" in source
+    assert "client.deliver(" in source and 'assert answer == "Refunded: rf_123"' in source
+
+
 def test_getting_started_is_a_script_its_commands_run(tmp_path: Path) -> None:
     """support.py as the page builds it (the agent, then the `main` added at its end)
     runs with `python support.py`, and the shell commands the page gives next start and
