@@ -237,6 +237,8 @@ def test_the_site_builds_strict(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     api = (tmp_path / "reference" / "api" / "index.html").read_text()
     assert "stead.Client" in api and "deliver" in api
+    # The crash matrix's hooks, which the crash-testing guide's code uses.
+    assert all(f'id="stead.testing.{name}"' in api for name in ("Event", "Waiting", "Services"))
     cli = (tmp_path / "reference" / "cli" / "index.html").read_text()
     assert "stead worker" in cli and "--until-idle" in cli
 
