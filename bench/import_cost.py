@@ -5,7 +5,8 @@ command runs in this process, largest first. `python -X importtime` misses
 what `importlib.import_module` imports (the lazy names of `stead` and
 `stead.records`, PEP 562), whose cost it charges to whoever asked; this
 times every module's `exec_module`, less the modules it imported meanwhile.
-Run it with `STEAD_DATABASE_URL` naming a migrated database."""
+Run it with `STEAD_DATABASE_URL` naming a migrated database; it prints the
+largest 40 (`BENCH_IMPORT_ROWS=N` for N)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import collections
 import contextlib
 import importlib.abc
 import importlib.machinery
+import os
 import runpy
 import sys
 import time
@@ -70,7 +72,8 @@ def main(argv: list[str]) -> None:
     grouped: collections.defaultdict[str, float] = collections.defaultdict(float)
     for name, spent in own.items():
         grouped[name if name.startswith("stead") else name.split(".")[0]] += spent
-    for name, spent in sorted(grouped.items(), key=lambda item: -item[1])[:40]:
+    rows = int(os.environ.get("BENCH_IMPORT_ROWS", "40"))
+    for name, spent in sorted(grouped.items(), key=lambda item: -item[1])[:rows]:
         print(f"{spent * 1000:7.2f}  {name}", file=out)
 
 

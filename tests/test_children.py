@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import threading
 from typing import Any
 
 import pytest
@@ -15,7 +17,7 @@ import pytest
 import stead
 from stead.records import Fence, NewRun, Record
 from stead.workflow.children import child_id
-from tests import pg
+from tests import pg, stress
 from tests.helpers import Calls
 
 
@@ -283,3 +285,61 @@ async def test_no_wake_is_lost_between_a_suspending_parent_and_its_ending_childr
     finally:
         for s in stores:
             await s.close()
+
+
+@pytest.mark.parametrize("calls_after", [0, 1])
+async def test_a_child_asked_to_cancel_during_its_last_call_completes(
+    store: stead.Store, caplog: pytest.LogCaptureFixture, calls_after: int,
+) -> None:
+    """A cancel stops a running run at its next call boundary. A child asked to
+    cancel while its last call runs has none left: the call's result is journaled,
+    the child returns and ends `completed` (its `cancel_requested` still set), and the
+    parent gets its result. With one more call after it, the child stops there, as
+    `cancelled`, and the parent gets `ChildFailed`. (docs/concepts/children.md)"""
+    app = stead.App("t")
+    started, release = threading.Event(), threading.Event()
+    deadline = 30 * stress.slow()
+
+    def last() -> str:
+        started.set()
+        release.wait(deadline)
+        return "made"
+
+    @app.workflow()
+    async def kid(run: stead.Run) -> str:
+        made = await run.step("last", last)
+        for n in range(calls_after):
+            await run.step(f"after {n}", str, n)
+        return made
+
+    @app.workflow()
+    async def parent(run: stead.Run) -> str:
+        try:
+            return await run.child(kid, task_id="the-child")
+        except stead.ChildFailed as exc:
+            return f"ChildFailed: {exc.status}"
+
+    client = stead.Client(store, app)
+    info = await client.start(parent)
+    caplog.set_level(logging.INFO, logger="stead.worker")
+    worker = asyncio.create_task(stead.Worker(app, store).run_until_idle())
+    assert await asyncio.to_thread(started.wait, deadline)
+    [child] = await client.children(info.run_id)
+    asked = await client.cancel(child.run_id)
+    assert (asked.status, asked.cancel_requested) == ("running", True)
+    heard = f"run {child.run_id}: cancel requested"
+    async with asyncio.timeout(deadline):  # the worker's lease keeper asks every second
+        while not any(heard in r.getMessage() for r in caplog.records):
+            await asyncio.sleep(0.02)
+    release.set()
+    await worker
+    ended = await client.get(child.run_id)
+    if calls_after:
+        assert ended.status == "cancelled"
+        assert await client.result(info.run_id) == "ChildFailed: cancelled"
+    else:
+        assert (ended.status, ended.cancel_requested) == ("completed", True)
+        assert await client.result(child.run_id) == "made"
+        assert await client.result(info.run_id) == "made"
+    # Either way the call the cancel arrived in has its result journaled.
+    assert ("last", "ok") in [(r.name, r.status) for r in await client.journal(child.run_id)]

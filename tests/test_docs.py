@@ -5,9 +5,10 @@ not Python.
 
 A ```python block is run: each page's blocks in order, in one namespace, in a fresh
 temporary directory (a SQLite store there), offline, each bounded in time; top-level
-`await` works, as in `python -m asyncio`. A block that cannot run on its own is marked
-by a `<!-- fragment -->` line just before it, and fragments stay a minority. Shell
-sessions are ```bash or ```console, output ```text: they are not run."""
+`await` works, as in `python -m asyncio`, and so does a script's `asyncio.run(main())`.
+A block that cannot run on its own is marked by a `<!-- fragment -->` line just before
+it, and fragments stay a minority. Shell sessions are ```bash or ```console, output
+```text: they are not run."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -73,27 +75,27 @@ def blocks(page: Path) -> list[Block]:
 ALL = [b for page in PAGES for b in blocks(page)]
 PYTHON = [b for b in ALL if b.lang == "python"]
 
-# Run in a process of its own per page: the page's blocks in one namespace and one
-# event loop, each block bounded by an alarm (sync code) and by wait_for (awaits).
+# Run in a process of its own per page: the page's blocks in one namespace, each
+# bounded by an alarm (sync code) and by wait_for (awaits). A block that awaits at
+# its top level runs on the page's one event loop (`asyncio.Runner`); no loop runs
+# between blocks, so a block written as a script may call `asyncio.run(main())`.
 RUNNER = """
 import ast, asyncio, json, signal, sys
 
 def timed_out(signum, frame):
     raise TimeoutError("the block ran past its time")
 
-async def main():
-    namespace = {"__name__": "__main__"}
+namespace = {"__name__": "__main__"}
+with asyncio.Runner() as runner:
     for where, source, seconds in json.load(sys.stdin):
         signal.signal(signal.SIGALRM, timed_out)
         signal.alarm(seconds)
         code = compile(source, where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
         result = eval(code, namespace)
         if asyncio.iscoroutine(result):
-            await asyncio.wait_for(result, seconds)
+            runner.run(asyncio.wait_for(result, seconds))
         signal.alarm(0)
         print("ran", where, flush=True)
-
-asyncio.run(main())
 """
 
 
@@ -147,6 +149,75 @@ def test_getting_started_runs_a_real_sdk_agent() -> None:
     assert "stead.Worker(app, store).run_until_idle()" in source
 
 
+def test_the_agents_sdk_page_runs_the_sdk_model_offline() -> None:
+    """The OpenAI Agents SDK page's agent is the SDK's own Chat Completions model over
+    the real client, its HTTP answered offline, run by a worker through an approval."""
+    page = ROOT / "docs" / "guides" / "agent-author" / "openai-agents.md"
+    source = "".join(b.source for b in PYTHON if b.page == page and not b.fragment)
+    assert "OpenAIChatCompletionsModel(" in source and "httpx2.MockTransport(" in source
+    assert "client.deliver(" in source and 'assert answer == "Refunded: rf_123"' in source
+
+
+def test_getting_started_is_a_script_its_commands_run(tmp_path: Path) -> None:
+    """support.py as the page builds it (the agent, then the `main` added at its end)
+    runs with `python support.py`, and the shell commands the page gives next start and
+    finish a second run from the folder that holds it."""
+    source = "\n\n".join(b.source for b in PYTHON if b.page == GETTING_STARTED
+                         and not b.fragment)
+    assert "asyncio.run(main())" in source  # a script: no top-level await
+    (tmp_path / "support.py").write_text(source)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("STEAD_", "OPENAI", "ANTHROPIC"))}
+    env |= {"HOME": str(tmp_path), "HTTP_PROXY": "http://127.0.0.1:9",
+            "HTTPS_PROXY": "http://127.0.0.1:9"}
+
+    def run(*argv: str) -> str:
+        done = subprocess.run(list(argv), cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, f"{argv}: {done.stderr}"
+        return done.stdout
+
+    assert run(sys.executable, "support.py").startswith("Checked: ")
+    stead_cli = [sys.executable, "-m", "stead"]
+    run(*stead_cli, "start", "support:app", "support", '["Can I get a refund for order 123?"]',
+        "--task-id", "question-2")
+    run(*stead_cli, "worker", "support:app", "--until-idle")
+    listed = run(*stead_cli, "runs", "ls")
+    assert re.search(r"support@1\s+completed\s+question-2", listed), listed
+    assert re.search(r"support@1\s+completed\s+question-1", listed), listed
+
+
+# stead is installed from its checkout (docs/install.md): `pip install stead` and
+# `pip install 'stead[openai]'` find nothing on a package index.
+BY_NAME = re.compile(r"pip\s+install\s+(?:-\S+\s+)*['\"]?stead\b")
+# `pip install -e '.[openai,postgres]'`, or with the checkout's path for the dot.
+EXTRAS = re.compile(r"pip\s+install\s+-e\s+['\"]?(?:\.|\S*/stead)\[(?P<names>[^\]]+)\]")
+INSTALL = ROOT / "docs" / "install.md"
+
+
+def test_install_lines_install_from_the_checkout() -> None:
+    """No page, README or message says to install stead by name; every extra named exists,
+    and every page that names one links to the page that says how to install."""
+    sources = sorted((ROOT / "src" / "stead").rglob("*.py"))
+    texts = {path: path.read_text() for path in [*PAGES, *sources]}
+    by_name = [f"{path.relative_to(ROOT)}: {m[0]!r}" for path, text in texts.items()
+               for m in BY_NAME.finditer(text)]
+    assert not by_name, f"stead is installed from its checkout (docs/install.md): {by_name}"
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())
+                 ["project"]["optional-dependencies"])
+    named = {path: {n.strip() for m in EXTRAS.finditer(text) for n in m["names"].split(",")}
+             for path, text in texts.items()}
+    unknown = {str(path.relative_to(ROOT)): sorted(names - extras)
+               for path, names in named.items() if names - extras}
+    assert not unknown, f"extras pyproject.toml does not declare: {unknown}"
+    unlinked = [str(path.relative_to(ROOT)) for path in PAGES
+                if named[path] and path.parent != ROOT and path != INSTALL
+                and "install.md" not in texts[path]]
+    assert not unlinked, f"pages naming an extra without a link to install.md: {unlinked}"
+    every = {m[1] for m in re.finditer(r"^\| `([\w-]+)` \|", INSTALL.read_text(), re.M)}
+    assert every == extras, "docs/install.md's table lists every extra of pyproject.toml"
+
+
 LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
 
 
@@ -166,6 +237,8 @@ def test_the_site_builds_strict(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     api = (tmp_path / "reference" / "api" / "index.html").read_text()
     assert "stead.Client" in api and "deliver" in api
+    # The crash matrix's hooks, which the crash-testing guide's code uses.
+    assert all(f'id="stead.testing.{name}"' in api for name in ("Event", "Waiting", "Services"))
     cli = (tmp_path / "reference" / "cli" / "index.html").read_text()
     assert "stead worker" in cli and "--until-idle" in cli
 

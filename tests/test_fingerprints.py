@@ -246,3 +246,62 @@ async def test_relative_fingerprint_paths_resolve_against_the_workspace(
     await stead.Worker(app, fstore).run_until_idle()
     found = await client.result(info.run_id, timeout=10)
     assert found["files"] == {"Cargo.lock": trees.file_sha256(tmp_path / "ws" / "Cargo.lock")}
+
+
+@pytest.mark.parametrize("change", ["nothing", "image", "lockfile"])
+async def test_a_changed_environment_reruns_every_bound_step_from_the_first(
+    fstore: stead.Store, clock: stead.FakeClock, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, change: str,
+) -> None:
+    """What docs/concepts/workspaces.md says of a takeover in another environment
+    (another image; or a lockfile a later step changed, which the first step, before
+    any snapshot, read from the tree): the first step bound to its environment (one
+    given `ws.path`) no longer holds, the journal is cut there, and every step from it
+    on runs again, the edits too, on the tree the takeover restored, which holds their
+    edits already. In the same environment the replayed steps are not run again."""
+    monkeypatch.setenv(fingerprints.IMAGE_ENV, "sha256:img1")
+    root = tmp_path / "root"
+    (root / "repo").mkdir(parents=True)
+    (root / "repo" / "notes.txt").write_text("")
+    (root / "repo" / "uv.lock").write_text("L1\n")
+    calls = Calls()
+    app = stead.App("editor")
+
+    def append(path: Any, name: str, line: str) -> None:
+        calls.hit(line)
+        with Path(path, name).open("a") as notes:
+            notes.write(line + "\n")
+
+    def crash_once() -> None:
+        if not calls["crash"]:
+            calls.hit("crash")
+            raise Crash()
+
+    @app.workflow()
+    async def edit(run: stead.Run, repo: str) -> str:
+        ws = await run.workspace("repo", repo, root=root)
+        await run.step("first", append, ws.path, "notes.txt", "first")
+        await run.step("second", append, ws.path, "notes.txt", "second")
+        if change == "lockfile":
+            await run.step("lock", append, ws.path, "uv.lock", "L2")
+        await run.step("crash", crash_once)
+        return Path(ws.path, "notes.txt").read_text()
+
+    client = stead.Client(fstore, app)
+    info = await client.start(edit, str(root / "repo"))
+    await stead.Worker(app, fstore, stead.WorkerOptions(lease_seconds=30)).run_until_idle()
+    if change == "image":
+        monkeypatch.setenv(fingerprints.IMAGE_ENV, "sha256:img2")
+    await _take_over(app, fstore, clock)
+    notes = await client.result(info.run_id, timeout=10)
+    [resume] = await client.resumes(info.run_id)
+    if change == "nothing":
+        assert notes == "first\nsecond\n" and (calls["first"], calls["second"]) == (1, 1)
+        assert not resume.details.reran
+        return
+    assert notes == "first\nsecond\nfirst\nsecond\n"
+    assert (calls["first"], calls["second"]) == (2, 2)
+    [stale] = resume.details.reran or []
+    assert stale["call"] == "first" and stale["done"] == StaleOutcome.RERUN
+    changed = {"image": "runtime.image", "lockfile": "lockfiles.uv.lock"}[change]
+    assert [c.split(":")[0] for c in stale["changed"]] == [changed]

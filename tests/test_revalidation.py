@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import stead
 import stead.views.context_view
 import stead.views.timeline
-from stead import policy
+from stead import policy, worlds
 from stead.records import Record, RecordKind, RecordStatus
 from stead.workflow import revalidation
 from tests.helpers import Calls, Crash
@@ -47,7 +47,7 @@ def _snap(intent: stead.Intent, version: int, world: dict[str, Any] | None,
 def test_a_new_intent_version_and_budget_use_are_reported_not_changes() -> None:
     intent = stead.Intent(goal="refund", grants=[stead.Grant("refund", {"max_amount": 50})],
                           budget=stead.Budget(model_calls=3))
-    world = policy.world(4, {"status": "open"})
+    world = worlds.world(4, {"status": "open"})
     d = policy.diff(_snap(intent, 1, world), _snap(intent, 2, world))
     d["budget"] = {"used": {"model_calls": 2}}
     assert d["intent_version"] == [1, 2]
@@ -56,26 +56,26 @@ def test_a_new_intent_version_and_budget_use_are_reported_not_changes() -> None:
 
 def test_goal_grants_policy_and_world_are_changes() -> None:
     intent = stead.Intent(goal="refund", grants=[stead.Grant("refund", {"max_amount": 50})])
-    world = policy.world(4, {"status": "open", "amount": 10})
+    world = worlds.world(4, {"status": "open", "amount": 10})
     before = _snap(intent, 1, world)
     narrowed = stead.Intent(goal="refund", grants=[stead.Grant("refund", {"max_amount": 20})])
     assert policy.diff(before, _snap(narrowed, 2, world))["grants"]["narrowed"]
     assert policy.changed(policy.diff(before, _snap(
         stead.Intent(goal="other", grants=intent.grants), 2, world)))
     assert policy.changed(policy.diff(before, _snap(intent, 1, world, "p@2")))
-    moved = policy.diff(before, _snap(intent, 1, policy.world(5, {"status": "held",
+    moved = policy.diff(before, _snap(intent, 1, worlds.world(5, {"status": "held",
                                                                     "amount": 10})))
     assert moved["world"] == {"version": [4, 5], "keys": ["status"]}
     assert policy.changed(moved)
 
 
 def test_the_run_s_own_state_writes_are_the_world_it_knows() -> None:
-    before = _snap(stead.Intent(goal="g"), 1, policy.world(1, {"a": 1}))
+    before = _snap(stead.Intent(goal="g"), 1, worlds.world(1, {"a": 1}))
     own = Record(seq=3, addr="0:3", attempt=1, kind=RecordKind.STATE,
                  name="update", digest="d", status=RecordStatus.OK,
                  payload='{"version": 2, "data": {"a": 2}}', epoch=1, at=1.0)
     seen = revalidation.seen_world(before, [own])
-    assert seen == policy.world(2, {"a": 2})
+    assert seen == worlds.world(2, {"a": 2})
     assert revalidation.seen_world(before, []) == before["world"]
 
 

@@ -7,11 +7,14 @@ CPU time itself is measured by `python -m bench.startup`."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.workers import procs
 
 # Libraries no listing needs: each is imported where it is used.
 LIBRARIES = ("jsonschema", "croniter", "pydantic", "starlette", "uvicorn", "openai",
@@ -110,3 +113,81 @@ def test_listing_runs_needs_the_store_and_no_client(tmp_path: Path, args: list[s
     assert "stead.client.listing" in found
     # The fleet's records (hosts, backlog, schedules, stranded runs) only for --stranded.
     assert ("stead.records.fleet" in found) == ("--stranded" in args)
+
+
+# What `stead worker` imports from exec to a run's first live step, the run
+# taken over from a worker that died, for an app that uses no optional
+# feature: the features' modules are imported by the first call that uses
+# one (an effect, a wait, a model call, an intent, a workspace, a stream,
+# a migration, a policy), the client's parts never.
+WORKER_UNUSED = (
+    "stead.client", "stead.web", "stead.testing", "stead.contrib", "stead.demos",
+    "stead.examples", "stead.operator", "stead.views", "stead.dryrun", "stead.retention",
+    "stead.migrations", "stead.policy", "stead.guard", "stead.intent", "stead.keys",
+    "stead.llm", "stead.workflow.waits", "stead.workflow.workspaces",
+    "stead.workflow.revalidation", "stead.workflow.judgements", "stead.files",
+    "stead.stream_records", "stead.exports", "stead.searches", "stead.queues",
+    "stead.schedules", "stead.schema_check", "stead.policy_binding",
+    "stead.records.waits", "stead.records.histories", "stead.cli.runs", "stead.cli.deploy",
+)
+# The standard library's costly corners no such run needs (the SQLite store's
+# -wal watch, opened while the worker waits, loads `ctypes` but not the
+# search for a library by name, which runs `ldconfig`).
+WORKER_STDLIB = ("email", "tempfile", "shutil", "zipfile", "importlib.resources",
+                 "ctypes.util", "pathlib")
+
+WORKER_APP = '''
+import json, os, sys
+
+import stead
+
+app = stead.App("pinned")
+
+
+def double(n: int) -> int:
+    return 2 * n
+
+
+@app.workflow()
+async def pinned(run: stead.Run, n: int) -> int:
+    first = await run.step("first", double, n)
+    if os.environ.get("PIN_CRASH"):  # the first worker dies here, holding the run
+        os._exit(3)
+    second = await run.step("second", double, first)
+    with open(os.environ["PIN_MODULES"], "w") as out:
+        json.dump(sorted(sys.modules), out)
+    return second
+'''
+
+
+def test_worker_imports_only_what_its_runs_use(tmp_path: Path) -> None:
+    (tmp_path / "pinned_app.py").write_text(WORKER_APP)
+    db = f"sqlite:///{tmp_path}/stead.db"
+    modules = tmp_path / "modules.json"
+    stead_cmd = [sys.executable, "-m", "stead", "--db", db]
+    env = {**os.environ, "PIN_MODULES": str(modules)}
+
+    def run(*args: str, extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*stead_cmd, *args], cwd=tmp_path, capture_output=True,
+                              text=True, env={**env, **(extra or {})},
+                              timeout=procs.DEADLINE)
+
+    assert run("db", "migrate").returncode == 0
+    started = run("start", "-q", "pinned_app:app", "pinned", "[4]")
+    assert started.returncode == 0, started.stderr
+    # The first worker journals the first step, then dies holding the lease.
+    crashed = run("worker", "pinned_app:app", "--until-idle", "--lease", "1",
+                  extra={"PIN_CRASH": "1"})
+    assert crashed.returncode == 3, crashed.stderr
+    assert not modules.exists()
+    # A fresh worker takes the run over once the lease ran out, replays the
+    # first step and runs the second live.
+    done = run("worker", "pinned_app:app", "--until-idle", "--lease", "1")
+    assert done.returncode == 0, done.stderr
+    found = set(json.loads(modules.read_text()))
+    assert "stead.takeover" in found and "stead.store.sqlite" in found
+    assert not _under(found, LIBRARIES)
+    assert not _under(found, WORKER_UNUSED)
+    assert not _under(found, WORKER_STDLIB)
+    listed = run("runs", "ls", "--json")
+    assert [(r["status"], r["epoch"]) for r in json.loads(listed.stdout)] == [("completed", 2)]

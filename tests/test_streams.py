@@ -309,3 +309,41 @@ async def test_a_dry_replay_of_a_streaming_run_writes_nothing_and_finds_it_fits(
     [replayed] = await dryrun.replay_all(app, [stored])
     assert replayed.finding is None
     assert [e.value for e in await _all(client, info.run_id, "s")] == ["a", "b"]
+
+
+async def test_reading_a_pruned_or_unknown_run_is_unknown_run_or_404(
+    fstore: stead.Store, clock: stead.FakeClock,
+) -> None:
+    """What docs/concepts/streams.md says a reader gets: from a run that is not there
+    (never was, or pruned) `UnknownRun` in Python and 404 over HTTP; from a stream the
+    run never wrote, nothing (an event stream without events), once the run has ended."""
+    import httpx
+
+    from stead.web import create_app
+
+    app = stead.App("t")
+
+    @app.workflow(version=1)
+    async def wf(run: stead.Run) -> None:
+        await run.stream("answer").append("gone with the run")
+
+    client = stead.Client(fstore, app)
+    info = await client.start(wf)
+    await stead.Worker(app, fstore).run_until_idle()
+    asgi = create_app(app, store=fstore, public=True)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
+                                 base_url="http://127.0.0.1:8484") as http:
+        async def status(run_id: str, name: str) -> tuple[int, str]:
+            r = await http.get(f"/runs/{run_id}/streams/{name}")
+            return r.status_code, r.text
+
+        assert [e.value for e in await _all(client, info.run_id, "answer")] == \
+            ["gone with the run"]
+        assert await _all(client, info.run_id, "never-written") == []
+        assert await status(info.run_id, "never-written") == (200, "")
+        clock.advance(31 * DAY)
+        assert (await stead.prune(fstore, 30 * DAY)).deleted == 1
+        for run_id in (info.run_id, "no-such-run"):
+            with pytest.raises(stead.UnknownRun):
+                await _all(client, run_id, "answer")
+            assert await status(run_id, "answer") == (404, f"There is no run {run_id}.")

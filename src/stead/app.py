@@ -9,17 +9,20 @@ import re
 from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 
-from stead import bounds, errors, queues, stepcode
-from stead.intent import Intent, Matcher, check_tool, check_tools
-from stead.migrations import Migration, MigrationFn
-from stead.policy import Policy, PolicyFn, PolicyPoint, policy_points
-from stead.queues import Period, Queue
+from stead import bounds, errors, stepcode
+from stead.policy_points import PolicyPoint, policy_points
 from stead.records import Missed
-from stead.schedules import Schedule
-from stead.schedules import check as check_schedule
 
+# What only some apps use (queues, schedules, migrations, a policy, declared
+# tools) is imported where it is declared or checked: `stead worker` starts
+# without the modules of the features its app does not use.
 if TYPE_CHECKING:
+    from stead.intent import Intent, Matcher
+    from stead.migrations import Migration, MigrationFn
+    from stead.policy import Policy, PolicyFn
+    from stead.queues import Period, Queue
     from stead.run import Run
+    from stead.schedules import Schedule
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -78,8 +81,11 @@ class App:
         self.policy_on: frozenset[PolicyPoint] = policy_points(policy_on)
         self._workflows: dict[tuple[str, int], Workflow[Any, Any]] = {}
         self._migrations: dict[tuple[str, int], Migration] = {}
-        self.current_policy: Policy | None = None if policy is None else Policy(
-            policy, policy_version)
+        self.current_policy: Policy | None = None
+        if policy is not None:
+            from stead.policy import Policy
+
+            self.current_policy = Policy(policy, policy_version)
         self.matchers: dict[str, Matcher] = dict(matchers or {})
         self.tools: frozenset[str] | None = None if tools is None else _tool_names(tools)
         self._schedules: dict[str, Schedule] = {}
@@ -93,6 +99,8 @@ class App:
         and `rate=(100, "1m")` start per period. With `priority`, runs may be
         started with a priority (lower first). Workers of this app claim the
         queue's runs under these limits (`client.start(..., queue=name)`)."""
+        from stead import queues
+
         if name in self.queues:
             raise ValueError(f"queue {name!r} is declared twice")
         made = queues.define(name, concurrency=concurrency, per_worker=per_worker, rate=rate,
@@ -112,10 +120,14 @@ class App:
     def check_intent(self, intent: Intent) -> None:
         """Raise `InvalidIntent` if `intent` grants a tool this app does not
         know (nothing to check if it declares no `tools`)."""
-        check_tools(intent, self.tools, self.name)
+        from stead import intent as intents
+
+        intents.check_tools(intent, self.tools, self.name)
 
     def check_tool(self, tool: str) -> None:
-        check_tool(tool, self.tools, self.name)
+        from stead import intent as intents
+
+        intents.check_tool(tool, self.tools, self.name)
 
     def policy(self, *, version: str = "1") -> Callable[[PolicyFn], PolicyFn]:
         """Register `fn(intent, state, run, action)` as the app's policy, at
@@ -124,6 +136,8 @@ class App:
             raise ValueError("a policy version is a non-empty string")
 
         def register(fn: PolicyFn) -> PolicyFn:
+            from stead.policy import Policy
+
             self.current_policy = Policy(fn, version)
             return fn
 
@@ -177,13 +191,15 @@ class App:
         seconds late), `"once"` (one run, for the latest) or `"all"`. Put it
         above `@app.workflow(...)`, or on a plain `async def` (registered as
         version 1)."""
-        policy = check_schedule(cron, missed, grace)
+        from stead import schedules
+
+        policy = schedules.check(cron, missed, grace)
 
         def register(target: Any) -> Workflow[Any, Any]:
             wf: Workflow[Any, Any] = target if isinstance(target, Workflow) \
                 else self.workflow()(target)
             bounds.text(name or wf.name, "a schedule's name", errors.InvalidSchedule)
-            sched = Schedule(name or wf.name, cron, wf.name, wf.version, policy, grace)
+            sched = schedules.Schedule(name or wf.name, cron, wf.name, wf.version, policy, grace)
             if sched.name in self._schedules:
                 raise ValueError(f"schedule {sched.name!r} is registered twice")
             self._schedules[sched.name] = sched
@@ -225,6 +241,8 @@ class App:
             raise ValueError(f"a migration from {workflow}@{from_version} is registered twice")
 
         def register(fn: MigrationFn) -> MigrationFn:
+            from stead.migrations import Migration
+
             self._migrations[(workflow, from_version)] = Migration(
                 workflow, from_version, to_version, fn)
             return fn

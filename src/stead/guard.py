@@ -24,17 +24,8 @@ from typing import Any
 
 from stead import errors
 from stead.intent import Grant, Intent, Matcher
-from stead.policy import (
-    POLICY_POINTS,
-    Action,
-    Continue,
-    Decision,
-    Pause,
-    Policy,
-    PolicyPoint,
-    Terminate,
-    decide,
-)
+from stead.policy import Action, Continue, Decision, Pause, Policy, Terminate, decide
+from stead.policy_points import POLICY_POINTS, PolicyPoint
 from stead.records import IntentRow, Record, RecordKind, RecordStatus, RunRow, RunStatus
 from stead.store.base import Guard as CommitGuard
 

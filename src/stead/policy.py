@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from stead import calls
@@ -62,29 +61,6 @@ class Terminate:
 
 Decision = Continue | Pause | Terminate
 PolicyFn = Callable[[Intent | None, dict[str, Any], RunRow, "Action | None"], Any]
-
-
-class PolicyPoint(enum.StrEnum):
-    """Where a live run asks the policy (`App(policy_on=...)`); a takeover
-    always asks it once, where the run first acts live."""
-
-    EFFECT = "effect"
-    LLM = "llm"
-
-
-POLICY_POINTS = frozenset({PolicyPoint.EFFECT})
-
-
-def policy_points(points: Iterable[str]) -> frozenset[PolicyPoint]:
-    """`points` as `PolicyPoint`s; `effect` is always among them."""
-    if isinstance(points, str):
-        raise ValueError("policy_on is a collection of points, e.g. ('effect', 'llm')")
-    known = {p.value: p for p in PolicyPoint}
-    unknown = sorted(str(p) for p in points if p not in known)
-    if unknown:
-        raise ValueError(f"policy_on names unknown point(s) {', '.join(unknown)}; "
-                         f"the points are {', '.join(sorted(known))}")
-    return POLICY_POINTS | {known[p] for p in points}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -166,18 +142,10 @@ def decision_json(decision: Decision, version: str, current: Mapping[str, Any] |
 
 
 # -- snapshots and diffs ---------------------------------------------------------------
-def world(version: int, data: Mapping[str, Any]) -> dict[str, Any]:
-    """What a snapshot keeps of the task state: its version and, per key, a
-    digest of the value (the values themselves stay in the task state)."""
-    return {"version": version,
-            "keys": {str(k): sha256(json.dumps(v, sort_keys=True, default=str))
-                     for k, v in data.items()}}
-
-
 def snapshot(intent: Intent | None, version: int, policy_version: str | None,
              at: float, world: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What a resume record remembers of the intent it ran under, and of the
-    world (`world(...)`, None: not known) it resumed on."""
+    world (`stead.worlds.world(...)`, None: not known) it resumed on."""
     out: dict[str, Any] = {"intent_version": version, "policy_version": policy_version,
                            "at": at, "grants": {}}
     if intent is not None:

@@ -7,7 +7,6 @@ backoff survives a restart: a new worker waits only what is left of it.
 from __future__ import annotations
 
 import dataclasses
-import email.utils
 
 from stead import bounds, errors
 
@@ -60,6 +59,8 @@ def retry_after(error: BaseException, now: float) -> float | None:
         return max(0.0, float(value))
     except ValueError:
         pass
+    import email.utils  # an HTTP date: rare, and `email` costs a few ms to import
+
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):

@@ -28,31 +28,25 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from stead import codec, errors, guard, inputs, migrations
+from stead import codec, errors, inputs, worlds
 from stead.app import App, Workflow
-from stead.clock import Clock
 from stead.execution import Execution, ExecutionOptions
-from stead.exports import StoredRun
-from stead.migrations import Migration, MigrationView
-from stead.records import (
-    Fence,
-    IntentRow,
-    MigrationPlan,
-    MigrationRow,
-    Record,
-    RecordKind,
-    ResumeDetails,
-    ResumeRecord,
-    RunRow,
-    RunStatus,
-    StateRow,
-    WaitState,
-)
+from stead.records import Fence, Record, RecordKind, ResumeDetails, ResumeRecord, RunRow, RunStatus
 from stead.replay import Journal, markers_from
-from stead.store.base import Store
-from stead.workflow import revalidation, workspaces
+
+# What only a migration, a run with an intent or a policy, or a run with a
+# workspace needs is imported on that path: a worker's first claim of any
+# other run loads none of it.
+if TYPE_CHECKING:
+    from stead import guard
+    from stead.clock import Clock
+    from stead.exports import StoredRun
+    from stead.migrations import Migration, MigrationView
+    from stead.records import IntentRow, MigrationPlan, MigrationRow, StateRow
+    from stead.store.base import Store
+    from stead.workflow import revalidation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +86,8 @@ def task_key(row: RunRow) -> str:
 
 async def load_stored(store: Store, row: RunRow) -> StoredRun:
     """The run as stored now: its journal, waits and task state."""
+    from stead.exports import StoredRun
+
     journal = await store.load_journal(row.run_id)
     waits = await store.list_waits(run_id=row.run_id, limit=10_000)
     state = await store.read_state(task_key(row))
@@ -100,6 +96,9 @@ async def load_stored(store: Store, row: RunRow) -> StoredRun:
 
 def view_of(stored: StoredRun, migration: Migration) -> MigrationView:
     """What `migration` sees of the run."""
+    from stead.migrations import MigrationView
+    from stead.records import WaitState
+
     row = stored.run
     try:
         args, kwargs = inputs.decode(row.input)
@@ -122,6 +121,9 @@ def plan_from(app: App, stored: StoredRun, migration: Migration, author: str) ->
     effect record lost) and, if the app hosts the target version, the new
     input against its parameters. `MigrationRefused` says what is wrong;
     nothing is written here."""
+    from stead import migrations
+    from stead.records import MigrationPlan
+
     row = stored.run
     view = view_of(stored, migration)
     made = migration(view)
@@ -200,6 +202,8 @@ def revalidation_for(
     """The takeover's revalidation: the diff since the last one now (it
     decides whether a `fresh` proposal is asked again); the policy is asked
     where the run first acts live (`Execution.judge`)."""
+    from stead.workflow import revalidation
+
     before = revalidation.baseline(intents[0] if intents else None, last)
     ctx.cleared = revalidation.cleared_pause(last, recorded, intents)
     registered = None if app.current_policy is None else app.current_policy.version
@@ -259,7 +263,7 @@ async def prepare(
             read = await store.takeover_context(row.run_id, journal=load, task_key=task_key(row),
                                                 revalidate=checked)
             recorded, intents, last, state = read.journal, read.intents, read.last, read.state
-            world = revalidation.world_of(state)
+            world = worlds.of_state(state)
         if migrated is not None:
             recorded = list(migrated)
         journal = Journal(row.run_id, recorded)
@@ -274,6 +278,8 @@ async def prepare(
     if any(r.kind == RecordKind.WORKSPACE for r in recorded):
         try:
             # Before replay: the workflow's calls see the files as they were saved.
+            from stead.workflow import workspaces
+
             restored = await workspaces.restore_all(store, row.run_id, row.epoch, journal)
         except errors.WorkspaceError as exc:
             return stopped(row, worker_id, clock.now(), gated.key, journal.length,
@@ -304,6 +310,8 @@ async def prepare(
         else app.current_policy.version
     if not checked:
         return Ready(gated, execution, args, kwargs)
+    from stead import guard
+
     try:
         ctx = guard.Guard(row, intents[-1] if intents else None, app.current_policy,
                           guard.Ledger())

@@ -1,4 +1,4 @@
-"""OpenTelemetry spans and metrics for runs (`pip install 'stead[otel]'`).
+"""OpenTelemetry spans and metrics for runs (`pip install -e '.[otel]'`).
 
 Off until `instrument()` is called; without it (or without opentelemetry
 installed) every hook here is a no-op costing one check. Once on:
@@ -54,8 +54,8 @@ def instrument(*, tracer_provider: TracerProvider | None = None,
     try:
         from opentelemetry import metrics, trace
     except ImportError as exc:
-        raise ImportError("stead.tracing needs OpenTelemetry: pip install 'stead[otel]'"
-                          ) from exc
+        raise ImportError("stead.tracing needs OpenTelemetry: pip install -e '.[otel]' in "
+                          "stead's checkout (docs/install.md)") from exc
     tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
     meter = metrics.get_meter(SCOPE, meter_provider=meter_provider)
     tokens = meter.create_histogram(

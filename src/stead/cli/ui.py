@@ -1,5 +1,5 @@
 """`stead ui MODULE:APP`: the operator's dashboard and the event webhook
-(`pip install 'stead[web]'`), served with uvicorn."""
+(`pip install -e '.[web]'`), served with uvicorn."""
 
 from __future__ import annotations
 
@@ -91,7 +91,8 @@ def ui(ctx: click.Context, app_spec: str, host: str, port: int, read_only: bool,
         from stead.web import create_app, sso_proxy
     except ImportError as exc:
         raise click.ClickException(
-            f"the dashboard needs stead's web extra: pip install 'stead[web]' ({exc})") from exc
+            f"the dashboard needs stead's web extra: pip install -e '.[web]' in stead's "
+            f"checkout (docs/install.md) ({exc})") from exc
     app = common.load_app(app_spec)
     db = common.database_url(ctx)
     common.require_database(db)

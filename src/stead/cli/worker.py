@@ -144,8 +144,8 @@ async def _report(w: Worker, until: Until, done: bool) -> Report:
 
 
 async def _work(db: str, app: App, options: WorkerOptions, until: Until) -> Report:
-    async with common.opened_client(db, app, interactive=False) as client:
-        w = Worker(app, client.store, options)
+    async with common.opened_store(db, interactive=False) as store:
+        w = Worker(app, store, options)
         loop = asyncio.get_running_loop()
 
         def stop(sig: signal.Signals) -> None:

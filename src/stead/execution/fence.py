@@ -11,18 +11,24 @@ import contextlib
 import contextvars
 import threading
 from collections.abc import Callable, Coroutine, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from stead import addresses, codec, digests, errors, keys, stepcode
-from stead.clock import Clock
+from stead import addresses, codec, digests, errors, stepcode
 from stead.execution.exits import Drain, Frontier, Stop
-from stead.execution.options import ExecutionOptions, Judge
-from stead.guard import Guard
-from stead.intent import Matcher
-from stead.policy import Action
-from stead.records import Fence, Record, ResumeClass, RunStatus
-from stead.replay import Journal
-from stead.store.base import Store
+from stead.records import RunStatus
+
+# Annotations only: a run without intent, policy or waits loads none of
+# their modules (`stead worker` starts without them).
+if TYPE_CHECKING:
+    from stead import keys
+    from stead.clock import Clock
+    from stead.execution.options import ExecutionOptions, Judge
+    from stead.guard import Guard
+    from stead.intent import Matcher
+    from stead.policy import Action
+    from stead.records import Fence, Record, ResumeClass
+    from stead.replay import Journal
+    from stead.store.base import Store
 
 T = TypeVar("T")
 

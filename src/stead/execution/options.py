@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from stead import keys
-from stead.policy import Action
+if TYPE_CHECKING:
+    from stead import keys
+    from stead.policy import Action
 
 
 class Standing(Protocol):

@@ -17,7 +17,6 @@ from typing import TypeVar
 from stead import codec, errors
 from stead.execution.exits import Frontier
 from stead.execution.fence import Fenced
-from stead.policy import Action
 from stead.records import Record, RecordKind, RecordStatus, ResumeDetails, ResumeRecord, RunStatus
 from stead.replay import markers_text
 
@@ -168,6 +167,8 @@ class Writes(Fenced, abc.ABC):
             raise Frontier()
         if recs and self.judge is not None and self.judge.pending and _acts(recs[0]):
             # A live write no call judged first (a wait, a state change...).
+            from stead.policy import Action  # judged: the run has an intent or a policy
+
             first = recs[0]
             await self.judge.judge(Action(first.kind, first.name, None, {},
                                           digest=first.digest or None))

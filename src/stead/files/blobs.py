@@ -23,7 +23,8 @@ def _fs(url: str) -> tuple[Any, str]:
         import fsspec  # type: ignore[import-untyped,unused-ignore]
     except ImportError as exc:
         raise errors.WorkspaceError(
-            f"workspace blobs at {url} need fsspec: pip install 'stead[workspaces]'") from exc
+            f"workspace blobs at {url} need fsspec: pip install -e '.[workspaces]' in "
+            "stead's checkout (docs/install.md)") from exc
     try:
         fs, path = fsspec.core.url_to_fs(url)
     except (ValueError, ImportError) as exc:  # an unknown protocol, or its package missing

@@ -1,8 +1,8 @@
 """The models a run asks through `run.llm`: the `Model` protocol, the
 normalised `Completion`, a scripted model, and adapters for the OpenAI and
 Anthropic SDKs (`OpenAIChat`, `OpenAIResponses`, `AnthropicMessages`, loaded
-when first named: each needs its SDK, `pip install 'stead[openai]'` or
-`'stead[anthropic]'`). stead does not decide what to say: it records what the
+when first named: each needs its SDK, `pip install -e '.[openai]'` or
+`'.[anthropic]'` in stead's checkout). stead does not decide what to say: it records what the
 model said, so a resumed run never asks again."""
 
 from __future__ import annotations

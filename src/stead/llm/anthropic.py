@@ -1,4 +1,4 @@
-"""Anthropic models for `run.llm` (`pip install 'stead[anthropic]'`): the
+"""Anthropic models for `run.llm` (`pip install -e '.[anthropic]'`): the
 Messages API (`AnthropicMessages`).
 
 The journal keeps the message's own JSON, its request id and normalised
@@ -15,7 +15,8 @@ try:
     from anthropic.types import Message
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("stead.llm.anthropic needs the anthropic SDK: "
-                      "pip install 'stead[anthropic]'") from exc
+                      "pip install -e '.[anthropic]' in stead's checkout (docs/install.md)"
+                      ) from exc
 
 from stead.llm import _provider
 from stead.llm._provider import OnText, number

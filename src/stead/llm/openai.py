@@ -1,4 +1,4 @@
-"""OpenAI models for `run.llm` (`pip install 'stead[openai]'`): the Chat
+"""OpenAI models for `run.llm` (`pip install -e '.[openai]'`): the Chat
 Completions API (`OpenAIChat`) and the Responses API (`OpenAIResponses`).
 
 The journal keeps the response's own JSON, its request id and normalised
@@ -15,8 +15,8 @@ try:
     from openai.types.chat import ChatCompletion
     from openai.types.responses import Response
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError("stead.llm.openai needs the openai SDK: pip install 'stead[openai]'"
-                      ) from exc
+    raise ImportError("stead.llm.openai needs the openai SDK: pip install -e '.[openai]' in "
+                      "stead's checkout (docs/install.md)") from exc
 
 from stead import warmups
 from stead.llm import _provider

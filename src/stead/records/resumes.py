@@ -82,7 +82,7 @@ class ResumeDetails:
     # -> new", ...], "done": rerun | paused}`.
     reran: Sequence[Mapping[str, Any]] | None = None
     # The task state the run resumed on: its version and a digest per key
-    # (`policy.world`; version 0: the task has no state yet). Every resume
+    # (`worlds.world`; version 0: the task has no state yet). Every resume
     # record names it, with or without an intent; None in older records.
     world: Mapping[str, Any] | None = None
     # When the worker claimed the run (the store's clock, as `Record.at`):

@@ -7,13 +7,19 @@ from __future__ import annotations
 import datetime as dt
 import os
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from stead import addresses, bounds
 from stead.outcomes import Compensation, Operation, Outcome
 from stead.retry import NO_RETRY, Retry
 from stead.run.base import Part
-from stead.workflow import effects, workspaces
+from stead.workflow import effects
+
+if TYPE_CHECKING:
+    from stead.workflow import workspaces
+
+# The most bytes of files one workspace may hold, unless `max_bytes=` says otherwise.
+WORKSPACE_MAX_BYTES = 256 * 1024 * 1024
 
 T = TypeVar("T")
 Check = Callable[[Operation], Awaitable[Outcome]] | Callable[[Operation], Outcome]
@@ -143,7 +149,7 @@ class Acts(Part):
     async def workspace(
         self, name: str, path: str | os.PathLike[str], *,
         root: str | os.PathLike[str] | None = None,
-        max_bytes: int | None = workspaces.DEFAULT_MAX_BYTES, blobs: str | None = None,
+        max_bytes: int | None = WORKSPACE_MAX_BYTES, blobs: str | None = None,
     ) -> workspaces.Workspace:
         """Attach the directory `path` (inside `root`: by default
         `$STEAD_WORKSPACE_ROOT`, else the current directory) to the run as
@@ -153,8 +159,12 @@ class Acts(Part):
         result, in one fenced transaction (`workspaces.StepSaves`): a takeover
         restores what the step made and does not redo it. After a takeover, `ws.path` is the fresh
         directory its last snapshot was restored into, on this worker."""
+        from stead.workflow import workspaces
+
         bounds.optional_text(name, "a workspace's name")
         ws = await workspaces.attach(self._x, name, path, root=root, max_bytes=max_bytes,
                                      blob_url=blobs)
+        if self._saves is None:
+            self._saves = workspaces.StepSaves(self._x)
         self._saves.attached(ws)
         return ws

@@ -3,11 +3,16 @@ run's row), and the task state and streams every part shares."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from stead.execution import Execution
 from stead.records import RunRow
 from stead.run import recorder
-from stead.workflow import streams, workspaces
+from stead.workflow import streams
 from stead.workflow.state import TaskState
+
+if TYPE_CHECKING:
+    from stead.workflow import workspaces
 
 
 class Part:
@@ -22,7 +27,9 @@ class Part:
         self.epoch = row.epoch
         self._row = row
         self._streams: dict[str, streams.Stream] = {}
-        self._saves = workspaces.StepSaves(execution)
+        # Made by the run's first `run.workspace(...)`: a run without one
+        # never loads the workspaces' modules.
+        self._saves: workspaces.StepSaves | None = None
         self._recorder = recorder.Recorder(execution, row.run_id)
 
     def stream(self, name: str) -> streams.Stream:

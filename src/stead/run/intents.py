@@ -4,12 +4,15 @@ journaled, and checked from then on."""
 from __future__ import annotations
 
 from collections.abc import Awaitable
+from typing import TYPE_CHECKING
 
-from stead import addresses, codec, errors, guard, records
-from stead.intent import Intent, check_tools
+from stead import addresses, codec, errors, records
 from stead.records import RecordKind, RecordStatus, RunRow
 from stead.run.base import Part
 from stead.store.seam import FencedWrite
+
+if TYPE_CHECKING:
+    from stead.intent import Intent
 
 
 class Intents(Part):
@@ -19,6 +22,10 @@ class Intents(Part):
         """Declare a new version of the run's intent (grants with `expires_in`
         count from now); returns its version. Journaled: a replay returns the
         recorded version and changes nothing."""
+        # Imported by the first intent declared: runs without one never load them.
+        from stead import guard
+        from stead.intent import Intent, check_tools
+
         if not isinstance(intent, Intent):
             raise TypeError("run.intent takes a stead.Intent")
         addr = addresses.reserve()

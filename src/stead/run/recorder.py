@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from stead import addresses, codec, errors, policy, records, stepcode
+from stead import addresses, codec, errors, records, stepcode
 from stead.execution import Execution, Stop
+from stead.policy_points import PolicyPoint
 from stead.records import Record, RecordKind, RecordStatus, ResumeClass
 from stead.retry import NO_RETRY, Retry
-from stead.workflow import judgements, proposals, streams, workspaces
+from stead.workflow import proposals, streams
+
+if TYPE_CHECKING:
+    from stead.policy import Action
+    from stead.workflow import workspaces
 
 log = logging.getLogger("stead.run")
 
@@ -104,7 +109,9 @@ class Recorder:
             attempt = last.attempt + 1
         self._x.check_live()
         if self._x.guard is not None:  # nothing to judge for a run without intent or policy
-            await self._judged(policy.Action(kind, name, None, {}, reason, digest=digest))
+            from stead.policy import Action
+
+            await self._judged(Action(kind, name, None, {}, reason, digest=digest))
         while True:
             await self._x.act()
             if gate is not None:
@@ -145,7 +152,7 @@ class Recorder:
                 await self._x.commit([done], drop=started)
             return RecordStatus.OK, payload, attempt
 
-    async def _judged(self, action: policy.Action) -> None:
+    async def _judged(self, action: Action) -> None:
         """Before a live step or model call: the takeover's revalidation
         judges it if it is the first, and a model call is judged on its own
         when the app asks (`App(policy_on=("effect", "llm"))`)."""
@@ -153,7 +160,9 @@ class Recorder:
         if await x.before_live(action):
             return
         if x.guard is not None and action.kind == RecordKind.LLM \
-                and policy.PolicyPoint.LLM in x.guard.points:
+                and PolicyPoint.LLM in x.guard.points:
+            from stead.workflow import judgements
+
             halt = await judgements.judge(x, action)
             if halt is not None:
                 raise Stop(halt.status, halt.error)

@@ -10,7 +10,6 @@ from typing import Any, NoReturn
 
 from stead import bounds, codec, records
 from stead.execution import Continued
-from stead.intent import Budget
 from stead.run.base import Part
 from stead.workflow import children
 
@@ -78,6 +77,8 @@ class Runs(Part):
             return None
         budget, spent = ctx.intent.budget, ctx.ledger
         if budget is not None:
+            from stead.intent import Budget
+
             def left(limit: float | None, used: float) -> Any:
                 return None if limit is None else max(type(limit)(0), limit - type(limit)(used))
 

@@ -6,28 +6,23 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from stead import (
-    addresses,
-    bounds,
-    calls,
-    codec,
-    digests,
-    errors,
-    guard,
-    records,
-    stepcode,
-    tracing,
-)
+from stead import addresses, bounds, calls, codec, digests, errors, records, stepcode, tracing
 from stead.execution import Stop
-from stead.llm.model import Completion, Model
 from stead.records import RecordKind, RecordStatus
 from stead.retry import NO_RETRY, Retry
 from stead.run import recorder
 from stead.run.base import Part
-from stead.workflow import fingerprints, proposals, workspaces
+from stead.workflow import fingerprints, proposals
 from stead.workflow.fingerprints import Fingerprint, changes
+
+# Annotations only: a model call's types, a workspace's and the guard of a run
+# with intent, policy or tools are imported by the calls that use them, so
+# `stead worker` starts without them.
+if TYPE_CHECKING:
+    from stead.llm.model import Completion, Model
+    from stead.workflow import workspaces
 
 T = TypeVar("T")
 
@@ -137,8 +132,9 @@ class Steps(Part):
         if timeout is not None:
             timeout = bounds.seconds(timeout, "a step's timeout")
         # A step that reads a workspace is bound to its environment by default.
-        reads = fingerprints.read(args, kwargs, self._saves.spaces) \
-            if fresh is None or isinstance(fresh, Fingerprint) else None
+        saves = self._saves
+        reads = fingerprints.read(args, kwargs, saves.spaces) if saves is not None and (
+            fresh is None or isinstance(fresh, Fingerprint)) else None
         if isinstance(fresh, Fingerprint):
             await self._fingerprint(name, fresh, reads, by_default=False)
             fresh = None
@@ -161,7 +157,7 @@ class Steps(Part):
             lambda v: codec.dumps(v, what=f"the result of step {name!r}",
                                   limit=self._x.max_result_bytes),
             retry or NO_RETRY, self._bound(), fresh,
-            saves=self._saves if self._saves.spaces else None, code=code,
+            saves=saves if saves is not None and saves.spaces else None, code=code,
         )
         if status == RecordStatus.ERROR:
             self._raise(name, payload, attempts)
@@ -227,6 +223,8 @@ class Steps(Part):
         )
         if status == RecordStatus.ERROR:
             self._raise(name, payload, attempts)
+        from stead.llm.model import Completion
+
         return Completion.from_json(codec.loads(payload))
 
     async def propose(
@@ -252,6 +250,7 @@ class Steps(Part):
         x = self._x
         if x.guard is None and x.tools is None:
             return None
+        from stead import guard
 
         def gate() -> None:
             halt = guard.bound(x.guard, x.tools, x.clock.now(), model_call=model_call)

@@ -6,12 +6,16 @@ from __future__ import annotations
 import datetime as dt
 import uuid as _uuid
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from stead import addresses, bounds, codec, keys, policy_binding, records, schema_check
-from stead.records import RecordKind, RecordStatus, WaitState
+from stead import addresses, bounds, codec, records
+from stead.records import RecordKind, RecordStatus
 from stead.run.base import Part
-from stead.workflow import waits
+
+# The first wait a worker's runs open imports what a wait is made of (its
+# records, tokens, keys, schema): a worker whose runs never wait loads none.
+if TYPE_CHECKING:
+    from stead.workflow import waits
 
 T = TypeVar("T")
 
@@ -19,6 +23,8 @@ T = TypeVar("T")
 def _schema_text(schema: Any) -> str:
     """A wait's schema as JSON Schema text: a dict is one already; a type (a
     pydantic model, a dataclass...) has pydantic's (draft 2020-12)."""
+    from stead import schema_check
+
     text = codec.dumps(schema if isinstance(schema, Mapping) else codec.json_schema(schema),
                        what="the wait's schema")
     schema_check.check(text)
@@ -47,6 +53,10 @@ class Waiting(Part):
         pydantic model, or a JSON Schema as a dict). Hand `w.token` to the human
         channel (or build its link in the effect that sends it:
         `w.link(base_url)`), then `event = await w`."""
+        from stead import keys, policy_binding
+        from stead.records import WaitState
+        from stead.workflow import waits
+
         if not kind or not isinstance(kind, str):
             raise ValueError("a wait needs a kind (the event type it awaits)")
         bounds.text(kind, "a wait's kind")

@@ -99,8 +99,8 @@ async def _opened(url: str, *, clock: Clock | None, retry_for: float, keys: KeyS
             from stead.store import postgres
         except ImportError as exc:  # psycopg is an optional dependency
             raise errors.StoreError(
-                f"{url.split(':', 1)[0]} URLs need psycopg: pip install 'stead[postgres]' "
-                f"({exc})"
+                f"{url.split(':', 1)[0]} URLs need psycopg: pip install -e '.[postgres]' in "
+                f"stead's checkout (docs/install.md) ({exc})"
             ) from exc
         store = postgres.PostgresStore(url, clock=clock, lease_clock=lease_clock,
                                         retry_for=retry_for, migrating=migrating)

@@ -322,7 +322,8 @@ def check_beyond(beyond: Iterable[Beyond], latest: int, where: str) -> None:
     if not breaking:
         return
     by = _migrated_by(newer)
-    upgrade = (f"to stead {by} or later (pip install -U 'stead>={by}')" if by else
+    upgrade = (f"to stead {by} or later (in stead's checkout: git pull, then pip install -e "
+               ".; see docs/install.md)" if by else
                "to the release that migrated it (CHANGELOG.md names each release's schema)")
     raise errors.SchemaAhead(
         f"{where}: the database is at schema {newer[-1].version}, newer than this stead "

@@ -1,5 +1,5 @@
-"""stead's operator dashboard and event webhook (`stead ui`, `pip install
-'stead[web]'`): `create_app(...)` is an ASGI app; `sign_webhook` makes the
+"""stead's operator dashboard and event webhook (`stead ui`, `pip install -e
+'.[web]'`): `create_app(...)` is an ASGI app; `sign_webhook` makes the
 `Stead-Signature` header a webhook sender puts on its request; an auth hook
 may name an `Identity` with its roles, and `sso_proxy` is one that reads an
 SSO proxy's headers."""

@@ -9,14 +9,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from stead import errors
 from stead.app import App
 from stead.clock import Clock
-from stead.queues import Queue
 from stead.records import HostRole, HostRow, RunRow
 from stead.store.base import Store
 from stead.worker.options import WorkerOptions
+
+if TYPE_CHECKING:
+    from stead.queues import Queue
 
 log = logging.getLogger("stead.worker")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from stead.app import App
-from stead.records import STOPPED, TERMINAL, RunRow, RunStatus, WaitState
+from stead.records import STOPPED, TERMINAL, RunRow, RunStatus
 from stead.store.base import Store
 
 log = logging.getLogger("stead.worker")
@@ -58,5 +58,7 @@ async def settled(store: Store, row: RunRow) -> bool:
         return True
     if row.status != RunStatus.WAITING:
         return False
+    from stead.records import WaitState  # a waiting run's
+
     return bool(await store.list_waits(run_id=row.run_id, state=WaitState.OPEN,
                                             limit=1))

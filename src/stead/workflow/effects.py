@@ -27,13 +27,11 @@ import dataclasses
 import datetime as dt
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from stead import addresses, calls, codec, digests, errors, guard, outcomes, tracing
+from stead import addresses, calls, codec, digests, errors, outcomes, tracing
 from stead.execution import Execution, Stop
-from stead.intent import Grant
 from stead.outcomes import Compensation, Operation, Outcome
-from stead.policy import Action
 from stead.records import (
     EffectReplay,
     Record,
@@ -43,7 +41,9 @@ from stead.records import (
     RunStatus,
 )
 from stead.retry import NO_RETRY, Retry
-from stead.workflow import judgements
+
+if TYPE_CHECKING:
+    from stead.intent import Grant
 
 # Exceptions that say "I cannot tell whether it happened", not "it failed".
 DEFAULT_UNCERTAIN: tuple[type[BaseException], ...] = (TimeoutError, errors.OutcomeUncertain)
@@ -352,6 +352,12 @@ class Effect:
         it commits under (None without `tool`). Anything refused stops the
         run (paused, or revalidation_failed on a policy's Terminate) with
         nothing sent."""
+        # Imported by the first effect sent: a worker whose runs send none
+        # does not load the intent and policy modules.
+        from stead import guard
+        from stead.policy import Action
+        from stead.workflow import judgements
+
         x, spec, ctx = self.x, self.spec, self.x.guard
         arguments = self.arguments()
         now = x.clock.now()

@@ -31,12 +31,16 @@ import os
 import platform
 import sys
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stead import codec
-from stead.files import trees
-from stead.workflow.workspaces import Workspace, WorkspacePath
+
+# Every step asks whether `fresh` is a `Fingerprint`; only a run with a
+# workspace, or a fingerprint naming one or files, needs what reads them.
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from stead.workflow.workspaces import Workspace
 
 # The lockfiles an environment fingerprint hashes, at the workspace's top
 # (`requirements*.txt`: every file of that pattern).
@@ -61,8 +65,12 @@ class Fingerprint:
     environment: bool | None = None
 
     def __post_init__(self) -> None:
-        if self.workspace is not None and not isinstance(self.workspace, Workspace):
-            raise TypeError("Fingerprint(workspace=) takes the Workspace run.workspace returned")
+        if self.workspace is not None:
+            from stead.workflow.workspaces import Workspace
+
+            if not isinstance(self.workspace, Workspace):
+                raise TypeError(
+                    "Fingerprint(workspace=) takes the Workspace run.workspace returned")
         if isinstance(self.files, str) or not all(isinstance(f, str) for f in self.files):
             raise TypeError("Fingerprint(files=) is a list of paths")
         if self.image is not None and not isinstance(self.image, str):
@@ -116,6 +124,10 @@ def _lockfiles(top: Path) -> dict[str, str | None]:
 def _hashes(files: Sequence[str], top: Path | None) -> dict[str, str | None]:
     """Each file's sha256 (relative ones under `top`, if given); None for a
     file that is not there."""
+    from pathlib import Path
+
+    from stead.files import trees
+
     found: dict[str, str | None] = {}
     for name in files:
         path = Path(name) if top is None else top / name
@@ -131,6 +143,8 @@ def judged(before: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
 def read(args: Sequence[Any], kwargs: dict[str, Any],
          spaces: Sequence[Workspace]) -> Workspace | None:
     """The attached workspace a step's arguments read (one is a path in it)."""
+    from stead.workflow.workspaces import WorkspacePath
+
     named = {ws.name: ws for ws in spaces}
     for value in [*args, *kwargs.values()]:
         found = named.get(getattr(value, "name", None) or "") \

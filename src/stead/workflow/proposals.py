@@ -17,12 +17,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stead import codec
-from stead.execution import Execution
-from stead.llm.model import Completion, Model
-from stead.policy import Action
 from stead.records import (
     Record,
     RecordKind,
@@ -32,6 +29,10 @@ from stead.records import (
     StaleOutcome,
 )
 
+if TYPE_CHECKING:
+    from stead.execution import Execution
+    from stead.llm.model import Completion, Model
+
 
 async def again(x: Execution, addr: str, kind: RecordKind, name: str, digest: str,
                 prior: Sequence[Record], fresh: str) -> bool:
@@ -40,6 +41,8 @@ async def again(x: Execution, addr: str, kind: RecordKind, name: str, digest: st
     (nothing that acted outside after it) is: one acted on is history,
     reused. The takeover's policy judges it here, where the run would act
     live again."""
+    from stead.policy import Action
+
     start = prior[0].seq
     if acted_after(x, addr, start) is not None:
         return False

@@ -19,7 +19,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from stead import codec, guard, policy
+from stead import codec, guard, policy, worlds
 from stead.execution import Execution, Stop
 from stead.intent import Intent
 from stead.policy import Action, Continue, Verdict
@@ -40,14 +40,6 @@ def baseline(first: IntentRow | None, last: ResumeRecord | None) -> dict[str, An
     return policy.snapshot(Intent.loads(first.intent), first.version, None, first.at)
 
 
-def world_of(state: StateRow | None) -> dict[str, Any]:
-    """What a resume record keeps of a task's state (`policy.world`): its
-    version and a digest per key; version 0 and no keys for a task without
-    state."""
-    return policy.world(0 if state is None else state.version,
-                        {} if state is None else codec.loads(state.data))
-
-
 def seen_world(before: Mapping[str, Any] | None, journal: Sequence[Record]
                ) -> dict[str, Any] | None:
     """The world the run last knew: the baseline's, or the task state the run
@@ -60,7 +52,7 @@ def seen_world(before: Mapping[str, Any] | None, journal: Sequence[Record]
             if "version" not in data:
                 continue
             if known is None or int(data["version"]) >= int(known.get("version") or 0):
-                return policy.world(int(data["version"]), dict(data.get("data") or {}))
+                return worlds.world(int(data["version"]), dict(data.get("data") or {}))
             break
     return None if known is None else dict(known)
 
@@ -101,7 +93,7 @@ class Revalidation:
         self.store, self.x, self.ctx = store, x, ctx
         self.before = None if before is None else {**before, "world": seen}
         self.state = {} if state is None else codec.loads(state.data)
-        self.world = world_of(state)
+        self.world = worlds.of_state(state)
         self._lock = asyncio.Lock()
         self._done = False
         self._stop: Stop | None = None

@@ -25,12 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 from stead import addresses, codec, errors
 from stead.records import TERMINAL
-from stead.store.base import Store
-from stead.stream_records import EntryKind, NewEntry, StreamEntry
 
 if TYPE_CHECKING:
-    # For the annotations alone: a client reading runs need not load what executes them.
+    # For the annotations alone: a client reading runs need not load what
+    # executes them, and a run that streams nothing need not load the
+    # records of streams (imported by the first append).
     from stead.execution import Execution
+    from stead.store.base import Store
+    from stead.stream_records import EntryKind, StreamEntry
 
 # A stream's name is short text: it is a key, a URL segment and a label.
 MAX_NAME = 200
@@ -78,6 +80,8 @@ class Stream:
         """Append `value` (anything `run.step` could return): its offset. A
         replayed append returns the offset its first append got. In a dry
         replay nothing is written (None)."""
+        from stead.stream_records import EntryKind
+
         text = codec.dumps(value, what=f"a value of stream {self.name!r}",
                            limit=self._x.max_result_bytes)
         return await self._append(EntryKind.VALUE, text)
@@ -88,9 +92,13 @@ class Stream:
     async def close(self) -> None:
         """End the stream: a reader stops after this, and an append raises
         `StreamClosed`."""
+        from stead.stream_records import EntryKind
+
         await self._append(EntryKind.CLOSED, "null")
 
     async def _append(self, kind: EntryKind, text: str) -> int | None:
+        from stead.stream_records import NewEntry
+
         live = _live.get()
         now = self._x.clock.now()
         if live is None:
@@ -115,6 +123,8 @@ async def tail(store: Store, run_id: str, name: str, after: int = 0, *,
     """Every entry of the stream after offset `after`, in order, waiting for
     new ones until the stream is closed or the run has ended and nothing is
     left to read. `UnknownRun` if there is no such run."""
+    from stead.stream_records import EntryKind
+
     check_name(name)
     if not isinstance(after, int) or isinstance(after, bool) or after < 0:
         raise errors.InvalidInput(f"after is an offset, a whole number from 0, not {after!r}")

@@ -46,8 +46,6 @@ if TYPE_CHECKING:
 
 ROOT_ENV = "STEAD_WORKSPACE_ROOT"
 DIR_ENV = "STEAD_WORKSPACE_DIR"
-# The most bytes of files one workspace may hold, unless `max_bytes=` says otherwise.
-DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 _SAVE = "save"  # the digest of a save record: what the tree holds is not an argument
 # About how many bytes of blobs a restore reads from the database per round trip.
 _BATCH_BYTES = 16 * 1024 * 1024

@@ -18,7 +18,7 @@ with LangGraph's own runtime, and
 No checkpointer is needed: the graph keeps its checkpoints in memory for the
 attempt, and the journal is what survives. See docs/architecture.md.
 
-Needs `pip install 'stead[langgraph]'`."""
+Needs `pip install -e '.[langgraph]'`."""
 
 from __future__ import annotations
 

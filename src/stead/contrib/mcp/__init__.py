@@ -18,7 +18,7 @@ wraps an `mcp.ClientSession` in a stead workflow, and
 to an OpenAI Agents SDK agent, journaled by `stead.contrib.openai_agents.run`.
 See docs/architecture.md.
 
-Needs `pip install 'stead[mcp]'`."""
+Needs `pip install -e '.[mcp]'`."""
 
 from __future__ import annotations
 

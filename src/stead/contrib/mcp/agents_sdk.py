@@ -9,7 +9,7 @@ the tool again.
 A tool declared side-effecting (by `effects=` or the server's annotations) is
 refused here: a step after a crash in flight runs again, and such a tool must
 not. Leave it out (`names=`) and call it through `Tools.call_tool` in the
-workflow, where it is an effect. Needs `pip install 'stead[mcp,openai-agents]'`."""
+workflow, where it is an effect. Needs `pip install -e '.[mcp,openai-agents]'`."""
 
 from __future__ import annotations
 

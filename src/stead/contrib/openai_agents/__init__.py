@@ -14,7 +14,7 @@ workflow runs the agent with `agents.Runner.run`, and
   call runs once;
 - handoffs replay: the agents they lead to are journaled the same way.
 
-Needs `pip install 'stead[openai-agents]'`."""
+Needs `pip install -e '.[openai-agents]'`."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ pydantic-ai's public durable-execution API (`pydantic_ai.durable_exec`):
   worker until `stead approve RUN --wait WAIT --payload JSON` (or
   `Client.deliver`) answers it.
 
-Needs `pip install 'stead[pydantic-ai]'`."""
+Needs `pip install -e '.[pydantic-ai]'`."""
 
 from __future__ import annotations
 

@@ -106,11 +106,12 @@ def open_watch(db_path: str) -> WalWatch | None:
     # Imported here, by the store that waits for work (a worker's): one that
     # only reads (`stead runs ls`) never opens a watch.
     import ctypes
-    import ctypes.util
 
-    name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name, use_errno=True)
+        # The interpreter's own symbols, libc's among them: no search for the
+        # library by name (`ctypes.util.find_library` runs `ldconfig -p`, about
+        # 50 ms of a worker's start-up).
+        libc = ctypes.CDLL(None, use_errno=True)
         fd = int(libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC))
     except (OSError, AttributeError):
         return None
