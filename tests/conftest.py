@@ -130,6 +130,13 @@ def pg_url(pg_keys: None) -> Iterator[str]:
 
 
 @pytest.fixture
+def new_pg_url(pg_keys: None) -> Iterator[str]:
+    """A URL on a schema that does not exist yet (`pg_url`'s is already made)."""
+    with pg.fresh_schema(new=True) as url:
+        yield url
+
+
+@pytest.fixture
 async def pstore(pg_url: str) -> AsyncIterator[stead.Store]:
     s = await stead.open_store(pg_url)
     yield s

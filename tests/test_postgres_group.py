@@ -221,7 +221,8 @@ async def test_tasks_the_store_starts_are_not_branches_of_the_workflow(db_url: s
 
 
 # -- migration 4 -----------------------------------------------------------------------
-async def test_a_schema_3_database_migrates_to_4_keeping_its_journal(pg_url: str) -> None:
+async def test_a_schema_3_database_migrates_to_4_keeping_its_journal(new_pg_url: str) -> None:
+    pg_url = new_pg_url
     target = pg_connection.parse_url(pg_url)
     schema = sql.Identifier(target.schema)
     conn = await psycopg.AsyncConnection.connect(pg.URL, autocommit=True)

@@ -37,8 +37,10 @@ COMMANDS = {
     "doctor": common.Place("deploy:doctor", "Say what needs a person: stranded runs (no worker "
                                             "serves their version), runs stopped for a "
                                             "decision, the workers heard from with the stead "
-                                            "release each runs, and the database's schema "
-                                            "version."),
+                                            "release each runs, each alive, dead or unknown "
+                                            "by the test claimers use (its process on this "
+                                            "machine, its presence lock on PostgreSQL "
+                                            "elsewhere), and the database's schema version."),
     "events": common.Place("events:events", "Events delivered to runs, with their verdicts."),
     "grants": common.Place("grants:grants_group",
                            "Renew or deny the grants that let a run call its tools."),
