@@ -409,3 +409,64 @@ async def test_a_check_answering_in_another_shape_records_nothing_and_stops_the_
     assert await client.result(info.run_id, timeout=5) == {"order_id": "123",
                                                            "receipt": "rf-123"}
     assert len(agents_app.lines("ledger.log")) == 1
+
+
+def _send_refund(op: stead.Operation, state: _Refund) -> _Refund:
+    agents_app.log("ledger.log", f"{state['order_id']} {op.key}")
+    return {"receipt": f"rf-{state['order_id']}"}
+
+
+def _refund_graph() -> Any:
+    builder = StateGraph(_Refund)
+    builder.add_node("refund", lg.effect(_send_refund))
+    builder.add_edge(START, "refund")
+    builder.add_edge("refund", END)
+    return builder.compile()
+
+
+def _deploy(*, fixed: bool) -> stead.App:
+    """The same workflow, before and after its bug (reading the graph's output
+    as the journal's wrapper) was fixed."""
+    app = stead.App("lg-rescue")
+    graph = _refund_graph()
+
+    @app.workflow(name="refund", version=1)
+    async def refund(run: stead.Run, order_id: str) -> Any:
+        out = await lg.run(run, graph, {"order_id": order_id})
+        return out["receipt"] if fixed else out["value"]
+
+    return app
+
+
+@pytest.mark.usefixtures("sdk_dir")
+async def test_a_run_failed_after_its_effect_went_out_goes_on_as_a_fork_sending_nothing_again(
+    db_url: str,
+) -> None:
+    store = await stead.open_store(db_url)
+    try:
+        broken = _deploy(fixed=False)
+        client = stead.Client(store, broken)
+        info = await client.start("refund", "123", version=1)
+        await stead.Worker(broken, store).run_until_idle()
+        failed = await client.get(info.run_id)
+        assert failed.status == "failed" and failed.error is not None
+        assert failed.error["type"] == "KeyError"
+        assert len(agents_app.lines("ledger.log")) == 1  # the refund went out
+        with pytest.raises(stead.NotStopped, match=f"stead runs fork {info.run_id}"):
+            await client.retry(info.run_id)
+
+        def cli(*args: str) -> Any:
+            return CliRunner().invoke(main, ["--db", db_url, *args])
+
+        shown = await asyncio.to_thread(cli, "runs", "show", info.run_id)
+        assert f"`stead runs fork {info.run_id}` goes on from its journal" in shown.output
+        fixed = _deploy(fixed=True)
+        forked = await asyncio.to_thread(cli, "runs", "fork", info.run_id, "--json")
+        assert forked.exit_code == 0, forked.output
+        fork = json.loads(forked.output)
+        assert fork["at"] == len(await store.load_journal(info.run_id))
+        await stead.Worker(fixed, store).run_until_idle()
+        assert await client.result(fork["run_id"], timeout=5) == "rf-123"
+        assert len(agents_app.lines("ledger.log")) == 1  # replayed, not sent again
+    finally:
+        await store.close()
