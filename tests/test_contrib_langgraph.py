@@ -87,6 +87,9 @@ async def test_a_refusal_ends_the_graph_without_the_effect(store: stead.Store) -
     info = await client.start(langgraph_app.refund_order, "7", False)
     w = await _waiting(client, info.run_id)
     assert w.token_hash is None  # no one to hand a token to: whoever reaches the database
+    assert w.request is not None and json.loads(w.request) == {  # what the person is asked
+        "node": "review",
+        "value": {"question": "refund?", "facts": ["no refund before", "order 7", "paid 4200"]}}
     await client.deliver(info.run_id, wait_id=w.wait_id, event_id="e1",
                          payload={"approved": False}, bind=json.loads(w.bind))
     await stead.Worker(langgraph_app.app, store).run_until_idle()

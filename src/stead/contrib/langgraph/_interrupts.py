@@ -38,7 +38,8 @@ async def answer(session: Session, pending: Sequence[tuple[str, Interrupt]], ask
                 "value_sha256": json_digest(value)}
         with scope.at(f"i:{session.passes}:{index}"):
             w: stead.Wait[Any] = await run.wait(KIND, bind=bind, expires_in=expires_in,
-                                                token=ask is not None)
+                                                token=ask is not None,
+                                                request={"node": node, "value": value})
             if ask is not None:
                 await run.effect(f"ask {node}", ask, w, {"node": node, "value": value},
                                  idempotent=True)

@@ -7,8 +7,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from stead import errors
+from stead.records import WaitRow
+from stead.store import _rows
 from stead.store._rows import Row
-from stead.store.seam import Flow, one, rows
+from stead.store.seam import Flow, execute, one, rows
 
 R = TypeVar("R")
 
@@ -25,3 +27,11 @@ def read_one(name: str, params: dict[str, Any], convert: Callable[[Row], R]) -> 
 
 def read_all(name: str, params: dict[str, Any], convert: Callable[[Row], R]) -> Flow[list[R]]:
     return [convert(row) for row in (yield rows(name, params))]
+
+
+def insert_wait(wait: WaitRow) -> Flow[None]:
+    """A new wait's row, and what it asks (`wait_requests`), if anything."""
+    yield execute("insert_wait", _rows.wait_params(wait))
+    if wait.request is not None:
+        yield execute("insert_wait_request", {"wait_id": wait.wait_id,
+                                              "request": wait.request})
