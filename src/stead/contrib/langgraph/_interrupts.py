@@ -3,7 +3,8 @@
 Each interrupt the graph stopped on opens a wait of kind `"interrupt"`, bound
 to the node, the pass of the graph, the interrupt's place among the pending
 ones and the digest of its value: an answer carrying other values is
-rejected, and a wait takes one answer, once. The run then suspends and holds
+rejected, and a wait takes one answer, once. The node and the value are the
+wait's request: what the person deciding is shown. The run then suspends and holds
 no worker until it is answered (`stead approve RUN --wait WAIT --payload
 JSON`, the dashboard or the webhook); the event's payload is the value
 `interrupt()` returns in the node."""
