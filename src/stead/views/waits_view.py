@@ -64,4 +64,4 @@ def answer_command(w: WaitRow) -> str:
     command = f"stead approve {shlex.quote(w.run_id)} --wait {shlex.quote(w.wait_id)}"
     if w.token_hash is None:
         return command
-    return f"{command} --link - (the link sent to the approver) | --token-file FILE"
+    return f"stead approve --link - (paste the link sent), or {command} --token-file FILE"
