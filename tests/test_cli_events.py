@@ -213,6 +213,8 @@ def test_approve_takes_the_link_as_it_was_sent(url: str, tmp_path: Path) -> None
     def stead_(*args: str, stdin: str | None = None) -> Any:
         return runner.invoke(main, ["--db", url, *args], input=stdin)
 
+    shown = stead_("waits", "show", wait_a).output
+    assert "token     yes" in shown and "stead approve --link - (paste the link sent)" in shown
     pasted = stead_("approve", "--link", "-", stdin=link(a, wait_a, token_a) + "\n")
     assert pasted.exit_code == 0 and pasted.output.startswith("Accepted: "), pasted.output
     (tmp_path / "link.txt").write_text(link(b, wait_b, token_b))
