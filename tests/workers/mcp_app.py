@@ -57,7 +57,7 @@ async def weather(run: stead.Run, city: str) -> str:
     async with session() as s:
         tools = smcp.journaled(run, s, server="tests")
         listed = await tools.list_tools()
-        assert {t.name for t in listed.tools} == {"forecast", "refund"}
+        assert {t.name for t in listed.tools} == {"forecast", "refund", "refund_and_hang"}
         result = await tools.call_tool(choice["tool"], choice["arguments"])
     return str(await run.step("model turn 2", second_turn, _text(result)))
 
