@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -355,7 +356,9 @@ async def test_a_checks_result_must_fit_the_effects_return_type(fstore: stead.St
     assert await client.result(info.run_id, timeout=5) == "rf_1"
 
 
-async def test_a_stop_or_a_failure_inside_a_task_group_is_itself(fstore: stead.Store) -> None:
+async def test_a_stop_or_a_failure_inside_a_task_group_is_itself(
+    fstore: stead.Store, caplog: pytest.LogCaptureFixture,
+) -> None:
     """A task group (asyncio's here, anyio's in an MCP session) wraps what ends
     the workflow in an exception group: the run still stops for a person, and
     a failure is stored as its own type and message, not as the group's."""
@@ -375,6 +378,7 @@ async def test_a_stop_or_a_failure_inside_a_task_group_is_itself(fstore: stead.S
             else:
                 group.create_task(run.step("look up", broken, retry=stead.Retry(attempts=1)))
 
+    caplog.set_level(logging.INFO, logger="stead.worker")
     client = stead.Client(fstore, app)
     stopped = await client.start(wf, True)
     failed = await client.start(wf, False)
@@ -383,6 +387,9 @@ async def test_a_stop_or_a_failure_inside_a_task_group_is_itself(fstore: stead.S
     error = (await client.get(failed.run_id)).error
     assert error is not None and error["type"] == "StepError"
     assert "no order 123" in error["message"]
+    logged = [r.getMessage() for r in caplog.records if r.name == "stead.worker"]
+    assert any(f"run {failed.run_id} failed: StepError: " in m and "no order 123" in m
+               for m in logged), logged
 
 
 async def test_the_fencing_token_is_the_epoch(
