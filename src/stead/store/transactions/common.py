@@ -1,16 +1,19 @@
 """What every transaction module reads with: one row or many as records,
-and the error for a run that is not there."""
+and the error for a run that is not there; and how a new wait is written,
+its request beside it, wherever a wait is made (opened, forked)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from stead import errors
-from stead.records import WaitRow
 from stead.store import _rows
 from stead.store._rows import Row
 from stead.store.seam import Flow, execute, one, rows
+
+if TYPE_CHECKING:
+    from stead.records import WaitRow
 
 R = TypeVar("R")
 
