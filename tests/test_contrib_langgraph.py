@@ -4,11 +4,13 @@ node sent at most once."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
@@ -17,6 +19,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command, RetryPolicy, Send, interrupt
 
 import stead
+from stead.cli import main
 from stead.contrib import langgraph as lg
 from stead.contrib.langgraph import _values
 from tests import stress
@@ -84,6 +87,9 @@ async def test_a_refusal_ends_the_graph_without_the_effect(store: stead.Store) -
     info = await client.start(langgraph_app.refund_order, "7", False)
     w = await _waiting(client, info.run_id)
     assert w.token_hash is None  # no one to hand a token to: whoever reaches the database
+    assert w.request is not None and json.loads(w.request) == {  # what the person is asked
+        "node": "review",
+        "value": {"question": "refund?", "facts": ["no refund before", "order 7", "paid 4200"]}}
     await client.deliver(info.run_id, wait_id=w.wait_id, event_id="e1",
                          payload={"approved": False}, bind=json.loads(w.bind))
     await stead.Worker(langgraph_app.app, store).run_until_idle()
@@ -272,8 +278,8 @@ messages = st.builds(lambda text, ai: AIMessage(text) if ai else HumanMessage(te
                                                                            max_size=3),
                               max_size=4))
 def test_a_node_update_comes_back_from_its_json_as_it_was(update: dict[str, Any]) -> None:
-    data = _values.dump(update, "node 'n'")
-    assert _values.revive(json.loads(json.dumps(data))) == update
+    data = _values.encode(update, "node 'n'")
+    assert _values.decode(json.loads(json.dumps(data))) == update
 
 
 @pytest.mark.parametrize("update", [
@@ -283,16 +289,187 @@ def test_a_node_update_comes_back_from_its_json_as_it_was(update: dict[str, Any]
     {"__lc_escaped__": {"lc": [AIMessage("x")]}},
 ])
 def test_a_dict_with_langchains_own_keys_comes_back_as_it_was(update: dict[str, Any]) -> None:
-    data = _values.dump(update, "node 'n'")
-    assert _values.revive(json.loads(json.dumps(data))) == update
+    data = _values.encode(update, "node 'n'")
+    assert _values.decode(json.loads(json.dumps(data))) == update
 
 
 def test_a_command_comes_back_with_its_update_and_where_it_goes() -> None:
     command = Command(update={"n": 1}, goto=["a", Send("b", {"x": [1]})])
-    back = _values.revive(json.loads(json.dumps(_values.dump(command, "node 'n'"))))
+    back = _values.decode(json.loads(json.dumps(_values.encode(command, "node 'n'"))))
     assert back.update == {"n": 1} and back.goto == ["a", Send("b", {"x": [1]})]
+
+
+def test_an_update_is_journaled_as_a_person_writes_it() -> None:
+    """What `stead reconcile --happened` and a check's `Outcome.done` give."""
+    assert _values.encode({"receipt": "rf_1"}, "node 'n'") == {"receipt": "rf_1"}
+    assert _values.decode({"receipt": "rf_1", "n": [1]}) == {"receipt": "rf_1", "n": [1]}
 
 
 def test_an_update_with_no_json_form_is_refused_when_it_is_made() -> None:
     with pytest.raises(stead.SteadError, match="no JSON form"):
-        _values.dump({"n": object()}, "node 'n'")
+        _values.encode({"n": object()}, "node 'n'")
+
+
+# -- an effect node whose outcome is lost -------------------------------------------------
+class _Refund(TypedDict, total=False):
+    order_id: str
+    receipt: str
+
+
+def _send_and_lose_the_answer(op: stead.Operation, state: _Refund) -> _Refund:
+    """The refund goes out; the service's answer never comes back."""
+    agents_app.log("ledger.log", f"{state['order_id']} {op.key}")
+    raise stead.OutcomeUncertain("the payment service hung up after taking the refund")
+
+
+def _find_refund(op: stead.Operation) -> stead.Outcome:
+    """What the payment service says of the key: the node's update, as `fn` returns it."""
+    sent = [line.split()[0] for line in agents_app.lines("ledger.log")
+            if line.endswith(op.key)]
+    if not sent:
+        return stead.Outcome.not_found()
+    return stead.Outcome.done({"receipt": f"rf-{sent[0]}"})
+
+
+def _refunding(**options: Any) -> tuple[stead.App, Any]:
+    builder = StateGraph(_Refund)
+    builder.add_node("refund", lg.effect(_send_and_lose_the_answer, **options))
+    builder.add_edge(START, "refund")
+    builder.add_edge("refund", END)
+    graph = builder.compile()
+    app = stead.App("lg-refunds")
+
+    @app.workflow(version=1)
+    async def refund(run: stead.Run, order_id: str) -> Any:
+        return await lg.run(run, graph, {"order_id": order_id})
+
+    return app, refund
+
+
+@pytest.mark.usefixtures("sdk_dir")
+async def test_an_effect_nodes_check_answers_with_the_nodes_update(
+    store: stead.Store,
+) -> None:
+    app, refund = _refunding(check=_find_refund)
+    client = stead.Client(store, app)
+    info = await client.start(refund, "123")
+    await stead.Worker(app, store).run_until_idle()
+    assert await client.result(info.run_id, timeout=5) == {"order_id": "123",
+                                                           "receipt": "rf-123"}
+    assert len(agents_app.lines("ledger.log")) == 1  # asked, not sent again
+
+
+@pytest.mark.usefixtures("sdk_dir")
+async def test_an_effect_node_reconciled_from_the_command_line_goes_on_with_that_update(
+    db_url: str,
+) -> None:
+    app, refund = _refunding()
+    store = await stead.open_store(db_url)
+    try:
+        client = stead.Client(store, app)
+        info = await client.start(refund, "123")
+        await stead.Worker(app, store).run_until_idle()
+        assert (await client.get(info.run_id)).status == "outcome_unknown"
+        done = await asyncio.to_thread(CliRunner().invoke, main, [
+            "--db", db_url, "reconcile", info.run_id, "node refund",
+            "--happened", '{"receipt": "rf-seen-at-the-bank"}', "--by", "ops"])
+        assert done.exit_code == 0, done.output
+        await stead.Worker(app, store).run_until_idle()
+        assert await client.result(info.run_id, timeout=5) == {
+            "order_id": "123", "receipt": "rf-seen-at-the-bank"}
+        assert len(agents_app.lines("ledger.log")) == 1
+    finally:
+        await store.close()
+
+
+def _find_refund_as_text(op: stead.Operation) -> stead.Outcome:
+    """A check that answers with the service's receipt id, not the node's update,
+    until it is fixed (the file `fixed` appears)."""
+    if (agents_app.folder() / "fixed").exists():
+        return _find_refund(op)
+    return stead.Outcome.done("rf-123")
+
+
+@pytest.mark.usefixtures("sdk_dir")
+async def test_a_check_answering_in_another_shape_records_nothing_and_stops_the_run(
+    store: stead.Store,
+) -> None:
+    app, refund = _refunding(check=_find_refund_as_text)
+    client = stead.Client(store, app)
+    info = await client.start(refund, "123")
+    await stead.Worker(app, store).run_until_idle()
+    stopped = await client.get(info.run_id)
+    assert stopped.status == "outcome_unknown"
+    assert stopped.error is not None and stopped.error["type"] == "InvalidCheckResult"
+    assert "answered Outcome.done(str): a node's check answers with the node's update" \
+        in stopped.error["message"]
+    assert "stead runs retry RUN" in stopped.error["message"]
+    assert [r.status for r in await store.load_journal(info.run_id)
+            if r.name == "node refund"] == ["intent", "unknown"]  # no outcome recorded
+    (agents_app.folder() / "fixed").touch()
+    await client.retry(info.run_id)
+    await stead.Worker(app, store).run_until_idle()
+    assert await client.result(info.run_id, timeout=5) == {"order_id": "123",
+                                                           "receipt": "rf-123"}
+    assert len(agents_app.lines("ledger.log")) == 1
+
+
+def _send_refund(op: stead.Operation, state: _Refund) -> _Refund:
+    agents_app.log("ledger.log", f"{state['order_id']} {op.key}")
+    return {"receipt": f"rf-{state['order_id']}"}
+
+
+def _refund_graph() -> Any:
+    builder = StateGraph(_Refund)
+    builder.add_node("refund", lg.effect(_send_refund))
+    builder.add_edge(START, "refund")
+    builder.add_edge("refund", END)
+    return builder.compile()
+
+
+def _deploy(*, fixed: bool) -> stead.App:
+    """The same workflow, before and after its bug (reading the graph's output
+    as the journal's wrapper) was fixed."""
+    app = stead.App("lg-rescue")
+    graph = _refund_graph()
+
+    @app.workflow(name="refund", version=1)
+    async def refund(run: stead.Run, order_id: str) -> Any:
+        out = await lg.run(run, graph, {"order_id": order_id})
+        return out["receipt"] if fixed else out["value"]
+
+    return app
+
+
+@pytest.mark.usefixtures("sdk_dir")
+async def test_a_run_failed_after_its_effect_went_out_goes_on_as_a_fork_sending_nothing_again(
+    db_url: str,
+) -> None:
+    store = await stead.open_store(db_url)
+    try:
+        broken = _deploy(fixed=False)
+        client = stead.Client(store, broken)
+        info = await client.start("refund", "123", version=1)
+        await stead.Worker(broken, store).run_until_idle()
+        failed = await client.get(info.run_id)
+        assert failed.status == "failed" and failed.error is not None
+        assert failed.error["type"] == "KeyError"
+        assert len(agents_app.lines("ledger.log")) == 1  # the refund went out
+        with pytest.raises(stead.NotStopped, match=f"stead runs fork {info.run_id}"):
+            await client.retry(info.run_id)
+
+        def cli(*args: str) -> Any:
+            return CliRunner().invoke(main, ["--db", db_url, *args])
+
+        shown = await asyncio.to_thread(cli, "runs", "show", info.run_id)
+        assert f"`stead runs fork {info.run_id}` goes on from its journal" in shown.output
+        fixed = _deploy(fixed=True)
+        forked = await asyncio.to_thread(cli, "runs", "fork", info.run_id, "--json")
+        assert forked.exit_code == 0, forked.output
+        fork = json.loads(forked.output)
+        assert fork["at"] == len(await store.load_journal(info.run_id))
+        await stead.Worker(fixed, store).run_until_idle()
+        assert await client.result(fork["run_id"], timeout=5) == "rf-123"
+        assert len(agents_app.lines("ledger.log")) == 1  # replayed, not sent again
+    finally:
+        await store.close()

@@ -55,5 +55,33 @@ async def test_a_side_effecting_tool_is_not_handed_to_an_agent_as_a_step(
     await stead.Worker(mcp_app.app, store).run_until_idle()
     failed = await client.get(info.run_id)
     assert failed.status == "failed"
-    assert failed.error is not None  # raised inside the stdio client's task group
-    assert "MCP tool 'refund' is side-effecting" in failed.error["traceback"]
+    # Raised inside the stdio client's task groups: stored as itself, not as the group.
+    assert failed.error is not None and failed.error["type"] == "SteadError"
+    assert failed.error["message"].startswith("MCP tool 'refund' is side-effecting")
+
+
+@pytest.mark.usefixtures("sdk_dir")
+async def test_a_check_answering_with_the_tools_result_completes_the_run(
+    store: stead.Store,
+) -> None:
+    client = stead.Client(store, mcp_app.app)
+    info = await client.start(mcp_app.refund_checked, "9", "tool_result")
+    await stead.Worker(mcp_app.app, store).run_until_idle()
+    assert await client.result(info.run_id, timeout=5) == {
+        "text": "refunded 4200 on order 9", "error": False}
+    assert len(agents_app.lines("mcp.log")) == 1
+
+
+@pytest.mark.usefixtures("sdk_dir")
+async def test_a_check_answering_with_the_services_own_json_is_refused_naming_the_shape(
+    store: stead.Store,
+) -> None:
+    client = stead.Client(store, mcp_app.app)
+    info = await client.start(mcp_app.refund_checked, "9", "own_json")
+    await stead.Worker(mcp_app.app, store).run_until_idle()
+    stopped = await client.get(info.run_id)
+    assert stopped.status == "outcome_unknown", stopped.error  # to retry or reconcile
+    assert stopped.error is not None and stopped.error["type"] == "InvalidCheckResult"
+    assert "CallToolResult" in stopped.error["message"]
+    assert [r.status for r in await store.load_journal(info.run_id)
+            if r.name == "mcp tests.refund_and_hang"] == ["intent", "unknown"]

@@ -25,7 +25,8 @@ from tests.workers import chaos_app
 # Process-level, crash or long property tests: `pytest --full` (CI) runs them.
 pytestmark = pytest.mark.slow
 
-GOOD = {e.workflow: e for e in EXAMPLES if not e.broken}
+GOOD = {e.title: e for e in EXAMPLES if not e.broken}
+LANGGRAPH = "stead.examples.langgraph_refund:app"
 BROKEN = next(e for e in EXAMPLES if e.broken)
 
 
@@ -61,17 +62,20 @@ def _kinds(report: MatrixReport) -> set[Boundary]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("workflow", list(GOOD))
+@pytest.mark.parametrize("title", list(GOOD))
 async def test_the_examples_pass_their_crash_matrix(
-    db_url: str, tmp_path: Path, workflow: str
+    db_url: str, tmp_path: Path, title: str
 ) -> None:
-    example = GOOD[workflow]
+    example = GOOD[title]
+    workflow = example.workflow
     report = await example.run(tmp_path, db=db_url)
     report.assert_ok()
     assert report.reference.status == "completed"
     assert all(p.recovered_in is not None for p in report.points)
     assert {Boundary.BEFORE, Boundary.AFTER} <= _kinds(report)
-    if workflow == "refund_order":
+    if example.app == LANGGRAPH:
+        _langgraph_refunds_once(report, checked=example.args == ["123"])
+    elif workflow == "refund_order":
         assert {Boundary.IN_SEND, Boundary.WAITING, Boundary.DELIVERY} <= _kinds(report)
         assert all(p.events_once for p in report.points)
         # Killed inside the mail's send, it is resent under the same key: allowed,
@@ -84,6 +88,25 @@ async def test_the_examples_pass_their_crash_matrix(
         assert Boundary.IN_SEND in _kinds(report)
         submits = [c for p in report.points for c in p.calls if c.effect == "run_ci"]
         assert len(submits) == len(report.points) and all(c.calls == 1 for c in submits)
+
+
+def _langgraph_refunds_once(report: MatrixReport, *, checked: bool) -> None:
+    """Killed anywhere, the graph's effect node refunds at most once. Killed
+    between its intent and its outcome, its check is asked and the run
+    completes; without a check, the run stops for a person there."""
+    kinds = _kinds(report)
+    assert {Boundary.IN_SEND, Boundary.WAITING, Boundary.DELIVERY} <= kinds
+    assert all(p.events_once for p in report.points)
+    refunds = [c for p in report.points for c in p.calls if c.effect == "node refund"]
+    assert refunds and all(c.calls == 1 for c in refunds)
+    stopped = {p.point.where for p in report.points if p.status == "outcome_unknown"}
+    if checked:
+        assert not stopped
+        assert all(p.status == "completed" and p.same_result for p in report.points)
+        return
+    assert stopped == {"after write 7 commits (effect node refund: intent)",
+                       "inside effect node refund's send, before write 8 commits "
+                       "(effect node refund: ok)"}
 
 
 @pytest.mark.slow

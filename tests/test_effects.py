@@ -4,7 +4,9 @@ never treated as "it did not happen"."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -316,6 +318,78 @@ async def test_outcome_uncertain_from_the_function_is_unknown(fstore: stead.Stor
     assert got.error is not None and "connection reset" in json.dumps(
         [json.loads(r.payload) for r in await client.journal(info.run_id)]
     )
+
+
+@dataclasses.dataclass
+class Receipt:
+    refund: str
+    amount: int
+
+
+async def test_a_checks_result_must_fit_the_effects_return_type(fstore: stead.Store) -> None:
+    """A check answering done with another shape than `fn` returns records
+    nothing: the run stops for a person, the message naming the shape."""
+    app = stead.App("t")
+
+    def refund(op: stead.Operation) -> Receipt:
+        raise stead.OutcomeUncertain("the bank hung up")
+
+    def find(op: stead.Operation) -> stead.Outcome:
+        return stead.Outcome.done("rf_1")  # the id alone, not a Receipt
+
+    @app.workflow()
+    async def wf(run: stead.Run) -> str:
+        return (await run.effect("refund", refund, check=find)).refund
+
+    client = stead.Client(fstore, app)
+    info = await client.start(wf)
+    await stead.Worker(app, fstore).run_until_idle()
+    got = await client.get(info.run_id)
+    assert got.status == "outcome_unknown"
+    assert got.error is not None and got.error["type"] == "InvalidCheckResult"
+    assert "does not fit the effect's return type Receipt" in got.error["message"]
+    assert got.error["checked"] is True  # a retry asks the fixed check again
+    assert _status(await client.journal(info.run_id)) == ["intent", "unknown"]
+    await client.reconcile(info.run_id, "refund", happened={"refund": "rf_1", "amount": 5},
+                           by="ops")
+    await stead.Worker(app, fstore).run_until_idle()
+    assert await client.result(info.run_id, timeout=5) == "rf_1"
+
+
+async def test_a_stop_or_a_failure_inside_a_task_group_is_itself(
+    fstore: stead.Store, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A task group (asyncio's here, anyio's in an MCP session) wraps what ends
+    the workflow in an exception group: the run still stops for a person, and
+    a failure is stored as its own type and message, not as the group's."""
+    app = stead.App("t")
+
+    def flaky(op: stead.Operation) -> None:
+        raise stead.OutcomeUncertain("connection reset after the request was written")
+
+    def broken() -> None:
+        raise LookupError("no order 123")
+
+    @app.workflow()
+    async def wf(run: stead.Run, effect: bool) -> None:
+        async with asyncio.TaskGroup() as group:
+            if effect:
+                group.create_task(run.effect("flaky", flaky))
+            else:
+                group.create_task(run.step("look up", broken, retry=stead.Retry(attempts=1)))
+
+    caplog.set_level(logging.INFO, logger="stead.worker")
+    client = stead.Client(fstore, app)
+    stopped = await client.start(wf, True)
+    failed = await client.start(wf, False)
+    await stead.Worker(app, fstore).run_until_idle()
+    assert (await client.get(stopped.run_id)).status == "outcome_unknown"
+    error = (await client.get(failed.run_id)).error
+    assert error is not None and error["type"] == "StepError"
+    assert "no order 123" in error["message"]
+    logged = [r.getMessage() for r in caplog.records if r.name == "stead.worker"]
+    assert any(f"run {failed.run_id} failed: StepError: " in m and "no order 123" in m
+               for m in logged), logged
 
 
 async def test_the_fencing_token_is_the_epoch(

@@ -94,6 +94,29 @@ async def test_an_unknown_effect_shows_its_arguments_key_and_the_whole_error(
     assert 'data-action="retry"' not in page and 'data-action="reconcile"' in page
 
 
+async def test_a_wait_is_decided_on_the_question_it_asks_not_its_digest(
+    web: httpx.AsyncClient, store: stead.Store,
+) -> None:
+    client = stead.Client(store, web_app.app)
+    run = await client.start("asking", 4711)
+    await settle(store)
+    await log_in(web)
+    for page in ((await web.get("/attention", params={"kind": "approval"})).text,
+                 (await web.get(f"/runs/{run.run_id}")).text):
+        assert "&#34;ticket&#34;: 4711" in page and "&#34;amount&#34;: 4200" in page
+        assert "&lt;b&gt;refund?&lt;/b&gt;" in page and "<b>refund?" not in page
+        assert "token=[token]" in page and "abcdefgh0123456789" not in page  # masked
+    queue_page = (await web.get("/attention", params={"kind": "approval"})).text
+    assert _rows(queue_page) == [run.run_id]  # asked of a person, though it takes no token
+    assert 'data-action="approve"' in queue_page and 'name="token"' not in queue_page
+    form = await _form(web, "/attention", why="the customer called", target=(
+        await client.waits(run_id=run.run_id))[0].wait_id, expect_status="waiting")
+    r = await web.post(f"/runs/{run.run_id}/actions/approve", data=form)
+    assert r.status_code == 200, r.text
+    await settle(store)
+    assert await client.result(run.run_id, timeout=5) == {"approved": True}
+
+
 async def _form(web: httpx.AsyncClient, path: str, **fields: str) -> dict[str, str]:
     page = await web.get(path)
     return {"csrf": csrf_of(page.text), **fields}

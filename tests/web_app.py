@@ -57,6 +57,17 @@ async def long_review(run: stead.Run, order_id: str) -> Any:
 
 
 @app.workflow()
+async def asking(run: stead.Run, ticket: int) -> Any:
+    """A question for whoever reaches the dashboard (no token), a LangGraph
+    interrupt's way: its bind holds only a digest, its request the question."""
+    question = {"ticket": ticket, "amount": 4200, "order": "123", "note": "<b>refund?</b>",
+                "old_link": "https://shop.example/a?token=stk1.k1.abcdefgh0123456789_-"}
+    w = await run.wait("interrupt", bind={"value_sha256": "9f2c" * 16}, token=False,
+                       request=question)
+    return await w
+
+
+@app.workflow()
 async def granted(run: stead.Run, order_id: str) -> str:
     def dispatch(op: stead.Operation, order: str) -> str:
         return f"refunded {order}"

@@ -21,7 +21,7 @@ from typing import Any
 from stead import errors, keys, takeover
 from stead.app import App
 from stead.clock import SystemClock
-from stead.execution import Drain, Execution, ExecutionOptions, Frontier, Stop
+from stead.execution import Drain, Execution, ExecutionOptions, Frontier, Stop, exits
 from stead.exports import StoredRun
 from stead.migrations import Migration
 from stead.records import Fence, FindingKind, MigrationPlan, Record, StaleCause
@@ -162,7 +162,7 @@ async def replay(app: App, stored: StoredRun, store: Store) -> Replayed:
     x.changed_steps = app.changed_steps
     body = x.start(wf.fn(Run(x, row), *args, **kwargs))
     try:
-        await body
+        await exits.unwrapped(body)
         returned = True
     # Where it would go live, stop for a person, or fail as it did before
     # (a failure the journal recorded replays as the same error): the replay ends.

@@ -19,7 +19,8 @@ By where they come from:
   `NotStopped`, `StatusNotReached`, `ForkRefused`;
 - waits: `WaitNotOpen`, `ChildEnded`, `WaitExpired`, `WaitRevoked`,
   `WaitPolicyChanged`, `TokenHidden`;
-- effects: `EffectFailed`, `EffectCompensated`, `OutcomeUncertain`;
+- effects: `EffectFailed`, `EffectCompensated`, `OutcomeUncertain`,
+  `InvalidCheckResult`;
 - intent and authority: `InvalidIntent`, `GrantWidening`, `GrantRefused`,
   `NotAllowed`, `UnknownAction`, `RunMovedOn`;
 - workspaces: `WorkspaceError`, `WorkspaceOutsideRoot`, `WorkspaceEscape`,
@@ -37,15 +38,15 @@ from typing import Any
 __all__ = [
     "CancelRequested", "ChildEnded", "ChildFailed", "CorruptRecord", "DatabaseMissing",
     "DeadlineExceeded", "EffectCompensated", "EffectFailed", "EventTooLarge", "ForkRefused",
-    "GrantRefused", "GrantWidening", "InvalidInput", "InvalidIntent", "InvalidSchedule",
-    "InvalidStart", "InvalidValue", "KeysUnavailable", "MigrationBlocked", "MigrationRefused",
-    "NonDeterminism", "NotAllowed", "NotStopped", "OutcomeUncertain", "ResultTooLarge",
-    "RunEnded", "RunFailed", "RunMovedOn", "SchemaAhead", "SchemaBehind", "ScriptExhausted",
-    "SecretInJournal", "SerializationError", "StaleLease", "StateConflict", "StatusNotReached",
-    "SteadError", "StepError", "StepTimeout", "StoreError", "StoreRejected",
-    "StoreUnavailable", "StreamClosed", "TaskMismatch", "TokenHidden", "UnknownAction",
-    "UnknownQueue", "UnknownRun", "UnknownWorkflow", "WaitExpired", "WaitNotOpen",
-    "WaitPolicyChanged", "WaitRevoked", "WorkspaceChanged", "WorkspaceError",
+    "GrantRefused", "GrantWidening", "InvalidCheckResult", "InvalidInput", "InvalidIntent",
+    "InvalidSchedule", "InvalidStart", "InvalidValue", "KeysUnavailable", "MigrationBlocked",
+    "MigrationRefused", "NonDeterminism", "NotAllowed", "NotStopped", "OutcomeUncertain",
+    "ResultTooLarge", "RunEnded", "RunFailed", "RunMovedOn", "SchemaAhead", "SchemaBehind",
+    "ScriptExhausted", "SecretInJournal", "SerializationError", "StaleLease", "StateConflict",
+    "StatusNotReached", "SteadError", "StepError", "StepTimeout", "StoreError",
+    "StoreRejected", "StoreUnavailable", "StreamClosed", "TaskMismatch", "TokenHidden",
+    "UnknownAction", "UnknownQueue", "UnknownRun", "UnknownWorkflow", "WaitExpired",
+    "WaitNotOpen", "WaitPolicyChanged", "WaitRevoked", "WorkspaceChanged", "WorkspaceError",
     "WorkspaceEscape", "WorkspaceMismatch", "WorkspaceOutsideRoot", "WorkspaceTooLarge",
     "WorkspaceUnsafe",
 ]
@@ -249,6 +250,14 @@ class OutcomeUncertain(SteadError):
     """Raise it from an effect function when you cannot tell whether the outside
     acted (a dropped connection after the request was written, say). Like a
     timeout, it makes the outcome *unknown*, never "it did not happen"."""
+
+
+class InvalidCheckResult(SteadError):
+    """An effect's `check` answered `Outcome.done(result)` with a result of
+    another shape than the effect's own (its declared return type, or what an
+    integration journals: a LangGraph node's update, an MCP `CallToolResult`).
+    Nothing is recorded: the run stops as `outcome_unknown`, to be retried once
+    the check is fixed, or reconciled."""
 
 
 class StateConflict(SteadError):

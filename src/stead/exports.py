@@ -54,7 +54,7 @@ _FROM_ONE = frozenset({"version"})
 _JSON_FIELDS: dict[type, dict[str, type | None]] = {
     RunRow: {"input": dict, "result": None, "error": None, "in_flight": None},
     Record: {"payload": None},
-    WaitRow: {"bind": dict, "schema": dict},
+    WaitRow: {"bind": dict, "schema": dict, "request": None},
     StateRow: {"data": None},
 }
 _R = TypeVar("_R")

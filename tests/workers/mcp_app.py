@@ -15,13 +15,14 @@ from typing import Any
 import mcp
 from agents import Agent, ModelResponse, Usage
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+from mcp import types
 from mcp.client.stdio import stdio_client
 
 import stead
 from stead.contrib import mcp as smcp
 from stead.contrib import openai_agents
 from stead.contrib.mcp import agents_sdk
-from tests.workers.agents_app import log
+from tests.workers.agents_app import lines, log
 
 app = stead.App("mcp-tests")
 SERVER = Path(__file__).with_name("mcp_server.py")
@@ -56,7 +57,7 @@ async def weather(run: stead.Run, city: str) -> str:
     async with session() as s:
         tools = smcp.journaled(run, s, server="tests")
         listed = await tools.list_tools()
-        assert {t.name for t in listed.tools} == {"forecast", "refund"}
+        assert {t.name for t in listed.tools} == {"forecast", "refund", "refund_and_hang"}
         result = await tools.call_tool(choice["tool"], choice["arguments"])
     return str(await run.step("model turn 2", second_turn, _text(result)))
 
@@ -80,6 +81,31 @@ async def refund_as_annotated(run: stead.Run, order_id: str, key: str) -> str:
         result = await tools.call_tool("refund", {"order_id": order_id, "amount": 4200,
                                                   "idempotency_key": key})
     return _text(result)
+
+
+def _refunds_made(key: str) -> list[str]:
+    return [line for line in lines("mcp.log") if line.endswith(key)]
+
+
+@app.workflow(version=1)
+async def refund_checked(run: stead.Run, order_id: str, answer: str) -> dict[str, Any]:
+    """The refund's answer is lost (the server hangs past the timeout), so its
+    check is asked; it `answer`s with the tool's result (`"tool_result"`) or,
+    wrongly, with the JSON the tool's service keeps (`"own_json"`)."""
+    def find(op: stead.Operation) -> stead.Outcome:
+        if not _refunds_made(op.key):
+            return stead.Outcome.not_found()
+        if answer == "own_json":
+            return stead.Outcome.done({"refunded": 4200, "order_id": order_id})
+        return stead.Outcome.done(types.CallToolResult(content=[types.TextContent(
+            type="text", text=f"refunded 4200 on order {order_id}")]))
+
+    async with session() as s:
+        tools = smcp.journaled(run, s, server="tests", effects={"refund_and_hang": smcp.Effect(
+            key_argument="idempotency_key", timeout=0.5, check=find)})
+        result = await tools.call_tool("refund_and_hang", {"order_id": order_id,
+                                                           "amount": 4200})
+    return {"text": _text(result), "error": result.is_error}
 
 
 def agent_answer(call: ModelCall) -> ModelResponse:

@@ -5,6 +5,7 @@ call it serves is a line in $SDK_DIR/mcp.log."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
@@ -28,6 +29,15 @@ def forecast(city: str) -> str:
 def refund(order_id: str, amount: int, idempotency_key: str) -> str:
     """Refund an order (the amount in cents), once per key."""
     log("mcp.log", f"refund {order_id} {amount} {idempotency_key}")
+    return f"refunded {amount} on order {order_id}"
+
+
+@server.tool(annotations=ToolAnnotations(destructive_hint=True))
+def refund_and_hang(order_id: str, amount: int, idempotency_key: str) -> str:
+    """A refund whose answer never comes back in time: it is made, then the
+    server hangs."""
+    log("mcp.log", f"refund {order_id} {amount} {idempotency_key}")
+    time.sleep(3)
     return f"refunded {amount} on order {order_id}"
 
 

@@ -268,31 +268,37 @@ def runs_retry(ctx: click.Context, run_id: str) -> None:
 
 @runs.command("fork")
 @common.run_argument
-@click.option("--at", "at", type=common.POSITION, required=True, metavar="SEQ",
-              help="Keep the first SEQ records of RUN's journal (0: none).")
+@click.option("--at", "at", type=common.POSITION, default=None, metavar="SEQ",
+              help="Keep the first SEQ records of RUN's journal (0: none; default: all of "
+                   "them).")
 @common.json_option
 @click.pass_context
-def runs_fork(ctx: click.Context, run_id: str, at: int, as_json: bool) -> None:
+def runs_fork(ctx: click.Context, run_id: str, at: int | None, as_json: bool) -> None:
     """Start a new run that replays the first SEQ records of RUN's journal
     and goes on live from there (its own task state, as the prefix last saw
     it; its own waits; new effect keys). Refused past an effect whose outcome
-    is unknown at that position. RUN is untouched; both runs show the link."""
+    is unknown at that position. RUN is untouched; both runs show the link.
+
+    Without --at the whole journal is kept: once the code a failed run met is
+    fixed, this is how it goes on from where it failed, its journaled effects
+    (a refund already sent) replayed, not sent again."""
     db = common.database_url(ctx)
     common.require_database(db)
 
-    async def go() -> Any:
+    async def go() -> tuple[Any, int]:
         async with common.opened_client(db) as client:
-            return await client.fork(run_id, at=at)
+            kept = at if at is not None else (await client.journal_size(run_id))[0]
+            return await client.fork(run_id, at=kept), kept
 
-    forked = common.run_async(go())
+    forked, kept = common.run_async(go())
     if as_json:
-        click.echo(json.dumps({**runs_view.run_json(forked), "forked_from": run_id, "at": at},
-                              indent=2))
+        click.echo(json.dumps({**runs_view.run_json(forked), "forked_from": run_id,
+                               "at": kept}, indent=2))
         return
     info = _shown(forked)
-    click.echo(f"forked run {common.safe(run_id)} at {at}: run {info.run_id} "
+    click.echo(f"forked run {common.safe(run_id)} at {kept}: run {info.run_id} "
                f"({info.workflow}@{info.version}); a worker hosting it replays the "
-               f"{at} record(s) and goes on live")
+               f"{kept} record(s) and goes on live")
 
 
 @runs.command("resume")

@@ -140,7 +140,10 @@ class Deciding(Inspecting):
                 + (": a paused run is decided with resume or terminate (stead runs resume "
                    "RUN --by WHO --why WHY)" if info.status == RunStatus.PAUSED else
                    ": only a run stead stopped (incompatible_checkpoint, outcome_unknown, "
-                   "or failed on a store error) can be retried; start a new run instead")
+                   "or failed on a store error) can be retried. To go on from where it "
+                   f"ended once the code is fixed, fork it whole: stead runs fork {run_id} "
+                   "(its journaled effects are replayed, not sent again); or start a new "
+                   "run")
             )
         try:
             row = await self.store.resume_stopped(run_id, info.status, None)

@@ -117,6 +117,10 @@ class Inspecting(Base):
         """What workers could take, by `workflow@version` (see `Store.backlog`)."""
         return await self.store.backlog()
 
+    async def wait(self, wait_id: str) -> records.WaitRow | None:
+        """One wait, in any state (None: there is none by that id)."""
+        return await self.store.get_wait(wait_id)
+
     async def waits(self, *, run_id: str | None = None, state: str | None = WaitState.OPEN,
                     limit: int = 100) -> list[records.WaitRow]:
         """Waits (by default the open ones), oldest first."""

@@ -158,16 +158,20 @@ class Starting(Base):
                 f"queue {queue!r} takes no priorities: declare it with "
                 f"app.queue({queue!r}, priority=True)")
 
-    async def fork(self, run_id: str, *, at: int) -> RunInfo:
+    async def fork(self, run_id: str, *, at: int | None = None) -> RunInfo:
         """Start a new run whose journal is the first `at` records of run
-        `run_id`'s (0: none, the journal's length: all of it): it replays them
-        and goes on live from there, as a new run (its own task state, as the
-        prefix last saw it; its own waits and effect keys; the intent in
-        force). Refused with `ForkRefused` past an effect whose outcome the
-        prefix does not know. The link is kept on both runs (`lineage`)."""
-        bounds.integer(at, "at (a journal position)")
+        `run_id`'s (0: none; the journal's length, or None: all of it): it
+        replays them and goes on live from there, as a new run (its own task
+        state, as the prefix last saw it; its own waits and effect keys; the
+        intent in force). Refused with `ForkRefused` past an effect whose
+        outcome the prefix does not know. The link is kept on both runs
+        (`lineage`). Forking a failed run whole, once its code is fixed, is how
+        it goes on: its journaled effects are replayed, not sent again."""
+        if at is not None:
+            bounds.integer(at, "at (a journal position)")
         parent = await self.store.get_run(run_id)
         journal = await self.store.load_journal(run_id)
+        at = len(journal) if at is None else at
         kept = forks.prefix(run_id, journal, at)
         opened: dict[str, records.WaitRow] = {}
         for rec in forks.unresolved_waits(kept):

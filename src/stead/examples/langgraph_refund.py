@@ -26,15 +26,19 @@ def refund(op: stead.Operation, state: Refund) -> Refund:  # an effect: op.key i
     paid = services.Payments().refund(state["order_id"], 4200, idempotency_key=op.key)
     return {"receipt": paid["refund"]}
 
+def find(op: stead.Operation) -> stead.Outcome:  # after a crash mid-send: did it happen?
+    paid = services.Payments().lookup(op.key)  # answers with the node's update, or not found
+    return stead.Outcome.done({"receipt": paid["refund"]}) if paid else stead.Outcome.not_found()
+
 def ask(op: stead.Operation, wait: stead.Wait[object], request: dict[str, Any]) -> str:
     assert wait.token is not None  # the token comes out only here, in the effect sending it
     return services.Mailbox().send("support@example.com", "Approve the refund?", {
         "wait_id": wait.wait_id, "token": wait.token.reveal(), **request}, key=op.key)
 
-graph = StateGraph(Refund).add_node("review", review).add_edge(START, "review")
-compiled = graph.add_node("refund", langgraph.effect(refund, idempotent=True)).compile()
-
 @app.workflow(version=1)
-async def refund_order(run: stead.Run, order_id: str) -> str:
-    out = await langgraph.run(run, compiled, {"order_id": order_id}, on_interrupt=ask)
+async def refund_order(run: stead.Run, order_id: str, check: bool = True) -> str:
+    node = langgraph.effect(refund, check=find if check else None)  # no check: ask a person
+    graph = StateGraph(Refund).add_node("review", review).add_node("refund", node)
+    out = await langgraph.run(run, graph.add_edge(START, "review").compile(),
+                              {"order_id": order_id}, on_interrupt=ask)
     return f"Done: {out.get('receipt', 'refused')}"

@@ -8,13 +8,14 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from stead.client import Client, RunInfo
 from stead.client.listing import STRANDED_AFTER
 from stead.operator.actions import Action, offered
 from stead.operator.situation import Situation, situation
 from stead.records import RunStatus, WaitRow, WaitState
-from stead.views import runs_view
+from stead.views import runs_view, waits_view
 
 # Open waits that expire within this many seconds need a human.
 NEAR_EXPIRY = 3600.0
@@ -24,7 +25,7 @@ class AttentionKind(enum.StrEnum):
     OUTCOME_UNKNOWN = "outcome_unknown"
     PAUSED = "paused"
     INCOMPATIBLE = "incompatible_checkpoint"
-    APPROVAL = "approval"  # an open wait that takes a token: a person answers it
+    APPROVAL = "approval"  # an open wait that takes a token or asks something: a person answers it
     WAIT_EXPIRING = "wait_expiring"  # any other wait, near its expiry
     WAIT_LOCKED = "wait_locked"
     STRANDED = "stranded"
@@ -42,6 +43,9 @@ class Attention:
     due: float | None = None  # when it gets worse (a wait's expiry)
     since: float | None = None  # since when it waits for a person (None: the run's update)
     target: str = ""  # the wait it is about ("" for the run)
+    # What the wait asks the person deciding (its request, tokens redacted);
+    # None: it asks nothing in words, or the item is not a wait.
+    asks: Any = None
 
     @property
     def waiting_since(self) -> float:
@@ -84,12 +88,13 @@ def _due(w: WaitRow, now: float) -> str:
 
 
 async def _waits(client: Client, now: float) -> list[Attention]:
-    """Locked waits; every open wait that takes a token (one a person
-    answers: an approval), whenever it expires; other waits near expiry."""
+    """Locked waits; every open wait that takes a token or asks something
+    (one a person answers: an approval), whenever it expires; other waits
+    near expiry."""
     found = []
     for w in await client.waits(state=WaitState.OPEN, limit=1000):
         locked = w.locked_at is not None
-        human = w.token_hash is not None
+        human = w.token_hash is not None or w.request is not None
         near = w.expires_at is not None and w.expires_at - now <= NEAR_EXPIRY
         if not (locked or human or near):
             continue
@@ -105,7 +110,7 @@ async def _waits(client: Client, now: float) -> list[Attention]:
                 AttentionKind.APPROVAL if human else AttentionKind.WAIT_EXPIRING, s.run,
                 f"wait {w.kind} ({w.wait_id}) {_due(w, now)}",
                 _resolving(s, "approve", "reject", "revoke_wait", target=w.wait_id),
-                w.expires_at, w.created_at, w.wait_id))
+                w.expires_at, w.created_at, w.wait_id, waits_view.shown(w)))
     return found
 
 

@@ -84,6 +84,10 @@ class WaitRow:
     # The app's policy version when the wait opened (the bound value, for a
     # wait bound to `policy_version`); None: it had no policy.
     policy_version: str | None = None
+    # What the wait asks (`run.wait(request=)`), as JSON text, bounded: what
+    # the person deciding is shown (kept in `wait_requests`, read where a
+    # person's view reads waits). None: it was opened with none, or unread.
+    request: str | None = None
 
     def evolve(self, **changes: Any) -> Self:
         return dataclasses.replace(self, **changes)

@@ -43,6 +43,7 @@ class Waiting(Part):
         expires_in: dt.timedelta | float | None = None,
         schema: type[T] | Mapping[str, Any] | None = None,
         token: bool = True,
+        request: Any = None,
     ) -> waits.Wait[T]:
         """Open a durable wait for one event of `kind`. The event must carry the
         same `bind` values (a `state_version` key is also compared with the task
@@ -52,7 +53,12 @@ class Waiting(Part):
         wait's token (unless `token=False`) and fit `schema` (a type such as a
         pydantic model, or a JSON Schema as a dict). Hand `w.token` to the human
         channel (or build its link in the effect that sends it:
-        `w.link(base_url)`), then `event = await w`."""
+        `w.link(base_url)`), then `event = await w`.
+
+        `request` (JSON) is what the wait asks a person, shown wherever it is
+        decided (`stead waits ls`, `stead waits show`, the dashboard's queue
+        and run page), its first `waits.REQUEST_CHARS` characters; a wait with a
+        request is listed for a person to answer even without a token."""
         from stead import keys, policy_binding
         from stead.records import WaitState
         from stead.workflow import waits
@@ -61,6 +67,7 @@ class Waiting(Part):
             raise ValueError("a wait needs a kind (the event type it awaits)")
         bounds.text(kind, "a wait's kind")
         bind_json = codec.loads(codec.dumps(bind or {}, what="the bound values"))
+        asked = waits.request_text(request)
         if not isinstance(bind_json, dict):
             raise TypeError("bind is a dict of the values the event must match")
         seconds = None if expires_in is None else bounds.seconds(expires_in,
@@ -86,6 +93,8 @@ class Waiting(Part):
             # What the wait opened with, not what the code binds now (see `open_digest`).
             bind_json = opened.get("bind", bind_json)
             policy = opened.get("policy_version", policy)
+            asked = None if opened.get("request") is None else codec.dumps(
+                opened["request"], what="the wait's request")
         else:
             self._x.check_live()
             wait_id, created_at = _uuid.uuid4().hex, self._x.clock.now()
@@ -97,13 +106,15 @@ class Waiting(Part):
             bind=codec.dumps(bind_json, what="bind"), schema=schema_json,
             token_hash=hashed,
             task_key=self._task_key, expires_at=expires_at, state=WaitState.OPEN,
-            event_id=None, created_at=created_at, policy_version=policy,
+            event_id=None, created_at=created_at, policy_version=policy, request=asked,
         )
         if not prior:
             opening: dict[str, Any] = {"wait_id": wait_id, "expires_at": expires_at,
                                        "bind": bind_json, "policy_version": policy}
             if minted is not None:
                 opening["key"] = minted.key_id
+            if asked is not None:
+                opening["request"] = codec.loads(asked)
             text = codec.dumps(opening, what="the wait")
             rec = self._x.record(addr, 1, RecordKind.WAIT, kind, digest, RecordStatus.OPEN, text)
             await self._x.write([rec], lambda batch, resume: self._x.store.open_wait(

@@ -107,7 +107,11 @@ def resume(row: Row) -> records.ResumeRecord:
 
 
 def wait(row: Row) -> records.WaitRow:
-    return records.WaitRow(**{name: row[name] for name in _fields(records.WaitRow)})
+    """A wait; its request only where the query joined `wait_requests` (the
+    reads a person's view goes through), else None."""
+    names = row.keys()
+    return records.WaitRow(**{name: row[name] for name in _fields(records.WaitRow)
+                              if name != "request" or name in names})
 
 
 def event(row: Row) -> records.EventRow:
@@ -173,8 +177,8 @@ def _fields(record_class: type[Any]) -> tuple[str, ...]:
 
 @functools.cache
 def _wait_insert() -> tuple[str, ...]:
-    return tuple(n for n in _fields(records.WaitRow)
-                 if n not in ("state", "event_id", "closed_at", "bad_tokens", "locked_at"))
+    return tuple(n for n in _fields(records.WaitRow) if n not in (
+        "state", "event_id", "closed_at", "bad_tokens", "locked_at", "request"))
 
 
 def snapshot(row: Row) -> records.SnapshotRow:

@@ -7,8 +7,10 @@ writes for an app of their own, written for `stead.examples`.
 key, from their ledgers in the point's folder; `CI_SERVICES` also puts a
 repository with a bug in that folder and makes CI jobs quick; `REFUND_EVENTS`
 answers the refund agent's confirmation wait as the customer's click does,
-with the wait id and token from the link the agent mailed. `EXAMPLES` lists
-each example's matrix, the deliberately broken one last.
+with the wait id and token from the link the agent mailed, and
+`INTERRUPT_EVENTS` a LangGraph interrupt as support does, with the token
+mailed for it. `EXAMPLES` lists each example's matrix, the deliberately broken
+one last.
 """
 
 from __future__ import annotations
@@ -63,6 +65,16 @@ def confirm_refund(w: Waiting) -> Event:
 REFUND_EVENTS: dict[str, EventSource] = {"user_confirmation": confirm_refund}
 
 
+def approve_interrupt(w: Waiting) -> Event:
+    """Support approves the LangGraph refund with the token mailed for this wait."""
+    [message] = [m for m in services.Mailbox(_where(w.folder)).messages()
+                 if m["body"]["wait_id"] == w.wait_id]
+    return Event(f"approve-{w.wait_id}", {"approved": True}, token=message["body"]["token"])
+
+
+INTERRUPT_EVENTS: dict[str, EventSource] = {"interrupt": approve_interrupt}
+
+
 @dataclasses.dataclass(frozen=True)
 class Example:
     title: str
@@ -85,6 +97,12 @@ EXAMPLES = [
     Example("coding agent", "stead.examples.ci_agent:app", "fix_and_test",
             ["repo", "add() subtracts"], CI_SERVICES),
     Example("ticket triage", "stead.examples.triage:app", "triage", [TICKET], SERVICES),
+    Example("LangGraph refund, its effect node with a check",
+            "stead.examples.langgraph_refund:app", "refund_order", ["123"], SERVICES,
+            INTERRUPT_EVENTS),
+    Example("LangGraph refund, its effect node without a check",
+            "stead.examples.langgraph_refund:app", "refund_order", ["123", False], SERVICES,
+            INTERRUPT_EVENTS),
     Example("a refund in a plain step (broken on purpose)", "stead.examples.broken:app",
             "refund_in_a_step", ["123", 4200], SERVICES, broken=True),
 ]

@@ -321,6 +321,11 @@ def render_run(
     elif info.error is not None:
         err = info.error
         lines.append(f"error     {err.get('type', 'Error')}: {err.get('message', '')}")
+        sent = [v for v in views if v.phase in ("done", "reconciled")]
+        if info.status == RunStatus.FAILED and sent:
+            lines.append(f"go on     it failed after {len(sent)} effect(s) happened; once "
+                         f"the code is fixed, `stead runs fork {info.run_id}` goes on from "
+                         "its journal, replaying them, not sending them again")
     lines += ["", f"journal ({len(journal)} record(s))", *journal_lines(info, journal, resumes)]
     if views:
         lines += ["", f"effects ({len(views)})", *effect_lines(info, views)]

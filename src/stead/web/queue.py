@@ -1,6 +1,7 @@
 """The needs-a-human queue as the dashboard shows it: every item of
 `operator.needs_a_human`, filtered (kind, workflow, task, age), counted per
-kind, each with a stable key and a version.
+kind, each with a stable key and a version. A wait that asks something (its
+request) shows it, so the approver decides on the question, not its digest.
 
 The page updates itself row by row (`static/queue.js`): a row is keyed by
 what it is about (its kind, run and wait) and versioned by what it shows, so
@@ -115,6 +116,7 @@ class Row:
     summary: str
     brief: str  # `summary`, short
     unknown: Unknown | None
+    asks: str = ""  # what the wait asks, pretty JSON ("" for none)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,5 +153,6 @@ async def read(client: Client, f: Filter, now: float) -> Queue:
             key="q-" + _digest(a.kind, a.run.run_id, a.target),
             version=_digest(a.run.status, a.run.epoch, a.run.updated_at, summary, a.due,
                             actions, int((a.due or now) - now) // 60),
-            item=a, summary=summary, brief=short(summary), unknown=await _unknown(client, a)))
+            item=a, summary=summary, brief=short(summary), unknown=await _unknown(client, a),
+            asks="" if a.asks is None else pretty(a.asks)))
     return Queue(tuple(rows), counts, len(found))

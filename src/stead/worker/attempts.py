@@ -14,7 +14,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from stead import codec, errors, takeover, tracing
-from stead.execution import Continued, Drain, Execution, Stop
+from stead.execution import Continued, Drain, Execution, Stop, exits
 from stead.records import Fence, RunRow, RunStatus
 from stead.run import Run
 from stead.store.base import Store
@@ -22,11 +22,20 @@ from stead.store.base import Store
 log = logging.getLogger("stead.worker")
 
 
+def _message(exc: BaseException) -> str:
+    """`exc`'s message; an exception group's names what it holds."""
+    held = exits.leaves(exc)
+    if held == [exc]:
+        return str(exc)
+    return f"{exc}: " + "; ".join(f"{type(e).__qualname__}: {e}" for e in held[:5]) + (
+        f"; and {len(held) - 5} more" if len(held) > 5 else "")
+
+
 def error_json(exc: BaseException) -> str:
     """A run's error as stored: the exception's type, message and traceback's end."""
     return json.dumps({
         "type": type(exc).__qualname__,
-        "message": str(exc),
+        "message": _message(exc),
         "traceback": "".join(traceback.format_exception(exc))[-4000:],
     })
 
@@ -63,7 +72,7 @@ async def attempt(store: Store, row: RunRow, ready: takeover.Ready) -> None:
     coro: Coroutine[Any, Any, Any] = ready.workflow.fn(run, *ready.args, **ready.kwargs)
     body = x.start(coro)
     try:
-        result: Any = await body
+        result: Any = await exits.unwrapped(body)
     except asyncio.CancelledError:
         current = asyncio.current_task()
         if x.suspended and (current is None or not current.cancelling()):
@@ -97,7 +106,7 @@ async def attempt(store: Store, row: RunRow, ready: takeover.Ready) -> None:
         if x.incompatible is not None:
             await incompatible(x, x.incompatible)
             return
-        log.info("run %s failed: %s: %s", row.run_id, type(exc).__qualname__, exc)
+        log.info("run %s failed: %s: %s", row.run_id, type(exc).__qualname__, _message(exc))
         await x.finish(RunStatus.FAILED, error=error_json(exc))
         return
     if x.lost is not None:

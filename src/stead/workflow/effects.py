@@ -76,6 +76,13 @@ class Spec:
     contract: str | None = None
 
 
+def _named(annotation: Any) -> str:
+    """A type as its reader wrote it: `CallToolResult`, `dict[str, Any] | None`."""
+    if isinstance(annotation, type):
+        return annotation.__qualname__
+    return str(annotation).replace("typing.", "")
+
+
 def _payload(rec: Record) -> dict[str, Any]:
     data = codec.loads(rec.payload)
     return data if isinstance(data, dict) else {"value": data}
@@ -203,7 +210,9 @@ class Effect:
                                       self.x.secrets.mask(str(exc)), exc)
         return await self._done(attempt, value)
 
-    async def _done(self, attempt: int, value: Any) -> Any:
+    async def _done(self, attempt: int, value: Any, *, checked: bool = False) -> Any:
+        """Journal `value` as the effect's result (`checked`: as its check
+        said), and return it as the declared type."""
         try:
             text = codec.dumps(value, what=f"the result of effect {self.spec.name!r}",
                                limit=self.x.max_result_bytes)
@@ -213,6 +222,17 @@ class Effect:
             known = f"it happened, but its result cannot be stored ({exc})"
             await self._write(attempt, RecordStatus.UNKNOWN, {"reason": known})
             self._stop(attempt, known)
+        if checked:
+            # What the check says happened must be what `fn` would have
+            # returned: anything else would be journaled as done and fail the
+            # run on every replay.
+            try:
+                codec.decode(text, self.rtype)
+            except ValueError as exc:  # pydantic's ValidationError is a ValueError
+                raise errors.InvalidCheckResult(
+                    f"check of effect {self.spec.name!r} answered Outcome.done with a result "
+                    f"that does not fit the effect's return type {_named(self.rtype)} "
+                    f"({codec.describe(exc)})") from exc
         await self._write(attempt, RecordStatus.OK, {"result": codec.loads(text)})
         return codec.decode(text, self.rtype)
 
@@ -275,9 +295,14 @@ class Effect:
         delay = self.spec.poll_every
         while True:
             await self.x.act(boundary=False)
-            outcome = await self._ask(attempt, external_id)
-            if outcome.kind == Outcome.DONE:
-                return await self._done(attempt, outcome.result)
+            try:
+                outcome = await self._ask(attempt, external_id)
+                if outcome.kind == Outcome.DONE:
+                    return await self._done(attempt, outcome.result, checked=True)
+            except errors.InvalidCheckResult as exc:
+                self._stop(attempt, f"{exc}; nothing was recorded: fix the check, then "
+                                    "`stead runs retry RUN` asks it again",
+                           kind="InvalidCheckResult")
             if outcome.kind == Outcome.FAILED:
                 return await self._failed(attempt, "Failed", outcome.message)
             if outcome.kind == Outcome.NOT_FOUND and external_id is None:
@@ -318,6 +343,8 @@ class Effect:
         try:
             with self.x.busy():
                 answer = await calls.invoke(self.spec.check, (op,), {})
+        except errors.InvalidCheckResult:  # it answered, in the wrong shape
+            raise
         except Exception as exc:  # a check that cannot answer knows nothing
             return Outcome.unknown(f"check raised {type(exc).__qualname__}: {exc}")
         if not isinstance(answer, Outcome):
@@ -406,9 +433,9 @@ class Effect:
             loop=asyncio.get_running_loop(), grant=grant,
         )
 
-    def _stop(self, attempt: int, known: str) -> NoReturn:
+    def _stop(self, attempt: int, known: str, *, kind: str = "OutcomeUnknown") -> NoReturn:
         raise Stop(RunStatus.OUTCOME_UNKNOWN, {
-            "type": "OutcomeUnknown",
+            "type": kind,
             "message": (
                 f"effect {self.spec.name!r} (key {self.key}, attempt {attempt}): {known}. "
                 "Find out what happened, then reconcile: stead reconcile RUN "

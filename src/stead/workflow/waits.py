@@ -46,6 +46,21 @@ T = TypeVar("T")
 STATE_VERSION_KEY = "state_version"
 # Deliveries with a wrong token a wait takes before it locks (`Client(lock_wait_after=)`).
 LOCK_AFTER_BAD_TOKENS = 5
+# The longest request a wait row keeps, as JSON text: what a person is shown
+# to decide on, not a store of documents (the journal keeps the whole value).
+REQUEST_CHARS = 4000
+
+
+def request_text(request: Any) -> str | None:
+    """A wait's request as the wait row keeps it: its JSON, or, past
+    `REQUEST_CHARS`, a string of the JSON's beginning and its length. Refused
+    (`SecretInJournal`) if it holds one of the run's live tokens."""
+    if request is None:
+        return None
+    text = codec.dumps(request, what="the wait's request")
+    if len(text) <= REQUEST_CHARS:
+        return text
+    return json.dumps(f"{text[:REQUEST_CHARS - 40]}… ({len(text):,} characters in all)")
 
 
 # -- verdicts --------------------------------------------------------------------

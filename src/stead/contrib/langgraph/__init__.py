@@ -9,11 +9,16 @@ with LangGraph's own runtime, and
   the node's output (or through stead's adapters);
 - a node made with `effect(fn, key=, check=, tool=)` is a write-ahead
   `run.effect`: at most once, with an idempotency key, reconciled after a
-  crash, sent only under a grant with `tool=`;
+  crash, sent only under a grant with `tool=`; its outcome is journaled as
+  the node's update itself, the form its `check` answers with
+  (`Outcome.done({"receipt": ...})`) and a person reconciling it gives;
 - `interrupt()` is a durable stead wait of kind `"interrupt"`, bound to the
-  node and single-use: the run holds no worker until it is answered (`stead
-  approve RUN --wait WAIT --payload JSON`, the dashboard or the webhook), and
-  the event's payload is what `interrupt()` returns in the node.
+  node and single-use, asking the node and the interrupt's value (its
+  request, shown by `stead waits show` and the dashboard): the run holds no
+  worker until it is answered (`stead approve --link -` with the link sent,
+  `stead approve RUN --wait WAIT` for one without a token, the dashboard or
+  the webhook), and the event's payload is what `interrupt()` returns in the
+  node.
 
 No checkpointer is needed: the graph keeps its checkpoints in memory for the
 attempt, and the journal is what survives. See docs/architecture.md.
@@ -71,9 +76,10 @@ async def run(
     "pass", "index", "value_sha256"}`; `on_interrupt(op, wait, request)` is
     then called once as an idempotent effect, with `request` the node and the
     interrupt's value: build the link or hand the token over there
-    (`wait.link(url)`, `wait.token.reveal()`). Without it the wait has no token,
-    and whoever can reach the database answers (`stead approve RUN --wait
-    WAIT`)."""
+    (`wait.link(url)`, `wait.token.reveal()`); the approver answers with that
+    link (`stead approve --link -`). Without it the wait has no token, and
+    whoever can reach the database answers (`stead approve RUN --wait WAIT`,
+    no token given)."""
     if graph.checkpointer not in (None, False):
         raise TypeError("stead.contrib.langgraph.run keeps the graph's progress in the run's "
                         "journal: compile the graph without a checkpointer")

@@ -3,7 +3,8 @@
 Each interrupt the graph stopped on opens a wait of kind `"interrupt"`, bound
 to the node, the pass of the graph, the interrupt's place among the pending
 ones and the digest of its value: an answer carrying other values is
-rejected, and a wait takes one answer, once. The run then suspends and holds
+rejected, and a wait takes one answer, once. The node and the value are the
+wait's request: what the person deciding is shown. The run then suspends and holds
 no worker until it is answered (`stead approve RUN --wait WAIT --payload
 JSON`, the dashboard or the webhook); the event's payload is the value
 `interrupt()` returns in the node."""
@@ -38,7 +39,8 @@ async def answer(session: Session, pending: Sequence[tuple[str, Interrupt]], ask
                 "value_sha256": json_digest(value)}
         with scope.at(f"i:{session.passes}:{index}"):
             w: stead.Wait[Any] = await run.wait(KIND, bind=bind, expires_in=expires_in,
-                                                token=ask is not None)
+                                                token=ask is not None,
+                                                request={"node": node, "value": value})
             if ask is not None:
                 await run.effect(f"ask {node}", ask, w, {"node": node, "value": value},
                                  idempotent=True)

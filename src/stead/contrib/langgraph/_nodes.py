@@ -29,11 +29,16 @@ from langgraph.func import task as langgraph_task
 from langgraph.types import interrupt
 
 import stead
-from stead import errors, threads
+from stead import calls, errors, threads
 from stead.contrib._effect import Effect
 from stead.contrib._scope import json_digest, safe_key
 from stead.contrib.langgraph import _session, _values
 from stead.contrib.langgraph._session import Session
+
+# What an effect node's outcome is journaled as: its update (a Command in its
+# constructor form, see `_values`), or None for no update. A decided outcome of
+# another shape stops the run again rather than fail it.
+Update = dict[str, Any] | None
 
 
 class EffectNode:
@@ -50,10 +55,17 @@ class EffectNode:
             f"effect node {self.__name__!r} acts only in a stead run: run the graph with "
             "stead.contrib.langgraph.run(run, graph, input)")
 
-    async def send(self, op: stead.Operation, state: Any) -> Any:
-        if inspect.iscoroutinefunction(self.fn):
-            return await self.fn(op, state)
-        return await threads.call(self.fn, (op, state), {})
+    async def sent(self, run: stead.Run, name: str, state: Any, what: str) -> Any:
+        """`fn(op, state)` sent as the effect `name` of `run`: the update it
+        returned, as JSON, or as its check or a person's reconciling says."""
+        async def send(op: stead.Operation, _state: Any) -> Update:
+            with _session.bound(None):
+                update: Update = _values.encode(await calls.invoke(self.fn, (op, state), {}),
+                                                what)
+            return update
+
+        return await self.options.send(run, name, send, _values.plain(state),
+                                       outcome=lambda done: _values.checked(done, what))
 
 
 def effect(fn: Callable[..., Any], *, key: str | None = None, check: Any = None,
@@ -98,7 +110,7 @@ async def journal(session: Session, kind: str, name: str, config: RunnableConfig
             except GraphInterrupt as exc:
                 raised.append(exc)
                 return {"interrupt": [_values.plain(i.value) for i in exc.args[0]]}
-        return _values.dump(value, what)
+        return {"value": _values.encode(value, what)}
 
     run = session.run
     digest = json_digest(_values.plain(state))
@@ -106,17 +118,13 @@ async def journal(session: Session, kind: str, name: str, config: RunnableConfig
     attempt = session.calls[called]
     session.calls[called] += 1
     with session.scope.at("n:" + safe_key(f"{called}|{attempt}")):
-        if effect_node is None:
-            data = await run.step(f"{kind} {name}", live, digest)
-        else:
-            async def send(op: stead.Operation, _state: Any) -> dict[str, Any]:
-                with _session.bound(None):
-                    return _values.dump(await effect_node.send(op, state), what)
-
-            data = await effect_node.options.send(run, f"{kind} {name}", send,
-                                                  _values.plain(state))
+        if effect_node is not None:
+            # The effect's outcome is the update itself, in the form its check
+            # and a person reconciling it give it.
+            return _values.decode(await effect_node.sent(run, f"{kind} {name}", state, what))
+        data = await run.step(f"{kind} {name}", live, digest)
     if "interrupt" not in data:
-        return _values.revive(data)
+        return _values.decode(data["value"])
     seen = session.interrupts.setdefault(execution, [])
     seen.extend(data["interrupt"])
     if raised:

@@ -4,8 +4,16 @@ A node's update is the state's own values: plain JSON, or LangChain objects
 (messages) kept in LangChain's JSON form (`langchain_core.load.dumpd`) and
 revived by `load` with only LangChain's core classes allowed, so a journal row
 can never name a class to build. A `Command` a node returns (an update and
-where to go next) is kept as its fields. A value with no JSON form is refused
-when it is made, not when it is replayed."""
+where to go next), and each `Send` in it, is kept in the same constructor form
+under LangGraph's own names (`{"lc": 1, "type": "constructor", "id":
+["langgraph", "types", "Command"], "kwargs": {"update": ..., "goto": [...]}}`)
+and built here, never by `load`. A value with no JSON form is refused when it
+is made, not when it is replayed.
+
+So the JSON of an update is what a person writes for it: an effect node's
+outcome, decided by its `check` or by `stead reconcile RUN 'node NAME'
+--happened '{"receipt": "rf_1"}'`, is that update as the node would have
+returned it."""
 
 from __future__ import annotations
 
@@ -80,18 +88,46 @@ def _unserializable(data: Any) -> bool:
     return False
 
 
-def dump(value: Any, what: str) -> dict[str, Any]:
-    if isinstance(value, Command):
-        if value.graph is not None:
-            raise errors.SteadError(
-                f"{what} returns a Command to another graph: a journaled node's Command "
-                "stays in its own graph")
-        goto = value.goto if isinstance(value.goto, list | tuple) else [value.goto]
-        return {"command": {
-            "update": _dump(value.update, what),
-            "goto": [{"send": g.node, "arg": _dump(g.arg, what)} if isinstance(g, Send)
-                     else g for g in goto if g != ()]}}
-    return {"value": _dump(value, what)}
+def _constructor(kind: str, **kwargs: Any) -> dict[str, Any]:
+    return {"lc": 1, "type": "constructor", "id": ["langgraph", "types", kind],
+            "kwargs": kwargs}
+
+
+def _langgraph_kind(data: dict[str, Any]) -> str | None:
+    """"Command" or "Send" for one of ours (see the module's docstring), else None."""
+    name = data.get("id")
+    if (data.get("type") == "constructor" and isinstance(name, list) and len(name) == 3
+            and name[:2] == ["langgraph", "types"] and name[2] in ("Command", "Send")):
+        return str(name[2])
+    return None
+
+
+def encode(value: Any, what: str) -> Any:
+    """What a node returned, as JSON (`decode` gives it back)."""
+    if not isinstance(value, Command):
+        return _dump(value, what)
+    if value.graph is not None:
+        raise errors.SteadError(
+            f"{what} returns a Command to another graph: a journaled node's Command "
+            "stays in its own graph")
+    goto = value.goto if isinstance(value.goto, list | tuple) else [value.goto]
+    return _constructor("Command", update=_dump(value.update, what), goto=[
+        _constructor("Send", node=g.node, arg=_dump(g.arg, what)) if isinstance(g, Send)
+        else g for g in goto if g != ()])
+
+
+def checked(result: Any, what: str) -> Any:
+    """An effect node's outcome as its check said it (`Outcome.done(result)`),
+    as JSON; `InvalidCheckResult` if it is not what a node returns."""
+    if result is not None and not isinstance(result, dict | Command):
+        raise errors.InvalidCheckResult(
+            f"the check of {what} answered Outcome.done({_type_name(result)}): a node's "
+            "check answers with the node's update, as the node returns it (a dict of state "
+            'keys, such as Outcome.done({"receipt": "rf_1"}), or a Command)')
+    try:
+        return encode(result, what)
+    except errors.SteadError as exc:
+        raise errors.InvalidCheckResult(f"the check's answer: {exc}") from None
 
 
 def _load(data: Any) -> Any:
@@ -102,16 +138,19 @@ def _load(data: Any) -> Any:
     if set(data) == {_ESCAPED}:
         return {k: _load(v) for k, v in data[_ESCAPED].items()}
     if "lc" in data:  # a LangChain object (a dict of the graph's own is escaped)
+        kind = _langgraph_kind(data)
+        fields = data.get("kwargs") or {}
+        if kind == "Command":
+            return Command(update=_load(fields.get("update")),
+                           goto=[_load(g) for g in fields.get("goto") or []])
+        if kind == "Send":
+            return Send(fields["node"], _load(fields.get("arg")))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", LangChainBetaWarning)
             return load(data, allowed_objects="core")
     return {k: _load(v) for k, v in data.items()}
 
 
-def revive(data: dict[str, Any]) -> Any:
-    if "command" in data:
-        command = data["command"]
-        goto = [Send(g["send"], _load(g["arg"])) if isinstance(g, dict) else g
-                for g in command["goto"]]
-        return Command(update=_load(command["update"]), goto=goto)
-    return _load(data["value"])
+def decode(data: Any) -> Any:
+    """What `encode` was given, back: the update (or Command) a node returned."""
+    return _load(data)

@@ -9,10 +9,11 @@ import dataclasses
 from typing import Any, cast
 
 import mcp
+import pydantic
 from mcp import types
 
 import stead
-from stead import errors
+from stead import codec, errors
 from stead.contrib import _effect
 
 # The `_meta` key a side-effecting call's idempotency key is sent under.
@@ -49,6 +50,22 @@ def result(raw: Any, name: str) -> dict[str, Any]:
     return raw.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+def checked(answer: Any, name: str) -> dict[str, Any]:
+    """What a side-effecting tool's check says it returned
+    (`Outcome.done(result)`), journaled as the server's own answer is; an
+    answer of another shape raises `InvalidCheckResult`."""
+    try:
+        return result(types.CallToolResult.model_validate(answer), name)
+    except pydantic.ValidationError as exc:
+        raise errors.InvalidCheckResult(
+            f"the check of MCP tool {name!r} answered Outcome.done with "
+            f"{type(answer).__name__} ({codec.describe(exc)}): a tool's check answers with "
+            "the tool's result as the server sends it, an mcp.types.CallToolResult "
+            "(or its JSON: {\"content\": [{\"type\": \"text\", \"text\": ...}], "
+            "\"structuredContent\": {...}, \"isError\": false}), not the JSON of the "
+            "service behind the tool") from None
+
+
 def revive(data: dict[str, Any]) -> types.CallToolResult:
     return types.CallToolResult.model_validate(data)
 
@@ -72,4 +89,5 @@ async def call(run: stead.Run, session: mcp.ClientSession, server: str, name: st
         meta = cast(types.RequestParamsMeta, {KEY_META: op.key})
         return result(await session.call_tool(name, sent, meta=meta, **options), name)
 
-    return revive(await effect.send(run, label, send, name, arguments))
+    return revive(await effect.send(run, label, send, name, arguments,
+                                    outcome=lambda done: checked(done, name)))

@@ -1,14 +1,19 @@
 """What every transaction module reads with: one row or many as records,
-and the error for a run that is not there."""
+and the error for a run that is not there; and how a new wait is written,
+its request beside it, wherever a wait is made (opened, forked)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from stead import errors
+from stead.store import _rows
 from stead.store._rows import Row
-from stead.store.seam import Flow, one, rows
+from stead.store.seam import Flow, execute, one, rows
+
+if TYPE_CHECKING:
+    from stead.records import WaitRow
 
 R = TypeVar("R")
 
@@ -25,3 +30,11 @@ def read_one(name: str, params: dict[str, Any], convert: Callable[[Row], R]) -> 
 
 def read_all(name: str, params: dict[str, Any], convert: Callable[[Row], R]) -> Flow[list[R]]:
     return [convert(row) for row in (yield rows(name, params))]
+
+
+def insert_wait(wait: WaitRow) -> Flow[None]:
+    """A new wait's row, and what it asks (`wait_requests`), if anything."""
+    yield execute("insert_wait", _rows.wait_params(wait))
+    if wait.request is not None:
+        yield execute("insert_wait_request", {"wait_id": wait.wait_id,
+                                              "request": wait.request})

@@ -52,7 +52,8 @@ def delete_runs(cutoff: float, run_ids: Sequence[str]) -> Flow[list[str]]:
     keep = yield from prunable(cutoff, len(run_ids) or 1, run_ids)
     if keep:
         ids = {"run_ids": keep}
-        for query in ("delete_journals", "delete_resumes", "delete_waits", "delete_events",
+        for query in ("delete_journals", "delete_resumes", "delete_wait_requests",
+                      "delete_waits", "delete_events",
                       "delete_intents", "delete_migrations", "delete_journal_archive",
                       "delete_lineage", "delete_snapshots", "delete_operator_actions",
                       "delete_rejected_tally", "delete_streams", "delete_runs"):
@@ -79,6 +80,8 @@ def import_run(run: RunRow, journal: Sequence[Record], waits: Sequence[WaitRow],
         yield execute("import_wait", {name: getattr(w, name) for name in (
             "wait_id", "run_id", "addr", "kind", "bind", "schema", "token_hash", "task_key",
             "expires_at", "state", "event_id", "created_at", "closed_at")})
+        if w.request is not None:
+            yield execute("insert_wait_request", {"wait_id": w.wait_id, "request": w.request})
     if state is not None:
         yield execute("lock_state", {"task_key": state.task_key})
         if (yield one("read_state", {"task_key": state.task_key})) is None:

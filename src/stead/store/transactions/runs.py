@@ -148,7 +148,7 @@ def fork_run(fork: NewFork, now: float, where: str) -> Flow[RunRow]:
     for r in fork.records:
         yield execute("insert_record", _rows.record_params(run_id, r))
     for w in fork.waits:
-        yield execute("insert_wait", _rows.wait_params(w))
+        yield from common.insert_wait(w)
     if fork.state is not None:
         params = {"task_key": fork.state.task_key, "version": fork.state.version,
                   "data": fork.state.data, "run_id": run_id, "now": now}

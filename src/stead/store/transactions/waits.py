@@ -23,7 +23,7 @@ from stead.store.seam import (
     one,
     rows,
 )
-from stead.store.transactions import journal, runs
+from stead.store.transactions import common, journal, runs
 
 # The records of waits are imported where a flow reads one: a store that
 # lists runs builds none of them (see `stead.records`).
@@ -39,7 +39,7 @@ def wait_state(wait_id: str) -> Flow[str]:
 
 def open_wait(write: FencedWrite, wait: WaitRow) -> Flow[None]:
     yield Journal(write)
-    yield execute("insert_wait", _rows.wait_params(wait))
+    yield from common.insert_wait(wait)
 
 
 def wait_and_event(wait_id: str) -> Flow[tuple[WaitRow, EventRow | None] | None]:

@@ -424,10 +424,15 @@ VALUES (%(wait_id)s, %(run_id)s, %(addr)s, %(kind)s, %(bind)s, %(schema)s, %(tok
         %(policy_version)s);
 
 -- name: get_wait
-SELECT * FROM waits WHERE wait_id = %(wait_id)s;
+SELECT w.*, q.request FROM waits w LEFT JOIN wait_requests q ON q.wait_id = w.wait_id
+WHERE w.wait_id = %(wait_id)s;
+
+-- name: insert_wait_request
+INSERT INTO wait_requests (wait_id, request) VALUES (%(wait_id)s, %(request)s);
 
 -- name: run_waits
-SELECT * FROM waits WHERE run_id = %(run_id)s ORDER BY created_at, wait_id;
+SELECT w.*, q.request FROM waits w LEFT JOIN wait_requests q ON q.wait_id = w.wait_id
+WHERE w.run_id = %(run_id)s ORDER BY w.created_at, w.wait_id;
 
 -- name: locked_run
 -- A delivery's first statement: its run, locked (as fenced writes lock it),
@@ -461,10 +466,10 @@ FROM waits w LEFT JOIN events e ON e.run_id = w.run_id AND e.event_id = w.event_
 WHERE w.wait_id = %(wait_id)s;
 
 -- name: list_waits
-SELECT * FROM waits
-WHERE (%(run_id)s::text IS NULL OR run_id = %(run_id)s::text)
-  AND (%(state)s::text IS NULL OR state = %(state)s::text)
-ORDER BY created_at, wait_id
+SELECT w.*, q.request FROM waits w LEFT JOIN wait_requests q ON q.wait_id = w.wait_id
+WHERE (%(run_id)s::text IS NULL OR w.run_id = %(run_id)s::text)
+  AND (%(state)s::text IS NULL OR w.state = %(state)s::text)
+ORDER BY w.created_at, w.wait_id
 LIMIT %(limit)s;
 
 -- name: close_wait
@@ -894,6 +899,10 @@ DELETE FROM journal WHERE run_id = ANY(%(run_ids)s::text[]);
 
 -- name: delete_resumes
 DELETE FROM resumes WHERE run_id = ANY(%(run_ids)s::text[]);
+
+-- name: delete_wait_requests
+DELETE FROM wait_requests WHERE wait_id IN (
+    SELECT wait_id FROM waits WHERE run_id = ANY(%(run_ids)s::text[]));
 
 -- name: delete_waits
 DELETE FROM waits WHERE run_id = ANY(%(run_ids)s::text[]);

@@ -251,10 +251,15 @@ VALUES (:wait_id, :run_id, :addr, :kind, :bind, :schema, :token_hash, :task_key,
         :policy_version);
 
 -- name: get_wait
-SELECT * FROM waits WHERE wait_id = :wait_id;
+SELECT w.*, q.request FROM waits w LEFT JOIN wait_requests q ON q.wait_id = w.wait_id
+WHERE w.wait_id = :wait_id;
+
+-- name: insert_wait_request
+INSERT INTO wait_requests (wait_id, request) VALUES (:wait_id, :request);
 
 -- name: run_waits
-SELECT * FROM waits WHERE run_id = :run_id ORDER BY created_at, wait_id;
+SELECT w.*, q.request FROM waits w LEFT JOIN wait_requests q ON q.wait_id = w.wait_id
+WHERE w.run_id = :run_id ORDER BY w.created_at, w.wait_id;
 
 -- name: locked_run
 -- A delivery's first statement: its run (the write transaction already holds
@@ -288,9 +293,9 @@ FROM waits w LEFT JOIN events e ON e.run_id = w.run_id AND e.event_id = w.event_
 WHERE w.wait_id = :wait_id;
 
 -- name: list_waits
-SELECT * FROM waits
-WHERE (:run_id IS NULL OR run_id = :run_id) AND (:state IS NULL OR state = :state)
-ORDER BY created_at, wait_id
+SELECT w.*, q.request FROM waits w LEFT JOIN wait_requests q ON q.wait_id = w.wait_id
+WHERE (:run_id IS NULL OR w.run_id = :run_id) AND (:state IS NULL OR w.state = :state)
+ORDER BY w.created_at, w.wait_id
 LIMIT :limit;
 
 -- name: close_wait
@@ -692,6 +697,10 @@ DELETE FROM journal WHERE run_id IN (SELECT value FROM json_each(:run_ids));
 
 -- name: delete_resumes
 DELETE FROM resumes WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: delete_wait_requests
+DELETE FROM wait_requests WHERE wait_id IN (
+    SELECT wait_id FROM waits WHERE run_id IN (SELECT value FROM json_each(:run_ids)));
 
 -- name: delete_waits
 DELETE FROM waits WHERE run_id IN (SELECT value FROM json_each(:run_ids));
