@@ -1,0 +1,150 @@
+"""A stead app whose workflows run Strands agents, offline: the model is a
+`strands.models.Model` subclass answering from the messages it is sent, and
+streaming its answer as a provider does (text in two deltas). What the outside
+world sees is a file in $SDK_DIR, as for tests/workers/agents_app.py:
+model.log, tools.log, ledger.log and the request handed to a person
+(approval.json)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from strands import Agent, tool
+from strands.models import Model
+from strands.types.content import Messages
+
+import stead
+from stead.contrib import strands as durable
+from stead.testing import kill_process
+from tests.workers.agents_app import folder, log
+
+app = stead.App("strands-tests")
+Script = Callable[[Messages], list[dict[str, Any]]]
+
+
+class ScriptedModel(Model):
+    """Answers each request with the content blocks `script(messages)` gives."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.config: dict[str, Any] = {"model_id": "scripted"}
+
+    def update_config(self, **model_config: Any) -> None:
+        self.config.update(model_config)
+
+    def get_config(self) -> dict[str, Any]:
+        return self.config
+
+    def structured_output(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("the scripted model answers with text and tool calls")
+
+    async def stream(self, messages: Messages, tool_specs: Any = None,
+                     system_prompt: str | None = None, **kwargs: Any
+                     ) -> AsyncIterator[Any]:
+        blocks = self.script(messages)
+        yield {"messageStart": {"role": "assistant"}}
+        for block in blocks:
+            if "toolUse" in block:
+                use = block["toolUse"]
+                yield {"contentBlockStart": {"start": {"toolUse": {
+                    "toolUseId": use["toolUseId"], "name": use["name"]}}}}
+                yield {"contentBlockDelta": {"delta": {"toolUse": {
+                    "input": json.dumps(use["input"])}}}}
+            else:
+                text = block["text"]
+                half = len(text) // 2
+                for piece in (text[:half], text[half:]):
+                    yield {"contentBlockDelta": {"delta": {"text": piece}}}
+            yield {"contentBlockStop": {}}
+        stop = "tool_use" if any("toolUse" in b for b in blocks) else "end_turn"
+        yield {"messageStop": {"stopReason": stop}}
+        yield {"metadata": {"usage": {"inputTokens": 20, "outputTokens": 5, "totalTokens": 25},
+                            "metrics": {"latencyMs": 1}}}
+
+
+def results(messages: Messages) -> dict[str, str]:
+    """The tool results so far, by tool-use id (their text)."""
+    return {block["toolResult"]["toolUseId"]:
+            " ".join(c.get("text", "") for c in block["toolResult"]["content"])
+            for m in messages for block in m["content"] if "toolResult" in block}
+
+
+def use(name: str, call_id: str, **arguments: Any) -> dict[str, Any]:
+    return {"toolUse": {"toolUseId": call_id, "name": name, "input": arguments}}
+
+
+def weather_script(messages: Messages) -> list[dict[str, Any]]:
+    """First turn: ask for both tools at once; then answer from their results."""
+    log("model.log", "asked")
+    done = results(messages)
+    if not done:
+        return [use("temperature", "call_temp", city="Paris"),
+                use("forecast", "call_sky", city="Paris")]
+    return [{"text": " / ".join(sorted(done.values()))}]
+
+
+@tool
+async def temperature(city: str) -> str:
+    """The temperature in a city: slow, so it finishes after `forecast`."""
+    log("tools.log", "temperature started")
+    await asyncio.sleep(0.5)
+    log("tools.log", "temperature")
+    return f"{city}: 12C"
+
+
+@tool
+def forecast(city: str) -> str:
+    """Tomorrow's sky in a city."""
+    log("tools.log", "forecast")
+    return f"{city}: rain"
+
+
+@app.workflow(version=1)
+async def weather(run: stead.Run, city: str) -> str:
+    agent = Agent(model=ScriptedModel(weather_script), tools=[temperature, forecast],
+                  callback_handler=None)
+    result = await durable.run(run, agent, f"weather in {city}")
+    return str(result).strip()
+
+
+# -- a refund that needs a person's approval, sent as an effect ---------------
+def refund_script(messages: Messages) -> list[dict[str, Any]]:
+    log("model.log", "asked")
+    done = results(messages)
+    if not done:
+        return [use("refund", "call_refund", order_id="123", amount=4200)]
+    return [{"text": f"done: {done['call_refund']}"}]
+
+
+@tool
+def refund(order_id: str, amount: int) -> str:
+    """Refund an order (the amount in cents)."""
+    key = durable.operation().key
+    log("ledger.log", f"{order_id} {amount} {key}")
+    die = folder() / "die-after-sending"
+    if die.exists():  # the worker dies once the refund went out, before its outcome is journaled
+        die.unlink()
+        kill_process()
+    return f"refunded {amount} on order {order_id}"
+
+
+def ask_for_approval(op: stead.Operation, wait: stead.Wait[Any],
+                     request: dict[str, Any]) -> None:
+    """What would send a link to a person: here, a file the test reads."""
+    assert wait.token is not None
+    (folder() / "approval.json").write_text(json.dumps(
+        {"wait_id": wait.wait_id, "token": wait.token.reveal(), **request}))
+
+
+@app.workflow(version=1)
+async def refund_order(run: stead.Run, order_id: str, notify: bool = True,
+                       idempotent: bool = True) -> str:
+    agent = Agent(model=ScriptedModel(refund_script), tools=[refund], callback_handler=None)
+    result = await durable.run(run, agent, f"refund order {order_id}",
+                               effects={"refund": durable.Effect(idempotent=idempotent)},
+                               approvals=["refund"],
+                               on_interrupt=ask_for_approval if notify else None)
+    return str(result).strip()
