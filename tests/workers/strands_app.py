@@ -148,3 +148,90 @@ async def refund_order(run: stead.Run, order_id: str, notify: bool = True,
                                approvals=["refund"],
                                on_interrupt=ask_for_approval if notify else None)
     return str(result).strip()
+
+
+@app.workflow(version=1)
+async def weather_twice(run: stead.Run, city: str) -> dict[str, Any]:
+    """The agent, then a wait: the wake-up replays the agent from the journal."""
+    agent = Agent(model=ScriptedModel(weather_script), tools=[temperature, forecast],
+                  callback_handler=None)
+    result = await durable.run(run, agent, f"weather in {city}")
+    await (await run.wait("done", token=False))
+    return {"answer": str(result).strip(), "stop": result.stop_reason,
+            "tokens": result.metrics.accumulated_usage["totalTokens"]}
+
+
+@app.workflow(version=1)
+async def weather_streamed(run: stead.Run, city: str) -> dict[str, Any]:
+    """The agent through `stream`: what a screen would show, then a wait."""
+    agent = Agent(model=ScriptedModel(weather_script), tools=[temperature, forecast],
+                  callback_handler=None)
+    deltas: list[str] = []
+    async for event in durable.stream(run, agent, f"weather in {city}"):
+        if "data" in event:
+            deltas.append(event["data"])
+        if "result" in event:
+            answer = str(event["result"]).strip()
+    log("deltas.log", json.dumps(deltas))
+    await (await run.wait("done", token=False))
+    return {"answer": answer}
+
+
+# -- a hook asking a person before a tool runs (Strands' own interrupts) -------
+class AskFirst:
+    """A Strands hook: every `forecast` call waits for a person's yes."""
+
+    def register_hooks(self, registry: Any, **kwargs: Any) -> None:
+        from strands.hooks import BeforeToolCallEvent
+
+        registry.add_callback(BeforeToolCallEvent, self.ask)
+
+    def ask(self, event: Any) -> None:
+        if event.tool_use["name"] != "forecast":
+            return
+        answer = event.interrupt("confirm", reason={"city": event.tool_use["input"]["city"]})
+        if answer.get("approved") is not True:
+            event.cancel_tool = "the forecast was not confirmed"
+
+
+@app.workflow(version=1)
+async def confirmed_forecast(run: stead.Run, city: str) -> str:
+    agent = Agent(model=ScriptedModel(weather_script), tools=[temperature, forecast],
+                  hooks=[AskFirst()], callback_handler=None)
+    result = await durable.run(run, agent, f"weather in {city}")
+    return str(result).strip()
+
+
+# -- an effect whose answer is lost, found again by its check ------------------
+payments: dict[str, str] = {}  # the payment service: refunds by idempotency key
+
+
+@tool
+def lossy_refund(order_id: str, amount: int) -> str:
+    """Refund an order; the service takes it and loses the answer."""
+    payments.setdefault(durable.operation().key, f"rf_{order_id}")
+    log("ledger.log", f"{order_id} {amount}")
+    raise stead.OutcomeUncertain("the connection dropped after the refund was taken")
+
+
+def find_refund(op: stead.Operation) -> stead.Outcome:
+    if op.key in payments:
+        return stead.Outcome.done(f"refunded as {payments[op.key]}")
+    return stead.Outcome.not_found()
+
+
+def lossy_script(messages: Messages) -> list[dict[str, Any]]:
+    log("model.log", "asked")
+    done = results(messages)
+    if not done:
+        return [use("lossy_refund", "call_refund", order_id="123", amount=4200)]
+    return [{"text": f"done: {done['call_refund']}"}]
+
+
+@app.workflow(version=1)
+async def checked_refund(run: stead.Run) -> str:
+    agent = Agent(model=ScriptedModel(lossy_script), tools=[lossy_refund],
+                  callback_handler=None)
+    result = await durable.run(run, agent, "refund order 123",
+                               effects={"lossy_refund": durable.Effect(check=find_refund)})
+    return str(result).strip()

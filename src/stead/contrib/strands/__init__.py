@@ -86,10 +86,15 @@ async def stream(
         result: AgentResult | None = None
         with _session.bound(session), session.scope.sdk():
             events = agent.stream_async(given, **options)
-        async for event in _bound(session, events):
-            if "result" in event:
-                result = event["result"]
-            yield event
+        try:
+            async for event in _bound(session, events):
+                if "result" in event:
+                    result = event["result"]
+                yield event
+        except _session.Escape as escaped:
+            raise escaped.error from None
+        if session.stopped is not None:
+            raise session.stopped
         if result is None or result.stop_reason != "interrupt" or not result.interrupts:
             return
         given = await _interrupts.answer(session, list(result.interrupts), on_interrupt,

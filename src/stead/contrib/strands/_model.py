@@ -38,9 +38,9 @@ def _type_name(value: Any) -> str:
 
 
 def dump(event: ModelStopReason) -> dict[str, Any]:
-    data: dict[str, Any] = to_jsonable_python({"stop_reason": event.stop_reason, "message": event.message,
-                               "usage": event.usage, "metrics": event.metrics},
-                              fallback=_type_name)
+    data: dict[str, Any] = to_jsonable_python(
+        {"stop_reason": event.stop_reason, "message": event.message, "usage": event.usage,
+         "metrics": event.metrics}, fallback=_type_name)
     return data
 
 
@@ -57,6 +57,7 @@ async def journaled(context: InvokeModelContext,
         async for event in next_fn(context):
             yield event
         return
+    session.check()
     name = model_name(context.model)
     # What the request was, as a digest: a changed prompt, history or toolset
     # under a recorded answer is detected on replay, not silently reused. A
@@ -87,5 +88,5 @@ async def journaled(context: InvokeModelContext,
     scope = session.scope
     with scope.at("m:" + scope.next("model")):
         task = relay.start(session.run.step(f"model {name}", ask, request))
-    async for event in relay.events(task):
+    async for event in _session.guarded(session, relay.events(task)):
         yield load(event.value) if isinstance(event, Finished) else event

@@ -13,13 +13,13 @@ from its start, as Strands runs it."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncGenerator
 from typing import Any
 
 from strands.interrupt import Interrupt
 from strands.middleware import ExecuteToolContext, MiddlewareNext, ToolResultEvent
-# Only in a private module: the pinned release is the one tested.
-from strands.types._events import ToolInterruptEvent
+from strands.types._events import ToolInterruptEvent  # only there, in the pinned release
 from strands.types.events import TypedEvent
 from strands.types.tools import ToolResult
 
@@ -51,8 +51,6 @@ def tool_result(call_id: str, value: Any, name: str) -> ToolResult:
     it says the tool returned, as the tool's result: a `ToolResult` as it is,
     a text as its text, any other JSON value as JSON text (as Strands' `@tool`
     formats what a function returns)."""
-    import json
-
     if isinstance(value, dict) and "status" in value and "content" in value:
         return {**value, "toolUseId": call_id}  # type: ignore[typeddict-item]
     if isinstance(value, str):
@@ -76,6 +74,7 @@ async def journaled(context: ExecuteToolContext,
         async for event in next_fn(context):
             yield event
         return
+    session.check()
     tool_use = context.tool_use
     name, call_id = tool_use["name"], tool_use["toolUseId"]
     if name in session.approvals:
@@ -125,7 +124,7 @@ async def journaled(context: ExecuteToolContext,
             task = relay.start(effect.send(
                 session.run, name, send, tool_use["input"],
                 outcome=lambda done: {"result": tool_result(call_id, done, name)}))
-    async for event in relay.events(task):
+    async for event in _session.guarded(session, relay.events(task)):
         if not isinstance(event, Finished):
             yield event
             continue
