@@ -12,11 +12,11 @@ import pytest
 
 pytest.importorskip("strands")
 
-from strands import Agent  # noqa: E402
+from strands import Agent
 
-import stead  # noqa: E402
-from stead.contrib import strands as durable  # noqa: E402
-from tests.workers import agents_app, strands_app  # noqa: E402
+import stead
+from stead.contrib import strands as durable
+from tests.workers import agents_app, strands_app
 
 pytestmark = pytest.mark.usefixtures("sdk_dir")
 

@@ -16,11 +16,11 @@ import pytest
 
 pytest.importorskip("strands")
 
-import stead  # noqa: E402
-from stead.records import ResumeClass  # noqa: E402
-from tests.test_contrib_processes import DEADLINE, Procs  # noqa: E402
-from tests.workers import agents_app  # noqa: E402
-from tests.workers.procs import KILLED, wait_until  # noqa: E402
+import stead
+from stead.records import ResumeClass
+from tests.test_contrib_processes import DEADLINE, Procs
+from tests.workers import agents_app
+from tests.workers.procs import KILLED, wait_until
 
 pytestmark = pytest.mark.slow
 APP = "tests.workers.strands_app:app"
