@@ -32,8 +32,9 @@ Script = Callable[[dict[str, Any]], list[types.Part]]
 
 
 def responses(request: LlmRequest) -> dict[str, Any]:
-    """The tool responses so far, by function-call id."""
-    return {p.function_response.id: p.function_response.response
+    """The tool responses so far, by function-call id (by the tool's name where
+    ADK left out an id of its own making)."""
+    return {p.function_response.id or p.function_response.name: p.function_response.response
             for c in request.contents for p in c.parts or [] if p.function_response}
 
 

@@ -5,7 +5,9 @@ call and a resumed run never asks the model again.
 
 A function call the model left without an id gets one made from its place in
 the journal before it is recorded: ADK would otherwise make a random one on
-every replay, and tool calls are journaled by their id. With SSE streaming
+every replay, and tool calls are journaled by their id. It carries ADK's
+prefix for ids of its own making, so ADK leaves it out of what the model is
+sent, as it does its own. With SSE streaming
 the live call streams, and its text deltas go to `on_text` as they arrive; a
 replayed call has none to give."""
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from google.adk.flows.llm_flows.functions import AF_FUNCTION_CALL_ID_PREFIX
 from google.adk.models import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
@@ -44,7 +47,7 @@ def _with_ids(response: LlmResponse, key: str) -> LlmResponse:
     parts = response.content.parts if response.content is not None else None
     for index, part in enumerate(parts or []):
         if part.function_call is not None and not part.function_call.id:
-            part.function_call.id = f"stead-{key}-{index}"
+            part.function_call.id = f"{AF_FUNCTION_CALL_ID_PREFIX}stead-{key}-{index}"
     return response
 
 

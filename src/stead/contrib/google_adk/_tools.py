@@ -20,8 +20,8 @@ from typing import Any
 from google.adk.events.event_actions import EventActions
 from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.function_tool import FunctionTool
-from google.adk.tools.tool_context import ToolContext
 from google.adk.tools.tool_confirmation import ToolConfirmation
+from google.adk.tools.tool_context import ToolContext
 
 import stead
 from stead import errors
