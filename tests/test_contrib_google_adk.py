@@ -52,6 +52,20 @@ async def test_a_replay_asks_no_model_and_runs_no_tool_again(store: stead.Store)
     assert len(agents_app.lines("tools.log")) == 3  # nothing run again
 
 
+async def test_a_prompt_changed_under_a_recorded_run_is_not_answered_from_it(
+    store: stead.Store, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client = stead.Client(store, adk_app.app)
+    info = await client.start(adk_app.weather_twice, "Paris")
+    await stead.Worker(adk_app.app, store).run_until_idle()
+    monkeypatch.setattr(adk_app, "INSTRUCTIONS", "Answer in French.")  # a new deploy
+    await _finish_waiting(client, store, info.run_id)
+    stopped = await client.get(info.run_id)
+    assert stopped.status == "incompatible_checkpoint", stopped.error
+    assert "model scripted" in str(stopped.error)
+    assert len(agents_app.lines("model.log")) == 2  # the old answer was not reused, nor re-asked
+
+
 async def test_ids_the_model_left_out_are_made_from_the_journal(store: stead.Store) -> None:
     client = stead.Client(store, adk_app.app)
     info = await client.start(adk_app.weather, "Paris")
@@ -120,6 +134,20 @@ async def test_a_refusal_is_told_to_the_model_and_the_tool_never_runs(
     assert await client.result(info.run_id, timeout=5) == \
         "done: a person refused this call: over the limit"
     assert agents_app.lines("ledger.log") == []
+
+
+async def test_a_tool_named_in_approvals_waits_for_a_person_too(store: stead.Store) -> None:
+    client = stead.Client(store, adk_app.app)
+    info = await client.start(adk_app.refund_named, "123")
+    await stead.Worker(adk_app.app, store).run_until_idle()
+    [w] = await client.waits(run_id=info.run_id)
+    assert w.kind == durable.APPROVAL and agents_app.lines("ledger.log") == []
+    await client.deliver(info.run_id, wait_id=w.wait_id, event_id="yes",
+                         payload={"approved": True}, bind=json.loads(w.bind))
+    await stead.Worker(adk_app.app, store).run_until_idle()
+    assert await client.result(info.run_id, timeout=5) == "done: refunded 4200 on order 123"
+    assert len(agents_app.lines("ledger.log")) == 1
+    assert agents_app.lines("model.log") == ["asked", "asked"]
 
 
 async def test_an_effect_whose_answer_is_lost_is_found_by_its_check(

@@ -48,6 +48,20 @@ async def test_a_replay_asks_no_model_and_runs_no_tool_again(store: stead.Store)
     assert len(agents_app.lines("tools.log")) == 3  # nothing run again
 
 
+async def test_a_prompt_changed_under_a_recorded_run_is_not_answered_from_it(
+    store: stead.Store, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client = stead.Client(store, strands_app.app)
+    info = await client.start(strands_app.weather_twice, "Paris")
+    await stead.Worker(strands_app.app, store).run_until_idle()
+    monkeypatch.setattr(strands_app, "INSTRUCTIONS", "Answer in French.")  # a new deploy
+    await _finish_waiting(client, store, info.run_id)
+    stopped = await client.get(info.run_id)
+    assert stopped.status == "incompatible_checkpoint", stopped.error
+    assert "model scripted" in str(stopped.error)
+    assert len(agents_app.lines("model.log")) == 2  # the old answer was not reused, nor re-asked
+
+
 async def test_the_recorded_answer_is_the_models_own_message(store: stead.Store) -> None:
     client = stead.Client(store, strands_app.app)
     info = await client.start(strands_app.weather, "Paris")
@@ -152,6 +166,26 @@ async def test_outside_a_stead_run_the_middleware_passes_every_call_through() ->
     durable._wire(agent)
     result = await agent.invoke_async("weather in Paris")
     assert str(result).strip() == "Paris: 12C / Paris: rain"
+
+
+async def test_an_agent_with_a_session_manager_is_refused(store: stead.Store) -> None:
+    from strands.session import FileSessionManager
+
+    app = stead.App("refuse")
+
+    @app.workflow()
+    async def wf(run: stead.Run, folder: str) -> str:
+        agent = Agent(model=strands_app.ScriptedModel(strands_app.weather_script),
+                      session_manager=FileSessionManager("s1", storage_dir=folder),
+                      callback_handler=None)
+        return str(await durable.run(run, agent, "weather"))
+
+    client = stead.Client(store, app)
+    info = await client.start(wf, str(agents_app.folder()))
+    await stead.Worker(app, store).run_until_idle()
+    failed = await client.get(info.run_id)
+    assert failed.status == "failed" and "session_manager" in str(failed.error)
+    assert agents_app.lines("model.log") == []
 
 
 async def test_operation_outside_an_effect_tool_says_where_it_belongs() -> None:

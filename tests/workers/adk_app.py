@@ -87,9 +87,13 @@ def forecast(city: str, tool_context: ToolContext) -> str:
     return f"{city}: rain"
 
 
+# What the weather agent is told: a test changes it under a recorded run.
+INSTRUCTIONS = "Answer with the weather."
+
+
 def weather_agent() -> LlmAgent:
     return LlmAgent(name="weather", model=ScriptedLlm(script=weather_script),
-                    instruction="Answer with the weather.", tools=[temperature, forecast])
+                    instruction=INSTRUCTIONS, tools=[temperature, forecast])
 
 
 @app.workflow(version=1)
@@ -183,4 +187,14 @@ async def checked_refund(run: stead.Run) -> str:
                      tools=[lossy_refund])
     result = await durable.run(run, agent, "refund order 123",
                                effects={"lossy_refund": durable.Effect(check=find_refund)})
+    return str(result.text)
+
+
+@app.workflow(version=1)
+async def refund_named(run: stead.Run, order_id: str) -> str:
+    """The refund as a plain tool, named in `approvals=` instead."""
+    agent = LlmAgent(name="refunds", model=ScriptedLlm(script=refund_script), tools=[refund])
+    result = await durable.run(run, agent, f"refund order {order_id}",
+                               effects={"refund": durable.Effect(idempotent=True)},
+                               approvals=["refund"])
     return str(result.text)

@@ -150,11 +150,15 @@ async def refund_order(run: stead.Run, order_id: str, notify: bool = True,
     return str(result).strip()
 
 
+# What the weather agent is told: a test changes it under a recorded run.
+INSTRUCTIONS = "Answer with the weather."
+
+
 @app.workflow(version=1)
 async def weather_twice(run: stead.Run, city: str) -> dict[str, Any]:
     """The agent, then a wait: the wake-up replays the agent from the journal."""
     agent = Agent(model=ScriptedModel(weather_script), tools=[temperature, forecast],
-                  callback_handler=None)
+                  system_prompt=INSTRUCTIONS, callback_handler=None)
     result = await durable.run(run, agent, f"weather in {city}")
     await (await run.wait("done", token=False))
     return {"answer": str(result).strip(), "stop": result.stop_reason,
