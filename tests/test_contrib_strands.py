@@ -147,6 +147,22 @@ async def test_a_hooks_own_interrupt_is_a_stead_wait(store: stead.Store) -> None
     assert agents_app.lines("model.log") == ["asked", "asked"]
 
 
+async def test_a_tools_own_interrupt_is_journaled_and_replayed(store: stead.Store) -> None:
+    client = stead.Client(store, strands_app.app)
+    info = await client.start(strands_app.chosen)
+    await stead.Worker(strands_app.app, store).run_until_idle()
+    [w] = await client.waits(run_id=info.run_id)
+    assert json.loads(w.request) == {"name": "pick", "reason": {"city": "Paris"}}
+    await client.deliver(info.run_id, wait_id=w.wait_id, event_id="pick",
+                         payload={"choice": "rain"}, bind=json.loads(w.bind))
+    await stead.Worker(strands_app.app, store).run_until_idle()  # to the second wait
+    await _finish_waiting(client, store, info.run_id)  # a replay of the whole agent
+    assert await client.result(info.run_id, timeout=5) == {"answer": "picked rain for Paris"}
+    # interrupted once, run again once answered (as Strands does), never on replay
+    assert agents_app.lines("tools.log") == ["choose started", "choose started", "choose"]
+    assert agents_app.lines("model.log") == ["asked", "asked"]
+
+
 async def test_an_effect_whose_answer_is_lost_is_found_by_its_check(
     store: stead.Store,
 ) -> None:

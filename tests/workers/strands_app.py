@@ -239,3 +239,30 @@ async def checked_refund(run: stead.Run) -> str:
     result = await durable.run(run, agent, "refund order 123",
                                effects={"lossy_refund": durable.Effect(check=find_refund)})
     return str(result).strip()
+
+
+# -- a tool that asks a person itself (`tool_context.interrupt`) ---------------
+@tool(context=True)
+def choose(city: str, tool_context: Any) -> str:
+    """Which forecast to give: a person picks."""
+    log("tools.log", "choose started")
+    answer = tool_context.interrupt("pick", reason={"city": city})
+    log("tools.log", "choose")
+    return f"picked {answer['choice']} for {city}"
+
+
+def choose_script(messages: Messages) -> list[dict[str, Any]]:
+    log("model.log", "asked")
+    done = results(messages)
+    if not done:
+        return [use("choose", "call_choose", city="Paris")]
+    return [{"text": done["call_choose"]}]
+
+
+@app.workflow(version=1)
+async def chosen(run: stead.Run) -> dict[str, Any]:
+    """The agent, then a wait: the wake-up replays the tool's interrupt too."""
+    agent = Agent(model=ScriptedModel(choose_script), tools=[choose], callback_handler=None)
+    result = await durable.run(run, agent, "weather in Paris")
+    await (await run.wait("done", token=False))
+    return {"answer": str(result).strip()}
