@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("google.adk", reason="google-adk is installed beside the dev set: pip install --no-deps -r .ci/beside-dev.txt")
+pytest.importorskip("google.adk", reason="google-adk is installed beside the dev set: "
+                    "pip install --no-deps -r .ci/beside-dev.txt")
 
 from google.adk.agents import LlmAgent
 from google.adk.apps import App

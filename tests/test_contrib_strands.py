@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("strands", reason="strands-agents is installed beside the dev set: pip install --no-deps -r .ci/beside-dev.txt")
+pytest.importorskip("strands", reason="strands-agents is installed beside the dev set: "
+                    "pip install --no-deps -r .ci/beside-dev.txt")
 
 from strands import Agent
 

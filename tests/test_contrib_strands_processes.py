@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("strands", reason="strands-agents is installed beside the dev set: pip install --no-deps -r .ci/beside-dev.txt")
+pytest.importorskip("strands", reason="strands-agents is installed beside the dev set: "
+                    "pip install --no-deps -r .ci/beside-dev.txt")
 
 import stead
 from stead.records import ResumeClass
