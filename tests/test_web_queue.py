@@ -39,7 +39,7 @@ async def web(store: stead.Store) -> AsyncIterator[httpx.AsyncClient]:
 
 def _rows(html: str) -> list[str]:
     """The run ids of the queue's rows, in order."""
-    return re.findall(r'<section class="item [a-z_]+" id="q-[0-9a-f]+" data-version="[0-9a-f]+"'
+    return re.findall(r'<li class="item [a-z_]+" id="q-[0-9a-f]+"[^>]*? data-version="[0-9a-f]+"'
                       r' data-kind="[a-z_]+" data-run="([0-9a-f]+)"', html)
 
 
@@ -56,7 +56,7 @@ async def test_the_queue_lists_every_open_approval_by_due_time_with_counts_and_f
     # stopped runs first, then approvals by due time: the 48 h one is listed too
     assert _rows(page) == [unknown.run_id, soon.run_id, later.run_id]
     assert "approval 2" in page and "outcome_unknown 1" in page
-    assert re.search(r"\(4[78]\.\d h left\)", page)  # due in two days
+    assert re.search(r">4[78]\.\d h left<", page)  # due in two days
     only = (await web.get("/attention", params={"kind": "approval"})).text
     assert _rows(only) == [soon.run_id, later.run_id]
     by_task = (await web.get("/attention", params={"task": "order-48"})).text
@@ -87,7 +87,10 @@ async def test_an_unknown_effect_shows_its_arguments_key_and_the_whole_error(
     stop = info.outcome_unknown
     assert stop is not None
     assert f'title="{stop.key}"' in page and "dispatch_refund" in page
-    shown = re.search(r'<pre class="json">(.*?)</pre>', page, re.S)
+    # the arguments by the effect's parameter names, the JSON one click away
+    assert stop.arguments == {"args": ["7"], "kwargs": {}, "names": ["order"]}
+    assert '<th scope="row">order</th><td><code>7</code></td>' in page
+    shown = re.search(r'<summary>JSON</summary><pre>(.*?)</pre>', page, re.S)
     assert shown is not None
     assert json.loads(shown.group(1).replace("&#34;", '"')) == stop.arguments
     # no Retry: the effect has no check, so a retry would only stop on it again
@@ -201,7 +204,9 @@ async def test_each_action_needs_its_role_and_a_refusal_is_audited(store: stead.
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
                                  base_url=BASE) as web:
         page = (await web.get(f"/runs/{run.run_id}")).text
-        assert "needs the role approver" in page and "<fieldset disabled>" in page
+        # a viewer is shown no form at all, only who may act
+        assert "needs the role approver" in page and "<form method=\"post\" action=\"/runs" not in page
+        assert "disabled" not in page
         queued = (await web.get("/attention")).text  # no bulk action a viewer may take
         assert 'id="bulk"' not in queued and 'name="pick"' not in queued
         form = {"csrf": csrf_of(page), "target": wait.wait_id, "why": "looks fine",

@@ -79,7 +79,8 @@ def _templates() -> jinja2.Environment:
     env.filters.update(clip=views.clip, clip_json=views.clip_json, when=views.when,
                        pretty=views.pretty, pretty_json=views.pretty_json,
                        replay_words=timeline.replay_words, state_version=timeline.state_version)
-    env.globals.update(left=views.left, statuses=list(records.RunStatus))
+    env.globals.update(left=views.left, age=views.age, label=queue.label,
+                       statuses=list(records.RunStatus))
     env.tests["allowed_to"] = lambda action, held: roles.allows(held, action.role)
     return env
 

@@ -94,6 +94,18 @@ def left(t: float | None, now: float) -> str:
     return f"{s / 3600:.1f} h left"
 
 
+def age(t: float, now: float) -> str:
+    """How long ago `t` was, in one unit: `40 s`, `12 min`, `5 h`, `3 d`."""
+    s = max(0.0, now - t)
+    if s < 60:
+        return f"{s:.0f} s"
+    if s < 3600:
+        return f"{s / 60:.0f} min"
+    if s < 86400:
+        return f"{s / 3600:.0f} h"
+    return f"{s / 86400:.0f} d"
+
+
 @dataclasses.dataclass(frozen=True)
 class Entry:
     """One journal record as a timeline row, with what its kind adds."""
