@@ -205,7 +205,7 @@ async def test_each_action_needs_its_role_and_a_refusal_is_audited(store: stead.
                                  base_url=BASE) as web:
         page = (await web.get(f"/runs/{run.run_id}")).text
         # a viewer is shown no form at all, only who may act
-        assert "needs the role approver" in page and "<form method=\"post\" action=\"/runs" not in page
+        assert "needs the role approver" in page and 'action="/runs/' not in page
         assert "disabled" not in page
         queued = (await web.get("/attention")).text  # no bulk action a viewer may take
         assert 'id="bulk"' not in queued and 'name="pick"' not in queued
