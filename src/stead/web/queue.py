@@ -28,10 +28,11 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
-from stead import arguments, errors, operator, roles
+from stead import arguments, operator, roles
 from stead.client import Client
 from stead.operator import Attention, AttentionKind
 from stead.views import timeline
+from stead.web import views
 from stead.workflow import waits
 
 SHORT = 200  # characters of a summary shown before it is expanded
@@ -196,13 +197,7 @@ async def _unknown(client: Client, a: Attention) -> Unknown | None:
 
 def _inputs(client: Client, a: Attention) -> tuple[tuple[str, str], ...]:
     """The run's arguments by name: the workflow's signature names them."""
-    fn = None
-    if client.app is not None:
-        try:
-            fn = client.app.get(a.run.workflow, a.run.version).fn
-        except errors.UnknownWorkflow:  # one this app does not host: positions name them
-            fn = None
-    return tuple((n, _clipped(v)) for n, v in arguments.table(a.run.input, fn) or ())
+    return views.named(a.run.input, views.workflow_fn(client, a.run))
 
 
 async def read(client: Client, f: Filter, now: float) -> Queue:
