@@ -42,6 +42,10 @@ AGES: dict[str, float] = {"5m": 300.0, "1h": 3600.0, "1d": 86400.0, "7d": 7 * 86
 _COMMAND = re.compile(r"`?\bstead (?:runs|reconcile|grants|events|state|workspace|db)\b")
 # A wait's time left in its summary: it ticks, so it is no change to the row.
 _TICKING = re.compile(r"expires in [0-9.]+ (?:min|h)")
+# What a row's line leaves out of a wait's summary: its id (the detail has
+# it) and when it expires (the line's own column says).
+_WAIT_DETAIL = re.compile(r"\s*\([0-9a-f]{12,}\)|\s*(?:expires in [0-9.]+ (?:min|h)|no expiry"
+                          r"|has expired)$")
 # The words a row labels its actions with: an approver approves; whose
 # authority it is the audit says.
 LABELS = {"approve": "Approve", "reject": "Reject", "revoke_wait": "Revoke the wait"}
@@ -153,6 +157,7 @@ class Row:
     unknown: Unknown | None
     asks: str = ""  # what the wait asks, pretty JSON ("" for none)
     question: str = ""  # what it asks, on one line ("" for none)
+    about: str = ""  # why it needs a person, on the row's line
     bound: tuple[tuple[str, str], ...] = ()  # the values the wait is bound to
     inputs: tuple[tuple[str, str], ...] = ()  # the run's arguments, by name
 
@@ -219,5 +224,6 @@ async def read(client: Client, f: Filter, now: float) -> Queue:
                             a.due, actions, bound, a.asks),
             item=a, summary=summary, brief=short(summary), unknown=await _unknown(client, a),
             asks="" if a.asks is None else pretty(a.asks), question=question, bound=bound,
+            about=question or short(_WAIT_DETAIL.sub("", summary) if a.target else summary, 120),
             inputs=_inputs(client, a)))
     return Queue(tuple(rows), counts, len(found))
