@@ -258,13 +258,16 @@ async def test_arguments_show_their_names(console: Console) -> None:
 
 async def test_every_page_passes_the_accessibility_audit(console: Console) -> None:
     refund = await console.client.start("refund", "61", task_id="order-61")
+    await console.client.start("refund", "60", task_id="order-60")
     await console.client.start("long_review", "62", task_id="order-62")
     await console.client.start("asking", 63)
     await console.client.start("granted", "64", intent=web_app.expired_grant())
     done = await console.client.start("echo", "hello")
     await settle(console.store)
-    await operator.act(console.client, "retry", operator.Decision(
-        run_id=refund.run_id, target="", values={}, by="otto", why="try again"))
+    await operator.act(console.client, "reconcile", operator.Decision(
+        run_id=refund.run_id, target=f"{refund.run_id}:0",
+        values={"decision": "happened", "result": '{"refund": "rf_1"}'},
+        by="otto", why="seen in the bank's dashboard"))
     await settle(console.store)
     shipped = await stead.Client(console.store, trace_app.app).start(
         "ship", "o-9", {"city": "Lyon", "street": "12 rue de la Paix"})
