@@ -57,7 +57,7 @@ class Dashboard:
                 await form.locator("select[name=decision]").select_option(value)
             else:
                 await form.locator(f"input[name={name}]").fill(value)
-        await form.locator("input[name=why]").fill(why)
+        await form.locator("[name=why]").fill(why)
         await form.locator("button").click()
         await self.page.locator(f"h1.{answer}").wait_for()
         return str(await self.page.locator("p.message").inner_text())

@@ -90,7 +90,7 @@ async def test_an_unknown_effect_shows_its_arguments_key_and_the_whole_error(
     # the arguments by the effect's parameter names, the JSON one click away
     assert stop.arguments == {"args": ["7"], "kwargs": {}, "names": ["order"]}
     assert '<th scope="row">order</th><td><code>7</code></td>' in page
-    shown = re.search(r'<summary>JSON</summary><pre>(.*?)</pre>', page, re.S)
+    shown = re.search(r'<summary>JSON</summary><pre tabindex="0">(.*?)</pre>', page, re.S)
     assert shown is not None
     assert json.loads(shown.group(1).replace("&#34;", '"')) == stop.arguments
     # no Retry: the effect has no check, so a retry would only stop on it again
@@ -323,3 +323,24 @@ def test_the_way_back_never_leaves_the_dashboard(text: str) -> None:
     assert back.startswith("/") and not back.startswith("//")
     assert (parts.scheme, parts.netloc) == ("", "") and "\\" not in back
     assert back in (text, actions.HOME)
+
+
+async def test_a_rows_version_changes_with_what_it_shows_not_with_the_minutes_left(
+    fstore: stead.Store, clock: stead.FakeClock,
+) -> None:
+    client = stead.Client(fstore, web_app.app)
+    run = await client.start("expiring", "T-9", task_id="ticket-T-9")
+    await stead.Worker(web_app.app, fstore).run_until_idle()
+
+    async def the_row() -> queue.Row:
+        [row] = (await queue.read(client, queue.Filter(), clock.now())).rows
+        return row
+
+    before = await the_row()
+    assert before.about == "wait review"  # its id and expiry have columns of their own
+    assert before.bound == (("ticket", "T-9"), ("state_version", "1"))
+    clock.advance(7 * 60)  # "20 min left" is "13 min left" now: no change to decide on
+    after = await the_row()
+    assert after.version == before.version and after.key == before.key
+    info = await client.get(run.run_id)
+    assert before.status == f"waiting at epoch {info.epoch}"

@@ -49,6 +49,9 @@ _WAIT_DETAIL = re.compile(r"\s*\([0-9a-f]{12,}\)|\s*(?:expires in [0-9.]+ (?:min
 # The words a row labels its actions with: an approver approves; whose
 # authority it is the audit says.
 LABELS = {"approve": "Approve", "reject": "Reject", "revoke_wait": "Revoke the wait"}
+# The fields a row's one-line form leaves out, rarely used: the run page's
+# form has them (an approval's extra payload fields).
+LEFT_OUT = frozenset({("approve", "payload")})
 # How many of a row's bound values its line shows (the detail shows them all).
 BOUND_SHOWN = 3
 # What led up to a command, left dangling once it is cut: ", then", ": ".

@@ -80,7 +80,7 @@ def _templates() -> jinja2.Environment:
                        when=views.when, pretty=views.pretty, pretty_json=views.pretty_json,
                        replay_words=timeline.replay_words, state_version=timeline.state_version)
     env.globals.update(left=views.left, age=views.age, label=queue.label, tabs=views.TABS,
-                       paged=views.PAGED,
+                       paged=views.PAGED, left_out=queue.LEFT_OUT, bound_shown=queue.BOUND_SHOWN,
                        statuses=list(records.RunStatus))
     env.tests["allowed_to"] = lambda action, held: roles.allows(held, action.role)
     return env
