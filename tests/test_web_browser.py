@@ -106,6 +106,7 @@ async def test_reconcile_an_unknown_refund_and_see_the_run_finish(dash: Dashboar
     await dash.finishes(info.run_id)
     assert await dash.client.result(info.run_id) == {"refunded": True,
                                                      "receipt": {"refund": "rf_1"}}
+    await dash.page.click("nav.tabs a[data-tab=audit]")
     audit = await dash.page.locator("table.audit").inner_text()
     assert "reconcile" in audit and "alice" in audit and "bank's dashboard" in audit
 
@@ -117,6 +118,7 @@ async def test_approve_a_wait(dash: Dashboard) -> None:
     await dash.page.goto(f"{dash.url}/runs/{info.run_id}")
     assert "Accepted: event" in await dash.submit("approve", "the customer confirmed by phone")
     await dash.finishes(info.run_id)
+    await dash.page.click("nav.tabs a[data-tab=audit]")
     events = await dash.page.locator("#live").inner_text()
     assert "operator carol" in events and "confirmed by phone" in events
 
