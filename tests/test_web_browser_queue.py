@@ -102,6 +102,7 @@ async def test_find_a_48_hour_approval_and_approve_it(queue: Queue) -> None:
     later = await queue.client.start("long_review", "48", task_id="order-48")
     await settle(queue.store)
     await queue.log_in("dora")
+    await queue.page.click("details.filtering > summary")
     await queue.page.select_option("form.filters select[name=kind]", "approval")
     await queue.page.click("form.filters button")
     await queue.page.wait_for_url("**/attention?kind=approval*")

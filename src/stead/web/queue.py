@@ -44,6 +44,7 @@ _COMMAND = re.compile(r"`?\bstead (?:runs|reconcile|grants|events|state|workspac
 _TICKING = re.compile(r"expires in [0-9.]+ (?:min|h)")
 # What a row's line leaves out of a wait's summary: its id (the detail has
 # it) and when it expires (the line's own column says).
+_KEYED = re.compile(r"\s*\(key [^)]*\)")  # an effect's key and attempt: the detail has them
 _WAIT_DETAIL = re.compile(r"\s*\([0-9a-f]{12,}\)|\s*(?:expires in [0-9.]+ (?:min|h)|no expiry"
                           r"|has expired)$")
 # The words a row labels its actions with: an approver approves; whose
@@ -227,6 +228,7 @@ async def read(client: Client, f: Filter, now: float) -> Queue:
                             a.due, actions, bound, a.asks),
             item=a, summary=summary, brief=short(summary), unknown=await _unknown(client, a),
             asks="" if a.asks is None else pretty(a.asks), question=question, bound=bound,
-            about=question or short(_WAIT_DETAIL.sub("", summary) if a.target else summary, 120),
+            about=question or short(_WAIT_DETAIL.sub("", summary) if a.target
+                                    else _KEYED.sub("", summary), 120),
             inputs=_inputs(client, a)))
     return Queue(tuple(rows), counts, len(found))
