@@ -52,6 +52,8 @@ class Dashboard:
         """Fill the action's form (on the page as it is) and send it; the
         answer page's heading is `answer` (ok, refused); returns its message."""
         form = self.form(action)
+        if not await form.is_visible():  # folded among the page's other actions
+            await form.locator("xpath=ancestor::details[1]/summary").click()
         for name, value in fields.items():
             if name == "decision":
                 await form.locator("select[name=decision]").select_option(value)

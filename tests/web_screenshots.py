@@ -23,7 +23,8 @@ from playwright.async_api import async_playwright
 
 import stead
 from stead import operator
-from stead.web import create_app
+from stead.roles import Role
+from stead.web import Identity, create_app
 from tests import trace_app, web_app
 from tests.web_app import UI_TOKEN, serving, settle
 
@@ -75,8 +76,16 @@ async def main(out: Path) -> None:
                 await page.screenshot(path=out / "ui-runs.png")
                 await page.goto(f"{base}/runs/{refund.run_id}")
                 await page.screenshot(path=out / "ui-run.png")
+                await browser.close()
+        # The same shop on a phone, as an approver (named by an auth hook) sees it.
+        approver = create_app(web_app.app, db_url=url, poll_seconds=60,
+                              auth=lambda request: Identity("paula", frozenset({Role.APPROVER})))
+        with serving(approver) as base:
+            async with async_playwright() as pw:
+                browser = await pw.chromium.launch(executable_path=CHROMIUM,
+                                                   args=["--no-sandbox"])
                 phone = await browser.new_page(**PHONE)
-                await _log_in(phone, base)
+                await phone.goto(f"{base}/attention")
                 await phone.screenshot(path=out / "ui-attention-phone.png")
                 approval = phone.locator("li.item.approval").last
                 await phone.goto(f"{base}{await approval.locator('a.what').get_attribute('href')}")
