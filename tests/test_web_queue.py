@@ -344,3 +344,17 @@ async def test_a_rows_version_changes_with_what_it_shows_not_with_the_minutes_le
     assert after.version == before.version and after.key == before.key
     info = await client.get(run.run_id)
     assert before.status == f"waiting at epoch {info.epoch}"
+
+
+async def test_a_rows_details_hold_the_runs_input_by_name_and_its_last_resume(
+    web: httpx.AsyncClient, store: stead.Store,
+) -> None:
+    client = stead.Client(store, web_app.app)
+    paused = await client.start("granted", "9", intent=web_app.expired_grant())
+    await settle(store)
+    await log_in(web)
+    page = (await web.get("/attention")).text
+    row = page.split(f'data-run="{paused.run_id}"')[1].split("</li>")[0]
+    assert '<th scope="row">order_id</th><td><code>9</code></td>' in row  # its input, by name
+    assert "At its last resume (epoch 1)" in row and "continue (policy none)" in row
+    assert '<th scope="row">judged</th>' in row  # the action its policy judged

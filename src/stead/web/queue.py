@@ -164,6 +164,9 @@ class Row:
     about: str = ""  # why it needs a person, on the row's line
     bound: tuple[tuple[str, str], ...] = ()  # the values the wait is bound to
     inputs: tuple[tuple[str, str], ...] = ()  # the run's arguments, by name
+    # What its last resume judged (the intent's diff, the decision), if a
+    # resume revalidated an intent: what changed since the run last went on.
+    resumed: views.Revalidation | None = None
 
     def primary(self, held: frozenset[roles.Role]) -> tuple[operator.Action, str] | None:
         """The first action these roles allow: the row's one button."""
@@ -209,6 +212,11 @@ def _inputs(client: Client, a: Attention) -> tuple[tuple[str, str], ...]:
     return views.named(a.run.input, views.workflow_fn(client, a.run))
 
 
+async def _resumed(client: Client, a: Attention) -> views.Revalidation | None:
+    judged = views.revalidations(await client.resumes(a.run.run_id))
+    return judged[max(judged)] if judged else None
+
+
 async def read(client: Client, f: Filter, now: float) -> Queue:
     found = await operator.needs_a_human(client)
     around = [a for a in found if f.matches(a, now, kind=False)]
@@ -230,5 +238,5 @@ async def read(client: Client, f: Filter, now: float) -> Queue:
             asks="" if a.asks is None else pretty(a.asks), question=question, bound=bound,
             about=question or short(_WAIT_DETAIL.sub("", summary) if a.target
                                     else _KEYED.sub("", summary), 120),
-            inputs=_inputs(client, a)))
+            inputs=_inputs(client, a), resumed=await _resumed(client, a)))
     return Queue(tuple(rows), counts, len(found))

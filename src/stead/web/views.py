@@ -202,7 +202,7 @@ class Revalidation:
     diff: tuple[tuple[str, str], ...]
 
 
-def _revalidations(resumes: Sequence[ResumeRecord]) -> dict[int, Revalidation]:
+def revalidations(resumes: Sequence[ResumeRecord]) -> dict[int, Revalidation]:
     found = {}
     for r in resumes:
         intent = r.details.intent
@@ -291,7 +291,7 @@ async def run_page(client: Client, run_id: str, shown: window.Window,
         effects=tuple(timeline.effect_views(summed)),
         waits=tuple(await client.waits(run_id=run_id, state=None, limit=1000)),
         events=tuple(await client.events(run_id)),
-        resumes=tuple(resumes), revalidations=_revalidations(resumes),
+        resumes=tuple(resumes), revalidations=revalidations(resumes),
         intents=tuple(intents),
         intent_lines=tuple(redact(x) for x in context_view.intent_lines(intents, summed, s.now))
         if intents else (),
