@@ -189,11 +189,16 @@ async def test_an_approver_answers_from_the_inbox_with_the_keyboard_alone(
 
 
 async def test_an_approver_answers_from_a_phone(console: Console) -> None:
-    await console.client.start("refund", "41")
+    refund = await console.client.start("refund", "41")
     info = await console.client.start("long_review", "42", task_id="order-42")
     await settle(console.store)
     page = await console.page("paula", frozenset({Role.APPROVER}), **PHONE)
     await page.goto(f"{console.url}/attention")
+    # found by its kind's chip, below a stopped refund that is not hers to decide
+    assert await row(page, refund.run_id).locator("form").count() == 0
+    await page.locator("#counts a[data-kind=approval]").tap()
+    await page.wait_for_url("**/attention?kind=approval")
+    assert await page.locator("li.item").count() == 1
     item = row(page, info.run_id)
     await item.wait_for()
     # nothing wider than the phone: no sideways scrolling to find the button
