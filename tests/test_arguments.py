@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import stead
 from stead import arguments
 
 
@@ -49,3 +50,21 @@ def test_what_is_not_arguments_has_no_rows() -> None:
     assert arguments.table(None) is None
     assert arguments.table({"args": "x"}) is None
     assert arguments.table([1, 2]) is None
+
+
+async def test_a_run_records_its_inputs_names_when_it_starts(store: stead.Store) -> None:
+    app = stead.App("named")
+
+    @app.workflow()
+    async def ship(run: stead.Run, order_id: str, address: dict[str, str],
+                   express: bool = False) -> None: ...
+
+    client = stead.Client(store, app)
+    info = await client.start(ship, "o-1", {"city": "Lyon"}, express=True)
+    stored = (await client.get(info.run_id)).input
+    assert stored["names"] == ["order_id", "address"]
+    assert arguments.table(stored) == [("order_id", "o-1"), ("address", {"city": "Lyon"}),
+                                       ("express", True)]
+    # a run started before names were kept reads by the workflow's signature
+    old = {"args": stored["args"], "kwargs": stored["kwargs"]}
+    assert arguments.table(old, ship.fn) == arguments.table(stored)
