@@ -25,6 +25,8 @@ from stead import addresses, errors, logs, takeover, warmups
 from stead.app import App
 from stead.clock import Clock, SystemClock
 from stead.execution import Execution, ExecutionOptions
+from stead.metrics import meters
+from stead.metrics.meters import Takeover
 from stead.records import Backlog, Fence, RunRow, RunStatus
 from stead.store import local_work, seam
 from stead.store.base import Store
@@ -153,13 +155,17 @@ class Worker:
                 claimed: list[RunRow] = []
                 backing_off = self._backing_off()
                 if free > 0:
+                    began = time.perf_counter()
                     try:
                         claimed = await self._claims.claim(batch, [*self._active, *backing_off])
                         self._claim_pause = 0.0
+                        meters.claimed(time.perf_counter() - began, len(claimed))
                     except errors.DatabaseMissing as exc:
+                        meters.store_error(exc)
                         log.error("worker %s stops: %s", self.id, exc)
                         raise
                     except errors.StoreUnavailable as exc:
+                        meters.store_error(exc)
                         # Locked or briefly unreachable: nothing was claimed; poll again.
                         log.warning("worker %s could not claim: %s", self.id, exc)
                         await self._pause_claims()
@@ -296,6 +302,7 @@ class Worker:
             entry = self._active.get(fence.run_id)
             if entry is None or entry[1] is None or entry[1].fence != fence:
                 continue  # that attempt is over already
+            meters.takeover(Takeover.LEASE_EXPIRY)
             log.warning("worker %s lost run %s (epoch %d)", self.id, fence.run_id, fence.epoch,
                         extra={"run_id": fence.run_id})
             entry[1].lose(errors.StaleLease(f"lease on run {fence.run_id} was lost"))
@@ -354,6 +361,8 @@ class Worker:
         fence = Fence(row.run_id, row.epoch, self.id)
         self._leases.hold(fence)
         execution: Execution | None = None
+        if row.epoch > 1:
+            meters.resumed()
         try:
             ready = await takeover.prepare(self.app, self.store, self.clock, row, self.id,
                                            self._execution_options)
@@ -373,6 +382,7 @@ class Worker:
             await attempts.advance(self.store, self.id, row, ready)
             self._backoff.pop(row.run_id, None)
         except errors.StaleLease as exc:
+            meters.refused()
             log.warning("run %s: %s", row.run_id, exc)
         except errors.KeysUnavailable as exc:
             # The deployment has no key, which no retry brings: every run that
@@ -381,8 +391,10 @@ class Worker:
             await attempts.release_quietly(self.store, fence)
             self._stop_for(f"run {row.run_id} opens a wait with a token: {exc}", exc)
         except errors.StoreRejected as exc:
+            meters.store_error(exc)
             await self._rejected(fence, exc)
         except errors.StoreError as exc:
+            meters.store_error(exc)
             # A store error is never the workflow's failure: stop this attempt
             # and leave the run to be taken over (released now if the store
             # lets us, else when its lease expires), nothing lost. This worker

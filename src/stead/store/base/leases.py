@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # annotations only: a store that lists runs need not build th
         Stranded,
         WorkerLiveness,
     )
+    from stead.records.fleet import Gauges
 
 
 
@@ -216,6 +217,13 @@ class Leases(StorePart):
     async def worker_hosts(self, limit: int = 1000) -> list[HostRow]:
         """Every worker's last heartbeat per version it serves, latest first."""
         return await self.database.read(lambda: tx.hosts(limit))
+
+    async def gauges(self, soon: float = 3600.0) -> Gauges:
+        """The live runs by status, the claimable runs by queue and the open
+        waits (those expiring within `soon` seconds apart), as a metrics scrape
+        reports them: a few aggregates over partial indexes, never the ended runs."""
+        now, lease_now = self.clock.now(), self.database.lease_now()
+        return await self.database.read(lambda: tx.gauges(now, now + soon, lease_now))
 
     async def stranded_runs(self, grace: float, limit: int = 100,
                             workflow: str | None = None) -> list[Stranded]:
