@@ -44,8 +44,8 @@ async def readiness(store: Store) -> list[str]:
     problems: list[str] = []
     try:
         await store.lease_now()
-    except errors.StoreError as exc:
-        return [f"store: {exc}"]
+    except Exception as exc:  # whatever the failure, the answer is "not ready", and why
+        return [f"store: {exc or type(exc).__name__}"]
     try:
         await store.check_schema()
     except errors.SchemaAhead as exc:

@@ -29,7 +29,8 @@ class Exposition:
             raise ImportError("serving metrics needs the metrics extra: pip install -e "
                               "'.[metrics]' in stead's checkout (docs/install.md)") from exc
         self.registry: CollectorRegistry = CollectorRegistry(auto_describe=False)
-        reader = PrometheusMetricReader(disable_target_info=True, registry=self.registry)
+        reader = PrometheusMetricReader(disable_target_info=True, scope_info_enabled=False,
+                                        registry=self.registry)
         self.provider: MeterProvider = MeterProvider(metric_readers=[reader])
         meters.instrument(meter_provider=self.provider)
         seam.retried = meters.store_retry

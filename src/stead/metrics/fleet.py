@@ -15,7 +15,6 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from stead import errors
 from stead.records import HostRole, RunStatus
 from stead.records.fleet import Gauges
 
@@ -121,7 +120,7 @@ class Fleet:
         try:
             self.latest = await read(store, grace=grace)
             self.up = True
-        except errors.StoreError as exc:
+        except Exception as exc:  # a scrape reports what it can, it never fails
             log.warning("metrics: could not read the store: %s", exc)
             self.latest, self.up = None, False
 

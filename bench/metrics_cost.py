@@ -1,0 +1,71 @@
+"""`python -m bench.metrics_cost [--db sqlite|postgres|both] [--reps N] [--n STEPS]`
+
+What stead's metrics cost on the step path: the sequential workload (one run
+of N trivial sync steps, as in workload 1) with the metrics off and on
+(`stead.metrics.exposition.Exposition`, the OpenTelemetry SDK read by the
+Prometheus exporter), alternated in one process on a fresh database each
+time; the medians side by side and their ratio. The scrape is not on the
+step path: one is made after each "on" run, untimed, to check it renders.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+
+from bench import runner
+from bench.w_stead import app, seq
+
+
+async def _once(url: str, n: int, metrics: bool) -> float:
+    import stead
+    from stead.metrics.exposition import Exposition
+
+    store = await stead.open_store(url)
+    exposition = Exposition() if metrics else None
+    try:
+        await stead.Client(store, app).start(seq, n)
+        worker = stead.Worker(app, store, stead.WorkerOptions(concurrency=1))
+        began = time.perf_counter()
+        await worker.run_until_idle()
+        elapsed = time.perf_counter() - began
+        if exposition is not None:
+            await exposition.fleet.refresh(store, grace=60.0)
+            assert b"stead_call_duration_seconds_count" in exposition.render()
+        return elapsed / n * 1e6
+    finally:
+        if exposition is not None:
+            exposition.close()
+        await store.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--db", choices=("sqlite", "postgres", "both"), default="both")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--n", type=int, default=1000)
+    args = parser.parse_args()
+    dbs = ["sqlite", "postgres"] if args.db == "both" else [args.db]
+    if "postgres" in dbs and (why := runner.pg_available()):
+        print(f"skipping PostgreSQL: {why}")
+        dbs.remove("postgres")
+    print(f"| store | metrics off: µs per step | metrics on: µs per step | on / off "
+          f"| target |\n|---|---|---|---|---|")
+    with runner.scratch_dir() as scratch:
+        for db in dbs:
+            times: dict[bool, list[float]] = {False: [], True: []}
+            for rep in range(args.reps):
+                for metrics in (rep % 2 == 0, rep % 2 == 1):  # alternate which goes first
+                    with runner.fresh_database(db, scratch) as url:
+                        times[metrics].append(asyncio.run(_once(url, args.n, metrics)))
+            off, on = statistics.median(times[False]), statistics.median(times[True])
+            ratio = on / off
+            print(f"| {db} | {off:.0f} | {on:.0f} | {ratio:.3f} | <= 1.05: "
+                  f"{'met' if ratio <= 1.05 else 'missed'} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
