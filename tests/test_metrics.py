@@ -170,3 +170,23 @@ async def test_readyz_fails_when_the_store_does_not_answer(db_url: str) -> None:
     async with endpoint.serving():
         code, body = await asyncio.to_thread(_get, f"http://127.0.0.1:{endpoint.port}/readyz")
     assert code == 503 and body["problems"][0].startswith("store:")
+
+
+async def test_the_dashboard_serves_metrics_without_a_login(store: stead.Store) -> None:
+    import httpx
+
+    from stead.web import create_app
+
+    ledger: list[str] = []
+    app, pay, _ask = _app(ledger)
+    await stead.Client(store, app).start(pay, False)
+    asgi = create_app(app, store=store, token="secret-token-for-the-test")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
+                                 base_url="http://127.0.0.1") as http:
+        answer = await http.get("/metrics")
+        page = await http.get("/runs")
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/plain; version=0.0.4")
+    found = samples(answer.content)
+    assert value(found, "stead_runs", workflow="pay", status="pending") == 1
+    assert page.status_code == 401  # the pages still need a login
