@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -190,3 +192,44 @@ async def test_the_dashboard_serves_metrics_without_a_login(store: stead.Store) 
     found = samples(answer.content)
     assert value(found, "stead_runs", workflow="pay", status="pending") == 1
     assert page.status_code == 401  # the pages still need a login
+
+
+REFERENCE = Path(__file__).parent.parent / "docs" / "reference" / "metrics.md"
+
+
+def documented() -> set[str]:
+    """The metrics docs/reference/metrics.md lists (first cell of each table row)."""
+    return set(re.findall(r"^\| `(stead_[a-z_]+)` \|", REFERENCE.read_text(), re.M))
+
+
+def exported(text: bytes) -> set[str]:
+    """The sample names a scrape holds, less a histogram's bucket, sum and count."""
+    names = {s.name for f in text_string_to_metric_families(text.decode()) for s in f.samples}
+    return {re.sub(r"_(bucket|sum|count)$", "", n) if n.endswith(("_bucket", "_sum", "_count"))
+            and "duration" in n else n for n in names}
+
+
+async def test_every_metric_is_documented_and_every_documented_one_exported(
+        fstore: stead.Store, clock: stead.FakeClock, exposition: Exposition) -> None:
+    from stead.metrics import meters
+
+    ledger: list[str] = []
+    app, pay, ask = _app(ledger)
+    client = stead.Client(fstore, app)
+    await client.start(pay, True)
+    await client.start(ask)
+    await crash_then_resume(app, fstore, clock)
+    await client.start(pay, False)  # runnable, and served by the worker below
+    await client.start(ask)  # runnable, and served by none: stranded
+    clock.advance(120)
+    await fstore.heartbeat("w", [("pay@1", "hosts")], policy_version=None, live_for=60)
+    # The counters no run here reaches, each once.
+    for cause in meters.Takeover:
+        meters.takeover(cause)
+    meters.refused()
+    meters.store_error(stead.errors.StoreUnavailable("x"))
+    meters.store_retry("locked")
+    meters.loop_blocked(1.0)
+    meters.tokens(type("Usage", (), {"input_tokens": 1, "output_tokens": 1})())
+    await exposition.fleet.refresh(fstore, grace=60.0)
+    assert exported(exposition.render()) == documented()
