@@ -93,8 +93,8 @@ async def test_a_scrape_reports_the_store_and_what_the_worker_did(
     assert value(found, "stead_runs", status="completed") == 0  # ended runs are not read
     assert value(found, "stead_effects_unknown") == 1
     assert value(found, "stead_effects_unknown_oldest_age_seconds") >= 120
-    assert value(found, "stead_queue_runnable", queue="") == 1
-    assert value(found, "stead_queue_oldest_age_seconds", queue="") >= 120
+    assert value(found, "stead_queue_runnable", queue="(none)") == 1
+    assert value(found, "stead_queue_oldest_age_seconds", queue="(none)") >= 120
     assert value(found, "stead_workflow_runnable", workflow="pay", version="1") == 1
     assert value(found, "stead_runs_stranded", workflow="pay") == 1  # no worker serves it
     assert value(found, "stead_waits_open") == 1

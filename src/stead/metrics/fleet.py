@@ -64,6 +64,13 @@ async def read(store: Store, *, grace: float) -> Reading:
     return Reading(now, gauges, stranded, runnable, serving, len(live))
 
 
+NO_QUEUE = "(none)"  # the queue label of runs in no queue (an empty label is no label)
+
+
+def _queue(name: str) -> str:
+    return name or NO_QUEUE
+
+
 def _age(now: float, since: float | None) -> float:
     return 0.0 if since is None else max(now - since, 0.0)
 
@@ -149,12 +156,12 @@ class Fleet:
 
     def _queue_depth(self, _options: CallbackOptions) -> Iterable[Observation]:
         r = self.latest
-        return [] if r is None else [self._obs(q.runnable, {"queue": q.queue})
+        return [] if r is None else [self._obs(q.runnable, {"queue": _queue(q.queue)})
                                      for q in r.gauges.queues]
 
     def _queue_age(self, _options: CallbackOptions) -> Iterable[Observation]:
         r = self.latest
-        return [] if r is None else [self._obs(_age(r.now, q.ready_since), {"queue": q.queue})
+        return [] if r is None else [self._obs(_age(r.now, q.ready_since), {"queue": _queue(q.queue)})
                                      for q in r.gauges.queues]
 
     def _by_code(self, counts: dict[tuple[str, int], int] | None) -> Iterable[Observation]:

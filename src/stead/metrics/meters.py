@@ -60,6 +60,9 @@ class _Meters:
 
 _M: _Meters | None = None
 
+# The store errors a worker meets, reported at 0 until one comes.
+STORE_ERRORS = ("StoreUnavailable", "StoreRejected", "DatabaseMissing")
+
 
 def _build(meter: Meter) -> _Meters:
     def counter(name: str, unit: str, what: str) -> Counter:
@@ -101,6 +104,21 @@ def instrument(*, meter_provider: MeterProvider | None = None) -> None:
         raise ImportError("stead.metrics needs OpenTelemetry: pip install -e '.[metrics]' in "
                           "stead's checkout (docs/install.md)") from exc
     _M = _build(metrics.get_meter(SCOPE, meter_provider=meter_provider))
+    _zero(_M)
+
+
+def _zero(m: _Meters) -> None:
+    """Report the counters an alert watches from the start, at 0: Prometheus's
+    `increase()` misses the first event of a series that appears with it."""
+    for cause in Takeover:
+        m.takeovers.add(0, {"cause": str(cause)})
+    for outcome in EffectOutcome:
+        m.effects.add(0, {"outcome": str(outcome)})
+    for kind in STORE_ERRORS:
+        m.store_errors.add(0, {"kind": kind})
+    m.resumes.add(0)
+    m.refusals.add(0)
+    m.blocked.add(0)
 
 
 def uninstrument() -> None:
