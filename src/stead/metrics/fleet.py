@@ -161,8 +161,10 @@ class Fleet:
 
     def _queue_age(self, _options: CallbackOptions) -> Iterable[Observation]:
         r = self.latest
-        return [] if r is None else [self._obs(_age(r.now, q.ready_since), {"queue": _queue(q.queue)})
-                                     for q in r.gauges.queues]
+        if r is None:
+            return []
+        return [self._obs(_age(r.now, q.ready_since), {"queue": _queue(q.queue)})
+                for q in r.gauges.queues]
 
     def _by_code(self, counts: dict[tuple[str, int], int] | None) -> Iterable[Observation]:
         return [self._obs(n, {"workflow": w, "version": str(v)})
