@@ -55,6 +55,11 @@ COMMANDS = {
                          adds=("deploy:runs_migrate", "deploy:runs_rollback",
                                "deploy:runs_export", "deploy:runs_import")),
     "start": common.Place("runs:start", "Start a run of WORKFLOW from MODULE:APP."),
+    "status": common.Place("status:status", "Is the fleet healthy? The live workers (by the "
+                                            "test claimers use), the queues with their depth "
+                                            "and oldest age, the human waits, the effects "
+                                            "whose outcome is unknown, the stranded runs and "
+                                            "the takeovers of the last hour, in one screen."),
     "state": common.Place("state:state_group", "Read and change a task's state (its versioned "
                                                "facts) from outside a run."),
     "ui": common.Place("ui:ui", "Serve the operator's dashboard and the event webhook."),

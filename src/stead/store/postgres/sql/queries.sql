@@ -1300,3 +1300,7 @@ GROUP BY COALESCE(queue, '');
 SELECT COUNT(*) AS open_waits,
        COALESCE(SUM(CASE WHEN expires_at <= %(soon)s THEN 1 ELSE 0 END), 0) AS expiring
 FROM waits WHERE state = 'open';
+
+-- name: count_resumes_since
+-- Takeovers recorded since :since (`stead status`; a scan of resumes, one row a takeover).
+SELECT COUNT(*) AS takeovers FROM resumes WHERE at >= %(since)s;
