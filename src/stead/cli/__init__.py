@@ -65,6 +65,8 @@ COMMANDS = {
     "ui": common.Place("ui:ui", "Serve the operator's dashboard and the event webhook."),
     "waits": common.Place("events:waits_group", "Durable waits: what runs are waiting for."),
     "worker": common.Place("worker:worker", "Run a worker for the workflows of MODULE:APP."),
+    "workers": common.Place("workers:workers_group",
+                            "The workers of the fleet (`stead status` lists the live ones)."),
     "workspace": common.Place("workspace:workspace_group", "Look at the directories runs saved "
                                                            "(`stead runs show RUN` lists them)."),
 }

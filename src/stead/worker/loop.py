@@ -146,6 +146,7 @@ class Worker:
         await self._leases.start()
         await self._claims.beat()
         beating = asyncio.create_task(self._claims.heartbeats(), name=f"stead heartbeat {self.id}")
+        watching = asyncio.create_task(self._drain_watch(), name=f"stead drain watch {self.id}")
         try:
             while not self._stopping.is_set():
                 await self._fire_schedules()
@@ -190,17 +191,35 @@ class Worker:
         finally:
             self._taker = None  # a run handed to it from now on is released (`_handed`)
             beating.cancel()
-            await asyncio.gather(beating, return_exceptions=True)
+            watching.cancel()
+            await asyncio.gather(beating, watching, return_exceptions=True)
             try:
                 await self._drain()
             finally:
                 try:
                     with contextlib.suppress(errors.StoreError):
                         await self.store.host_stopped(self.id)
+                        await self.store.forget_drain(self.id)
                 finally:
                     await self._leases.stop()
         if self._stopped_by is not None:
             raise self._stopped_by
+
+    async def _drain_watch(self) -> None:
+        """Stop as SIGTERM does once `stead workers drain` asks (from any host:
+        the request is in the store)."""
+        while True:
+            await asyncio.sleep(self.options.drain_check)
+            try:
+                asked = await self.store.drain_requested(self.id)
+            except errors.StoreError as exc:
+                log.warning("worker %s could not look for a drain request: %s", self.id, exc)
+                continue
+            if asked is not None:
+                log.info("worker %s: drain requested (%s), stopping (no new claims; runs are "
+                         "released at their next call boundary)", self.id, asked)
+                self.stop()
+                return
 
     async def _ask(self, finished: Callable[[], Awaitable[bool]]) -> bool:
         try:

@@ -112,3 +112,11 @@ def gauges(now: float, soon: float, lease_now: float | None) -> Flow[Gauges]:
                        r["oldest"]) for r in live),
         tuple(QueueDepth(r["queue"], int(r["runnable"]), r["ready_since"]) for r in queues),
         int(waits["open_waits"]) if waits else 0, int(waits["expiring"]) if waits else 0)
+
+
+def put_meta(key: str, value: str) -> Flow[None]:
+    yield execute("put_meta", {"key": key, "value": value})
+
+
+def delete_meta(key: str) -> Flow[None]:
+    yield execute("delete_meta", {"key": key})

@@ -1304,3 +1304,10 @@ FROM waits WHERE state = 'open';
 -- name: count_resumes_since
 -- Takeovers recorded since :since (`stead status`; a scan of resumes, one row a takeover).
 SELECT COUNT(*) AS takeovers FROM resumes WHERE at >= %(since)s;
+
+-- name: put_meta
+INSERT INTO stead_meta (key, value) VALUES (%(key)s, %(value)s)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+
+-- name: delete_meta
+DELETE FROM stead_meta WHERE key = %(key)s;

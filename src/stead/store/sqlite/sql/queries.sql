@@ -1020,3 +1020,10 @@ FROM waits WHERE state = 'open';
 -- name: count_resumes_since
 -- Takeovers recorded since :since (`stead status`; a scan of resumes, one row a takeover).
 SELECT COUNT(*) AS takeovers FROM resumes WHERE at >= :since;
+
+-- name: put_meta
+INSERT INTO stead_meta (key, value) VALUES (:key, :value)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+
+-- name: delete_meta
+DELETE FROM stead_meta WHERE key = :key;
