@@ -70,7 +70,8 @@ log = logging.getLogger("stead.cli")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
               show_default=True,
               help="text: one line per message; json: one JSON object per line (time, "
-                   "level, logger, message, run_id when known).")
+                   "level, logger, message; run_id, epoch, worker and workflow@version "
+                   "when known).")
 @click.argument("run_ids", metavar="[RUN]...", nargs=-1)
 @click.pass_context
 def worker(ctx: click.Context, app_spec: str, concurrency: int, lease: float, poll: float,

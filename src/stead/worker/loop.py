@@ -141,6 +141,14 @@ class Worker:
         nothing was claimed. `wait_for_runs`: while runs execute, idle until one
         ends rather than polling the store."""
         addresses.install(asyncio.get_running_loop())
+        named = logs.current_worker.set(self.id)  # every line of its loop names it
+        try:
+            await self._work(finished, wait_for_runs)
+        finally:
+            logs.current_worker.reset(named)
+
+    async def _work(self, finished: Callable[[], Awaitable[bool]] | None,
+                    wait_for_runs: bool) -> None:
         self._taker = local_work.Taker(self.id, self.options.lease_seconds, self._handed)
         await warmups.ready()  # the SDKs' schemas, built off the loop before any run
         await self._leases.start()
@@ -277,6 +285,8 @@ class Worker:
         # root branch (see Execution.start), so its tasks are numbered from zero.
         context = contextvars.copy_context()
         context.run(logs.current_run.set, row.run_id)
+        context.run(logs.current_attempt.set,
+                    logs.Attempt(row.epoch, self.id, f"{row.workflow}@{row.version}"))
         # Its writes are tried on past the store's retry bound while this
         # worker is sure it holds its leases (see `stead.store.seam.lease_held`).
         context.run(seam.lease_held.set, self._leases.standing.sure)
