@@ -87,6 +87,7 @@ class Worker:
         # (`local_work`), made when its loop starts.
         self._taker: local_work.Taker | None = None
         self._releasing: set[asyncio.Task[None]] = set()  # runs handed to it as it stopped
+        self._drain_asked = False  # `stead workers drain` asked it to stop
 
     # -- public -------------------------------------------------------------
     async def run(self) -> None:
@@ -207,7 +208,8 @@ class Worker:
                 try:
                     with contextlib.suppress(errors.StoreError):
                         await self.store.host_stopped(self.id)
-                        await self.store.forget_drain(self.id)
+                        if self._drain_asked:  # the request is done with
+                            await self.store.forget_drain(self.id)
                 finally:
                     await self._leases.stop()
         if self._stopped_by is not None:
@@ -224,6 +226,7 @@ class Worker:
                 log.warning("worker %s could not look for a drain request: %s", self.id, exc)
                 continue
             if asked is not None:
+                self._drain_asked = True
                 log.info("worker %s: drain requested (%s), stopping (no new claims; runs are "
                          "released at their next call boundary)", self.id, asked)
                 self.stop()
