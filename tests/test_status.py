@@ -51,3 +51,21 @@ async def test_an_unknown_outcome_and_an_unserved_workflow_need_a_person(
     assert text.exit_code == 1
     assert "NEEDS A PERSON" in text.output and "unknown effects: 1" in text.output
     assert unknown.run_id not in text.output  # counts, not ids
+
+
+async def test_the_dashboard_status_page_shows_the_same(store: stead.Store) -> None:
+    import httpx
+
+    from stead.web import create_app
+
+    ledger: list[str] = []
+    app, pay, ask = _app(ledger)
+    await stead.Client(store, app).start(ask)  # runnable, and no live worker hosts it
+    asgi = create_app(app, store=store, public=True, read_only=True)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
+                                 base_url="http://127.0.0.1") as http:
+        page = await http.get("/status")
+    assert page.status_code == 200
+    assert "Needs a person (1)" in page.text
+    assert "runnable runs and no live worker for ask@1" in page.text
+    assert "No live worker heard from." in page.text

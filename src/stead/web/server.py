@@ -209,6 +209,15 @@ class Dashboard:
                                  bulk=[operator.ACTIONS[n] for n in actions.BULK],
                                  nonce=secrets.token_urlsafe(12))
 
+    async def status(self, request: Request) -> Response:
+        """Is the fleet healthy? What `stead status` prints (`metrics.health`)."""
+        from stead.client.listing import STRANDED_AFTER
+        from stead.metrics import health
+
+        assert self.store is not None
+        found = await health.look(self.store, grace=STRANDED_AFTER, max_age=300.0)
+        return await self.render(request, "status.html", s=found)
+
     async def _page(self, request: Request, make: Callable[[window.Window], Awaitable[Any]]
                     ) -> Any:
         """The page `make` builds for the window the URL asks for, or the
@@ -429,6 +438,7 @@ def create_app(
         Route("/runs/{run_id}/streams/{name}", d.readable(d.stream)),
         Route("/runs/{run_id}/actions/{action}", d.act, methods=["POST"]),
         Route("/attention/actions/bulk", d.act_on_many, methods=["POST"]),
+        Route("/status", d.readable(d.status)),
         Route("/metrics", d.metrics),
         Route("/login", d.login, methods=["GET", "POST"]),
         Route("/logout", d.logout, methods=["POST"]),
