@@ -59,7 +59,7 @@ async def test_the_dashboard_status_page_shows_the_same(store: stead.Store) -> N
     from stead.web import create_app
 
     ledger: list[str] = []
-    app, pay, ask = _app(ledger)
+    app, _pay, ask = _app(ledger)
     await stead.Client(store, app).start(ask)  # runnable, and no live worker hosts it
     asgi = create_app(app, store=store, public=True, read_only=True)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
