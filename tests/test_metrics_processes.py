@@ -188,3 +188,24 @@ async def test_the_alerts_fire_on_a_dead_worker_and_an_unknown_outcome_and_clear
         assert await client.result(info.run_id, timeout=DEADLINE) == "paid 42"
     finally:
         await store.close()
+
+
+async def test_a_worker_process_drained_from_the_command_line_exits_0(
+        fleet: Fleet, db_url: str) -> None:
+    store = await stead.open_store(db_url)  # migrates a fresh database
+    try:
+        port = fleet.worker("w1")
+        code, _ = await asyncio.to_thread(
+            lambda: (urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz",
+                                            timeout=10).status, None))
+        assert code == 200
+        asked = subprocess.run(
+            [sys.executable, "-m", "stead", "workers", "drain", "w1", "--by", "ops", "--why",
+             "node upgrade"], env=fleet.env, cwd=fleet.tmp, capture_output=True, text=True,
+            timeout=DEADLINE)
+        assert asked.returncode == 0, asked.stdout + asked.stderr
+        proc, log = fleet.procs[0]
+        assert await asyncio.to_thread(proc.wait, DEADLINE) == 0
+        assert "drain requested" in log.read_text() and "node upgrade" in log.read_text()
+    finally:
+        await store.close()
