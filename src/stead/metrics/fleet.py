@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from stead.records import HostRole, RunStatus
@@ -87,9 +87,9 @@ class Fleet:
         self.up = False
         meter = meter_provider.get_meter("stead.fleet")
 
-        def gauge(name: str, unit: str, what: str, values: object) -> None:
-            meter.create_observable_gauge(name, [values], unit=unit,  # type: ignore[list-item]
-                                          description=what)
+        def gauge(name: str, unit: str, what: str,
+                  values: Callable[[CallbackOptions], Iterable[Observation]]) -> None:
+            meter.create_observable_gauge(name, [values], unit=unit, description=what)
 
         gauge("stead.store.up", "1", "1 if this scrape could read the store, else 0",
               self._up)
