@@ -52,7 +52,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from types import FrameType
 from typing import Any, TypeVar
 
-from stead import errors, processes
+from stead import errors, logs, processes
 from stead.metrics import meters
 from stead.metrics.meters import Takeover
 from stead.records import Fence, Presence
@@ -178,6 +178,7 @@ class LeaseKeeper:
 
     # -- the thread's side ------------------------------------------------------
     def _main(self, ready: asyncio.Future[None]) -> None:
+        logs.current_worker.set(self._worker_id)  # a thread starts with a context of its own
         try:
             asyncio.run(self._keep(ready))
         except Exception:  # the thread must end, and say why
