@@ -183,10 +183,14 @@ async def test_the_dashboard_serves_metrics_without_a_login(store: stead.Store) 
     app, pay, _ask = _app(ledger)
     await stead.Client(store, app).start(pay, False)
     asgi = create_app(app, store=store, token="secret-token-for-the-test")
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
-                                 base_url="http://127.0.0.1") as http:
+    # Its lifespan ends the exposition it made, as `stead ui` does on exit.
+    async with asgi.router.lifespan_context(asgi), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=asgi), base_url="http://127.0.0.1") as http:
         answer = await http.get("/metrics")
         page = await http.get("/runs")
+    from stead.metrics import meters
+
+    assert not meters.enabled()
     assert answer.status_code == 200
     assert answer.headers["content-type"].startswith("text/plain; version=0.0.4")
     found = samples(answer.content)
