@@ -237,3 +237,34 @@ async def test_every_metric_is_documented_and_every_documented_one_exported(
     meters.tokens(type("Usage", (), {"input_tokens": 1, "output_tokens": 1})())
     await exposition.fleet.refresh(fstore, grace=60.0)
     assert exported(exposition.render()) == documented()
+
+
+async def test_a_live_model_call_counts_its_tokens_and_a_replayed_one_none(
+        fstore: stead.Store, clock: stead.FakeClock, exposition: Exposition) -> None:
+    from stead.llm.model import Completion, Usage
+
+    app = stead.App("tokens")
+    model = stead.ScriptedModel([Completion(text="hi", model="m", stop_reason="end",
+                                            usage=Usage(input_tokens=12, output_tokens=5))])
+
+    @app.workflow()
+    async def ask(run: stead.Run) -> str:
+        answer = await run.llm("greet", model, [{"role": "user", "content": "hello"}])
+        await run.step("after", crash_once)
+        return answer.text
+
+    crashed: list[bool] = []
+
+    def crash_once() -> None:
+        if not crashed:
+            crashed.append(True)
+            raise Crash()  # the worker dies after the answer was journaled
+
+    client = stead.Client(fstore, app)
+    info = await client.start(ask)
+    await crash_then_resume(app, fstore, clock)  # the takeover replays the answer
+    assert await client.result(info.run_id) == "hi" and len(model.calls) == 1
+    found = samples(exposition.render())
+    assert value(found, "stead_model_tokens_total", type="input") == 12
+    assert value(found, "stead_model_tokens_total", type="output") == 5
+    assert value(found, "stead_call_duration_seconds_count", kind="llm") == 1
