@@ -268,3 +268,20 @@ async def test_a_live_model_call_counts_its_tokens_and_a_replayed_one_none(
     assert value(found, "stead_model_tokens_total", type="input") == 12
     assert value(found, "stead_model_tokens_total", type="output") == 5
     assert value(found, "stead_call_duration_seconds_count", kind="llm") == 1
+
+
+def test_a_metrics_port_in_use_is_one_clear_error(sqlite_url: str) -> None:
+    import socket
+
+    from click.testing import CliRunner
+
+    from stead.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        answer = CliRunner().invoke(main, ["--db", sqlite_url, "worker", "tests.metrics_app:app",
+                                           "--metrics-port", str(port), "--until-idle"])
+    assert answer.exit_code == 1
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in answer.output
