@@ -285,3 +285,21 @@ def test_a_metrics_port_in_use_is_one_clear_error(sqlite_url: str) -> None:
                                            "--metrics-port", str(port), "--until-idle"])
     assert answer.exit_code == 1
     assert f"cannot serve metrics on 127.0.0.1:{port}" in answer.output
+
+
+def test_the_latency_histogram_counts_a_bound_in_its_own_bucket(
+        exposition: Exposition) -> None:
+    from stead.metrics import meters
+
+    for seconds in (0.0005, 0.5, 0.5000001, 1000.0):
+        meters.call_took("effect", seconds, ok=True)
+    found = samples(exposition.render())
+
+    def bucket(le: str) -> float:
+        return value(found, "stead_call_duration_seconds_bucket", kind="effect", le=le)
+
+    assert (bucket("0.001"), bucket("0.5"), bucket("1.0"), bucket("300.0"),
+            bucket("+Inf")) == (1, 2, 3, 3, 4)
+    assert value(found, "stead_call_duration_seconds_count", kind="effect") == 4
+    assert value(found, "stead_call_duration_seconds_sum", kind="effect") == pytest.approx(
+        1001.0005001)

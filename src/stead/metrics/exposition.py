@@ -5,7 +5,9 @@ application's own metrics, never collide)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import itertools
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from stead.metrics import fleet, meters
 from stead.store import seam
@@ -32,7 +34,9 @@ class Exposition:
         reader = PrometheusMetricReader(disable_target_info=True, scope_info_enabled=False,
                                         registry=self.registry)
         self.provider: MeterProvider = MeterProvider(metric_readers=[reader])
-        meters.instrument(meter_provider=self.provider)
+        self.latency = meters.Latency()
+        self.registry.register(_LatencyCollector(self.latency))
+        meters.instrument(meter_provider=self.provider, latency=self.latency)
         seam.retried = meters.store_retry
         self.fleet = fleet.Fleet(self.provider)
 
@@ -46,3 +50,23 @@ class Exposition:
         meters.uninstrument()
         seam.retried = seam.ignore_retry
         self.provider.shutdown()
+
+
+class _LatencyCollector:
+    """`stead_call_duration_seconds` from stead's own histogram (see `meters.Latency`)."""
+
+    def __init__(self, latency: meters.Latency) -> None:
+        self.latency = latency
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import HistogramMetricFamily
+
+        family = HistogramMetricFamily(
+            "stead_call_duration_seconds",
+            "How long live calls took (kind: step, llm, effect), retries apart",
+            labels=["kind", "outcome"], unit="seconds")
+        bounds = [*(f"{b}" for b in meters.LATENCY_BUCKETS), "+Inf"]
+        for labels, counts, total in self.latency.read():
+            cumulative = list(itertools.accumulate(counts))
+            family.add_metric(list(labels), list(zip(bounds, cumulative, strict=True)), total)
+        yield family
