@@ -1,10 +1,11 @@
 """The counters and histograms stead records as it works, through the
-OpenTelemetry metrics API (`pip install -e '.[metrics]'`).
+OpenTelemetry metrics API (`pip install -e '.[metrics]'`), but for the live
+calls' latency when stead serves /metrics itself (`Latency`).
 
 Off until `instrument()` is called: every hook is then a no-op costing one
 check of a module global, so the step path of an uninstrumented worker pays
-nothing else. Once on, each hook adds one measurement (about 1-2 µs with the
-SDK). Labels are bounded: a workflow's name, a kind, a cause, an outcome;
+nothing else. Once on, each hook adds one measurement; a step makes one, its
+latency. Labels are bounded: a workflow's name, a kind, a cause, an outcome;
 never a run id, a task id or a key.
 
 The gauges that need the database (runs by status, queues, waits, stranded
