@@ -388,3 +388,29 @@ def test_worker_logs_as_json_lines(app_module: str, sqlite_url: str) -> None:
     assert any("started" in p["message"] for p in parsed)
     assert all({"time", "level", "logger", "message"} <= set(p) for p in parsed)
 
+
+
+def test_a_json_log_line_about_a_run_names_its_epoch_worker_and_workflow(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_url: str) -> None:
+    name = f"faultapp_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(
+        "import stead\napp = stead.App('logs')\n\n"
+        "@app.workflow()\nasync def boom(run):\n    raise ValueError('no')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    try:
+        runner = CliRunner()
+        started = runner.invoke(main, ["--db", sqlite_url, "start", f"{name}:app", "boom",
+                                       "-q"])
+        assert started.exit_code == 0, started.output
+        run_id = started.output.strip()
+        result = runner.invoke(main, ["--db", sqlite_url, "worker", f"{name}:app",
+                                      "--until-idle", "--poll", "0.01", "--log-format", "json",
+                                      "--worker-id", "w1"])
+    finally:
+        sys.modules.pop(name, None)
+    assert result.exit_code == 0, result.output
+    parsed = [json.loads(line) for line in result.output.splitlines() if line.strip()]
+    [failed] = [p for p in parsed if "failed" in p["message"]]
+    assert failed["run_id"] == run_id
+    assert (failed["epoch"], failed["worker"], failed["workflow"]) == (1, "w1", "boom@1")

@@ -55,11 +55,18 @@ COMMANDS = {
                          adds=("deploy:runs_migrate", "deploy:runs_rollback",
                                "deploy:runs_export", "deploy:runs_import")),
     "start": common.Place("runs:start", "Start a run of WORKFLOW from MODULE:APP."),
+    "status": common.Place("status:status", "Is the fleet healthy? The live workers (by the "
+                                            "test claimers use), the queues with their depth "
+                                            "and oldest age, the human waits, the effects "
+                                            "whose outcome is unknown, the stranded runs and "
+                                            "the takeovers of the last hour, in one screen."),
     "state": common.Place("state:state_group", "Read and change a task's state (its versioned "
                                                "facts) from outside a run."),
     "ui": common.Place("ui:ui", "Serve the operator's dashboard and the event webhook."),
     "waits": common.Place("events:waits_group", "Durable waits: what runs are waiting for."),
     "worker": common.Place("worker:worker", "Run a worker for the workflows of MODULE:APP."),
+    "workers": common.Place("workers:workers_group",
+                            "The workers of the fleet (`stead status` lists the live ones)."),
     "workspace": common.Place("workspace:workspace_group", "Look at the directories runs saved "
                                                            "(`stead runs show RUN` lists them)."),
 }

@@ -17,6 +17,7 @@ from stead import errors, logs, processes
 from stead.app import App
 from stead.cli import common
 from stead.store import display_url
+from stead.store.base import Store
 from stead.worker import Worker, WorkerOptions
 
 log = logging.getLogger("stead.cli")
@@ -57,18 +58,26 @@ log = logging.getLogger("stead.cli")
                    "taken again, before this worker takes it for dead and ends its leases "
                    "(longer than a reconnect: a blip, a pooler restart or a failover moves "
                    "no run).")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, metavar="N",
+              help="Serve /metrics (Prometheus), /healthz and /readyz on this port "
+                   "(0: a free one, logged). Needs the metrics extra.")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, metavar="HOST",
+              help="The address --metrics-port binds (0.0.0.0 in a container, for the "
+                   "scraper and the probes).")
 @click.option("--worker-id", default=None, help="Name this worker (default host:pid:random).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True, help="Log level of stead's messages.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
               show_default=True,
               help="text: one line per message; json: one JSON object per line (time, "
-                   "level, logger, message, run_id when known).")
+                   "level, logger, message; run_id, epoch, worker and workflow@version "
+                   "when known).")
 @click.argument("run_ids", metavar="[RUN]...", nargs=-1)
 @click.pass_context
 def worker(ctx: click.Context, app_spec: str, concurrency: int, lease: float, poll: float,
            grace: float, until_idle: bool, until_done: bool, timeout: float | None,
            max_result_bytes: int, heartbeat: float, presence_grace: float,
+           metrics_port: int | None, metrics_host: str,
            worker_id: str | None, log_level: str,
            log_format: str,
            run_ids: tuple[str, ...]) -> None:
@@ -98,8 +107,9 @@ def worker(ctx: click.Context, app_spec: str, concurrency: int, lease: float, po
     stead_log.addHandler(handler)
     stead_log.setLevel(log_level.upper())
     until = Until(idle=until_idle, runs=run_ids, timeout=timeout)
+    serve = None if metrics_port is None else Serve(metrics_host, metrics_port)
     try:
-        report = common.run_async(_work(common.database_url(ctx), app, options, until))
+        report = common.run_async(_work(common.database_url(ctx), app, options, until, serve))
     finally:
         stead_log.removeHandler(handler)
         stead_log.setLevel(old_level)
@@ -123,6 +133,14 @@ class Until:
 
 
 @dataclasses.dataclass(frozen=True)
+class Serve:
+    """Where the worker serves its metrics and probes."""
+
+    host: str
+    port: int
+
+
+@dataclasses.dataclass(frozen=True)
 class Report:
     """What the worker says when it exits by itself, and whether it got there."""
 
@@ -143,41 +161,65 @@ async def _report(w: Worker, until: Until, done: bool) -> Report:
     return Report(lines, ok=done)
 
 
-async def _work(db: str, app: App, options: WorkerOptions, until: Until) -> Report:
+async def _work(db: str, app: App, options: WorkerOptions, until: Until,
+                serve: Serve | None) -> Report:
     async with common.opened_store(db, interactive=False) as store:
-        w = Worker(app, store, options)
-        loop = asyncio.get_running_loop()
+        if serve is None:
+            return await _run(db, app, store, options, until)
+        from stead.client.listing import STRANDED_AFTER
+        from stead.metrics.endpoint import Endpoint
+        from stead.metrics.exposition import Exposition
 
-        def stop(sig: signal.Signals) -> None:
-            log.info("worker %s: %s received, stopping (no new claims; runs are released "
-                     "at their next call boundary)", w.id, sig.name)
-            w.stop()
-
-        installed = []
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, stop, sig)
-                installed.append(sig)
-        log.info("worker %s started: hosting %s on %s", w.id, ", ".join(app.hosted()) or
-                 "nothing", display_url(db))
-        if app.migrated():
-            log.info("worker %s migrates runs of %s when no live worker hosts them", w.id,
-                     ", ".join(app.migrated()))
-        for pending in await w.unhosted():
-            log.warning("worker %s: %d run(s) of %s are pending and this worker does not "
-                        "host that version", w.id, pending.runnable, pending.code)
-        done = True
         try:
-            if until.runs:
-                done = await w.run_until_done(until.runs, timeout=until.timeout)
-            elif until.idle:
-                await w.run_until_idle()
-            else:
-                await w.run()
-        except (errors.DatabaseMissing, errors.KeysUnavailable):
-            return Report(ok=False, stopped=True)  # the worker logged why
-        finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
-        log.info("worker %s stopped", w.id)
-        return await _report(w, until, done)
+            exposition = Exposition()
+        except ImportError as exc:
+            raise click.ClickException(str(exc)) from exc
+        endpoint = Endpoint(store, exposition, grace=STRANDED_AFTER)
+        try:
+            endpoint.bind(serve.host, serve.port)
+        except OSError as exc:
+            endpoint.close()
+            raise click.ClickException(f"cannot serve metrics on {serve.host}:{serve.port}: "
+                                       f"{exc.strerror or exc}") from exc
+        async with endpoint.serving():
+            return await _run(db, app, store, options, until)
+
+
+async def _run(db: str, app: App, store: Store, options: WorkerOptions,
+               until: Until) -> Report:
+    w = Worker(app, store, options)
+    loop = asyncio.get_running_loop()
+
+    def stop(sig: signal.Signals) -> None:
+        log.info("worker %s: %s received, stopping (no new claims; runs are released "
+                 "at their next call boundary)", w.id, sig.name)
+        w.stop()
+
+    installed = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop, sig)
+            installed.append(sig)
+    log.info("worker %s started: hosting %s on %s", w.id, ", ".join(app.hosted()) or
+             "nothing", display_url(db))
+    if app.migrated():
+        log.info("worker %s migrates runs of %s when no live worker hosts them", w.id,
+                 ", ".join(app.migrated()))
+    for pending in await w.unhosted():
+        log.warning("worker %s: %d run(s) of %s are pending and this worker does not "
+                    "host that version", w.id, pending.runnable, pending.code)
+    done = True
+    try:
+        if until.runs:
+            done = await w.run_until_done(until.runs, timeout=until.timeout)
+        elif until.idle:
+            await w.run_until_idle()
+        else:
+            await w.run()
+    except (errors.DatabaseMissing, errors.KeysUnavailable):
+        return Report(ok=False, stopped=True)  # the worker logged why
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+    log.info("worker %s stopped", w.id)
+    return await _report(w, until, done)

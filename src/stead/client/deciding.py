@@ -16,6 +16,8 @@ from stead.client.base import MAX_ID_CHARS
 from stead.client.info import RunInfo, loads
 from stead.client.inspecting import Inspecting
 from stead.intent import Grant, Intent
+from stead.metrics import meters
+from stead.metrics.meters import EffectOutcome
 from stead.records import Record, RecordKind, RecordStatus, RunRow, RunStatus
 from stead.workflow.state import Facts
 
@@ -121,6 +123,7 @@ class Deciding(Inspecting):
         attempt = target.attempt + 1 if target.status == RecordStatus.RECONCILED else target.attempt
         record = target.evolve(status=RecordStatus.RECONCILED, payload=text, attempt=attempt)
         row = await self.store.resume_stopped(run_id, RunStatus.OUTCOME_UNKNOWN, record)
+        meters.effect(EffectOutcome.RECONCILED)
         return RunInfo.from_row(row)
 
     async def retry(self, run_id: str) -> RunInfo:

@@ -17,6 +17,7 @@ from typing import TypeVar
 from stead import codec, errors
 from stead.execution.exits import Frontier
 from stead.execution.fence import Fenced
+from stead.metrics import meters
 from stead.records import Record, RecordKind, RecordStatus, ResumeDetails, ResumeRecord, RunStatus
 from stead.replay import markers_text
 
@@ -236,6 +237,7 @@ class Writes(Fenced, abc.ABC):
         await self.write((), lambda batch, resume: self.store.finish(
             self.fence, status, result=result, error=error, records=batch, resume=resume,
         ))
+        meters.finished(status)
 
     @abc.abstractmethod
     def _idle(self) -> None:

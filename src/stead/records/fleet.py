@@ -111,3 +111,37 @@ class ScheduleRow:
     cron: str
     next_tick: float
     updated_at: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LiveRuns:
+    """How many live runs of `workflow@version` are in `status`, and when the
+    oldest of them last changed (`updated_at`)."""
+
+    workflow: str
+    version: int
+    status: str
+    runs: int
+    oldest: float | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueueDepth:
+    """The runs a worker could claim now in one queue ("" for runs in none),
+    and since when the one that has waited longest was ready."""
+
+    queue: str
+    runnable: int
+    ready_since: float | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Gauges:
+    """What the store holds now that a scrape reports: live runs, queues, and
+    the open waits (those expiring before `soon` counted apart). Read by
+    `Store.gauges` in one transaction of a few indexed aggregates."""
+
+    live: tuple[LiveRuns, ...]
+    queues: tuple[QueueDepth, ...]
+    waits_open: int
+    waits_expiring: int

@@ -5,11 +5,13 @@ re-made when its code changed -- so that `Run` reads as the API."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from stead import addresses, codec, errors, records, stepcode
 from stead.execution import Execution, Stop
+from stead.metrics import meters
 from stead.policy_points import PolicyPoint
 from stead.records import Record, RecordKind, RecordStatus, ResumeClass
 from stead.retry import NO_RETRY, Retry
@@ -123,10 +125,12 @@ class Recorder:
             started = self._x.record(addr, attempt, kind, name, digest, RecordStatus.STARTED,
                                      "{}")
             self._x.buffer(started)
+            began = time.perf_counter()
             try:
                 with self._x.busy(), streams.live_call(addr, attempt):
                     value = await call()
             except Exception as exc:
+                meters.call_took(kind, time.perf_counter() - began, ok=False)
                 retry_at = retry.retry_at(attempt, exc, self._x.clock.now())
                 payload = _error_payload(exc, retry_at)
                 await self._x.commit(
@@ -140,6 +144,7 @@ class Recorder:
             except BaseException:
                 self._x.unbuffer(started)
                 raise
+            meters.call_took(kind, time.perf_counter() - began, ok=True)
             try:
                 payload = encode(value)
             except BaseException:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from stead import addresses, bounds, calls, codec, digests, errors, records, stepcode, tracing
 from stead.execution import Stop
+from stead.metrics import meters
 from stead.records import RecordKind, RecordStatus
 from stead.retry import NO_RETRY, Retry
 from stead.run import recorder
@@ -212,6 +213,7 @@ class Steps(Part):
                 answer = await (model.complete(messages, **params) if on_text is None
                                 else model.complete(messages, on_text=on_text, **params))
                 span.answered(answer)
+                meters.tokens(answer.usage)
                 return answer
 
         status, payload, attempts = await self._recorder.call(

@@ -179,6 +179,15 @@ def execute(name: str, params: dict[str, Any] | None = None) -> Query:
     return Query(name, params or {})
 
 
+def ignore_retry(kind: str) -> None:
+    pass
+
+
+# Told of each store operation a backend tries again, by kind ("locked",
+# "connection", "conflict"): `stead.metrics` counts them while it serves.
+retried: Callable[[str], None] = ignore_retry
+
+
 def stale(fence: Fence) -> errors.StaleLease:
     return errors.StaleLease(
         f"worker {fence.worker_id} no longer holds run {fence.run_id} at epoch "

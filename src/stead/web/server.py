@@ -19,7 +19,7 @@ import secrets
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 from markupsafe import Markup
@@ -35,6 +35,9 @@ from stead.app import App
 from stead.client import Client
 from stead.store import Store, open_store
 from stead.views import timeline
+
+if TYPE_CHECKING:
+    from stead.metrics.exposition import Exposition
 from stead.web import (
     actions,
     edge,
@@ -95,6 +98,7 @@ class Dashboard:
         self.db_url = db_url
         self._given = store
         self.store: Store | None = store
+        self.exposition: Exposition | None = None  # made at the first /metrics
         self.guard = security.Guard(token, auth)
         self.read_only = read_only
         self.public = public
@@ -121,9 +125,28 @@ class Dashboard:
         try:
             yield
         finally:
+            if self.exposition is not None:
+                self.exposition.close()
+                self.exposition = None
             if self._given is None and self.store is not None:
                 await self.store.close()
                 self.store = None
+
+    async def metrics(self, _request: Request) -> Response:
+        """The store's gauges (and this process's counters) as Prometheus text.
+        Open to any client the edge lets in, as a scrape carries no login:
+        counts and workflow names only, never a run id or a payload."""
+        from stead.client.listing import STRANDED_AFTER
+        from stead.metrics.exposition import CONTENT_TYPE, Exposition
+
+        if self.exposition is None:
+            try:
+                self.exposition = Exposition()
+            except ImportError as exc:  # the metrics extra is not installed: it says which
+                return Response(f"{exc}\n", 501, media_type="text/plain")
+        assert self.store is not None
+        await self.exposition.fleet.refresh(self.store, grace=STRANDED_AFTER)
+        return Response(self.exposition.render(), media_type=CONTENT_TYPE)
 
     # -- rendering -----------------------------------------------------------------
     async def html(self, request: Request, name: str, **context: Any) -> str:
@@ -187,6 +210,15 @@ class Dashboard:
                                  kinds=list(operator.AttentionKind), ages=queue.AGES,
                                  bulk=[operator.ACTIONS[n] for n in actions.BULK],
                                  nonce=secrets.token_urlsafe(12))
+
+    async def status(self, request: Request) -> Response:
+        """Is the fleet healthy? What `stead status` prints (`metrics.health`)."""
+        from stead.client.listing import STRANDED_AFTER
+        from stead.metrics import health
+
+        assert self.store is not None
+        found = await health.look(self.store, grace=STRANDED_AFTER, max_age=300.0)
+        return await self.render(request, "status.html", s=found)
 
     async def _page(self, request: Request, make: Callable[[window.Window], Awaitable[Any]]
                     ) -> Any:
@@ -409,6 +441,8 @@ def create_app(
         Route("/runs/{run_id}/streams/{name}", d.readable(d.stream)),
         Route("/runs/{run_id}/actions/{action}", d.act, methods=["POST"]),
         Route("/attention/actions/bulk", d.act_on_many, methods=["POST"]),
+        Route("/status", d.readable(d.status)),
+        Route("/metrics", d.metrics),
         Route("/login", d.login, methods=["GET", "POST"]),
         Route("/logout", d.logout, methods=["POST"]),
         Route("/hooks/runs/{run_id}/events", d.hook, methods=["POST"]),

@@ -15,6 +15,8 @@ from typing import Any
 
 from stead import codec, errors, takeover, tracing
 from stead.execution import Continued, Drain, Execution, Stop, exits
+from stead.metrics import meters
+from stead.metrics.meters import Takeover
 from stead.records import Fence, RunRow, RunStatus
 from stead.run import Run
 from stead.store.base import Store
@@ -80,6 +82,7 @@ async def attempt(store: Store, row: RunRow, ready: takeover.Ready) -> None:
         raise
     except Drain:
         await release_quietly(store, x.fence)
+        meters.takeover(Takeover.DRAIN)
         return
     except Continued as went_on:
         log.info("run %s continued as run %s", row.run_id, went_on.run_id)

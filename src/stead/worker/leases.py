@@ -52,7 +52,9 @@ from collections.abc import Callable, Coroutine, Sequence
 from types import FrameType
 from typing import Any, TypeVar
 
-from stead import errors, processes
+from stead import errors, logs, processes
+from stead.metrics import meters
+from stead.metrics.meters import Takeover
 from stead.records import Fence, Presence
 from stead.store import open_store
 from stead.store.base import Store
@@ -176,6 +178,7 @@ class LeaseKeeper:
 
     # -- the thread's side ------------------------------------------------------
     def _main(self, ready: asyncio.Future[None]) -> None:
+        logs.current_worker.set(self._worker_id)  # a thread starts with a context of its own
         try:
             asyncio.run(self._keep(ready))
         except Exception:  # the thread must end, and say why
@@ -321,6 +324,7 @@ class LeaseKeeper:
             log.warning("could not look for dead lease holders: %s", exc)
             return twin
         if gone:
+            meters.takeover(Takeover.DEAD_WORKER, len(gone))
             log.info("ended the leases of %d dead worker(s): %s", len(gone), ", ".join(gone))
             if self._on_freed is not None:
                 self._post(self._on_freed)
@@ -352,6 +356,7 @@ class LeaseKeeper:
         sent = self._sent
         if sent is None or self._answered == sent:
             if self._reported and sent is not None:
+                meters.loop_blocked(now - sent)
                 log.warning("event loop free again after %.1f s", now - sent,
                             extra={"run_id": self._blamed})
             self._reported = False

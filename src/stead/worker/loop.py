@@ -25,6 +25,8 @@ from stead import addresses, errors, logs, takeover, warmups
 from stead.app import App
 from stead.clock import Clock, SystemClock
 from stead.execution import Execution, ExecutionOptions
+from stead.metrics import meters
+from stead.metrics.meters import Takeover
 from stead.records import Backlog, Fence, RunRow, RunStatus
 from stead.store import local_work, seam
 from stead.store.base import Store
@@ -85,6 +87,7 @@ class Worker:
         # (`local_work`), made when its loop starts.
         self._taker: local_work.Taker | None = None
         self._releasing: set[asyncio.Task[None]] = set()  # runs handed to it as it stopped
+        self._drain_asked = False  # `stead workers drain` asked it to stop
 
     # -- public -------------------------------------------------------------
     async def run(self) -> None:
@@ -139,11 +142,20 @@ class Worker:
         nothing was claimed. `wait_for_runs`: while runs execute, idle until one
         ends rather than polling the store."""
         addresses.install(asyncio.get_running_loop())
+        named = logs.current_worker.set(self.id)  # every line of its loop names it
+        try:
+            await self._work(finished, wait_for_runs)
+        finally:
+            logs.current_worker.reset(named)
+
+    async def _work(self, finished: Callable[[], Awaitable[bool]] | None,
+                    wait_for_runs: bool) -> None:
         self._taker = local_work.Taker(self.id, self.options.lease_seconds, self._handed)
         await warmups.ready()  # the SDKs' schemas, built off the loop before any run
         await self._leases.start()
         await self._claims.beat()
         beating = asyncio.create_task(self._claims.heartbeats(), name=f"stead heartbeat {self.id}")
+        watching = asyncio.create_task(self._drain_watch(), name=f"stead drain watch {self.id}")
         try:
             while not self._stopping.is_set():
                 await self._fire_schedules()
@@ -153,13 +165,17 @@ class Worker:
                 claimed: list[RunRow] = []
                 backing_off = self._backing_off()
                 if free > 0:
+                    began = time.perf_counter()
                     try:
                         claimed = await self._claims.claim(batch, [*self._active, *backing_off])
                         self._claim_pause = 0.0
+                        meters.claimed(time.perf_counter() - began, len(claimed))
                     except errors.DatabaseMissing as exc:
+                        meters.store_error(exc)
                         log.error("worker %s stops: %s", self.id, exc)
                         raise
                     except errors.StoreUnavailable as exc:
+                        meters.store_error(exc)
                         # Locked or briefly unreachable: nothing was claimed; poll again.
                         log.warning("worker %s could not claim: %s", self.id, exc)
                         await self._pause_claims()
@@ -184,17 +200,37 @@ class Worker:
         finally:
             self._taker = None  # a run handed to it from now on is released (`_handed`)
             beating.cancel()
-            await asyncio.gather(beating, return_exceptions=True)
+            watching.cancel()
+            await asyncio.gather(beating, watching, return_exceptions=True)
             try:
                 await self._drain()
             finally:
                 try:
                     with contextlib.suppress(errors.StoreError):
                         await self.store.host_stopped(self.id)
+                        if self._drain_asked:  # the request is done with
+                            await self.store.forget_drain(self.id)
                 finally:
                     await self._leases.stop()
         if self._stopped_by is not None:
             raise self._stopped_by
+
+    async def _drain_watch(self) -> None:
+        """Stop as SIGTERM does once `stead workers drain` asks (from any host:
+        the request is in the store)."""
+        while True:
+            await asyncio.sleep(self.options.drain_check)
+            try:
+                asked = await self.store.drain_requested(self.id)
+            except errors.StoreError as exc:
+                log.warning("worker %s could not look for a drain request: %s", self.id, exc)
+                continue
+            if asked is not None:
+                self._drain_asked = True
+                log.info("worker %s: drain requested (%s), stopping (no new claims; runs are "
+                         "released at their next call boundary)", self.id, asked)
+                self.stop()
+                return
 
     async def _ask(self, finished: Callable[[], Awaitable[bool]]) -> bool:
         try:
@@ -252,6 +288,8 @@ class Worker:
         # root branch (see Execution.start), so its tasks are numbered from zero.
         context = contextvars.copy_context()
         context.run(logs.current_run.set, row.run_id)
+        context.run(logs.current_attempt.set,
+                    logs.Attempt(row.epoch, self.id, f"{row.workflow}@{row.version}"))
         # Its writes are tried on past the store's retry bound while this
         # worker is sure it holds its leases (see `stead.store.seam.lease_held`).
         context.run(seam.lease_held.set, self._leases.standing.sure)
@@ -296,6 +334,7 @@ class Worker:
             entry = self._active.get(fence.run_id)
             if entry is None or entry[1] is None or entry[1].fence != fence:
                 continue  # that attempt is over already
+            meters.takeover(Takeover.LEASE_EXPIRY)
             log.warning("worker %s lost run %s (epoch %d)", self.id, fence.run_id, fence.epoch,
                         extra={"run_id": fence.run_id})
             entry[1].lose(errors.StaleLease(f"lease on run {fence.run_id} was lost"))
@@ -354,6 +393,8 @@ class Worker:
         fence = Fence(row.run_id, row.epoch, self.id)
         self._leases.hold(fence)
         execution: Execution | None = None
+        if row.epoch > 1:
+            meters.resumed()
         try:
             ready = await takeover.prepare(self.app, self.store, self.clock, row, self.id,
                                            self._execution_options)
@@ -373,6 +414,7 @@ class Worker:
             await attempts.advance(self.store, self.id, row, ready)
             self._backoff.pop(row.run_id, None)
         except errors.StaleLease as exc:
+            meters.refused()
             log.warning("run %s: %s", row.run_id, exc)
         except errors.KeysUnavailable as exc:
             # The deployment has no key, which no retry brings: every run that
@@ -381,8 +423,10 @@ class Worker:
             await attempts.release_quietly(self.store, fence)
             self._stop_for(f"run {row.run_id} opens a wait with a token: {exc}", exc)
         except errors.StoreRejected as exc:
+            meters.store_error(exc)
             await self._rejected(fence, exc)
         except errors.StoreError as exc:
+            meters.store_error(exc)
             # A store error is never the workflow's failure: stop this attempt
             # and leave the run to be taken over (released now if the store
             # lets us, else when its lease expires), nothing lost. This worker

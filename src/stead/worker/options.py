@@ -37,6 +37,9 @@ class WorkerOptions:
     # dropped and take the lock back, so a blip, a pooler restart or a failover
     # moves no run (see docs/guides/platform/many-workers.md).
     presence_grace: float = processes.PRESENCE_GRACE
+    # How often the worker asks the store whether `stead workers drain` asked
+    # it to stop (one primary-key read).
+    drain_check: float = 0.5
 
     def __post_init__(self) -> None:
         bounds.integer(self.concurrency, "WorkerOptions.concurrency", least=1,
@@ -44,7 +47,7 @@ class WorkerOptions:
         bounds.integer(self.max_result_bytes, "WorkerOptions.max_result_bytes", least=1)
         bounds.optional_text(self.worker_id, "WorkerOptions.worker_id")
         for name in ("lease_seconds", "poll_interval", "heartbeat", "blocked_after",
-                     "presence_grace"):
+                     "presence_grace", "drain_check"):
             bounds.seconds(getattr(self, name), f"WorkerOptions.{name}")
         for name in ("shutdown_grace", "store_backoff", "suspend_after"):
             bounds.seconds(getattr(self, name), f"WorkerOptions.{name}", zero=True)

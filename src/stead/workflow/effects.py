@@ -26,12 +26,16 @@ import contextlib
 import dataclasses
 import datetime as dt
 import inspect
+import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from stead import addresses, calls, codec, digests, errors, outcomes, tracing
 from stead.arguments import names as parameter_names
 from stead.execution import Execution, Stop
+from stead.metrics import meters
+from stead.metrics.meters import EffectOutcome
 from stead.outcomes import Compensation, Operation, Outcome
 from stead.records import (
     EffectReplay,
@@ -116,6 +120,10 @@ class Effect:
         await self.x.commit([self.x.record(
             self.addr, attempt, RecordKind.EFFECT, self.spec.name, self.digest, status, text,
         )])
+        if status == RecordStatus.OK:
+            meters.effect(EffectOutcome.DONE)
+        elif status == RecordStatus.ERROR:
+            meters.effect(EffectOutcome.FAILED)
 
     def _result(self, payload: dict[str, Any]) -> Any:
         return codec.convert(payload.get("result"), self.rtype)
@@ -196,13 +204,18 @@ class Effect:
         await self.x.act(boundary=False)
         op = self._operation(attempt, None, live=True, grant=grant)
         in_thread = not calls.is_async(self.spec.fn)
+        began = time.perf_counter()
         try:
             call = outcomes.sending(self.spec.name, calls.invoke(
                 self.spec.fn, (op, *self.spec.args), self.spec.kwargs))
             # wait_for runs the call in a task of its own: the runtime's, live
             # only, so not a branch (see `addresses`).
             with self.x.sending(in_thread=in_thread), addresses.outside_branches():
-                value = await asyncio.wait_for(call, self.spec.timeout)
+                try:
+                    value = await asyncio.wait_for(call, self.spec.timeout)
+                finally:
+                    meters.call_took("effect", time.perf_counter() - began,
+                                     ok=sys.exc_info()[0] is None)
         except self.spec.uncertain as exc:
             # An error may quote what was sent (a link with its token): masked.
             await self._write(attempt, RecordStatus.UNKNOWN, {
@@ -439,6 +452,7 @@ class Effect:
         )
 
     def _stop(self, attempt: int, known: str, *, kind: str = "OutcomeUnknown") -> NoReturn:
+        meters.effect(EffectOutcome.UNKNOWN)
         raise Stop(RunStatus.OUTCOME_UNKNOWN, {
             "type": kind,
             "message": (

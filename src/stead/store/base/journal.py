@@ -75,6 +75,12 @@ class Journals(StorePart):
         return await self.database.read(
             lambda: common.read_all("list_resumes", {"run_id": run_id}, _rows.resume))
 
+    async def resumes_since(self, since: float) -> int:
+        """How many takeovers were recorded at or after `since`."""
+        found = await self.database.read(lambda: common.read_one(
+            "count_resumes_since", {"since": since}, lambda row: int(row["takeovers"])))
+        return found or 0
+
     async def takeover_context(
         self, run_id: str, *, journal: bool, task_key: str, revalidate: bool,
     ) -> TakeoverContext:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # annotations only: a store that lists runs need not build th
         Stranded,
         WorkerLiveness,
     )
+    from stead.records.fleet import Gauges
 
 
 
@@ -217,6 +218,31 @@ class Leases(StorePart):
         """Every worker's last heartbeat per version it serves, latest first."""
         return await self.database.read(lambda: tx.hosts(limit))
 
+    # -- drains (`stead workers drain`) ------------------------------------------
+    # A request is a row of `stead_meta`, keyed by the worker's id: the worker
+    # asks for it every `WorkerOptions.drain_check` seconds and removes it as
+    # it stops.
+    async def request_drain(self, worker_id: str, detail: str) -> None:
+        """Ask `worker_id` to stop claiming and release its runs at their next
+        boundary, as SIGTERM does; `detail` (JSON text) says who asked and why."""
+        await self.database.write(lambda: tx.put_meta(_drain_key(worker_id), detail),
+                                  Writing())
+
+    async def drain_requested(self, worker_id: str) -> str | None:
+        """The drain request for `worker_id` (its JSON text), if there is one."""
+        return await self.database.read(lambda: common.read_one(
+            "get_meta", {"key": _drain_key(worker_id)}, lambda row: str(row["value"])))
+
+    async def forget_drain(self, worker_id: str) -> None:
+        await self.database.write(lambda: tx.delete_meta(_drain_key(worker_id)), Writing())
+
+    async def gauges(self, soon: float = 3600.0) -> Gauges:
+        """The live runs by status, the claimable runs by queue and the open
+        waits (those expiring within `soon` seconds apart), as a metrics scrape
+        reports them: a few aggregates over partial indexes, never the ended runs."""
+        now, lease_now = self.clock.now(), self.database.lease_now()
+        return await self.database.read(lambda: tx.gauges(now, now + soon, lease_now))
+
     async def stranded_runs(self, grace: float, limit: int = 100,
                             workflow: str | None = None) -> list[Stranded]:
         """Runnable runs (of `workflow`, if given) that no worker has served
@@ -224,3 +250,7 @@ class Leases(StorePart):
         now, lease_now = self.clock.now(), self.database.lease_now()
         return await self.database.read(
             lambda: tx.stranded(now, now - grace, limit, lease_now, workflow))
+
+
+def _drain_key(worker_id: str) -> str:
+    return f"drain:{worker_id}"

@@ -32,7 +32,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from stead import errors
-from stead.store import sql_files
+from stead.store import seam, sql_files
 from stead.store.seam import NotLanded, still_held
 from stead.store.urls import display_url
 
@@ -252,6 +252,8 @@ class Connector:
                 if not isinstance(exc, pg_errors.TransactionRollback):
                     await self._purge()
                 delay = min(_backoff(attempt), left)
+                seam.retried("conflict" if isinstance(exc, pg_errors.TransactionRollback)
+                                   else "connection")
                 log.warning("PostgreSQL at %s: %s; retrying in %.2f s",
                             self.target.display, exc, delay)
                 attempt += 1

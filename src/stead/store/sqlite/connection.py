@@ -16,6 +16,7 @@ from typing import TypeVar
 from urllib.parse import parse_qs, unquote, urlparse
 
 from stead import errors
+from stead.store import seam
 from stead.store.sqlite import files
 
 T = TypeVar("T")
@@ -274,6 +275,7 @@ class Connector:
             return fn(conn)
         except sqlite3.OperationalError as exc:
             if is_locked(exc):
+                seam.retried("locked")  # done again on the store's thread, waiting
                 return BUSY
             raise translate(exc, self.path) from exc
         except sqlite3.Error as exc:

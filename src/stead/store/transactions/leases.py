@@ -12,6 +12,7 @@ from stead.store.seam import Flow, execute, fence_params, one, rows
 if TYPE_CHECKING:  # for annotations; `Stranded` is imported below where one is made
     from stead.queues import Queue
     from stead.records import Fence, HostRow, RunRow, Stranded
+    from stead.records.fleet import Gauges
     from stead.store.schema_versions import Beyond
 
 
@@ -97,3 +98,25 @@ def stranded(now: float, since: float, limit: int, lease_now: float | None,
 
 def hosts(limit: int) -> Flow[list[HostRow]]:
     return [_rows.host(r) for r in (yield rows("worker_hosts", {"limit": limit}))]
+
+
+def gauges(now: float, soon: float, lease_now: float | None) -> Flow[Gauges]:
+    """What a metrics scrape reports of the store (see `Gauges`), in one read."""
+    from stead.records.fleet import Gauges, LiveRuns, QueueDepth
+
+    live = yield rows("gauge_live_runs", {})
+    queues = yield rows("gauge_queues", {"now": now, "lease_now": lease_now})
+    waits = yield one("gauge_waits", {"soon": soon})
+    return Gauges(
+        tuple(LiveRuns(r["workflow"], int(r["version"]), r["status"], int(r["runs"]),
+                       r["oldest"]) for r in live),
+        tuple(QueueDepth(r["queue"], int(r["runnable"]), r["ready_since"]) for r in queues),
+        int(waits["open_waits"]) if waits else 0, int(waits["expiring"]) if waits else 0)
+
+
+def put_meta(key: str, value: str) -> Flow[None]:
+    yield execute("put_meta", {"key": key, "value": value})
+
+
+def delete_meta(key: str) -> Flow[None]:
+    yield execute("delete_meta", {"key": key})

@@ -987,3 +987,43 @@ WHERE status = 'running' AND lease_owner = :worker_id
 
 -- name: end_leases_of_absent
 -- SQLite has no presence locks (see the PostgreSQL query): never asked.
+
+-- name: gauge_live_runs
+-- Live runs by workflow@version and status, with the oldest update of each
+-- (read off runs_status: the terminal runs, which only grow, are not read).
+SELECT workflow, version, status, COUNT(*) AS runs, MIN(updated_at) AS oldest
+FROM runs
+WHERE status IN ('pending', 'running', 'waiting', 'incompatible_checkpoint',
+                 'outcome_unknown', 'paused')
+GROUP BY workflow, version, status;
+
+-- name: gauge_queues
+-- Runs claimable now, by queue ('' for none), and since when the longest
+-- waiting of them has been ready: a pending run since it was last changed, a
+-- run whose lease ran out since then, a due sleeper since its wake time.
+SELECT COALESCE(queue, '') AS queue, COUNT(*) AS runnable,
+       MIN(CASE WHEN status = 'waiting' THEN wake_at
+                WHEN status = 'running' THEN COALESCE(lease_expires_at, updated_at)
+                ELSE updated_at END) AS ready_since
+FROM runs
+WHERE status = 'pending'
+   OR (status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at <= COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0)))
+   OR (status = 'waiting' AND wake_at <= :now)
+GROUP BY COALESCE(queue, '');
+
+-- name: gauge_waits
+-- Open waits, and those of them that expire before the given time (off waits_open).
+SELECT COUNT(*) AS open_waits,
+       COALESCE(SUM(CASE WHEN expires_at <= :soon THEN 1 ELSE 0 END), 0) AS expiring
+FROM waits WHERE state = 'open';
+
+-- name: count_resumes_since
+-- Takeovers recorded since :since (`stead status`; a scan of resumes, one row a takeover).
+SELECT COUNT(*) AS takeovers FROM resumes WHERE at >= :since;
+
+-- name: put_meta
+INSERT INTO stead_meta (key, value) VALUES (:key, :value)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+
+-- name: delete_meta
+DELETE FROM stead_meta WHERE key = :key;
