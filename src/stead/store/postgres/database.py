@@ -23,6 +23,7 @@ Connection faults and unacknowledged commits are handled in `connection`.
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any, TypeVar, cast
 
 from stead.clock import Clock
@@ -40,7 +41,8 @@ Q = sql_files.queries("postgres")
 class PostgresDatabase(seam.Database):
     def __init__(self, url: str, *, clock: Clock, lease_clock: Clock | None = None,
                  retry_for: float = 30.0,
-                 migrating: schema_versions.Migrating | None = None) -> None:
+                 migrating: schema_versions.Migrating | None = None,
+                 direct_url: str | None = None) -> None:
         self.url = url
         self.clock = clock
         self.lease_clock = lease_clock
@@ -48,7 +50,11 @@ class PostgresDatabase(seam.Database):
             on_open=schema_versions.on_open("postgres"))
         self.target = connection.parse_url(url)
         self.display = self.target.display
-        self._db = connection.Connector(self.target, retry_for=retry_for)
+        # What needs a server session goes here when `url` is a transaction
+        # pooler's (see postgres/pooler.py); its own schema= is not read.
+        direct_url = direct_url or os.environ.get(connection.DIRECT_URL_ENV) or None
+        direct = None if direct_url is None else connection.parse_url(direct_url)
+        self._db = connection.Connector(self.target, retry_for=retry_for, direct=direct)
         self._listener = connection.Listener(self._db)
         self._group = GroupCommit(self._db)
         self._presence: PresenceLock | None = None

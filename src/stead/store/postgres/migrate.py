@@ -31,7 +31,7 @@ from psycopg import errors as pg_errors
 
 from stead import errors
 from stead.store import schema_versions, sql_files
-from stead.store.postgres.connection import Conn
+from stead.store.postgres.connection import DIRECT_URL_ENV, Conn
 from stead.store.schema_versions import Found, LiveWorker, Migrating, Migration, Report
 
 log = logging.getLogger("stead.store.postgres")
@@ -140,6 +140,11 @@ async def _outside_transaction(opener: _Opener, m: Migration) -> list[Migration]
     session's hold of the migration lock. No lock_timeout here: an index
     built CONCURRENTLY blocks no reader or writer while it waits."""
     conn, waiting = opener.conn, _Waiting(opener)
+    if conn.scoped:
+        raise errors.StoreUnavailable(
+            f"{opener.where}: migration {m.label} runs outside a transaction under a "
+            "session's lock, and this URL goes through a transaction pooler: give a direct "
+            f"URL to the server in {DIRECT_URL_ENV} (or run `stead db migrate` with one)")
     while not await _taken(conn, "try_migrate_session_lock", opener.schema):
         await waiting.pause(m)
     try:
