@@ -51,6 +51,8 @@ POOL_SIZE_ENV = "STEAD_PG_POOL_SIZE"
 # Where to open what needs a server session when the URL goes through a
 # transaction pooler (see `postgres/pooler.py`).
 DIRECT_URL_ENV = "STEAD_PG_DIRECT_URL"
+# The pooled URLs this process has said it found behind a transaction pooler.
+_SAID: set[str] = set()
 # How long a first statement may wait unanswered before stead says what it waits for.
 _QUIET_FOR = 10.0
 _SCHEMA = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -297,14 +299,17 @@ class Connector:
             return await self._raw(self.target)
 
         found = await detect(conn, other)
-        if found is Pooling.TRANSACTION and self.direct is None:
+        if found is not Pooling.TRANSACTION or self.target.display in _SAID:
+            return found
+        _SAID.add(self.target.display)  # one line a process, however many stores it opens
+        if self.direct is None:
             log.warning(
                 "PostgreSQL at %s is behind a transaction pooler and no direct URL is given "
                 "(%s): workers poll for work instead of listening, hold no presence lock "
                 "(a dead worker's runs move when its leases run out), and a migration that "
                 "needs a session refuses; say pooler=transaction in the URL to skip this check",
                 self.target.display, DIRECT_URL_ENV)
-        elif found is Pooling.TRANSACTION:
+        else:
             log.info("PostgreSQL at %s is behind a transaction pooler: sessions (LISTEN, "
                      "presence, migrations) use the direct URL", self.target.display)
         return found

@@ -60,6 +60,7 @@ class ScopedConn(psycopg.AsyncConnection[DictRow]):
     _local: sql.Composed | None = None
 
     def scope(self, schema: str) -> None:
+        self.prepare_threshold = None  # nothing this connection prepares outlives a transaction
         self._local = sql.SQL("SET LOCAL search_path TO {}").format(sql.Identifier(schema))
         self._begin = sql.SQL("BEGIN; ") + self._local
 
@@ -79,15 +80,15 @@ class ScopedConn(psycopg.AsyncConnection[DictRow]):
             return await super().execute(query, params, prepare=prepare, binary=binary)
         if self.info.transaction_status != _IDLE:
             return await super().execute(query, params, prepare=False, binary=binary)
-        await super().execute(self._begin)
+        await super().execute(self._begin, prepare=False)
         try:
             cur = await super().execute(query, params, prepare=False, binary=binary)
         except BaseException:
             with contextlib.suppress(psycopg.Error):
                 if not self.closed:
-                    await super().execute(b"ROLLBACK")
+                    await super().execute(b"ROLLBACK", prepare=False)
             raise
-        await super().execute(b"COMMIT")
+        await super().execute(b"COMMIT", prepare=False)
         return cur
 
     @contextlib.asynccontextmanager
@@ -99,7 +100,7 @@ class ScopedConn(psycopg.AsyncConnection[DictRow]):
         outer = self.info.transaction_status == _IDLE
         async with super().transaction(savepoint_name, force_rollback) as tx:
             if outer and self._local is not None:
-                await super().execute(self._local)
+                await super().execute(self._local, prepare=False)
             yield tx
 
 
