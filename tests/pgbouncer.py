@@ -117,22 +117,25 @@ class PgBouncer:
         self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while True:
-            try:
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"pgbouncer did not start: {self.log()}")
+            with contextlib.suppress(OSError):
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                if self._proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"pgbouncer did not start: {self.log()}") from None
-                time.sleep(0.05)
+                if self._pid() is not None:  # this one's: the last one's pidfile is gone
+                    return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"pgbouncer did not start: {self.log()}")
+            time.sleep(0.05)
 
     def stop(self) -> None:
-        """Stop it at once (SIGINT: every client and server connection is cut)."""
+        """Stop it at once (SIGTERM: every client and server connection is
+        cut; SIGINT would wait for the clients to finish)."""
         proc, self._proc = self._proc, None
         if proc is None:
             return
         pid = self._pid() or proc.pid
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGINT)
+            os.kill(pid, signal.SIGTERM)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:

@@ -24,7 +24,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -92,7 +92,7 @@ def parse_url(url: str) -> Target:
     ours = {k: v for k, v in query if k in _OURS}
     rest = [(k, v) for k, v in query if k not in _OURS]
     display = display_url(urlunsplit((parts.scheme, parts.netloc, parts.path,
-                                      urlencode(rest), "")))
+                                      urlencode(rest, quote_via=quote), "")))
     schema = ours.get("schema", "public")
     if not _SCHEMA.match(schema):
         raise errors.StoreError(
@@ -118,7 +118,8 @@ def parse_url(url: str) -> Target:
             raise errors.StoreError(
                 f"postgresql URL {display!r}: pooler is one of {', '.join(Pooling)}, "
                 f"not {ours['pooler']!r}") from None
-    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest),
+    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path,
+                           urlencode(rest, quote_via=quote),
                            parts.fragment))
     try:
         conninfo_to_dict(conninfo)

@@ -66,6 +66,14 @@ async def migrate(conn: Conn, schema: str, migrating: Migrating, where: str,
     if migrating.dry_run and schema_versions.needs_fleet(report.pending):
         live = await live_workers(conn, found, now)
         return dataclasses.replace(report, live=tuple(live))
+    if todo and (await _one(conn, "read_only"))["read_only"]:
+        # A hot standby, or a role or database made read-only: it can be read
+        # (runs ls/show, the dashboard) once the primary has migrated it.
+        raise errors.SchemaBehind(
+            f"{where}: the schema is at version {found.version} and this code needs "
+            f"{todo[-1].version}, but this server is read-only (a standby, or "
+            "default_transaction_read_only): nothing is migrated here. Migrate on the primary "
+            "(`stead db migrate`), then read here")
     opener = _Opener(conn, schema, migrating, where, now)
     applied: list[Migration] = []
     for batch in _batches(todo, fresh=found.version == 0):
