@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -39,6 +40,7 @@ from psycopg.rows import DictRow
 
 log = logging.getLogger("stead.store.postgres")
 _IDLE = TransactionStatus.IDLE
+_MIXED = re.compile(r"received \d+ results from command")
 _PIDS = b"SELECT pg_backend_pid() AS pid, inet_server_port() AS port"
 
 
@@ -93,15 +95,22 @@ class ScopedConn(psycopg.AsyncConnection[DictRow]):
 
     @contextlib.asynccontextmanager
     async def transaction(
-        self,
-        savepoint_name: str | None = None,
-        force_rollback: bool = False,
+        self, savepoint_name: str | None = None, force_rollback: bool = False,
     ) -> AsyncIterator[psycopg.AsyncTransaction]:
         outer = self.info.transaction_status == _IDLE
-        async with super().transaction(savepoint_name, force_rollback) as tx:
-            if outer and self._local is not None:
-                await super().execute(self._local, prepare=False)
-            yield tx
+        try:
+            async with super().transaction(savepoint_name, force_rollback) as tx:
+                if outer and self._local is not None:
+                    await super().execute(self._local, prepare=False)
+                yield tx
+        except psycopg.InternalError as exc:
+            if not _MIXED.search(str(exc)):
+                raise
+            # A pooler whose server connection died answers BEGIN or COMMIT
+            # with its error and the command's result: the connection is
+            # lost (so is a COMMIT's outcome), not broken in a new way.
+            await self.close()
+            raise psycopg.OperationalError(f"connection lost through a pooler: {exc}") from exc
 
 
 async def detect(conn: ScopedConn, connect: Callable[[], Awaitable[ScopedConn]]) -> Pooling:
