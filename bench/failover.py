@@ -104,7 +104,7 @@ def main() -> None:
         stop, promotion = once()
         stops.append(stop)
         promotions.append(promotion)
-    load = f"{min(loads):.1f}–{max(loads):.1f}"
+    load = f"{min(loads):.1f} to {max(loads):.1f}"
     text = "\n".join([
         BEGIN,
         "## Progress after a failover to a synchronous standby (issue 41)",
