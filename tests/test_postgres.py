@@ -125,6 +125,62 @@ def test_the_url_names_a_schema_and_keeps_libpq_options() -> None:
     assert t.conninfo == "postgresql://h/app?connect_timeout=2"
 
 
+@pytest.mark.parametrize(("query", "says"), [
+    ("pooler=statement", "pooler is one of none, session, transaction"),
+    ("prepare_threshold=soon", "prepare_threshold is a whole number or none"),
+])
+def test_bad_pooler_options_are_refused(query: str, says: str) -> None:
+    with pytest.raises(stead.StoreError, match=says):
+        pg_connection.parse_url("postgresql://h/app?" + query)
+
+
+def test_the_url_says_the_pooler_the_pool_size_and_prepare_threshold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from stead.store.postgres.pooler import Pooling
+
+    t = pg_connection.parse_url("postgresql://h/app?pooler=transaction&prepare_threshold=none")
+    assert (t.pooling, t.kwargs["prepare_threshold"]) == (Pooling.TRANSACTION, None)
+    assert t.conninfo == "postgresql://h/app"
+    assert pg_connection.parse_url("postgresql://h/app?prepare_threshold=0").kwargs[
+        "prepare_threshold"] == 0
+    assert pg_connection.parse_url("postgresql://h/app").pooling is None  # found out on open
+    monkeypatch.setenv(pg_connection.POOL_SIZE_ENV, "4")
+    assert pg_connection.parse_url("postgresql://h/app").pool_size == 4
+    assert pg_connection.parse_url("postgresql://h/app?pool_size=2").pool_size == 2
+    # Two hosts, and a libpq option with a space, reach libpq as written.
+    t = pg_connection.parse_url("postgresql://u@a:5432,b:5433/app?target_session_attrs="
+                                "read-write&options=-c%20statement_timeout%3D5s")
+    assert t.conninfo == ("postgresql://u@a:5432,b:5433/app?target_session_attrs=read-write"
+                          "&options=-c%20statement_timeout%3D5s")
+
+
+async def test_a_direct_server_is_not_taken_for_a_pooler(pg_url: str) -> None:
+    from stead.store.postgres.pooler import Pooling
+
+    store = await stead.open_store(pg_url)
+    try:
+        assert store.database._db.pooling is Pooling.NONE  # type: ignore[attr-defined]
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("mode", ["transaction", "session"])
+async def test_pgbouncer_pooling_is_found_out_on_open(mode: str) -> None:
+    from stead.store.postgres.pooler import Pooling
+    from tests import pgbouncer
+
+    pg.require()
+    with pg.fresh_schema(pg.URL) as url, pgbouncer.PgBouncer(mode, ("127.0.0.1", 5432)) as b:
+        store = await stead.open_store(b.url(url))
+        try:
+            assert store.database._db.pooling is Pooling(mode)  # type: ignore[attr-defined]
+            await stead.Client(store).start("some_workflow", version=1)
+            assert len(await store.list_runs()) == 1
+        finally:
+            await store.close()
+
+
 async def test_an_unreachable_server_is_store_unavailable_after_bounded_retries() -> None:
     pg.require()
     with socket_closed() as port:

@@ -107,8 +107,8 @@ def parse_url(url: str) -> Target:
     text = ours.get("pool_size") or os.environ.get(POOL_SIZE_ENV) or "10"
     if not text.isdigit() or int(text) < 1:
         raise errors.StoreError(
-            f"postgresql URL {display!r}: pool_size (or {POOL_SIZE_ENV}) must be a whole "
-            f"number >= 1, got {text!r}"
+            f"postgresql URL {display!r}: pool_size must be a whole number >= 1 (in the "
+            f"URL, else {POOL_SIZE_ENV}), got {text!r}"
         )
     pooling = None
     if "pooler" in ours:
