@@ -123,7 +123,8 @@ def through_pooler(url: str) -> str:
     if bouncer is None:
         return url
     os.environ.setdefault("STEAD_PG_DIRECT_URL", URL)
-    return bouncer.url(url)
+    # Said, not found out: a test of the pooler's detection is in test_postgres.py.
+    return with_query(bouncer.url(url), pooler=bouncer.mode)
 
 
 def drop_schema(name: str) -> None:

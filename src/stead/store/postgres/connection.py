@@ -226,7 +226,13 @@ class Connector:
         return self.direct is not None or self.pooling is not Pooling.TRANSACTION
 
     async def _raw(self, target: Target) -> Conn:
-        return await Conn.connect(target.conninfo, **target.kwargs)
+        kwargs = target.kwargs
+        if target is self.direct and "application_name" not in conninfo_to_dict(target.conninfo):
+            # Named as the pooled connections are, so an operator (or a test)
+            # finds all of a process's sessions by one name.
+            named = conninfo_to_dict(self.target.conninfo).get("application_name")
+            kwargs = {**kwargs, "application_name": named or kwargs.get("application_name")}
+        return await Conn.connect(target.conninfo, **kwargs)
 
     async def _on_schema(self, conn: Conn, scoped: bool) -> Conn:
         try:

@@ -41,6 +41,7 @@ from psycopg.rows import DictRow
 log = logging.getLogger("stead.store.postgres")
 _IDLE = TransactionStatus.IDLE
 _MIXED = re.compile(r"received \d+ results from command")
+_ROUNDS = 5
 _PIDS = b"SELECT pg_backend_pid() AS pid, inet_server_port() AS port"
 
 
@@ -123,21 +124,25 @@ async def detect(conn: ScopedConn, connect: Callable[[], Awaitable[ScopedConn]])
     `conn`'s finished statement is free for the next transaction of any
     client: `other` opens a transaction (PgBouncer hands out the backend
     freed last) and `conn` asks again. A shared pid, or a changed one, is
-    transaction pooling; the check costs a connection and three round trips,
-    made only when the server's port differs from the one connected to (a
-    proxy or pooler is in front)."""
+    transaction pooling; the check costs a connection and three round trips
+    (up to five times, while it shows nothing, on a busy pooler), made only
+    when the server's port differs from the one connected to (a proxy or
+    pooler is in front)."""
     row = await (await conn.execute(_PIDS)).fetchone()
     assert row is not None
     if row["port"] is None or int(row["port"]) == int(conn.info.port):
         return Pooling.NONE
     other = await connect()
     try:
-        async with other.transaction():
-            theirs = await (await other.execute(_PIDS)).fetchone()
-            again = await (await conn.execute(_PIDS)).fetchone()
+        # Another client may take the freed backend first (a busy pooler):
+        # a round that shows nothing is tried again, a few times.
+        for _ in range(_ROUNDS):
+            mine = (await (await conn.execute(_PIDS)).fetchone() or {}).get("pid")
+            async with other.transaction():
+                theirs = (await (await other.execute(_PIDS)).fetchone() or {}).get("pid")
+                again = (await (await conn.execute(_PIDS)).fetchone() or {}).get("pid")
+            if theirs == mine or again != mine:
+                return Pooling.TRANSACTION
     finally:
         await other.close()
-    assert theirs is not None and again is not None
-    if theirs["pid"] == row["pid"] or again["pid"] != row["pid"]:
-        return Pooling.TRANSACTION
     return Pooling.SESSION
