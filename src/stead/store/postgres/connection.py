@@ -520,8 +520,9 @@ class Listener:
             except psycopg.Error as exc:
                 attempt += 1
                 delay = max(0.05, _backoff(attempt))
+                where = (self.connector.direct or self.connector.target).display
                 log.warning("LISTEN connection to %s lost (%s); polling meanwhile, "
-                            "reconnecting in %.2f s", self.connector.target.display, exc, delay)
+                            "reconnecting in %.2f s", where, exc, delay)
                 await asyncio.sleep(delay)
 
     async def close(self) -> None:
