@@ -493,3 +493,20 @@ async def test_workflows_complete_exactly_once_while_commit_answers_are_lost(
     finally:
         await store.close()
         await reader.close()
+
+
+async def test_a_pool_with_every_connection_busy_is_named_not_waited_on_silently(
+    pg_url: str,
+) -> None:
+    """Every connection of the process's pool held: a read waits its retry
+    time, then fails naming the wait (a lost connection's kind: transient)."""
+    store = await stead.open_store(pg.with_query(pg_url, pool_size="1"), retry_for=1.0)
+    try:
+        pool = store.database._db._pool  # type: ignore[attr-defined]
+        async with pool.connection():
+            started = time.monotonic()
+            with pytest.raises(stead.StoreUnavailable, match="all 1 busy"):
+                await store.get_run("no-such-run")
+            assert time.monotonic() - started < 10
+    finally:
+        await store.close()
