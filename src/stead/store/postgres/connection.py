@@ -207,8 +207,8 @@ class Connector:
     """A pool of autocommit connections on one schema, with retries.
 
     `direct`: where to open what needs a server session of its own (LISTEN,
-    the presence lock, migrations) when the URL goes through a transaction
-    pooler (see `postgres/pooler.py`)."""
+    the presence lock, migrations) when the URL goes through a pooler (see
+    `postgres/pooler.py`); not used when the URL reaches the server itself."""
 
     def __init__(self, target: Target, *, retry_for: float,
                  direct: Target | None = None) -> None:
@@ -266,6 +266,8 @@ class Connector:
                 with self._saying_what_it_waits_for("its first statement"):
                     if self.pooling is None:
                         self.pooling = await self._detect(conn)
+                if self.pooling is Pooling.NONE:
+                    self.direct = None  # the URL reaches the server itself: nothing to bypass
                 if self.direct is not None:
                     await conn.close()
                     conn = await self._on_schema(await self._raw(self.direct), False)
