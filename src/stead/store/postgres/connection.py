@@ -1,5 +1,5 @@
 """Connecting to PostgreSQL: the URL, a pool whose connections use the
-store's schema, retries, LISTEN, and the one place where driver errors become
+store's schema, retries, and the one place where driver errors become
 stead errors.
 
 A transaction that fails because the connection dropped (a server restart,
@@ -199,7 +199,7 @@ def replanned(exc: psycopg.Error) -> bool:
         and "cached plan must not change result type" in str(exc)
 
 
-def _backoff(attempt: int) -> float:
+def backoff(attempt: int) -> float:
     return 0.0 if attempt == 0 else min(2.0, 0.05 * 2 ** (attempt - 1)) * random.uniform(0.5, 1)
 
 
@@ -372,7 +372,7 @@ class Connector:
                     ) from exc
                 if not isinstance(exc, pg_errors.TransactionRollback):
                     await self._purge()
-                delay = min(_backoff(attempt), left)
+                delay = min(backoff(attempt), left)
                 log.warning("PostgreSQL at %s: %s; retrying in %.2f s",
                             self.target.display, self._why(exc), delay)
                 attempt += 1
@@ -480,55 +480,3 @@ class Connector:
                 return result
 
         return await self._retry(once, "write")
-
-
-class Listener:
-    """LISTEN on a connection of its own; `wait` returns early when another
-    process (or this one) commits work to the store's schema (NOTIFY
-    stead_work, with the schema as payload). Started on the first wait, so a
-    store that only starts runs never holds a LISTEN connection."""
-
-    def __init__(self, connector: Connector) -> None:
-        self.connector = connector
-        self._work = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    async def wait(self, timeout: float) -> None:
-        if not self.connector.sessions:  # behind a transaction pooler: polling
-            await asyncio.sleep(timeout)
-            return
-        if self._task is None:
-            self._task = asyncio.create_task(self._listen(), name="stead-listen")
-        try:
-            await asyncio.wait_for(self._work.wait(), timeout)
-        except TimeoutError:
-            return  # a notification that raced the timeout stays set for the next wait
-        self._work.clear()
-
-    async def _listen(self) -> None:
-        attempt = 0
-        while True:
-            try:
-                conn = await self.connector.connect_session()
-                try:
-                    await conn.execute(_Q["listen"])
-                    attempt = 0
-                    self._work.set()  # work may have come while nobody listened
-                    async for note in conn.notifies():
-                        if note.payload == self.connector.target.schema:
-                            self._work.set()
-                finally:
-                    await conn.close()
-            except psycopg.Error as exc:
-                attempt += 1
-                delay = max(0.05, _backoff(attempt))
-                where = (self.connector.direct or self.connector.target).display
-                log.warning("LISTEN connection to %s lost (%s); polling meanwhile, "
-                            "reconnecting in %.2f s", where, exc, delay)
-                await asyncio.sleep(delay)
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None

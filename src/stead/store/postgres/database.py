@@ -32,6 +32,7 @@ from stead.store import _rows, local_work, schema_versions, seam, sql_files
 from stead.store.postgres import connection, journal, migrate
 from stead.store.postgres.connection import Conn
 from stead.store.postgres.group import GroupCommit
+from stead.store.postgres.listener import Listener
 from stead.store.postgres.presence import PresenceLock
 
 T = TypeVar("T")
@@ -55,7 +56,7 @@ class PostgresDatabase(seam.Database):
         direct_url = direct_url or os.environ.get(connection.DIRECT_URL_ENV) or None
         direct = None if direct_url is None else connection.parse_url(direct_url)
         self._db = connection.Connector(self.target, retry_for=retry_for, direct=direct)
-        self._listener = connection.Listener(self._db)
+        self._listener = Listener(self._db)
         self._group = GroupCommit(self._db)
         self._presence: PresenceLock | None = None
         self.local = self._local = local_work.signal(f"postgres:{self.display}#{self.schema}")
