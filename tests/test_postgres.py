@@ -510,3 +510,25 @@ async def test_a_pool_with_every_connection_busy_is_named_not_waited_on_silently
             assert time.monotonic() - started < 10
     finally:
         await store.close()
+
+
+async def test_a_migration_that_needs_a_session_refuses_through_a_transaction_pooler(
+    pg_url: str,
+) -> None:
+    """A CONCURRENTLY migration holds a session's lock around its statements:
+    on a connection that keeps no session (a transaction pooler, no direct
+    URL) it applies nothing and names STEAD_PG_DIRECT_URL."""
+    from stead.store import schema_versions
+    from stead.store.postgres import migrate
+    from stead.store.postgres.pooler import ScopedConn
+
+    [concurrent] = [m for m in schema_versions.known("postgres") if not m.transaction]
+    target = pg_connection.parse_url(pg_url)
+    conn = await ScopedConn.connect(target.conninfo, **target.kwargs)
+    try:
+        conn.scope(target.schema)
+        opener = migrate._Opener(conn, target.schema, schema_versions.Migrating(), "here", 0.0)
+        with pytest.raises(stead.StoreUnavailable, match="STEAD_PG_DIRECT_URL"):
+            await migrate._outside_transaction(opener, concurrent)
+    finally:
+        await conn.close()
