@@ -1,8 +1,10 @@
 """`python -m bench.web_pages [--db sqlite|postgres|both] [--repeat N]`
 
 The run page of a long run: time to first byte and time to interactive for
-a 2,000-record and a 20,000-record run, first and last page of the timeline
-and the trace. The dashboard is served by uvicorn on loopback (a thread of
+a 2,000-record and a 20,000-record run, each tab of its page (the overview,
+the first and last page of the timeline, the trace, the conversation,
+intent, workspace, resume records and audit), and the needs-a-human page
+beside them. The dashboard is served by uvicorn on loopback (a thread of
 this process); the runs are built as imports of a real run's journal,
 extended (`tests/trace_app.py:long_run`). Time to first byte is measured
 with httpx (the request sent to the first byte of the answer: on loopback,
@@ -64,9 +66,13 @@ async def measure(url: str, repeat: int) -> list[dict[str, Any]]:
     await store.close()
     pages = []
     for n, run_id in runs.items():
-        pages += [(n, "timeline, first page", f"/runs/{run_id}"),
-                  (n, "timeline, last page", f"/runs/{run_id}?start={n - 200}"),
-                  (n, "trace, first page", f"/runs/{run_id}/trace")]
+        pages += [(n, "overview", f"/runs/{run_id}"),
+                  (n, "timeline, first page", f"/runs/{run_id}?tab=timeline"),
+                  (n, "timeline, last page", f"/runs/{run_id}?tab=timeline&start={n - 200}"),
+                  (n, "trace, first page", f"/runs/{run_id}/trace"),
+                  *((n, f"{tab} tab", f"/runs/{run_id}?tab={tab}") for tab in (
+                      "conversation", "context", "workspace", "resumes", "audit"))]
+    pages.append((max(SIZES), "needs a human", "/attention"))
     asgi = create_app(trace_app.app, db_url=url, public=True, poll_seconds=60)
     found = []
     with serving(asgi) as base:

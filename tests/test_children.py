@@ -67,7 +67,7 @@ async def test_a_parent_fans_out_and_reads_each_child_result_once(store: stead.S
         workflow="leaf") if r.parent_id == info.run_id}
     assert all(k.status == "completed" and k.parent_id == info.run_id for k in kids)
     assert sorted(k.input["args"][0] for k in kids) == [0, 1, 2]
-    assert (await client.get(info.run_id)).input == {"args": [3], "kwargs": {}}
+    assert (await client.get(info.run_id)).input == {"args": [3], "kwargs": {}, "names": ["n"]}
     assert len(await client.children(info.run_id, limit=2)) == 2
     assert await client.children(kids[0].run_id) == []
     with pytest.raises(stead.UnknownRun):

@@ -454,7 +454,7 @@ def test_runs_show_says_what_is_known_and_how_to_reconcile(
     assert "status    outcome_unknown" in out
     assert "outcome unknown: stead cannot tell whether effect 'send_mail' happened" in out
     assert f"  key        {key}  (attempt 1)" in out
-    assert f'  arguments  {{"args":["{tmp_path}","ada@example.com"],"kwargs":{{}}}}' in out
+    assert f'  arguments  {{"workdir":"{tmp_path}","to":"ada@example.com"}}' in out
     assert "  known      sent or not; no outcome recorded and no check to ask" in out
     for decision in ("--happened JSON", "--not-happened", "--compensate JSON"):
         assert f"stead reconcile {run_id} send_mail {decision} --why TEXT" in out

@@ -83,7 +83,7 @@ async def test_unknown_outcome_without_check_stops_the_run_for_a_human(
     assert got.status == "outcome_unknown"
     assert got.error is not None
     assert got.error["effect"] == "send_mail" and got.error["key"] == f"{info.run_id}:0"
-    assert got.error["arguments"] == {"args": ["a@b.c"], "kwargs": {}}
+    assert got.error["arguments"] == {"args": ["a@b.c"], "kwargs": {}, "names": ["to"]}
     assert len(mail.calls) == 1 and after["after"] == 0  # never silently repeated
     # A stopped run is not claimed again.
     await stead.Worker(app, fstore).run_until_idle()

@@ -266,7 +266,9 @@ async def test_a_killed_effect_is_never_silently_repeated(
         assert info.error is not None
         assert (info.error["effect"], info.error["key"]) == (name, key)
         sent_with = [args[1], "refund for order order-123"] if service == MAIL else args[:2]
-        assert info.error["arguments"] == {"args": sent_with, "kwargs": {}}
+        sent = dict(info.error["arguments"])
+        assert len(sent.pop("names")) == len(sent_with)  # each named by its parameter
+        assert sent == {"args": sent_with, "kwargs": {}}
         assert f"stead reconcile RUN {name}" in info.error["message"]
         if accept:
             sent = outside.real(service)[0]

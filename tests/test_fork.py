@@ -173,7 +173,8 @@ def test_stead_runs_fork_and_show_name_both_ends_of_the_link(
     second = json.loads(again.output)
     assert second["forked_from"] == run_id and second["at"] == 1
     assert second["run_id"] not in (run_id, fork_id) and second["status"] == "pending"
-    assert second["input"] == {"args": ["123", 4200], "kwargs": {}}
+    assert second["input"] == {"args": ["123", 4200], "kwargs": {},
+                               "names": ["order_id", "amount"]}  # kept from its parent
     too_far = cli.invoke(main, ["--db", db_url, "runs", "fork", run_id, "--at",
                                 str(length + 1)])
     assert too_far.exit_code == 1 and "journal position" in too_far.output

@@ -103,7 +103,7 @@ async def test_an_outcome_unknown_stop_is_typed(fstore: stead.Store,
     stop = got.outcome_unknown
     assert isinstance(stop, stead.UnknownOutcome)
     assert (stop.name, stop.key, stop.addr, stop.attempt) == ("mail", f"{info.run_id}:0", "0", 1)
-    assert stop.arguments == {"args": ["a@b.c"], "kwargs": {}}
+    assert stop.arguments == {"args": ["a@b.c"], "kwargs": {}, "names": ["to"]}
     assert "no outcome recorded" in stop.known
     ok = await client.start(wf)
     assert (await client.get(ok.run_id)).outcome_unknown is None

@@ -145,7 +145,7 @@ async def test_an_operator_approval_is_an_audited_operator_delivery(
     assert json.loads(event.payload) == {"note": "by phone", "approved": True}
     await settle(store)
     assert await client.result(run_id) == {"decision": {"note": "by phone", "approved": True}}
-    shown = (await web.get(f"/runs/{run_id}")).text
+    shown = (await web.get(f"/runs/{run_id}", params={"tab": "audit"})).text
     assert "operator alice" in shown and "called the customer" in shown
     [audit] = await store.list_actions(run_id)
     assert (audit.action, audit.author, audit.outcome) == ("approve", "alice", "done")

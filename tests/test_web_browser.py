@@ -52,12 +52,14 @@ class Dashboard:
         """Fill the action's form (on the page as it is) and send it; the
         answer page's heading is `answer` (ok, refused); returns its message."""
         form = self.form(action)
+        if not await form.is_visible():  # folded among the page's other actions
+            await form.locator("xpath=ancestor::details[1]/summary").click()
         for name, value in fields.items():
             if name == "decision":
                 await form.locator("select[name=decision]").select_option(value)
             else:
                 await form.locator(f"input[name={name}]").fill(value)
-        await form.locator("input[name=why]").fill(why)
+        await form.locator("[name=why]").fill(why)
         await form.locator("button").click()
         await self.page.locator(f"h1.{answer}").wait_for()
         return str(await self.page.locator("p.message").inner_text())
@@ -106,6 +108,7 @@ async def test_reconcile_an_unknown_refund_and_see_the_run_finish(dash: Dashboar
     await dash.finishes(info.run_id)
     assert await dash.client.result(info.run_id) == {"refunded": True,
                                                      "receipt": {"refund": "rf_1"}}
+    await dash.page.click("nav.tabs a[data-tab=audit]")
     audit = await dash.page.locator("table.audit").inner_text()
     assert "reconcile" in audit and "alice" in audit and "bank's dashboard" in audit
 
@@ -117,6 +120,7 @@ async def test_approve_a_wait(dash: Dashboard) -> None:
     await dash.page.goto(f"{dash.url}/runs/{info.run_id}")
     assert "Accepted: event" in await dash.submit("approve", "the customer confirmed by phone")
     await dash.finishes(info.run_id)
+    await dash.page.click("nav.tabs a[data-tab=audit]")
     events = await dash.page.locator("#live").inner_text()
     assert "operator carol" in events and "confirmed by phone" in events
 

@@ -44,7 +44,7 @@ class Queue(Dashboard):
             await asyncio.sleep(POLL / 3)
 
     def row(self, run_id: str) -> Any:
-        return self.page.locator(f"section.item[data-run='{run_id}']")
+        return self.page.locator(f"li.item[data-run='{run_id}']")
 
 
 @pytest.fixture
@@ -80,7 +80,7 @@ async def test_a_reason_typed_over_several_polls_is_sent_as_typed(queue: Queue) 
     await settle(queue.store)
     await queue.log_in("carol")
     row = queue.row(info.run_id)
-    why = row.locator("form.action[data-action=approve] input[name=why]")
+    why = row.locator("form.action[data-action=approve] [name=why]")
     await why.click()
     await why.press_sequentially("the customer confirmed by phone", delay=TYPING)
     # meanwhile the queue changes: another approval arrives, and is shown
@@ -102,12 +102,13 @@ async def test_find_a_48_hour_approval_and_approve_it(queue: Queue) -> None:
     later = await queue.client.start("long_review", "48", task_id="order-48")
     await settle(queue.store)
     await queue.log_in("dora")
+    await queue.page.click("details.filtering > summary")
     await queue.page.select_option("form.filters select[name=kind]", "approval")
     await queue.page.click("form.filters button")
     await queue.page.wait_for_url("**/attention?kind=approval*")
     row = queue.row(later.run_id)
-    assert re.search(r"\(4[78]\.\d h left\)", await row.inner_text())  # due in two days
-    assert await queue.page.locator("section.item").count() == 1
+    assert re.search(r"4[78]\.\d h left", await row.inner_text())  # due in two days
+    assert await queue.page.locator("li.item").count() == 1
     form = row.locator("form.action[data-action=approve]")
     await form.locator("input[name=why]").press_sequentially("stock is back", delay=TYPING)
     await queue.polled(2)
@@ -115,7 +116,7 @@ async def test_find_a_48_hour_approval_and_approve_it(queue: Queue) -> None:
     await queue.page.locator("h1.ok").wait_for()
     await queue.page.click("a.back")
     await queue.page.wait_for_url("**/attention?kind=approval")
-    await queue.page.locator("p.empty").wait_for()
+    await queue.page.locator("li.empty").wait_for()
     assert [e.delivered_by for e in await queue.client.events(later.run_id)] == ["dora"]
 
 
@@ -123,8 +124,9 @@ async def test_a_destructive_action_asks_to_confirm(queue: Queue) -> None:
     info = await queue.client.start("approval", "13")
     await settle(queue.store)
     await queue.log_in("erin")
+    await queue.row(info.run_id).locator("details.detail > summary").click()
     form = queue.row(info.run_id).locator("form.action[data-action=revoke_wait]")
-    await form.locator("input[name=why]").press_sequentially("sent twice", delay=TYPING)
+    await form.locator("[name=why]").press_sequentially("sent twice", delay=TYPING)
     await form.locator("button").click()
     # the browser holds the form back until the box is ticked: nothing was sent
     box = form.locator("input[name=confirm]")
@@ -145,12 +147,11 @@ async def test_a_viewer_is_refused_an_action(queue: Queue, roles: dict[str, Any]
     roles["roles"] = frozenset({Role.VIEWER})
     await queue.page.goto(f"{queue.url}/attention")
     approve = queue.row(info.run_id).locator("form.action[data-action=approve]")
-    assert "needs the role approver" in await approve.inner_text()
-    assert await approve.locator("button").is_disabled()
+    assert await approve.count() == 0  # a viewer is offered nothing to press
     # drawn while vera could approve; her role is taken away before she sends it
     roles["roles"] = frozenset({Role.APPROVER})
     await queue.page.reload()
-    await approve.locator("input[name=why]").press_sequentially("fine by me", delay=TYPING)
+    await approve.locator("[name=why]").press_sequentially("fine by me", delay=TYPING)
     roles["roles"] = frozenset({Role.VIEWER})
     await approve.locator("button").click()
     await queue.page.locator("h1.refused", has_text="Not allowed").wait_for()
@@ -167,10 +168,11 @@ async def test_a_row_resolved_elsewhere_while_typed_in_stays_marked_and_is_refus
     await settle(queue.store)
     await queue.log_in("fred")
     row = queue.row(info.run_id)
-    why = row.locator("form.action[data-action=approve] input[name=why]")
+    why = row.locator("form.action[data-action=approve] [name=why]")
     await why.press_sequentially("approved on the call", delay=TYPING)
     await queue.client.cancel(info.run_id)  # someone else decided meanwhile
-    await queue.page.locator(f"section.item.gone[data-run='{info.run_id}']").wait_for()
+    await queue.page.locator(f"li.item.gone[data-run='{info.run_id}']").wait_for()
+    assert "resolved elsewhere" in await row.locator(".notice").inner_text()
     assert await why.input_value() == "approved on the call"
     await queue.page.screenshot(path="/tmp/queue-gone.png", full_page=True)
     await row.locator("form.action[data-action=approve] button").click()

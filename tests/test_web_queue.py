@@ -39,7 +39,7 @@ async def web(store: stead.Store) -> AsyncIterator[httpx.AsyncClient]:
 
 def _rows(html: str) -> list[str]:
     """The run ids of the queue's rows, in order."""
-    return re.findall(r'<section class="item [a-z_]+" id="q-[0-9a-f]+" data-version="[0-9a-f]+"'
+    return re.findall(r'<li class="item [a-z_]+" id="q-[0-9a-f]+"[^>]*? data-version="[0-9a-f]+"'
                       r' data-kind="[a-z_]+" data-run="([0-9a-f]+)"', html)
 
 
@@ -56,7 +56,7 @@ async def test_the_queue_lists_every_open_approval_by_due_time_with_counts_and_f
     # stopped runs first, then approvals by due time: the 48 h one is listed too
     assert _rows(page) == [unknown.run_id, soon.run_id, later.run_id]
     assert "approval 2" in page and "outcome_unknown 1" in page
-    assert re.search(r"\(4[78]\.\d h left\)", page)  # due in two days
+    assert re.search(r">4[78]\.\d h left<", page)  # due in two days
     only = (await web.get("/attention", params={"kind": "approval"})).text
     assert _rows(only) == [soon.run_id, later.run_id]
     by_task = (await web.get("/attention", params={"task": "order-48"})).text
@@ -87,7 +87,10 @@ async def test_an_unknown_effect_shows_its_arguments_key_and_the_whole_error(
     stop = info.outcome_unknown
     assert stop is not None
     assert f'title="{stop.key}"' in page and "dispatch_refund" in page
-    shown = re.search(r'<pre class="json">(.*?)</pre>', page, re.S)
+    # the arguments by the effect's parameter names, the JSON one click away
+    assert stop.arguments == {"args": ["7"], "kwargs": {}, "names": ["order"]}
+    assert '<th scope="row">order</th><td><code>7</code></td>' in page
+    shown = re.search(r'<summary>JSON</summary><pre tabindex="0">(.*?)</pre>', page, re.S)
     assert shown is not None
     assert json.loads(shown.group(1).replace("&#34;", '"')) == stop.arguments
     # no Retry: the effect has no check, so a retry would only stop on it again
@@ -201,7 +204,9 @@ async def test_each_action_needs_its_role_and_a_refusal_is_audited(store: stead.
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
                                  base_url=BASE) as web:
         page = (await web.get(f"/runs/{run.run_id}")).text
-        assert "needs the role approver" in page and "<fieldset disabled>" in page
+        # a viewer is shown no form at all, only who may act
+        assert "needs the role approver" in page and 'action="/runs/' not in page
+        assert "disabled" not in page
         queued = (await web.get("/attention")).text  # no bulk action a viewer may take
         assert 'id="bulk"' not in queued and 'name="pick"' not in queued
         form = {"csrf": csrf_of(page), "target": wait.wait_id, "why": "looks fine",
@@ -318,3 +323,38 @@ def test_the_way_back_never_leaves_the_dashboard(text: str) -> None:
     assert back.startswith("/") and not back.startswith("//")
     assert (parts.scheme, parts.netloc) == ("", "") and "\\" not in back
     assert back in (text, actions.HOME)
+
+
+async def test_a_rows_version_changes_with_what_it_shows_not_with_the_minutes_left(
+    fstore: stead.Store, clock: stead.FakeClock,
+) -> None:
+    client = stead.Client(fstore, web_app.app)
+    run = await client.start("expiring", "T-9", task_id="ticket-T-9")
+    await stead.Worker(web_app.app, fstore).run_until_idle()
+
+    async def the_row() -> queue.Row:
+        [row] = (await queue.read(client, queue.Filter(), clock.now())).rows
+        return row
+
+    before = await the_row()
+    assert before.about == "wait review"  # its id and expiry have columns of their own
+    assert before.bound == (("ticket", "T-9"), ("state_version", "1"))
+    clock.advance(7 * 60)  # "20 min left" is "13 min left" now: no change to decide on
+    after = await the_row()
+    assert after.version == before.version and after.key == before.key
+    info = await client.get(run.run_id)
+    assert before.status == f"waiting at epoch {info.epoch}"
+
+
+async def test_a_rows_details_hold_the_runs_input_by_name_and_its_last_resume(
+    web: httpx.AsyncClient, store: stead.Store,
+) -> None:
+    client = stead.Client(store, web_app.app)
+    paused = await client.start("granted", "9", intent=web_app.expired_grant())
+    await settle(store)
+    await log_in(web)
+    page = (await web.get("/attention")).text
+    row = page.split(f'data-run="{paused.run_id}"')[1].split("</li>")[0]
+    assert '<th scope="row">order_id</th><td><code>9</code></td>' in row  # its input, by name
+    assert "At its last resume (epoch 1)" in row and "continue (policy none)" in row
+    assert '<th scope="row">judged</th>' in row  # the action its policy judged

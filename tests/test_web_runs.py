@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 import stead
-from stead.web import create_app
+from stead.web import create_app, views
 from tests import trace_app
 
 BASE = "http://127.0.0.1:8484"
@@ -105,10 +105,16 @@ async def test_the_run_page_shows_every_value_whole_on_demand(
     run = await client.start("ship", "o-9", {"city": "Lyon", "street": "12 rue de la Paix"})
     await _settle(store)
     html = (await web.get(f"/runs/{run.run_id}")).text
-    # The input, indented; the result and each effect's arguments in closed <details>.
-    assert '<details class="input" open><summary>Input</summary><pre>{\n  &#34;args&#34;' in html
-    assert '<details class="arguments"><summary>' in html
+    # The input and the effect's arguments by parameter name (the workflow's
+    # signature names the input; the effect's record names its own), each
+    # with its JSON one click away; the result in closed <details>.
+    assert '<section class="input"' in html
+    assert '<th scope="row">order</th><td><code>o-9</code></td>' in html
+    assert html.count('<th scope="row">address</th>') == 2  # the input and the effect's
+    json_of = '<details class="value json"><summary>JSON</summary><pre tabindex="0">'
+    assert json_of + "{\n  &#34;args&#34;" in html
     assert "&#34;street&#34;: &#34;12 rue de la Paix&#34;" in html
+    assert "&#34;names&#34;: [\n    &#34;order&#34;,\n    &#34;address&#34;\n  ]" in html
     assert '<div class="result">Result: <details class="value">' in html
     # The effect's key whole (in its title and copy button) and its history with times.
     key = f"{run.run_id}:1"
@@ -124,13 +130,14 @@ async def test_a_long_run_page_shows_one_page_of_its_timeline(
     web: httpx.AsyncClient, store: stead.Store,
 ) -> None:
     run_id = await trace_app.long_run(stead.Client(store, trace_app.app), 2_000)
-    first = await web.get(f"/runs/{run_id}")
+    assert '<tr class="step ok"' not in (await web.get(f"/runs/{run_id}")).text  # the overview
+    first = await web.get(f"/runs/{run_id}?tab=timeline")
     assert first.status_code == 200
     assert len(re.findall(r'<tr class="step ok" id="seq-', first.text)) == 200
     assert len(first.content) < 120_000  # one page, not the 2,000-record table
     assert "The journal holds 2000 record(s), up to seq 1999" in first.text
-    assert 'href="/runs/' + run_id + '?start=200#timeline" rel="next"' in first.text
-    last = await web.get(f"/runs/{run_id}?start=1800")
+    assert 'href="/runs/' + run_id + '?tab=timeline&amp;start=200" rel="next"' in first.text
+    last = await web.get(f"/runs/{run_id}?start=1800")  # a window without a tab: the timeline
     rows = re.findall(r'id="seq-(\d+)"', last.text)
     assert rows[0] == "1800" and rows[-1] == "1999" and len(rows) == 200
     assert 'rel="next"' not in last.text and 'rel="prev"' in last.text
@@ -234,3 +241,25 @@ async def test_the_runs_list_polls_with_its_filters_and_answers_204_until_a_run_
     await _settle(store)  # the run completes: the list shows it
     changed = await web.get(url)
     assert changed.status_code == 200 and "completed" in changed.text
+
+
+async def test_each_tab_of_the_run_page_has_a_deep_link(
+    web: httpx.AsyncClient, store: stead.Store,
+) -> None:
+    client = stead.Client(store, trace_app.app)
+    run = await client.start("ship", "o-9", {"city": "Lyon", "street": "1 quai"})
+    await _settle(store)
+    overview = (await web.get(f"/runs/{run.run_id}")).text
+    for tab in views.TABS:
+        if tab == "trace":
+            continue  # its own page, linked from every tab
+        assert f'href="/runs/{run.run_id}?tab={tab}' in overview or tab == "overview"
+        page = await web.get(f"/runs/{run.run_id}", params={"tab": tab})
+        assert page.status_code == 200, tab
+        assert re.search(rf'data-tab="{tab}" aria-current="page"', page.text), tab
+        # its live part polls for the same tab
+        assert f"fragment=1&amp;tab={tab}&amp;" in page.text, tab
+    assert f'href="/runs/{run.run_id}/trace?start=0"' in overview
+    trace = (await web.get(f"/runs/{run.run_id}/trace")).text
+    assert 'data-tab="trace" aria-current="page"' in trace
+    assert (await web.get(f"/runs/{run.run_id}", params={"tab": "nope"})).status_code == 400

@@ -87,10 +87,12 @@ async def test_expand_an_effects_arguments(browser: Browser) -> None:
     await browser.log_in()
     page = browser.page
     await page.goto(f"{browser.url}/runs/{run.run_id}")
-    arguments = page.locator("tr.effect[data-effect=ship_parcel] details.arguments")
-    whole = arguments.locator("pre")
+    cell = page.locator("tr.effect[data-effect=ship_parcel] td.arguments")
+    # by name first; the whole JSON one click away
+    assert await cell.locator("table.named th").all_inner_texts() == ["order", "address"]
+    whole = cell.locator("details.json pre")
     assert not await whole.is_visible()
-    await arguments.locator("summary").click()
+    await cell.locator("details.json summary").click()
     await whole.wait_for(state="visible")
     assert '"street": "12 rue de la Paix"' in await whole.inner_text()
     key = page.locator("tr.effect[data-effect=ship_parcel] .id code").first
@@ -105,7 +107,7 @@ async def test_open_the_trace_of_a_run_that_was_taken_over(browser: Browser) -> 
     await browser.log_in()
     page = browser.page
     await page.goto(f"{browser.url}/runs/{run.run_id}")
-    await page.click("p.sub a[href*='/trace']")
+    await page.click("nav.tabs a[data-tab=trace]")
     await page.wait_for_url(f"**/runs/{run.run_id}/trace**")
     charge = page.locator("table.trace tr.bar[data-name=charge]")
     await charge.wait_for()

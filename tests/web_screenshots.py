@@ -4,10 +4,11 @@ system Chromium: `PYTHONPATH=. .venv/bin/python -m tests.web_screenshots docs/`.
 It builds a small shop on a fresh database (a completed run, two refunds whose
 outcome is unknown, a review about to expire, a run paused on an expired
 grant, an approval due in two days), has an operator reconcile one of the
-refunds, and captures the runs list, "needs a human" (with the other
-refund's arguments open) and the refund's run page; then, on a second app's
-runs, a shipment's run page with its arguments expanded and the trace of a
-run that was taken over."""
+refunds, and captures the runs list, "needs a human" (the other refund's
+details open) and the refund's run page at 1366x768, and the inbox and a run
+page on a 390 px wide phone; then, on a second
+app's runs, a shipment's run page (its effect's arguments by name) and the
+trace of a run that was taken over."""
 
 from __future__ import annotations
 
@@ -22,11 +23,15 @@ from playwright.async_api import async_playwright
 
 import stead
 from stead import operator
-from stead.web import create_app
+from stead.roles import Role
+from stead.web import Identity, create_app
 from tests import trace_app, web_app
 from tests.web_app import UI_TOKEN, serving, settle
 
 CHROMIUM = "/usr/bin/chromium"
+DESKTOP = {"viewport": {"width": 1366, "height": 768}}
+PHONE = {"viewport": {"width": 390, "height": 844}, "device_scale_factor": 2,
+         "is_mobile": True, "has_touch": True}
 
 
 async def _log_in(page: Any, base: str) -> None:
@@ -61,14 +66,30 @@ async def main(out: Path) -> None:
             async with async_playwright() as pw:
                 browser = await pw.chromium.launch(executable_path=CHROMIUM,
                                                    args=["--no-sandbox"])
-                page = await browser.new_page(viewport={"width": 1280, "height": 860})
+                page = await browser.new_page(**DESKTOP)
                 await _log_in(page, base)
-                await page.click("dl.effect details summary")  # the unknown effect's arguments
-                await page.screenshot(path=out / "ui-attention.png", full_page=True)
+                await page.screenshot(path=out / "ui-attention.png")
+                # the unknown refund's details: its effect's arguments by name
+                await page.click("li.item.outcome_unknown details.detail > summary")
+                await page.screenshot(path=out / "ui-attention-detail.png")
                 await page.goto(f"{base}/runs")
-                await page.screenshot(path=out / "ui-runs.png", full_page=True)
+                await page.screenshot(path=out / "ui-runs.png")
                 await page.goto(f"{base}/runs/{refund.run_id}")
-                await page.screenshot(path=out / "ui-run.png", full_page=True)
+                await page.screenshot(path=out / "ui-run.png")
+                await browser.close()
+        # The same shop on a phone, as an approver (named by an auth hook) sees it.
+        approver = create_app(web_app.app, db_url=url, poll_seconds=60,
+                              auth=lambda request: Identity("paula", frozenset({Role.APPROVER})))
+        with serving(approver) as base:
+            async with async_playwright() as pw:
+                browser = await pw.chromium.launch(executable_path=CHROMIUM,
+                                                   args=["--no-sandbox"])
+                phone = await browser.new_page(**PHONE)
+                await phone.goto(f"{base}/attention")
+                await phone.screenshot(path=out / "ui-attention-phone.png")
+                approval = phone.locator("li.item.approval").last
+                await phone.goto(f"{base}{await approval.locator('a.what').get_attribute('href')}")
+                await phone.screenshot(path=out / "ui-run-phone.png")
                 await browser.close()
         await store.close()
         await _traced(scratch, out)
@@ -90,13 +111,12 @@ async def _traced(scratch: str, out: Path) -> None:
     with serving(asgi) as base:
         async with async_playwright() as pw:
             browser = await pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-            page = await browser.new_page(viewport={"width": 1280, "height": 860})
+            page = await browser.new_page(**DESKTOP)
             await _log_in(page, base)
             await page.goto(f"{base}/runs/{shipped.run_id}")
-            await page.click("details.arguments summary")
-            await page.screenshot(path=out / "ui-run-effect.png", full_page=True)
+            await page.screenshot(path=out / "ui-run-effect.png")
             await page.goto(f"{base}/runs/{crashed.run_id}/trace")
-            await page.screenshot(path=out / "ui-trace.png", full_page=True)
+            await page.screenshot(path=out / "ui-trace.png")
             await browser.close()
 
 

@@ -1,6 +1,8 @@
 """A workflow's input: its arguments as a run stores them (JSON text,
-`{"args": [...], "kwargs": {...}}`), and their binding to the workflow
-function's parameters and declared types.
+`{"args": [...], "kwargs": {...}}`, with `"names"`, each positional
+argument's parameter name, when a start knows the workflow's function:
+`stead.arguments`), and their binding to the workflow function's
+parameters and declared types.
 
 Starting a run binds the input as stored, so arguments that would fail every
 attempt are refused then (`Client.start`); every takeover binds it again to
@@ -19,10 +21,14 @@ from stead import codec, errors
 from stead.app import Workflow
 
 
-def encode(args: Sequence[Any], kwargs: Mapping[str, Any], *, workflow: str) -> str:
-    """The stored input; raises `SerializationError` if it is not JSON."""
-    return codec.dumps({"args": list(args), "kwargs": dict(kwargs)},
-                       what=f"the input of workflow {workflow!r}")
+def encode(args: Sequence[Any], kwargs: Mapping[str, Any], *, workflow: str,
+           names: Sequence[str] | None = None) -> str:
+    """The stored input, with the positional arguments' parameter `names`
+    when given; raises `SerializationError` if it is not JSON."""
+    data: dict[str, Any] = {"args": list(args), "kwargs": dict(kwargs)}
+    if names is not None:
+        data["names"] = list(names)
+    return codec.dumps(data, what=f"the input of workflow {workflow!r}")
 
 
 def decode(text: str) -> tuple[list[Any], dict[str, Any]]:

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from stead import bounds, codec, errors, inputs, queues, records
+from stead import arguments, bounds, codec, errors, inputs, queues, records
 from stead.app import Workflow
 from stead.client import forks, revisions
 from stead.client.base import Base
@@ -116,7 +116,10 @@ class Starting(Base):
                 "or no task_id at all"
             )
         self._check_queue(start)
-        payload = inputs.encode(start.args, start.kwargs, workflow=name)
+        # Each positional argument under its parameter's name, when the
+        # workflow's function is at hand: what a person reads the input by.
+        named = None if wf is None else arguments.names(wf.fn, start.args, start.kwargs)
+        payload = inputs.encode(start.args, start.kwargs, workflow=name, names=named)
         if wf is not None:
             inputs.check(wf, payload)
         return records.NewRun(

@@ -1,5 +1,7 @@
 """Integrations of stead with agent SDKs, each in its own subpackage with its
 own extra: `stead.contrib.openai_agents` (`stead[openai-agents]`),
 `stead.contrib.pydantic_ai` (`stead[pydantic-ai]`), `stead.contrib.langgraph`
-(`stead[langgraph]`) and `stead.contrib.mcp` (`stead[mcp]`). Importing this
+(`stead[langgraph]`), `stead.contrib.mcp` (`stead[mcp]`),
+`stead.contrib.strands` (`stead[strands]`) and `stead.contrib.google_adk`
+(`stead[google-adk]`). Importing this
 package imports no SDK."""

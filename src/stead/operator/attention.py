@@ -46,6 +46,9 @@ class Attention:
     # What the wait asks the person deciding (its request, tokens redacted);
     # None: it asks nothing in words, or the item is not a wait.
     asks: Any = None
+    # What the wait is bound to (its `bind`, tokens redacted): the values a
+    # person checks before answering. None: not a wait, or bound to nothing.
+    bound: Any = None
 
     @property
     def waiting_since(self) -> float:
@@ -110,7 +113,8 @@ async def _waits(client: Client, now: float) -> list[Attention]:
                 AttentionKind.APPROVAL if human else AttentionKind.WAIT_EXPIRING, s.run,
                 f"wait {w.kind} ({w.wait_id}) {_due(w, now)}",
                 _resolving(s, "approve", "reject", "revoke_wait", target=w.wait_id),
-                w.expires_at, w.created_at, w.wait_id, waits_view.shown(w)))
+                w.expires_at, w.created_at, w.wait_id, waits_view.shown(w),
+                waits_view.bound(w)))
     return found
 
 

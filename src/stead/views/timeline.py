@@ -14,6 +14,7 @@ import shlex
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from stead import arguments
 from stead.client import RunInfo
 from stead.records import (
     Lineage,
@@ -43,6 +44,15 @@ def _decoded(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return text
+
+
+def by_name(stored: Any) -> Any:
+    """Stored arguments as an object by parameter name when their record
+    names every one (`stead.arguments`); else as stored."""
+    rows = arguments.table(stored)
+    if rows is None or any(name.startswith("#") for name, _ in rows):
+        return stored
+    return dict(rows)
 
 
 def _compact(value: Any) -> str:
@@ -256,7 +266,7 @@ def unknown_lines(info: RunInfo, views: Sequence[EffectView]) -> list[str]:
         f"outcome unknown: stead cannot tell whether effect {name!r} happened",
         f"  key        {key}  (attempt {stop.attempt})",
         f"  address    {stop.addr or '?'}",
-        f"  arguments  {shorten(_compact(stop.arguments), 200)}",
+        f"  arguments  {shorten(_compact(by_name(stop.arguments)), 200)}",
         f"  known      {stop.known}",
         "  find out outside (look it up by its key), then record what happened:",
         f"    it happened, with result JSON:  {cmd} --happened JSON --why TEXT",

@@ -39,6 +39,17 @@ def shown(w: WaitRow) -> Any:
         return _redacted(w.request)
 
 
+def bound(w: WaitRow) -> Any:
+    """What the wait is bound to, as JSON, tokens redacted (None: nothing)."""
+    if not w.bind:
+        return None
+    try:
+        value = json.loads(_redacted(w.bind))
+    except ValueError:
+        return _redacted(w.bind)
+    return value or None
+
+
 def asks(w: WaitRow, width: int = LINE) -> str:
     """The request on one line, at most `width` characters ("" without one)."""
     if w.request is None:

@@ -76,10 +76,12 @@ def _templates() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined,
                              finalize=_shown)
-    env.filters.update(clip=views.clip, clip_json=views.clip_json, when=views.when,
-                       pretty=views.pretty, pretty_json=views.pretty_json,
+    env.filters.update(named=views.named, clip=views.clip, clip_json=views.clip_json,
+                       when=views.when, pretty=views.pretty, pretty_json=views.pretty_json,
                        replay_words=timeline.replay_words, state_version=timeline.state_version)
-    env.globals.update(left=views.left, statuses=list(records.RunStatus))
+    env.globals.update(left=views.left, age=views.age, label=queue.label, tabs=views.TABS,
+                       paged=views.PAGED, left_out=queue.LEFT_OUT, bound_shown=queue.BOUND_SHOWN,
+                       statuses=list(records.RunStatus))
     env.tests["allowed_to"] = lambda action, held: roles.allows(held, action.role)
     return env
 
@@ -202,7 +204,8 @@ class Dashboard:
 
     async def run(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
-        page = await self._page(request, lambda w: views.run_page(self.client, run_id, w))
+        page = await self._page(request, lambda w: views.run_page(
+            self.client, run_id, w, views.tab_of(request.query_params)))
         if isinstance(page, Response):
             return page
         drawn = request.query_params.get("drawn", "")[:80]

@@ -15,7 +15,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from stead import bounds, errors, operator
+from stead import arguments, bounds, errors, operator
 from stead.client import Client, RunInfo
 from stead.intent import Intent
 from stead.records import (
@@ -35,6 +35,28 @@ from stead.web import trace, window
 from stead.workflow import waits
 
 CLIP = 160
+# The run page's tabs, by the name its URL gives (`?tab=`), and what each says.
+TABS = {"overview": "Overview", "timeline": "Timeline", "trace": "Trace",
+        "conversation": "Conversation", "context": "Intent and grants",
+        "workspace": "Workspace and state", "resumes": "Resume records", "audit": "Audit"}
+# The tabs drawn from the window of records the URL names (the others sum up the run).
+PAGED = frozenset({"timeline", "conversation"})
+
+
+def tab_of(query: Any) -> str:
+    """The tab a run page's URL asks for: `tab`, else the timeline when it
+    names a window of records (links from before tabs), else the overview."""
+    asked = str(query.get("tab", ""))
+    if asked in TABS:
+        return asked
+    if asked:
+        raise errors.InvalidInput(f"tab must be one of {', '.join(TABS)}, not {asked[:40]!r}")
+    return "timeline" if "start" in query or "limit" in query else "overview"
+
+
+def named(value: Any, fn: Any = None) -> tuple[tuple[str, str], ...]:
+    """Stored arguments as (name, clipped value) rows (`stead.arguments`)."""
+    return tuple((n, clip(v, 120)) for n, v in arguments.table(value, fn) or ())
 
 
 def redact(text: str) -> str:
@@ -94,6 +116,18 @@ def left(t: float | None, now: float) -> str:
     return f"{s / 3600:.1f} h left"
 
 
+def age(t: float, now: float) -> str:
+    """How long ago `t` was, in one unit: `40 s`, `12 min`, `5 h`, `3 d`."""
+    s = max(0.0, now - t)
+    if s < 60:
+        return f"{s:.0f} s"
+    if s < 3600:
+        return f"{s / 60:.0f} min"
+    if s < 86400:
+        return f"{s / 3600:.0f} h"
+    return f"{s / 86400:.0f} d"
+
+
 @dataclasses.dataclass(frozen=True)
 class Entry:
     """One journal record as a timeline row, with what its kind adds."""
@@ -133,6 +167,33 @@ def _entry(r: Record, start: float, resumed: ResumeRecord | None) -> Entry:
 
 
 @dataclasses.dataclass(frozen=True)
+class Turn:
+    """A model's turn in the conversation: what it said and the tools it called."""
+
+    entry: Entry
+    text: str
+    calls: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]  # (tool, its arguments by name)
+
+
+def _turn(e: Entry) -> Turn | None:
+    if e.record.kind != RecordKind.LLM:
+        return None
+    try:
+        data = json.loads(e.record.payload)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    calls = []
+    for c in data.get("tool_calls") or []:
+        if isinstance(c, dict):
+            given = c.get("arguments")
+            fields = given.items() if isinstance(given, dict) else ()
+            calls.append((str(c.get("name")), tuple((str(k), clip(v, 120)) for k, v in fields)))
+    return Turn(e, redact(str(data.get("text") or "")), tuple(calls))
+
+
+@dataclasses.dataclass(frozen=True)
 class Revalidation:
     epoch: int
     decision: str
@@ -141,7 +202,7 @@ class Revalidation:
     diff: tuple[tuple[str, str], ...]
 
 
-def _revalidations(resumes: Sequence[ResumeRecord]) -> dict[int, Revalidation]:
+def revalidations(resumes: Sequence[ResumeRecord]) -> dict[int, Revalidation]:
     found = {}
     for r in resumes:
         intent = r.details.intent
@@ -166,6 +227,9 @@ class RunPage:
 
     run: RunInfo
     input: str  # the run's arguments, indented
+    inputs: tuple[tuple[str, str], ...]  # the run's arguments by name
+    tab: str  # which of TABS the page shows
+    turns: tuple[Turn, ...]  # the model's turns among `entries`
     now: float
     window: window.Window  # the part of the journal `entries` shows
     records: int  # how many records the whole journal holds
@@ -188,9 +252,21 @@ class RunPage:
     workspaces: str  # the workspaces, their snapshots and restores, as `stead runs show` prints
 
 
-async def run_page(client: Client, run_id: str, shown: window.Window) -> RunPage:
-    """The run page with the records of `shown`: what it sums up over the
-    whole run (effects, model calls, workspaces) reads only those records."""
+def workflow_fn(client: Client, info: RunInfo) -> Any:
+    """The run's workflow function, to name its arguments (None: not hosted here)."""
+    if client.app is None:
+        return None
+    try:
+        return client.app.get(info.workflow, info.version).fn
+    except errors.UnknownWorkflow:
+        return None
+
+
+async def run_page(client: Client, run_id: str, shown: window.Window,
+                   tab: str = "overview") -> RunPage:
+    """The run page's `tab`, with the records of `shown` where the tab lists
+    them: what it sums up over the whole run (effects, model calls,
+    workspaces) reads only those records."""
     try:
         bounds.text(run_id, "a run id")
     except errors.InvalidValue:
@@ -198,7 +274,8 @@ async def run_page(client: Client, run_id: str, shown: window.Window) -> RunPage
     s = await operator.situation(client, run_id)
     info = s.run
     row = await client.store.get_run(run_id)
-    page = await client.journal_page(run_id, start=shown.start, limit=shown.limit)
+    page = (await client.journal_page(run_id, start=shown.start, limit=shown.limit)
+            if tab in PAGED else [])
     records, last_seq = await client.journal_size(run_id)
     summed = await client.store.journal_summaries(run_id)
     resumes = await client.resumes(run_id)
@@ -206,14 +283,15 @@ async def run_page(client: Client, run_id: str, shown: window.Window) -> RunPage
     marks = {r.from_seq: r for r in resumes}
     key = info.task_id if info.task_id is not None else f"run:{run_id}"
     error = "" if info.error is None else clip(info.error.get("message", info.error), 600)
+    entries = tuple(_entry(r, info.created_at, marks.get(r.seq)) for r in page)
     return RunPage(
-        run=info, input=pretty_json(row.input), now=s.now, window=shown, records=records,
-        last_seq=last_seq,
-        entries=tuple(_entry(r, info.created_at, marks.get(r.seq)) for r in page),
+        run=info, input=pretty_json(row.input), inputs=named(info.input, workflow_fn(client, info)),
+        tab=tab, turns=tuple(t for t in map(_turn, entries) if t is not None),
+        now=s.now, window=shown, records=records, last_seq=last_seq, entries=entries,
         effects=tuple(timeline.effect_views(summed)),
         waits=tuple(await client.waits(run_id=run_id, state=None, limit=1000)),
         events=tuple(await client.events(run_id)),
-        resumes=tuple(resumes), revalidations=_revalidations(resumes),
+        resumes=tuple(resumes), revalidations=revalidations(resumes),
         intents=tuple(intents),
         intent_lines=tuple(redact(x) for x in context_view.intent_lines(intents, summed, s.now))
         if intents else (),

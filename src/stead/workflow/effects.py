@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from stead import addresses, calls, codec, digests, errors, outcomes, tracing
+from stead.arguments import names as parameter_names
 from stead.execution import Execution, Stop
 from stead.outcomes import Compensation, Operation, Outcome
 from stead.records import (
@@ -101,6 +102,10 @@ class Effect:
             codec.dumps({"args": list(spec.args), "kwargs": dict(spec.kwargs)},
                         what=f"the arguments of effect {spec.name!r}")
         )
+        # As journaled: with each positional value's parameter name, so a
+        # person reads `order_id: "o-7731"`, not `["o-7731"]`.
+        named = parameter_names(spec.fn, spec.args, spec.kwargs)
+        self.recorded = self.args_json if named is None else {**self.args_json, "names": named}
         self.key = spec.key or f"{x.fence.run_id}:{addr}"
         self.rtype = codec.return_type(spec.fn)
         self.first_sent: float | None = None  # when the key was first sent (its intent)
@@ -167,7 +172,7 @@ class Effect:
         # A resend follows an outcome not known yet: no cancel stops it there.
         await self.x.act(boundary=not resend)
         intent: dict[str, Any] = {
-            "key": self.key, "arguments": self.args_json, "idempotent": self.spec.idempotent,
+            "key": self.key, "arguments": self.recorded, "idempotent": self.spec.idempotent,
             "resend": resend,
         }
         if self.spec.dedup_window is not None:
@@ -445,7 +450,7 @@ class Effect:
             "key": self.key,
             "addr": self.addr,
             "attempt": attempt,
-            "arguments": self.args_json,
+            "arguments": self.recorded,
             "known": known,
             # Whether a retry asks the effect's check again (without one it stops again).
             "checked": self.spec.check is not None,

@@ -1,0 +1,70 @@
+"""Arguments by parameter name (`stead.arguments`): bound to the function's
+signature at call time, positional and keyword alike, and read back as rows;
+a record from before names were kept still reads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import stead
+from stead import arguments
+
+
+def refund(op: Any, order_id: str, amount: int, *, currency: str = "EUR") -> None: ...
+
+
+def many(op: Any, first: str, *rest: int, **extra: Any) -> None: ...
+
+
+def test_positional_values_are_named_by_the_signature() -> None:
+    assert arguments.names(refund, ["o-7731", 4217], {}) == ["order_id", "amount"]
+    assert arguments.names(refund, ["o-7731"], {"amount": 1, "currency": "USD"}) == [
+        "order_id"]
+    assert arguments.names(many, ["a", 1, 2], {"x": 3}) == ["first", "rest[0]", "rest[1]"]
+
+
+def test_a_call_that_does_not_bind_is_not_named() -> None:
+    assert arguments.names(refund, ["o", 1, 2], {}) is None
+    assert arguments.names(refund, [], {"nope": 1}) is None
+
+
+def test_rows_keep_call_order_keywords_last() -> None:
+    stored = {"args": ["o-7731", 4217], "kwargs": {"currency": "USD"},
+              "names": ["order_id", "amount"]}
+    assert arguments.table(stored) == [("order_id", "o-7731"), ("amount", 4217),
+                                       ("currency", "USD")]
+
+
+def test_an_old_record_without_names_reads_by_position_or_by_a_signature() -> None:
+    old = {"args": ["o-7731", 4217], "kwargs": {}}
+    assert arguments.table(old) == [("#0", "o-7731"), ("#1", 4217)]
+    assert arguments.table(old, refund) == [("order_id", "o-7731"), ("amount", 4217)]
+
+
+def test_names_that_do_not_fit_the_values_are_not_believed() -> None:
+    odd = {"args": ["a", "b"], "kwargs": {}, "names": ["only_one"]}
+    assert arguments.table(odd) == [("#0", "a"), ("#1", "b")]
+
+
+def test_what_is_not_arguments_has_no_rows() -> None:
+    assert arguments.table(None) is None
+    assert arguments.table({"args": "x"}) is None
+    assert arguments.table([1, 2]) is None
+
+
+async def test_a_run_records_its_inputs_names_when_it_starts(store: stead.Store) -> None:
+    app = stead.App("named")
+
+    @app.workflow()
+    async def ship(run: stead.Run, order_id: str, address: dict[str, str],
+                   express: bool = False) -> None: ...
+
+    client = stead.Client(store, app)
+    info = await client.start(ship, "o-1", {"city": "Lyon"}, express=True)
+    stored = (await client.get(info.run_id)).input
+    assert stored["names"] == ["order_id", "address"]
+    assert arguments.table(stored) == [("order_id", "o-1"), ("address", {"city": "Lyon"}),
+                                       ("express", True)]
+    # a run started before names were kept reads by the workflow's signature
+    old = {"args": stored["args"], "kwargs": stored["kwargs"]}
+    assert arguments.table(old, ship.fn) == arguments.table(stored)
