@@ -298,9 +298,12 @@ class Connector:
         try:
             await self._pool.open(wait=True, timeout=max(self.retry_for, 1.0))
         except psycopg.OperationalError as exc:
+            behind = "" if self.pooling is Pooling.NONE else (
+                "; the pooler in front of it answered none of them: its server connections "
+                "may all be held (its query_wait_timeout ends such a wait)")
             raise errors.StoreUnavailable(
                 f"PostgreSQL at {self.target.display} could not be reached "
-                f"within {self.retry_for:g} s: {exc}"
+                f"within {self.retry_for:g} s: {exc}{behind}"
             ) from exc
 
     async def _detect(self, conn: Conn) -> Pooling:
