@@ -103,11 +103,28 @@ def fresh_schema(base: str | None = None, *, new: bool = False) -> Iterator[str]
     name = _POOL.take() if pooled else None
     name = name or f"t_{uuid.uuid4().hex[:12]}"
     try:
-        yield with_query(base or URL, schema=name, application_name=f"stead-{name}")
+        url = with_query(base or URL, schema=name, application_name=f"stead-{name}")
+        yield url if base is not None else through_pooler(url)
     finally:
         terminate(f"stead-{name}")  # left over by a killed worker process
         if not (pooled and _POOL.give_back(name)):
             drop_schema(name)
+
+
+def through_pooler(url: str) -> str:
+    """`url`, through the session's PgBouncer when STEAD_TEST_PGBOUNCER asks
+    for one (tests/pgbouncer.py), with the server itself as the direct URL
+    for what needs a session (STEAD_PG_DIRECT_URL, which worker processes
+    inherit)."""
+    from tests import pgbouncer
+
+    parts = urlsplit(URL)
+    bouncer = pgbouncer.shared((parts.hostname or "127.0.0.1", parts.port or 5432))
+    if bouncer is None:
+        return url
+    os.environ.setdefault("STEAD_PG_DIRECT_URL", URL)
+    # Said, not found out: a test of the pooler's detection is in test_postgres.py.
+    return with_query(bouncer.url(url), pooler=bouncer.mode)
 
 
 def drop_schema(name: str) -> None:

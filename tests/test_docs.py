@@ -321,3 +321,43 @@ def test_the_upgrading_pages_commands_print_what_it_shows(tmp_path: Path) -> Non
         if after is not None and after.lang == "text":
             assert printed == after.source, block.where
     assert ran >= 4
+
+
+PRODUCTION = ROOT / "docs" / "guides" / "platform" / "postgresql-in-production.md"
+
+
+def test_the_postgresql_in_production_pages_commands_run_through_pgbouncer(
+    tmp_path: Path,
+) -> None:
+    """The ```bash blocks of docs/guides/platform/postgresql-in-production.md, in
+    order in one shell, each exiting 0: its hosts are the test server and a
+    PgBouncer in transaction pooling in front of it, its database a fresh schema."""
+    from tests import pg, pgbouncer
+
+    pg.require()
+    with pg.fresh_schema(pg.URL) as url, \
+            pgbouncer.PgBouncer("transaction", ("127.0.0.1", 5432)) as bouncer:
+        schema = pg.query_param(url, "schema")
+        hosts = {
+            "app@": "postgres@",
+            "pgbouncer.internal:6432": f"127.0.0.1:{bouncer.port}",
+            "db-a.internal:5432": "127.0.0.1:5432",
+            "db-b.internal:5432": "127.0.0.1:5432",
+            "db.internal:5432": "127.0.0.1:5432",
+            "/shop?schema=stead": f"/test?schema={schema}",
+            "/shop'": "/test'",
+        }
+        script = ""
+        for block in (b for b in ALL if b.page == PRODUCTION and b.lang == "bash"):
+            source = block.source
+            for written, here in hosts.items():
+                source = source.replace(written, here)
+            assert ".internal" not in source, f"{block.where}: a host the test does not map"
+            script += f"echo '== {block.where}'\n{source}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STEAD_")}
+        env |= {"HOME": str(tmp_path),
+                "PATH": f"{Path(sys.executable).parent}:{env.get('PATH', '')}"}
+        done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert script.count("stead runs ls") >= 3

@@ -125,6 +125,62 @@ def test_the_url_names_a_schema_and_keeps_libpq_options() -> None:
     assert t.conninfo == "postgresql://h/app?connect_timeout=2"
 
 
+@pytest.mark.parametrize(("query", "says"), [
+    ("pooler=statement", "pooler is one of none, session, transaction"),
+    ("prepare_threshold=soon", "prepare_threshold is a whole number or none"),
+])
+def test_bad_pooler_options_are_refused(query: str, says: str) -> None:
+    with pytest.raises(stead.StoreError, match=says):
+        pg_connection.parse_url("postgresql://h/app?" + query)
+
+
+def test_the_url_says_the_pooler_the_pool_size_and_prepare_threshold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from stead.store.postgres.pooler import Pooling
+
+    t = pg_connection.parse_url("postgresql://h/app?pooler=transaction&prepare_threshold=none")
+    assert (t.pooling, t.kwargs["prepare_threshold"]) == (Pooling.TRANSACTION, None)
+    assert t.conninfo == "postgresql://h/app"
+    assert pg_connection.parse_url("postgresql://h/app?prepare_threshold=0").kwargs[
+        "prepare_threshold"] == 0
+    assert pg_connection.parse_url("postgresql://h/app").pooling is None  # found out on open
+    monkeypatch.setenv(pg_connection.POOL_SIZE_ENV, "4")
+    assert pg_connection.parse_url("postgresql://h/app").pool_size == 4
+    assert pg_connection.parse_url("postgresql://h/app?pool_size=2").pool_size == 2
+    # Two hosts, and a libpq option with a space, reach libpq as written.
+    t = pg_connection.parse_url("postgresql://u@a:5432,b:5433/app?target_session_attrs="
+                                "read-write&options=-c%20statement_timeout%3D5s")
+    assert t.conninfo == ("postgresql://u@a:5432,b:5433/app?target_session_attrs=read-write"
+                          "&options=-c%20statement_timeout%3D5s")
+
+
+async def test_a_direct_server_is_not_taken_for_a_pooler(pg_url: str) -> None:
+    from stead.store.postgres.pooler import Pooling
+
+    store = await stead.open_store(pg_url)
+    try:
+        assert store.database._db.pooling is Pooling.NONE  # type: ignore[attr-defined]
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("mode", ["transaction", "session"])
+async def test_pgbouncer_pooling_is_found_out_on_open(mode: str) -> None:
+    from stead.store.postgres.pooler import Pooling
+    from tests import pgbouncer
+
+    pg.require()
+    with pg.fresh_schema(pg.URL) as url, pgbouncer.PgBouncer(mode, ("127.0.0.1", 5432)) as b:
+        store = await stead.open_store(b.url(url))
+        try:
+            assert store.database._db.pooling is Pooling(mode)  # type: ignore[attr-defined]
+            await stead.Client(store).start("some_workflow", version=1)
+            assert len(await store.list_runs()) == 1
+        finally:
+            await store.close()
+
+
 async def test_an_unreachable_server_is_store_unavailable_after_bounded_retries() -> None:
     pg.require()
     with socket_closed() as port:
@@ -437,3 +493,42 @@ async def test_workflows_complete_exactly_once_while_commit_answers_are_lost(
     finally:
         await store.close()
         await reader.close()
+
+
+async def test_a_pool_with_every_connection_busy_is_named_not_waited_on_silently(
+    pg_url: str,
+) -> None:
+    """Every connection of the process's pool held: a read waits its retry
+    time, then fails naming the wait (a lost connection's kind: transient)."""
+    store = await stead.open_store(pg.with_query(pg_url, pool_size="1"), retry_for=1.0)
+    try:
+        pool = store.database._db._pool  # type: ignore[attr-defined]
+        async with pool.connection():
+            started = time.monotonic()
+            with pytest.raises(stead.StoreUnavailable, match="all 1 busy"):
+                await store.get_run("no-such-run")
+            assert time.monotonic() - started < 10
+    finally:
+        await store.close()
+
+
+async def test_a_migration_that_needs_a_session_refuses_through_a_transaction_pooler(
+    pg_url: str,
+) -> None:
+    """A CONCURRENTLY migration holds a session's lock around its statements:
+    on a connection that keeps no session (a transaction pooler, no direct
+    URL) it applies nothing and names STEAD_PG_DIRECT_URL."""
+    from stead.store import schema_versions
+    from stead.store.postgres import migrate
+    from stead.store.postgres.pooler import ScopedConn
+
+    [concurrent] = [m for m in schema_versions.known("postgres") if not m.transaction]
+    target = pg_connection.parse_url(pg_url)
+    conn = await ScopedConn.connect(target.conninfo, **target.kwargs)
+    try:
+        conn.scope(target.schema)
+        opener = migrate._Opener(conn, target.schema, schema_versions.Migrating(), "here", 0.0)
+        with pytest.raises(stead.StoreUnavailable, match="STEAD_PG_DIRECT_URL"):
+            await migrate._outside_transaction(opener, concurrent)
+    finally:
+        await conn.close()

@@ -1,5 +1,5 @@
 """Connecting to PostgreSQL: the URL, a pool whose connections use the
-store's schema, retries, LISTEN, and the one place where driver errors become
+store's schema, retries, and the one place where driver errors become
 stead errors.
 
 A transaction that fails because the connection dropped (a server restart,
@@ -18,32 +18,43 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import random
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.rows import DictRow, dict_row
-from psycopg_pool import AsyncConnectionPool
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from stead import errors
 from stead.store import seam, sql_files
+from stead.store.postgres.pooler import Pooling, ScopedConn, detect
 from stead.store.seam import NotLanded, still_held
 from stead.store.urls import display_url
 
 T = TypeVar("T")
 _MISSING: Any = object()
-Conn = psycopg.AsyncConnection[DictRow]
+Conn = ScopedConn
 log = logging.getLogger("stead.store.postgres")
 _Q = sql_files.queries("postgres")
 
 # Query parameters stead reads itself; everything else goes to libpq.
-_OURS = ("schema", "pool_size")
+_OURS = ("schema", "pool_size", "pooler", "prepare_threshold")
+# The pool size when the URL gives none.
+POOL_SIZE_ENV = "STEAD_PG_POOL_SIZE"
+# Where to open what needs a server session when the URL goes through a
+# transaction pooler (see `postgres/pooler.py`).
+DIRECT_URL_ENV = "STEAD_PG_DIRECT_URL"
+# The pooled URLs this process has said it found behind a transaction pooler.
+_SAID: set[str] = set()
+# How long a first statement may wait unanswered before stead says what it waits for.
+_QUIET_FOR = 10.0
 _SCHEMA = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 # Errors that retrying cannot fix: bad password, no such database or role.
 # (libpq gives connection failures no SQLSTATE, so they are told by message.)
@@ -63,11 +74,17 @@ class Target:
     pool_size: int
     display: str  # the URL without its password, for messages
     kwargs: dict[str, Any]
+    pooling: Pooling | None = None  # None: find out on open (see `pooler.detect`)
 
 
 def parse_url(url: str) -> Target:
     """`postgresql://user@host:5432/db?schema=NAME&pool_size=N`; other query
-    parameters (sslmode, connect_timeout, application_name…) go to libpq."""
+    parameters (sslmode, connect_timeout, application_name, host=a,b,
+    target_session_attrs…) go to libpq. `pool_size` defaults to
+    `STEAD_PG_POOL_SIZE`, else 10; `pooler=transaction|session|none` says
+    what is in front of the server (else it is found out, see
+    `postgres/pooler.py`); `prepare_threshold=N|none` is psycopg's (how many
+    runs of a statement before it is prepared on the server; none: never)."""
     parts = urlsplit(url)
     if parts.scheme not in ("postgresql", "postgres"):
         raise errors.StoreError(f"not a postgresql URL: {display_url(url)!r}")
@@ -75,7 +92,7 @@ def parse_url(url: str) -> Target:
     ours = {k: v for k, v in query if k in _OURS}
     rest = [(k, v) for k, v in query if k not in _OURS]
     display = display_url(urlunsplit((parts.scheme, parts.netloc, parts.path,
-                                      urlencode(rest), "")))
+                                      urlencode(rest, quote_via=quote), "")))
     schema = ours.get("schema", "public")
     if not _SCHEMA.match(schema):
         raise errors.StoreError(
@@ -87,12 +104,22 @@ def parse_url(url: str) -> Target:
             f"postgresql URL {display!r}: schema {schema!r} is a PostgreSQL system schema; "
             "name a schema of stead's own, e.g. schema=stead"
         )
-    text = ours.get("pool_size", "10")
+    text = ours.get("pool_size") or os.environ.get(POOL_SIZE_ENV) or "10"
     if not text.isdigit() or int(text) < 1:
         raise errors.StoreError(
-            f"postgresql URL {display!r}: pool_size must be a whole number >= 1, got {text!r}"
+            f"postgresql URL {display!r}: pool_size must be a whole number >= 1 (in the "
+            f"URL, else {POOL_SIZE_ENV}), got {text!r}"
         )
-    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest),
+    pooling = None
+    if "pooler" in ours:
+        try:
+            pooling = Pooling(ours["pooler"])
+        except ValueError:
+            raise errors.StoreError(
+                f"postgresql URL {display!r}: pooler is one of {', '.join(Pooling)}, "
+                f"not {ours['pooler']!r}") from None
+    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path,
+                           urlencode(rest, quote_via=quote),
                            parts.fragment))
     try:
         conninfo_to_dict(conninfo)
@@ -104,8 +131,16 @@ def parse_url(url: str) -> Target:
         kwargs["application_name"] = "stead"
     if "connect_timeout" not in given:
         kwargs["connect_timeout"] = 10  # a host that does not answer must not hang a retry
+    if "prepare_threshold" in ours:
+        threshold = ours["prepare_threshold"].lower()
+        if threshold not in ("none", "") and not threshold.isdigit():
+            raise errors.StoreError(
+                f"postgresql URL {display!r}: prepare_threshold is a whole number or none, "
+                f"got {ours['prepare_threshold']!r}")
+        kwargs["prepare_threshold"] = int(threshold) if threshold.isdigit() else None
     return Target(
         conninfo=conninfo, schema=schema, pool_size=int(text), display=display, kwargs=kwargs,
+        pooling=pooling,
     )
 
 
@@ -164,60 +199,149 @@ def replanned(exc: psycopg.Error) -> bool:
         and "cached plan must not change result type" in str(exc)
 
 
-def _backoff(attempt: int) -> float:
+def backoff(attempt: int) -> float:
     return 0.0 if attempt == 0 else min(2.0, 0.05 * 2 ** (attempt - 1)) * random.uniform(0.5, 1)
 
 
 class Connector:
-    """A pool of autocommit connections on one schema, with retries."""
+    """A pool of autocommit connections on one schema, with retries.
 
-    def __init__(self, target: Target, *, retry_for: float) -> None:
+    `direct`: where to open what needs a server session of its own (LISTEN,
+    the presence lock, migrations) when the URL goes through a pooler (see
+    `postgres/pooler.py`); not used when the URL reaches the server itself."""
+
+    def __init__(self, target: Target, *, retry_for: float,
+                 direct: Target | None = None) -> None:
         self.target = target
+        self.direct = direct
         self.retry_for = retry_for
         self.commits = 0
+        self.pooling = target.pooling
         self._pool: AsyncConnectionPool[Conn] | None = None
 
-    async def connect(self) -> Conn:
-        """One connection outside the pool, on the schema (which may not exist yet)."""
-        conn: Conn = await Conn.connect(self.target.conninfo, **self.target.kwargs)
+    @property
+    def sessions(self) -> bool:
+        """Whether a connection of one's own keeps its server session: false
+        behind a transaction pooler with no direct URL."""
+        return self.direct is not None or self.pooling is not Pooling.TRANSACTION
+
+    async def _raw(self, target: Target) -> Conn:
+        kwargs = target.kwargs
+        if target is self.direct and "application_name" not in conninfo_to_dict(target.conninfo):
+            # Named as the pooled connections are, so an operator (or a test)
+            # finds all of a process's sessions by one name.
+            named = conninfo_to_dict(self.target.conninfo).get("application_name")
+            kwargs = {**kwargs, "application_name": named or kwargs.get("application_name")}
+        return await Conn.connect(target.conninfo, **kwargs)
+
+    async def _on_schema(self, conn: Conn, scoped: bool) -> Conn:
         try:
-            await conn.execute(_Q["set_search_path"], {"schema": self.target.schema})
+            if scoped:
+                conn.scope(self.target.schema)
+            else:
+                await conn.execute(_Q["set_search_path"], {"schema": self.target.schema})
         except BaseException:
             await conn.close()
             raise
         return conn
 
+    async def connect(self) -> Conn:
+        """One connection outside the pool, on the schema (which may not exist yet)."""
+        return await self._on_schema(await self._raw(self.target),
+                                     self.pooling is Pooling.TRANSACTION)
+
+    async def connect_session(self) -> Conn:
+        """A connection that keeps its server session (the direct URL's, if
+        given), on the schema: for LISTEN, the presence lock, migrations."""
+        if self.direct is None:
+            return await self.connect()
+        return await self._on_schema(await self._raw(self.direct), False)
+
     async def open(self, migrate: Callable[[Conn], Awaitable[None]]) -> None:
-        """Migrate on a connection of its own (so a refused connection says why),
-        then open the pool."""
+        """Find out what is in front of the server, migrate on a connection of
+        its own (so a refused connection says why), then open the pool."""
         async def once(fresh: bool) -> None:
-            conn = await self.connect()
+            conn = await self._raw(self.target)
             try:
+                with self._saying_what_it_waits_for("its first statement"):
+                    if self.pooling is None:
+                        self.pooling = await self._detect(conn)
+                if self.pooling is Pooling.NONE:
+                    self.direct = None  # the URL reaches the server itself: nothing to bypass
+                if self.direct is not None:
+                    await conn.close()
+                    conn = await self._on_schema(await self._raw(self.direct), False)
+                else:
+                    conn = await self._on_schema(conn, self.pooling is Pooling.TRANSACTION)
                 await migrate(conn)
             finally:
                 await conn.close()
 
         await self._retry(once, "open the store")
         self.commits += 1
+        scoped = self.pooling is Pooling.TRANSACTION
+        kwargs = dict(self.target.kwargs)
+        if scoped:
+            kwargs["prepare_threshold"] = None  # a pooled backend is not this connection's
 
         async def configure(conn: Conn) -> None:
-            await conn.execute(_Q["set_search_path"], {"schema": self.target.schema})
+            await self._on_schema(conn, scoped)
 
         # reconnect_timeout: a pool that cannot connect gives up at once and grows
         # again on demand, instead of backing off for minutes after a restart
         # (the retries here bridge the outage on connections of their own).
         self._pool = AsyncConnectionPool(
-            self.target.conninfo, connection_class=Conn, kwargs=self.target.kwargs,
+            self.target.conninfo, connection_class=Conn, kwargs=kwargs,
             min_size=1, max_size=self.target.pool_size, configure=configure, open=False,
             name=f"stead:{self.target.schema}", reconnect_timeout=0,
         )
         try:
             await self._pool.open(wait=True, timeout=max(self.retry_for, 1.0))
         except psycopg.OperationalError as exc:
+            behind = "" if self.pooling is Pooling.NONE else (
+                "; the pooler in front of it answered none of them: its server connections "
+                "may all be held (its query_wait_timeout ends such a wait)")
             raise errors.StoreUnavailable(
                 f"PostgreSQL at {self.target.display} could not be reached "
-                f"within {self.retry_for:g} s: {exc}"
+                f"within {self.retry_for:g} s: {exc}{behind}"
             ) from exc
+
+    async def _detect(self, conn: Conn) -> Pooling:
+        async def other() -> Conn:
+            return await self._raw(self.target)
+
+        found = await detect(conn, other)
+        if found is not Pooling.TRANSACTION or self.target.display in _SAID:
+            return found
+        _SAID.add(self.target.display)  # one line a process, however many stores it opens
+        if self.direct is None:
+            log.warning(
+                "PostgreSQL at %s is behind a transaction pooler and no direct URL is given "
+                "(%s): workers poll for work instead of listening, hold no presence lock "
+                "(a dead worker's runs move when its leases run out), and a migration that "
+                "needs a session refuses; say pooler=transaction in the URL to skip this check",
+                self.target.display, DIRECT_URL_ENV)
+        else:
+            log.info("PostgreSQL at %s is behind a transaction pooler: sessions (LISTEN, "
+                     "presence, migrations) use the direct URL", self.target.display)
+        return found
+
+    @contextlib.contextmanager
+    def _saying_what_it_waits_for(self, what: str) -> Iterator[None]:
+        """Say in a log line, once, when `what` has waited `_QUIET_FOR` s
+        unanswered: most likely a pooler's queue is full (every server
+        connection it may open is held), and it answers only when one frees
+        or its query_wait_timeout ends the wait."""
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(_QUIET_FOR, lambda: log.warning(
+            "PostgreSQL at %s has not answered %s for %g s: a pooler in front of it may "
+            "have no server connection free (see the connection budget in "
+            "docs/guides/platform/postgresql-in-production.md); waiting for its answer or "
+            "its query_wait_timeout", self.target.display, what, _QUIET_FOR))
+        try:
+            yield
+        finally:
+            timer.cancel()
 
     async def close(self) -> None:
         if self._pool is not None:
@@ -246,18 +370,29 @@ class Connector:
                 elif left <= 0:
                     raise errors.StoreUnavailable(
                         f"could not {what}: PostgreSQL at {self.target.display} stayed "
-                        f"unreachable for {self.retry_for:g} s ({exc}); nothing was written "
-                        "that was not confirmed, try again"
+                        f"unreachable for {self.retry_for:g} s ({self._why(exc)}); nothing was "
+                        "written that was not confirmed, try again"
                     ) from exc
                 if not isinstance(exc, pg_errors.TransactionRollback):
                     await self._purge()
-                delay = min(_backoff(attempt), left)
+                delay = min(backoff(attempt), left)
                 seam.retried("conflict" if isinstance(exc, pg_errors.TransactionRollback)
                                    else "connection")
                 log.warning("PostgreSQL at %s: %s; retrying in %.2f s",
-                            self.target.display, exc, delay)
+                            self.target.display, self._why(exc), delay)
                 attempt += 1
                 await asyncio.sleep(delay)
+
+    def _why(self, exc: psycopg.Error) -> str:
+        """`exc`, naming the wait when it was one for a connection."""
+        if isinstance(exc, PoolTimeout):
+            return (f"waited for a connection of this process's pool, all "
+                    f"{self.target.pool_size} busy (pool_size in the URL, or "
+                    f"{POOL_SIZE_ENV}): {exc}")
+        if "query_wait_timeout" in str(exc):
+            return ("waited in the pooler's queue for a server connection until its "
+                    f"query_wait_timeout: every one it may open is held ({exc})")
+        return str(exc)
 
     async def _purge(self) -> None:
         """After a lost connection, test the idle ones too and replace the dead
@@ -350,51 +485,3 @@ class Connector:
                 return result
 
         return await self._retry(once, "write")
-
-
-class Listener:
-    """LISTEN on a connection of its own; `wait` returns early when another
-    process (or this one) commits work to the store's schema (NOTIFY
-    stead_work, with the schema as payload). Started on the first wait, so a
-    store that only starts runs never holds a LISTEN connection."""
-
-    def __init__(self, connector: Connector) -> None:
-        self.connector = connector
-        self._work = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    async def wait(self, timeout: float) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._listen(), name="stead-listen")
-        try:
-            await asyncio.wait_for(self._work.wait(), timeout)
-        except TimeoutError:
-            return  # a notification that raced the timeout stays set for the next wait
-        self._work.clear()
-
-    async def _listen(self) -> None:
-        attempt = 0
-        while True:
-            try:
-                conn = await self.connector.connect()
-                try:
-                    await conn.execute(_Q["listen"])
-                    attempt = 0
-                    self._work.set()  # work may have come while nobody listened
-                    async for note in conn.notifies():
-                        if note.payload == self.connector.target.schema:
-                            self._work.set()
-                finally:
-                    await conn.close()
-            except psycopg.Error as exc:
-                attempt += 1
-                delay = max(0.05, _backoff(attempt))
-                log.warning("LISTEN connection to %s lost (%s); polling meanwhile, "
-                            "reconnecting in %.2f s", self.connector.target.display, exc, delay)
-                await asyncio.sleep(delay)
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None

@@ -23,6 +23,7 @@ Connection faults and unacknowledged commits are handled in `connection`.
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any, TypeVar, cast
 
 from stead.clock import Clock
@@ -31,6 +32,7 @@ from stead.store import _rows, local_work, schema_versions, seam, sql_files
 from stead.store.postgres import connection, journal, migrate
 from stead.store.postgres.connection import Conn
 from stead.store.postgres.group import GroupCommit
+from stead.store.postgres.listener import Listener
 from stead.store.postgres.presence import PresenceLock
 
 T = TypeVar("T")
@@ -40,7 +42,8 @@ Q = sql_files.queries("postgres")
 class PostgresDatabase(seam.Database):
     def __init__(self, url: str, *, clock: Clock, lease_clock: Clock | None = None,
                  retry_for: float = 30.0,
-                 migrating: schema_versions.Migrating | None = None) -> None:
+                 migrating: schema_versions.Migrating | None = None,
+                 direct_url: str | None = None) -> None:
         self.url = url
         self.clock = clock
         self.lease_clock = lease_clock
@@ -48,8 +51,12 @@ class PostgresDatabase(seam.Database):
             on_open=schema_versions.on_open("postgres"))
         self.target = connection.parse_url(url)
         self.display = self.target.display
-        self._db = connection.Connector(self.target, retry_for=retry_for)
-        self._listener = connection.Listener(self._db)
+        # What needs a server session goes here when `url` is a transaction
+        # pooler's (see postgres/pooler.py); its own schema= is not read.
+        direct_url = direct_url or os.environ.get(connection.DIRECT_URL_ENV) or None
+        direct = None if direct_url is None else connection.parse_url(direct_url)
+        self._db = connection.Connector(self.target, retry_for=retry_for, direct=direct)
+        self._listener = Listener(self._db)
         self._group = GroupCommit(self._db)
         self._presence: PresenceLock | None = None
         self.local = self._local = local_work.signal(f"postgres:{self.display}#{self.schema}")

@@ -31,7 +31,7 @@ from psycopg import errors as pg_errors
 
 from stead import errors
 from stead.store import schema_versions, sql_files
-from stead.store.postgres.connection import Conn
+from stead.store.postgres.connection import DIRECT_URL_ENV, Conn
 from stead.store.schema_versions import Found, LiveWorker, Migrating, Migration, Report
 
 log = logging.getLogger("stead.store.postgres")
@@ -66,6 +66,14 @@ async def migrate(conn: Conn, schema: str, migrating: Migrating, where: str,
     if migrating.dry_run and schema_versions.needs_fleet(report.pending):
         live = await live_workers(conn, found, now)
         return dataclasses.replace(report, live=tuple(live))
+    if todo and (await _one(conn, "read_only"))["read_only"]:
+        # A hot standby, or a role or database made read-only: it can be read
+        # (runs ls/show, the dashboard) once the primary has migrated it.
+        raise errors.SchemaBehind(
+            f"{where}: the schema is at version {found.version} and this code needs "
+            f"{todo[-1].version}, but this server is read-only (a standby, or "
+            "default_transaction_read_only): nothing is migrated here. Migrate on the primary "
+            "(`stead db migrate`), then read here")
     opener = _Opener(conn, schema, migrating, where, now)
     applied: list[Migration] = []
     for batch in _batches(todo, fresh=found.version == 0):
@@ -140,6 +148,11 @@ async def _outside_transaction(opener: _Opener, m: Migration) -> list[Migration]
     session's hold of the migration lock. No lock_timeout here: an index
     built CONCURRENTLY blocks no reader or writer while it waits."""
     conn, waiting = opener.conn, _Waiting(opener)
+    if conn.scoped:
+        raise errors.StoreUnavailable(
+            f"{opener.where}: migration {m.label} runs outside a transaction under a "
+            "session's lock, and this URL goes through a transaction pooler: give a direct "
+            f"URL to the server in {DIRECT_URL_ENV} (or run `stead db migrate` with one)")
     while not await _taken(conn, "try_migrate_session_lock", opener.schema):
         await waiting.pause(m)
     try:

@@ -34,7 +34,10 @@ class PresenceLock:
     async def keep(self) -> Presence:
         """Whether the lock is still held (HELD), or was taken just now on a
         fresh connection (TAKEN: first, or again after the last one
-        dropped), or cannot be taken yet (LOST)."""
+        dropped), or cannot be taken yet (LOST); NONE behind a transaction
+        pooler with no direct URL, where no session can hold it."""
+        if not self._connector.sessions:
+            return Presence.NONE
         if self._conn is not None:
             try:
                 cur = await self._conn.execute(_Q["presence_held"])
@@ -46,7 +49,7 @@ class PresenceLock:
                             "it again", self._worker_id, exc)
         await self.close()
         try:
-            conn = await self._connector.connect()
+            conn = await self._connector.connect_session()
         except psycopg.Error as exc:
             log.warning("could not connect to hold worker %s's presence lock: %s",
                         self._worker_id, exc)

@@ -54,6 +54,11 @@ BEGIN
 END
 $$;
 
+-- name: read_only
+-- Whether this session cannot write: a hot standby (in recovery), or a role
+-- or database whose transactions are read-only by default.
+SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on' AS read_only;
+
 -- name: set_search_path
 SELECT set_config('search_path', quote_ident(%(schema)s), false);
 
