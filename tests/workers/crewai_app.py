@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
@@ -26,9 +27,28 @@ from litellm import CustomLLM  # noqa: E402
 import stead  # noqa: E402
 from stead.contrib import crewai as sc  # noqa: E402
 from stead.testing import kill_process  # noqa: E402
-from tests.workers.agents_app import folder, lines, log  # noqa: E402
 
 app = stead.App("crewai-tests")
+
+
+# CrewAI's environment has no OpenAI Agents SDK: tests/workers/agents_app's
+# helpers are not imported from there.
+def folder() -> Path:
+    return Path(os.environ.get("SDK_DIR", "."))
+
+
+def log(name: str, line: str) -> None:
+    """One write(2) on an O_APPEND descriptor: lines from threads never interleave."""
+    fd = os.open(folder() / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def lines(name: str) -> list[str]:
+    path = folder() / name
+    return path.read_text().splitlines() if path.exists() else []
 
 
 class Clerk(CustomLLM):  # type: ignore[misc]
@@ -112,7 +132,7 @@ async def refund_order(run: stead.Run, order_id: str) -> str:
     return str(output.raw)
 
 
-class Review(Flow[dict[str, Any]]):
+class Review(Flow):  # type: ignore[type-arg]
     @start()
     def plan(self) -> str:
         log("nodes.log", "plan")

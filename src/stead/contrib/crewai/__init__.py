@@ -63,8 +63,8 @@ async def kickoff(
     wait has no token, and whoever can reach the database decides (`stead
     approve RUN --wait WAIT`)."""
     _models.install()
-    session = Session(run, Scope(), asyncio.get_running_loop(), on_approval,
-                      approval_expires_in)
+    session = _session.Session(run, Scope(), asyncio.get_running_loop(), on_approval,
+                               approval_expires_in)
     with _session.bound(session):
         if isinstance(target, Flow):
             _flows.journal(session, target)

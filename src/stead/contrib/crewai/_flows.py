@@ -47,7 +47,7 @@ def _journaled(session: Session, flow: Any, name: str, method: Any) -> Any:
         scope = session.scope
         with scope.at("f:" + scope.next(name)):
             data = await session.run.step(
-                f"flow {name}", live, json_digest(_values.plain([args, kwargs], what)))
+                f"flow {name}", live, json_digest(_values.digestible([args, kwargs])))
         _values.restore(flow, data["state"])
         return data["value"]
 
@@ -76,7 +76,7 @@ async def _asked(session: Session, context: Any) -> str:
                "emit": context.emit}
     bind = {"method": method, "output_sha256": json_digest(output)}
     scope = session.scope
-    with scope.at("h:" + scope.next(safe_key(method))):
+    with scope.at("h:" + scope.next("h-" + safe_key(method))):
         w = await session.run.wait(KIND, bind=bind, schema=SCHEMA, request=request,
                                    token=session.on_approval is not None,
                                    expires_in=session.approval_expires_in)

@@ -12,6 +12,7 @@ method's record and go to LiteLLM as they are."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import crewai.llm as crewai_llm
@@ -19,6 +20,18 @@ import crewai.llm as crewai_llm
 from stead import errors
 from stead.contrib.crewai._session import Session, journaling
 from stead.llm import litellm as sl
+
+
+class CrewModel(sl.LiteLLM):
+    """`stead.llm.LiteLLM` for CrewAI's requests. Its ReAct stop word stays out
+    of the digest: CrewAI sets it on an agent's LLM when it first needs it, so
+    whether the first request of a process carries it depends on what ran
+    before in that process, not on what is asked."""
+
+    def digest_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        shape = super().digest_params(params)
+        shape["request"].pop("stop", None)
+        return shape
 
 
 class JournaledLiteLLM:
@@ -70,6 +83,6 @@ async def asked(session: Session, params: dict[str, Any]) -> Any:
     params = {k: v for k, v in params.items() if _json(k, v)}
     scope = session.scope
     with scope.at("m:" + scope.next("model")):
-        completion = await session.run.llm(f"model {model}", sl.LiteLLM(model), messages,
+        completion = await session.run.llm(f"model {model}", CrewModel(model), messages,
                                            **params)
     return sl.model_response(completion)

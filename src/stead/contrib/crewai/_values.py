@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from crewai.crews.crew_output import CrewOutput
+from crewai.flow.human_feedback import HumanFeedbackResult
 from pydantic import BaseModel
 
 from stead import errors
@@ -25,6 +26,23 @@ def plain(value: Any, what: str) -> Any:
         raise errors.SteadError(
             f"{what} returned a {type(value).__name__}, which the journal cannot keep: return "
             "JSON values, a pydantic model or a crew's output") from None
+
+
+def digestible(value: Any) -> Any:
+    """What of a method's arguments enters its digest: their JSON; a human
+    feedback result as its output, feedback and outcome (not its time); of
+    anything else, its type."""
+    if isinstance(value, list | tuple):
+        return [digestible(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): digestible(v) for k, v in value.items()}
+    if isinstance(value, HumanFeedbackResult):
+        return {"output": digestible(value.output), "feedback": value.feedback,
+                "outcome": value.outcome}
+    try:
+        return plain(value, "")
+    except errors.SteadError:
+        return type(value).__qualname__
 
 
 def state(flow: Any) -> Any:
