@@ -22,10 +22,10 @@ import pytest
 
 pytest.importorskip("crewai")
 
-import stead  # noqa: E402
-from tests import stress  # noqa: E402
-from tests.workers import crewai_app  # noqa: E402
-from tests.workers.procs import KILLED, wait_until  # noqa: E402
+import stead
+from tests import stress
+from tests.workers import crewai_app
+from tests.workers.procs import KILLED, wait_until
 
 pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).parent / "workers" / "sdk_worker.py"

@@ -17,16 +17,16 @@ os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
 os.environ.setdefault("OTEL_SDK_DISABLED", "true")
 
-import litellm  # noqa: E402
-from crewai import LLM, Agent, Crew, Task  # noqa: E402
-from crewai.flow.flow import Flow, listen, start  # noqa: E402
-from crewai.flow.human_feedback import human_feedback  # noqa: E402
-from crewai.tools import BaseTool  # noqa: E402
-from litellm import CustomLLM  # noqa: E402
+import litellm
+from crewai import LLM, Agent, Crew, Task
+from crewai.flow.flow import Flow, listen, start
+from crewai.flow.human_feedback import human_feedback
+from crewai.tools import BaseTool
+from litellm import CustomLLM
 
-import stead  # noqa: E402
-from stead.contrib import crewai as sc  # noqa: E402
-from stead.testing import kill_process  # noqa: E402
+import stead
+from stead.contrib import crewai as sc
+from stead.testing import kill_process
 
 app = stead.App("crewai-tests")
 

@@ -1,5 +1,6 @@
 """Integrations of stead with agent SDKs, each in its own subpackage with its
 own extra: `stead.contrib.openai_agents` (`stead[openai-agents]`),
 `stead.contrib.pydantic_ai` (`stead[pydantic-ai]`), `stead.contrib.langgraph`
-(`stead[langgraph]`) and `stead.contrib.mcp` (`stead[mcp]`). Importing this
+(`stead[langgraph]`), `stead.contrib.mcp` (`stead[mcp]`) and `stead.contrib.crewai`
+(`stead[crewai]`, in an environment of its own). Importing this
 package imports no SDK."""

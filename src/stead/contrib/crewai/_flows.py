@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import stead
 from stead import calls, errors
 from stead.contrib._scope import json_digest, safe_key
 from stead.contrib.crewai import _session, _values
@@ -77,9 +78,9 @@ async def _asked(session: Session, context: Any) -> str:
     bind = {"method": method, "output_sha256": json_digest(output)}
     scope = session.scope
     with scope.at("h:" + scope.next("h-" + safe_key(method))):
-        w = await session.run.wait(KIND, bind=bind, schema=SCHEMA, request=request,
-                                   token=session.on_approval is not None,
-                                   expires_in=session.approval_expires_in)
+        w: stead.Wait[Any] = await session.run.wait(
+            KIND, bind=bind, schema=SCHEMA, request=request,
+            token=session.on_approval is not None, expires_in=session.approval_expires_in)
         if session.on_approval is not None:
             await session.run.effect(f"ask feedback {method}", session.on_approval, w,
                                      request, idempotent=True)

@@ -58,8 +58,9 @@ def install() -> None:
     """Put `JournaledLiteLLM` where CrewAI looks LiteLLM up (once)."""
     if not crewai_llm._ensure_litellm():
         raise errors.SteadError("CrewAI could not import LiteLLM: pip install -e '.[crewai]'")
-    if not isinstance(crewai_llm.litellm, JournaledLiteLLM):
-        crewai_llm.litellm = JournaledLiteLLM(crewai_llm.litellm)
+    namespace = vars(crewai_llm)  # the module's globals, where its functions look LiteLLM up
+    if not isinstance(namespace["litellm"], JournaledLiteLLM):
+        namespace["litellm"] = JournaledLiteLLM(namespace["litellm"])
 
 
 def _json(name: str, value: Any) -> bool:
