@@ -116,9 +116,10 @@ def ask_for_approval(op: stead.Operation, wait: stead.Wait[Any],
         {"wait_id": wait.wait_id, "token": wait.token.reveal(), **request}))
 
 
-def crew() -> Crew:
+def crew(lookup: BaseTool | None = None) -> Crew:
     clerk = Agent(role="refund clerk", goal="Refund paid orders when asked.",
-                  backstory="You work at the shop's desk.", tools=[LookupOrder(), REFUND],
+                  backstory="You work at the shop's desk.",
+                  tools=[lookup or LookupOrder(), REFUND],
                   llm=LLM(model="scripted/clerk", is_litellm=True), verbose=False)
     task = Task(description="Refund order {order_id}.", expected_output="the refund id",
                 agent=clerk)
