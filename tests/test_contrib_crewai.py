@@ -129,3 +129,18 @@ def test_the_digest_leaves_crewais_stop_word_out() -> None:
     asked = model.digest_params({"temperature": 0})
     assert model.digest_params({"temperature": 0, "stop": ["\nObservation:"]}) == asked
     assert model.digest_params({"temperature": 1}) != asked
+
+
+async def test_a_flow_instance_runs_once(store: stead.Store) -> None:
+    app = stead.App("flow-once")
+    flow = crewai_app.Review()
+
+    @app.workflow(version=1)
+    async def twice(run: stead.Run) -> Any:
+        await sc.kickoff(run, flow)
+
+    client = stead.Client(store, app)
+    first, second = await client.start(twice), await client.start(twice)
+    await stead.Worker(app, store).run_until_idle()
+    errors_seen = [(await client.get(i.run_id)).error for i in (first, second)]
+    assert any(e and "kick off a new one per run" in e["message"] for e in errors_seen)

@@ -72,8 +72,10 @@ async def kickoff(
                 return await target.kickoff_async(inputs=inputs)
         if isinstance(target, Crew):
             _litellm_only(target)
-            with _tools.journaled(target), session.scope.sdk():
-                return await target.akickoff(inputs=inputs)
+            crew = target.copy()  # its tools journaled; the user's crew is left as it is
+            _tools.journal(crew)
+            with session.scope.sdk():
+                return await crew.akickoff(inputs=inputs)
     raise TypeError(f"kickoff takes a CrewAI Flow or Crew (got {type(target).__name__})")
 
 

@@ -15,6 +15,7 @@ holds no worker until it is answered (`stead approve RUN --wait WAIT
 from __future__ import annotations
 
 import inspect
+import weakref
 from typing import Any
 
 import stead
@@ -28,8 +29,17 @@ SCHEMA = {"type": "object", "properties": {"feedback": {"type": "string"}},
           "required": ["feedback"]}
 
 
+# The flows a kickoff journaled: a flow instance holds the state of one run.
+_JOURNALED: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
 def journal(session: Session, flow: Any) -> None:
     """Journal each of `flow`'s methods (this instance's only)."""
+    if flow in _JOURNALED:
+        raise errors.SteadError(
+            f"this {type(flow).__name__} was kicked off already, and a flow instance holds the "
+            "state of one run: kick off a new one per run, kickoff(run, MyFlow())")
+    _JOURNALED.add(flow)
     methods = flow._methods
     for name, method in list(methods.items()):
         methods[name] = _journaled(session, flow, str(name), method)

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pydantic
@@ -140,16 +139,13 @@ def _journaled(tool: BaseTool) -> BaseTool:
     return copy
 
 
-@contextmanager
-def journaled(crew: Any) -> Iterator[None]:
-    """The crew's agents and tasks use journaled copies of their tools while
-    inside; the user's own tools are left as they are."""
+def journal(crew: Any) -> None:
+    """Give the crew's agents and tasks journaled copies of their tools (the
+    crew is stead's own copy of the user's: the user's tools stay as they are)."""
     holders = [*crew.agents, *crew.tasks]
-    saved = [(h, h.tools) for h in holders if h.tools]
-    try:
-        for holder, tools in saved:
-            holder.tools = [_journaled(t) if isinstance(t, BaseTool) else t for t in tools]
-        yield
-    finally:
-        for holder, tools in saved:
-            holder.tools = tools
+    if crew.manager_agent is not None:
+        holders.append(crew.manager_agent)
+    for holder in holders:
+        if holder.tools:
+            holder.tools = [_journaled(t) if isinstance(t, BaseTool) else t
+                            for t in holder.tools]
