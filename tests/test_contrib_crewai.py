@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("crewai")
 
+import litellm
 from crewai import LLM, Agent, Crew, Task
 
 import stead
@@ -72,6 +73,64 @@ async def test_a_crew_killed_in_its_first_tool_asks_no_recorded_turn_again(
     assert w.kind == sc.APPROVAL
     assert json.loads(w.request or "{}") == {"tool": "refund",
                                               "arguments": {"order_id": "123", "amount": 4200}}
+
+
+class Native(litellm.CustomLLM):  # type: ignore[misc]
+    """A provider whose model calls tools natively (the OpenAI way), not by ReAct text."""
+
+    def completion(self, model: str, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
+        crewai_app.log("model.log", "asked")
+        if "4200" in json.dumps(messages):
+            return litellm.mock_completion(model="n", messages=messages,
+                                           mock_response="Order 123 was paid 4200.")
+        return litellm.mock_completion(model="n", messages=messages, mock_response="",
+                                       mock_tool_calls=[{
+                                           "id": "call_1", "type": "function", "function": {
+                                               "name": "lookup_order",
+                                               "arguments": '{"order_id": "123"}'}}])
+
+    async def acompletion(self, model: str, messages: list[dict[str, Any]],
+                          **kwargs: Any) -> Any:
+        return self.completion(model, messages, **kwargs)
+
+
+async def test_a_crew_calling_tools_natively_is_journaled_the_same(
+    fstore: stead.Store, clock: stead.FakeClock, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(litellm, "custom_provider_map", [
+        *litellm.custom_provider_map, {"provider": "native", "custom_handler": Native()}])
+    litellm.register_model({"native/clerk": {
+        "supports_function_calling": True, "litellm_provider": "native", "mode": "chat",
+        "max_tokens": 1000, "max_input_tokens": 10000, "max_output_tokens": 1000}})
+    app = stead.App("native")
+    died: list[bool] = []
+
+    class Dying(crewai_app.LookupOrder):
+        def _run(self, order_id: str) -> str:
+            result = super()._run(order_id)
+            if not died:
+                died.append(True)
+                raise Crash()
+            return result
+
+    @app.workflow(version=1)
+    async def paid(run: stead.Run) -> str:
+        clerk = Agent(role="clerk", goal="Look orders up.", backstory="At the desk.",
+                      tools=[Dying()], llm=LLM(model="native/clerk", is_litellm=True))
+        crew = Crew(agents=[clerk], tasks=[Task(description="How much was order 123 paid?",
+                                                expected_output="the amount", agent=clerk)])
+        return str((await sc.kickoff(run, crew)).raw)
+
+    client = stead.Client(fstore, app)
+    info = await client.start(paid)
+    await crash_then_resume(app, fstore, clock)
+    assert await client.result(info.run_id) == "Order 123 was paid 4200."
+    assert crewai_app.lines("model.log") == ["asked", "asked"]  # the tool call asked once
+    assert crewai_app.lines("tools.log") == ["lookup 123", "lookup 123"]
+    [first, _] = [stead.Completion.from_json(json.loads(r.payload))
+                  for r in await client.journal(info.run_id) if r.kind == RecordKind.LLM]
+    assert first.tool_calls == (stead.ToolCall("call_1", "lookup_order", {"order_id": "123"},
+                                               '{"order_id": "123"}'),)
 
 
 async def test_a_flows_feedback_is_a_bound_wait_and_each_method_runs_once(
