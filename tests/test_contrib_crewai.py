@@ -203,3 +203,44 @@ async def test_a_flow_instance_runs_once(store: stead.Store) -> None:
     await stead.Worker(app, store).run_until_idle()
     errors_seen = [(await client.get(i.run_id)).error for i in (first, second)]
     assert any(e and "kick off a new one per run" in e["message"] for e in errors_seen)
+
+
+async def test_a_flow_killed_in_a_method_resumes_with_its_typed_state(
+    fstore: stead.Store, clock: stead.FakeClock,
+) -> None:
+    from crewai.flow.flow import Flow, listen, start
+    from pydantic import BaseModel
+
+    class Order(BaseModel):
+        order_id: str = ""
+        paid: int = 0
+
+    died: list[bool] = []
+
+    class Refund(Flow[Order]):
+        @start()
+        def look_up(self) -> int:
+            crewai_app.log("nodes.log", "look_up")
+            self.state.order_id, self.state.paid = "123", 4200
+            return 4200
+
+        @listen(look_up)
+        def refund(self, paid: int) -> str:
+            crewai_app.log("nodes.log", "refund")
+            if not died:
+                died.append(True)
+                raise Crash()  # the worker dies mid-method
+            return f"refund {paid} on {self.state.order_id}"
+
+    app = stead.App("typed-flow")
+
+    @app.workflow(version=1)
+    async def refund_flow(run: stead.Run) -> Any:
+        return await sc.kickoff(run, Refund())
+
+    client = stead.Client(fstore, app)
+    info = await client.start(refund_flow)
+    await crash_then_resume(app, fstore, clock)
+    # look_up is not run again: its output and the state it set come from the journal.
+    assert await client.result(info.run_id) == "refund 4200 on 123"
+    assert crewai_app.lines("nodes.log") == ["look_up", "refund", "refund"]
