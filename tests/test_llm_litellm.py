@@ -178,3 +178,10 @@ async def test_a_router_sends_the_request(store: stead.Store, sent: Sent) -> Non
         "model": "openai/gpt-4o-mini", "api_key": "sk-offline", "mock_response": "hi"}}])
     completion = await stead.llm.LiteLLM("fast", router=router).complete(ASK)
     assert completion.text == "hi" and sent.models == ["gpt-4o-mini"]
+
+
+async def test_one_call_streams_to_its_own_sink(sent: Sent) -> None:
+    deltas: list[str] = []
+    model = stead.llm.LiteLLM("openai/gpt-4o-mini")  # not streaming, but this call is
+    completion = await model.complete(ASK, on_text=deltas.append, mock_response="Rain later.")
+    assert "".join(deltas) == completion.text == "Rain later." and len(sent.models) == 1
