@@ -182,22 +182,58 @@ class LeaseEndsAfterClaims(DelegatingStore):
         return rows
 
 
+_IDLE = stead.App("idle")
+
+
+@_IDLE.workflow()
+async def hello(run: stead.Run) -> str:
+    return await run.step("greet", lambda: "hello")
+
+
+async def _until_idle_completes(store: stead.Store, run_id: str) -> None:
+    """A worker run until idle (through `store`) leaves `run_id` completed,
+    taken at the epoch after the one leased before it started."""
+    worker = stead.Worker(_IDLE, store, stead.WorkerOptions(lease_seconds=30.0,
+                                                            poll_interval=0.01))
+    await asyncio.wait_for(worker.run_until_idle(), 30)
+    info = await stead.Client(store).get(run_id)
+    assert info.status == "completed" and info.epoch == 2
+
+
 async def test_until_idle_takes_over_a_lease_that_ends_after_its_claim_looked(
     fstore: stead.Store, clock: stead.FakeClock,
 ) -> None:
-    app = stead.App("idle")
-
-    @app.workflow()
-    async def hello(run: stead.Run) -> str:
-        return await run.step("greet", lambda: "hello")
-
-    run_id = (await stead.Client(fstore, app).start(hello)).run_id
+    run_id = (await stead.Client(fstore, _IDLE).start(hello)).run_id
     await fstore.claim("w-crashed", ["hello@1"], 30.0, 1)  # it died holding the lease
     # The first claim finds the lease live and the worker waits for it; the
     # second finds it live too, and the lease ends just after.
-    store = LeaseEndsAfterClaims(fstore, clock, after=2)
-    worker = stead.Worker(app, store, stead.WorkerOptions(lease_seconds=30.0,
-                                                          poll_interval=0.01))
-    await asyncio.wait_for(worker.run_until_idle(), 30)
-    info = await stead.Client(fstore).get(run_id)
-    assert info.status == "completed" and info.epoch == 2
+    await _until_idle_completes(LeaseEndsAfterClaims(fstore, clock, after=2), run_id)
+
+
+class LeaseGivenBackAfterClaims(DelegatingStore):
+    """Gives a holder's lease back right after the `after`-th claim looked
+    and found nothing, long before the lease would have run out: as its
+    holder releases the run, or a peer ends the lease of a dead holder."""
+
+    def __init__(self, inner: stead.Store, fence: Fence, after: int) -> None:
+        super().__init__(inner)
+        self.fence, self.after, self.claims = fence, after, 0
+
+    async def claim(
+        self, worker_id: str, hosted: Sequence[str], lease_seconds: float, limit: int,
+        exclude: Sequence[str] = (),
+    ) -> list[RunRow]:
+        rows = await self.inner.claim(worker_id, hosted, lease_seconds, limit, exclude)
+        self.claims += 1
+        if self.claims == self.after and not rows:
+            await self.inner.release(self.fence)
+        return rows
+
+
+async def test_until_idle_takes_a_run_whose_lease_ended_early_after_its_claim_looked(
+    fstore: stead.Store,
+) -> None:
+    run_id = (await stead.Client(fstore, _IDLE).start(hello)).run_id
+    [row] = await fstore.claim("w-other", ["hello@1"], 30.0, 1)
+    given_back = LeaseGivenBackAfterClaims(fstore, Fence(run_id, row.epoch, "w-other"), after=2)
+    await _until_idle_completes(given_back, run_id)

@@ -111,9 +111,7 @@ async def _finish(runs: dict[str, str], store: stead.Store, key: str, *,
     await client.reconcile(runs["unknown"], "charge", happened={"charged": key},
                            by="upgrade test", why="the card was charged")
     await client.resume(runs["paused"], by="upgrade test", why="checked with the customer")
-    # Until each run settles: `run_until_idle` may return before it claims a
-    # parent its child's end woke in the same process.
-    await stead.Worker(app, store).run_until_done(list(runs.values()), timeout=60)
+    await stead.Worker(app, store).run_until_idle()
     if not pause_recorded:
         assert (await client.get(runs["paused"])).status == "paused"
         await client.terminate(runs["paused"], by="upgrade test", why="paused again")

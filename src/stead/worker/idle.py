@@ -18,8 +18,10 @@ async def nothing_left(store: Store, app: App, worker_id: str, lease_seconds: fl
     hosted run leased to another worker that has not renewed the lease
     since `seen` (its first sighting) and will lose it within a lease
     time. Our own leftovers (an execution that died) are not waited for.
-    A lease seen before that has ended by now may have ended after the
-    last claim looked: one more claim is made before the worker is idle."""
+    A lease seen before that is gone now (it ran out, or ended before it
+    would have: released by its holder, or ended for a dead holder) may
+    have gone after the last claim looked: one more claim is made before
+    the worker is idle."""
     for queue in app.queues.values():  # runs its limits hold back for now
         if await store.queue_ready(queue, app.hosted()):
             return False
@@ -31,8 +33,7 @@ async def nothing_left(store: Store, app: App, worker_id: str, lease_seconds: fl
     horizon = now + lease_seconds
     waiting = False
     current = {(row.run_id, row.epoch) for row in leased}
-    gone = [key for key, expires in seen.items()
-            if key not in current and (expires is None or expires <= now)]
+    gone = [key for key in seen if key not in current]
     for key in gone:
         del seen[key]
     if gone:
