@@ -19,6 +19,9 @@ from tests import ops_app, pg, stress
 from tests.workers.procs import Workers
 
 BACKENDS = ("sqlite", "postgres")
+# Offline: LiteLLM (stead.llm.litellm, CrewAI's models) reads its bundled price
+# list instead of fetching one when imported, here and in the workers started.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

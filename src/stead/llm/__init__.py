@@ -1,8 +1,9 @@
 """The models a run asks through `run.llm`: the `Model` protocol, the
 normalised `Completion`, a scripted model, and adapters for the OpenAI and
-Anthropic SDKs (`OpenAIChat`, `OpenAIResponses`, `AnthropicMessages`, loaded
-when first named: each needs its SDK, `pip install -e '.[openai]'` or
-`'.[anthropic]'` in stead's checkout). stead does not decide what to say: it records what the
+Anthropic SDKs and for LiteLLM (`OpenAIChat`, `OpenAIResponses`,
+`AnthropicMessages`, `LiteLLM`, loaded when first named: each needs its SDK,
+`pip install -e '.[openai]'`, `'.[anthropic]'` or `'.[litellm]'` in stead's
+checkout). stead does not decide what to say: it records what the
 model said, so a resumed run never asks again."""
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from stead.llm.scripted import ScriptedModel
 
 if TYPE_CHECKING:
     from stead.llm.anthropic import AnthropicMessages
+    from stead.llm.litellm import LiteLLM
     from stead.llm.openai import OpenAIChat, OpenAIResponses
 
 _ADAPTERS = {"OpenAIChat": "openai", "OpenAIResponses": "openai",
-             "AnthropicMessages": "anthropic"}
+             "AnthropicMessages": "anthropic", "LiteLLM": "litellm"}
 
 
 def __getattr__(name: str) -> Any:
@@ -30,5 +32,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'stead.llm' has no attribute {name!r}")
 
 
-__all__ = ["AnthropicMessages", "Completion", "Model", "OpenAIChat", "OpenAIResponses",
+__all__ = ["AnthropicMessages", "Completion", "LiteLLM", "Model", "OpenAIChat", "OpenAIResponses",
            "ScriptExhausted", "ScriptedModel", "ToolCall", "Usage"]

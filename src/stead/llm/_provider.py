@@ -34,21 +34,12 @@ class Adapter(abc.ABC):
     provider = ""
     api = ""
 
-    def __init__(self, client: Any, *, model: str, max_retries: int, stream: bool,
-                 on_text: OnText | None, sentinels: tuple[type, ...],
-                 defaults: Mapping[str, Any]) -> None:
+    def __init__(self, *, model: str, stream: bool, on_text: OnText | None,
+                 sentinels: tuple[type, ...], defaults: Mapping[str, Any]) -> None:
         if not model or not isinstance(model, str):
             raise ValueError(f"{type(self).__name__} needs model=, the model's name")
         if on_text is not None and not stream:
             raise ValueError("on_text receives streamed text: pass stream=True with it")
-        if not type(client).__name__.startswith("Async") or not hasattr(client, "with_options"):
-            raise TypeError(f"{type(self).__name__} takes the SDK's async client "
-                            f"(got {type(client).__name__})")
-        # The SDK's own retries are off unless asked for: a failed attempt is
-        # journaled and retried under the call's `retry=` (stead.Retry), whose
-        # backoff survives a restart. With max_retries=n the SDK also retries
-        # inside each journaled attempt, and the two multiply.
-        self.client = client.with_options(max_retries=max_retries)
         self.model = model
         self.stream = stream
         self.on_text = on_text
@@ -97,6 +88,18 @@ class Adapter(abc.ABC):
     @abc.abstractmethod
     async def _streamed(self, messages: list[Mapping[str, Any]], request: dict[str, Any]
                         ) -> Completion: ...
+
+
+def sdk_client(adapter: str, client: Any, max_retries: int) -> Any:
+    """The SDK's async client an adapter sends through, its own retries set.
+
+    The SDK's own retries are off unless asked for: a failed attempt is
+    journaled and retried under the call's `retry=` (stead.Retry), whose
+    backoff survives a restart. With max_retries=n the SDK also retries inside
+    each journaled attempt, and the two multiply."""
+    if not type(client).__name__.startswith("Async") or not hasattr(client, "with_options"):
+        raise TypeError(f"{adapter} takes the SDK's async client (got {type(client).__name__})")
+    return client.with_options(max_retries=max_retries)
 
 
 def rebuild(cls: type[M], completion: Completion, provider: str) -> M:

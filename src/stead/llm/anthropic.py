@@ -44,8 +44,9 @@ class AnthropicMessages(_provider.Adapter):
 
     def __init__(self, client: Any, *, model: str, max_tokens: int, max_retries: int = 0,
                  stream: bool = False, on_text: OnText | None = None, **defaults: Any) -> None:
-        super().__init__(client, model=model, max_retries=max_retries, stream=stream,
-                         on_text=on_text, sentinels=(anthropic.NotGiven, anthropic.Omit),
+        self.client = _provider.sdk_client(type(self).__name__, client, max_retries)
+        super().__init__(model=model, stream=stream, on_text=on_text,
+                         sentinels=(anthropic.NotGiven, anthropic.Omit),
                          defaults={"max_tokens": max_tokens, **defaults})
 
     async def _created(self, messages: list[Mapping[str, Any]], request: dict[str, Any]

@@ -50,8 +50,9 @@ class _OpenAI(_provider.Adapter):
 
     def __init__(self, client: Any, *, model: str, max_retries: int = 0, stream: bool = False,
                  on_text: OnText | None = None, **defaults: Any) -> None:
-        super().__init__(client, model=model, max_retries=max_retries, stream=stream,
-                         on_text=on_text, sentinels=(openai.NotGiven, openai.Omit),
+        self.client = _provider.sdk_client(type(self).__name__, client, max_retries)
+        super().__init__(model=model, stream=stream, on_text=on_text,
+                         sentinels=(openai.NotGiven, openai.Omit),
                          defaults=defaults)
 
 
@@ -141,7 +142,9 @@ def _item_json(item: Any) -> Any:
     return item
 
 
-def _chat(raw: dict[str, Any], request_id: str | None) -> Completion:
+def _chat(raw: dict[str, Any], request_id: str | None, provider: str = PROVIDER) -> Completion:
+    """A Chat Completions answer normalised: also what LiteLLM answers with,
+    whatever provider it reached (`stead.llm.litellm`)."""
     choices = raw.get("choices") or [{}]
     message = choices[0].get("message") or {}
     calls = []
@@ -163,7 +166,7 @@ def _chat(raw: dict[str, Any], request_id: str | None) -> Completion:
                     number(usage, "completion_tokens_details", "reasoning_tokens")),
         model=str(raw.get("model") or ""),
         stop_reason=str(choices[0].get("finish_reason") or ""),
-        raw=raw, request_id=request_id, provider=PROVIDER,
+        raw=raw, request_id=request_id, provider=provider,
     )
 
 
