@@ -27,6 +27,8 @@ ONLY = {
         "set_search_path", "create_version_table", "insert_version",
         "listen", "fenced_write", "append_one", "finish_one", "insert_records",
         "presence_lock", "presence_held",
+        # a hot standby, or a read-only role: read, never migrate
+        "read_only",
         # migrating online: lock waits bounded, the lock tried, not waited on
         "try_migrate_lock", "try_migrate_session_lock", "migrate_unlock",
         "oldest_transaction", "set_lock_timeout",
@@ -75,9 +77,11 @@ def test_a_backend_implements_a_handful_of_methods_not_the_whole_store() -> None
     # and cannot notify, so an idle worker watches the -wal for writes instead
     # (wal_watch.py) where PostgreSQL LISTENs on its connection; a PostgreSQL
     # worker holds a presence lock on a session of its own
-    # (presence.py), which SQLite on one machine needs no counterpart of.
+    # (presence.py), which SQLite on one machine needs no counterpart of,
+    # and LISTENs on a session of its own (listener.py), which behind a
+    # connection pooler may only be had through a direct URL (pooler.py).
     for backend, own in (("sqlite", ["files.py", "wal_watch.py"]),
-                          ("postgres", ["presence.py"])):
+                          ("postgres", ["presence.py", "listener.py", "pooler.py"])):
         folder = Path(stead.__file__).parent / "store" / backend
         assert sorted(p.name for p in folder.glob("*.py")) == sorted([
             "__init__.py", "connection.py", "database.py", "group.py", "journal.py",
