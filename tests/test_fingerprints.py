@@ -112,11 +112,12 @@ async def test_a_changed_lockfile_makes_the_result_stale_and_it_runs_again(
             "again 1") in shown
     assert f"rerun: tests (seq {fp.seq}), its fingerprint changed: files.{lock}: " in shown
     assert "2 record(s) above reused" in shown
-    # The dashboard's run page says the same, in the same words.
+    # The dashboard's run page says the same, in the same words, in its
+    # resume records.
     asgi = create_app(app, store=fstore, token="t" * 32, public=True)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
                                  base_url="http://127.0.0.1:8484") as http:
-        page = (await http.get(f"/runs/{run_id}")).text
+        page = (await http.get(f"/runs/{run_id}?tab=resumes")).text
     assert "calls: results no longer holding, made again 1" in page
     assert f"rerun: tests (seq {fp.seq}), its fingerprint changed: files.{lock}: " in page
     await _take_over(app, fstore, clock)  # nothing left to do

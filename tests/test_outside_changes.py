@@ -296,7 +296,7 @@ async def test_the_dashboard_shows_who_changed_the_state_from_outside(
     asgi = create_app(stead.App("ui-only"), store=store, token="t" * 32, public=True)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
                                  base_url="http://127.0.0.1:8484") as http:
-        page = await http.get(f"/runs/{info.run_id}")
+        page = await http.get(f"/runs/{info.run_id}?tab=workspace")
     assert page.status_code == 200
     assert "inventory: &lt;b&gt;recount&lt;/b&gt;" in page.text
 
