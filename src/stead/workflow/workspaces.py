@@ -39,6 +39,7 @@ from stead.files import blobs, gittrees, trees
 from stead.records import Record, RecordKind, RecordStatus, ResumeRecord, SnapshotRow
 from stead.replay import Journal
 from stead.store.base import Store
+from stead.store.urls import display_url
 
 if TYPE_CHECKING:
     # For the annotations alone: a client reading runs need not load what executes them.
@@ -438,9 +439,10 @@ async def restore(store: Store, snap: SnapshotRow, dest: Path) -> Path:
             f"{what} does not restore as saved: {exc}; differs: "
             + "; ".join(exc.differences), exc.differences) from exc
     except errors.WorkspaceError as exc:
-        raise type(exc)(f"{what} could not be restored into {dest}: {exc}") from exc
+        raise type(exc)(f"{what} could not be restored into {dest}{_from(snap)}: {exc}") from exc
     except OSError as exc:
-        raise errors.WorkspaceError(f"{what} could not be restored into {dest}: {exc}") from exc
+        raise errors.WorkspaceError(
+            f"{what} could not be restored into {dest}{_from(snap)}: {exc}") from exc
     if commit is not None:
         head = await asyncio.to_thread(gittrees.head, dest)
         if head is not None and head != commit:
@@ -479,6 +481,13 @@ def _recorded_commit(git: str | None) -> str | None:
     if not isinstance(found, dict) or not (commit is None or isinstance(commit, str)):
         raise errors.WorkspaceUnsafe("its git state is not the JSON a save records")
     return commit
+
+
+def _from(snap: SnapshotRow) -> str:
+    """Where a snapshot's blobs are read from, for an error: a blob store's
+    URL (its password masked), since the library that failed to reach it
+    may not name it; nothing for blobs kept in the database."""
+    return "" if snap.blobs is None else f" from {display_url(snap.blobs)}"
 
 
 def _blob_source(store: Store, snap: SnapshotRow, tree: trees.Tree,
