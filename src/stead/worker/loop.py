@@ -30,7 +30,7 @@ from stead.metrics.meters import Takeover
 from stead.records import Backlog, Fence, RunRow, RunStatus
 from stead.store import local_work, seam
 from stead.store.base import Store
-from stead.worker import attempts, claims, idle, leases
+from stead.worker import attempts, chores, claims, idle, leases
 from stead.worker.leases import LeaseKeeper
 from stead.worker.options import WorkerOptions
 from stead.worker.standing import Standing
@@ -199,9 +199,7 @@ class Worker:
                 await self._idle(wait_for_runs)
         finally:
             self._taker = None  # a run handed to it from now on is released (`_handed`)
-            beating.cancel()
-            watching.cancel()
-            await asyncio.gather(beating, watching, return_exceptions=True)
+            await chores.end(beating, watching)
             try:
                 await self._drain()
             finally:
