@@ -15,11 +15,13 @@ import hashlib
 import json
 import re
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from typing import Any, TypeVar
 
 from stead import addresses
+
+T = TypeVar("T")
 
 _PLAIN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -76,3 +78,21 @@ class Scope:
             yield
         finally:
             addresses.current.reset(token)
+
+
+async def each_step_under(events: AsyncIterator[T],
+                          *contexts: Callable[[], AbstractContextManager[Any]]
+                          ) -> AsyncIterator[T]:
+    """`events`, each step of it taken inside `contexts` (entered afresh for
+    each step): an async generator runs in its consumer's context, so what an
+    SDK's code must see (the session bound, the scope's branch) is set around
+    each step, not once around the loop."""
+    while True:
+        with ExitStack() as stack:
+            for context in contexts:
+                stack.enter_context(context())
+            try:
+                event = await anext(events)
+            except StopAsyncIteration:
+                return
+        yield event

@@ -43,7 +43,7 @@ from google.genai import types
 import stead
 from stead import errors
 from stead.contrib._effect import Effect
-from stead.contrib._scope import Scope
+from stead.contrib._scope import Scope, each_step_under
 from stead.contrib.google_adk import _session, _tools
 from stead.contrib.google_adk._plugin import SteadPlugin
 
@@ -77,17 +77,11 @@ def _text(event: Event) -> str | None:
     return text or None
 
 
-async def _bound(session: _session.Session, events: AsyncIterator[Event]
-                 ) -> AsyncIterator[Event]:
+def _bound(session: _session.Session, events: AsyncIterator[Event]
+           ) -> AsyncIterator[Event]:
     """`events`, each step of it taken with the session bound and under its
-    scope: an async generator runs in its consumer's context."""
-    while True:
-        with _session.bound(session), session.scope.sdk():
-            try:
-                event = await anext(events)
-            except StopAsyncIteration:
-                return
-        yield event
+    scope."""
+    return each_step_under(events, lambda: _session.bound(session), session.scope.sdk)
 
 
 async def run(

@@ -36,7 +36,7 @@ from strands.middleware import ExecuteToolStage, InvokeModelStage
 import stead
 from stead import errors
 from stead.contrib._effect import Effect
-from stead.contrib._scope import Scope
+from stead.contrib._scope import Scope, each_step_under
 from stead.contrib.strands import _interrupts, _model, _session, _tools
 
 INTERRUPT = _interrupts.KIND
@@ -102,17 +102,11 @@ async def stream(
         session.passes += 1
 
 
-async def _bound(session: _session.Session, events: AsyncIterator[Any]
-                 ) -> AsyncIterator[dict[str, Any]]:
+def _bound(session: _session.Session, events: AsyncIterator[Any]
+           ) -> AsyncIterator[dict[str, Any]]:
     """`events`, each step of it taken with the session bound and under its
-    scope: an async generator runs in its consumer's context."""
-    while True:
-        with _session.bound(session), session.scope.sdk():
-            try:
-                event = await anext(events)
-            except StopAsyncIteration:
-                return
-        yield event
+    scope."""
+    return each_step_under(events, lambda: _session.bound(session), session.scope.sdk)
 
 
 async def run(
