@@ -123,11 +123,7 @@ def main() -> None:
     ])
     print(text)
     if args.write:
-        results = ROOT / "bench" / "RESULTS.md"
-        old = results.read_text()
-        if BEGIN in old:
-            old = old[:old.index(BEGIN)] + old[old.index(END) + len(END) + 1:]
-        results.write_text(old.rstrip("\n") + "\n\n" + text + "\n")
+        runner.write_section(text, runner.BENCH / "RESULTS.md", BEGIN, END)
 
 
 if __name__ == "__main__":

@@ -182,8 +182,8 @@ def main() -> None:
                 f"{max(moved)} | |")
     text = "\n".join([
         BEGIN,
-        f"## Takeover on PostgreSQL: after a SIGKILL, and not after a dropped connection "
-        f"(issue 41)",
+        "## Takeover on PostgreSQL: after a SIGKILL, and not after a dropped connection "
+        "(issue 41)",
         "",
         f"`python -m bench.takeover --reps {args.reps}`, {dt.date.today()}, default settings "
         f"(30 s lease, 1.25 s presence grace), {machine.describe(False).get('cpu', '')}.",
@@ -195,11 +195,7 @@ def main() -> None:
     ])
     print(text)
     if args.write:
-        results = ROOT / "bench" / "RESULTS.md"
-        old = results.read_text()
-        if BEGIN in old:
-            old = old[:old.index(BEGIN)] + old[old.index(END) + len(END) + 1:]
-        results.write_text(old.rstrip("\n") + "\n\n" + text + "\n")
+        runner.write_section(text, runner.BENCH / "RESULTS.md", BEGIN, END)
 
 
 if __name__ == "__main__":
