@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import stead
@@ -163,13 +163,14 @@ async def test_a_worker_process_a_minute_ahead_never_takes_a_live_lease(
 
 
 class LeaseEndsAfterClaims(DelegatingStore):
-    """Moves the lease clock past every lease right after the `after`-th
-    claim looked and found nothing: a lease that ends between a worker's
-    claim and its look at the leases it waits for."""
+    """Ends a lease (`end`) right after the `after`-th claim looked and found
+    nothing: a lease that ends between a worker's claim and its look at the
+    leases it waits for."""
 
-    def __init__(self, inner: stead.Store, clock: stead.FakeClock, after: int) -> None:
+    def __init__(self, inner: stead.Store, after: int,
+                 end: Callable[[], Awaitable[None]]) -> None:
         super().__init__(inner)
-        self.clock, self.after, self.claims = clock, after, 0
+        self.after, self.end, self.claims = after, end, 0
 
     async def claim(
         self, worker_id: str, hosted: Sequence[str], lease_seconds: float, limit: int,
@@ -178,7 +179,7 @@ class LeaseEndsAfterClaims(DelegatingStore):
         rows = await self.inner.claim(worker_id, hosted, lease_seconds, limit, exclude)
         self.claims += 1
         if self.claims == self.after and not rows:
-            self.clock.advance(3600)
+            await self.end()
         return rows
 
 
@@ -207,27 +208,10 @@ async def test_until_idle_takes_over_a_lease_that_ends_after_its_claim_looked(
     await fstore.claim("w-crashed", ["hello@1"], 30.0, 1)  # it died holding the lease
     # The first claim finds the lease live and the worker waits for it; the
     # second finds it live too, and the lease ends just after.
-    await _until_idle_completes(LeaseEndsAfterClaims(fstore, clock, after=2), run_id)
+    async def run_out() -> None:  # the lease clock moves past every lease
+        clock.advance(3600)
 
-
-class LeaseGivenBackAfterClaims(DelegatingStore):
-    """Gives a holder's lease back right after the `after`-th claim looked
-    and found nothing, long before the lease would have run out: as its
-    holder releases the run, or a peer ends the lease of a dead holder."""
-
-    def __init__(self, inner: stead.Store, fence: Fence, after: int) -> None:
-        super().__init__(inner)
-        self.fence, self.after, self.claims = fence, after, 0
-
-    async def claim(
-        self, worker_id: str, hosted: Sequence[str], lease_seconds: float, limit: int,
-        exclude: Sequence[str] = (),
-    ) -> list[RunRow]:
-        rows = await self.inner.claim(worker_id, hosted, lease_seconds, limit, exclude)
-        self.claims += 1
-        if self.claims == self.after and not rows:
-            await self.inner.release(self.fence)
-        return rows
+    await _until_idle_completes(LeaseEndsAfterClaims(fstore, 2, run_out), run_id)
 
 
 async def test_until_idle_takes_a_run_whose_lease_ended_early_after_its_claim_looked(
@@ -235,5 +219,9 @@ async def test_until_idle_takes_a_run_whose_lease_ended_early_after_its_claim_lo
 ) -> None:
     run_id = (await stead.Client(fstore, _IDLE).start(hello)).run_id
     [row] = await fstore.claim("w-other", ["hello@1"], 30.0, 1)
-    given_back = LeaseGivenBackAfterClaims(fstore, Fence(run_id, row.epoch, "w-other"), after=2)
-    await _until_idle_completes(given_back, run_id)
+    # Given back long before it would have run out: as its holder releases the
+    # run, or a peer ends the lease of a dead holder.
+    async def give_back() -> None:
+        await fstore.release(Fence(run_id, row.epoch, "w-other"))
+
+    await _until_idle_completes(LeaseEndsAfterClaims(fstore, 2, give_back), run_id)
