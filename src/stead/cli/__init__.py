@@ -29,6 +29,8 @@ __all__ = ["main"]
 COMMANDS = {
     "approve": common.Place("events:approve",
                             "Approve a waiting run: deliver an approval event."),
+    "blobs": common.Place("blobs:blobs_group",
+                          "The blob store of large values: collect orphans (gc)."),
     "chaos": common.Place("chaos:chaos", "Kill a worker at every boundary of a workflow and "
                                          "check each recovery."),
     "db": common.Place("db:db_group", "The database: schema migrations, retention."),

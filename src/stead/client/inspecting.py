@@ -5,6 +5,7 @@ events, streams, task state, lineage, migrations, snapshots and intents."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
@@ -13,6 +14,7 @@ from stead import bounds, errors, records, searches
 from stead.client import listing
 from stead.client.base import Base
 from stead.client.info import RunInfo
+from stead.payloads import references
 from stead.records import MigrationRow, Record, ResumeRecord, RunStatus, WaitState
 from stead.stream_records import StreamEntry
 from stead.workflow import streams, workspaces
@@ -39,7 +41,10 @@ class Inspecting(Base):
     """What `Client` reads of runs; it changes nothing."""
 
     async def get(self, run_id: str) -> RunInfo:
-        return RunInfo.from_row(await self.store.get_run(run_id))
+        row = await self.store.get_run(run_id)
+        if row.result is not None and references.is_reference(row.result):
+            row = dataclasses.replace(row, result=await self.store.resolve(row.result))
+        return RunInfo.from_row(row)
 
     async def children(self, run_id: str, *, limit: int = 100) -> list[RunInfo]:
         """The runs `run_id` started with `run.child` (live or ended), oldest

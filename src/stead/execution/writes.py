@@ -18,6 +18,7 @@ from stead import codec, errors
 from stead.execution.exits import Frontier
 from stead.execution.fence import Fenced
 from stead.metrics import meters
+from stead.payloads import references
 from stead.records import Record, RecordKind, RecordStatus, ResumeDetails, ResumeRecord, RunStatus
 from stead.replay import markers_text
 
@@ -45,7 +46,23 @@ class Writes(Fenced, abc.ABC):
             raise
         if not found and self.dry:
             self.frontier = f"{kind} {name!r} at {addr}"
+        if any(references.is_reference(r.payload) for r in found):
+            # Read from the blob store as the call takes it: the journal in
+            # memory keeps the reference, so a replayed value is held only as
+            # long as its call needs it.
+            found = [r.evolve(payload=self._resolve(r.payload)) for r in found]
         return found
+
+    def _resolve(self, text: str) -> str:
+        large = self.store.large
+        ref = references.Reference.of(text)
+        if ref is None:
+            return text
+        if large is None:
+            raise errors.StoreError(
+                f"run {self.fence.run_id} journaled a value in a blob store ({ref.sha256}) "
+                "and this worker's store has none: give it the same blobs URL (STEAD_BLOBS)")
+        return large.get(ref)
 
     # -- writes -------------------------------------------------------------
     def record(self, addr: str, attempt: int, kind: RecordKind, name: str, digest: str,

@@ -18,20 +18,27 @@ from typing import Any
 from stead import errors
 
 
-def _fs(url: str) -> tuple[Any, str]:
+def filesystem(url: str, error: type[errors.SteadError], needs: str) -> tuple[Any, str]:
+    """fsspec's filesystem for `url` and the path in it; `error` when fsspec
+    or the protocol's package is missing (`needs`: the extra to install)."""
     try:
         import fsspec  # type: ignore[import-untyped,unused-ignore]
     except ImportError as exc:
-        raise errors.WorkspaceError(
-            f"workspace blobs at {url} need fsspec: pip install -e '.[workspaces]' in "
+        raise error(
+            f"blobs at {url[:200]!r} need fsspec: pip install -e '.[{needs}]' in "
             "stead's checkout (docs/install.md)") from exc
     try:
         fs, path = fsspec.core.url_to_fs(url)
     except (ValueError, ImportError) as exc:  # an unknown protocol, or its package missing
-        raise errors.WorkspaceError(
-            f"workspace blobs at {url[:200]!r} cannot be reached: {exc}. Install what the "
-            "URL's protocol needs, or name a blob URL fsspec knows") from exc
+        raise error(
+            f"blobs at {url[:200]!r} cannot be reached: {exc}. Install what the URL's "
+            "protocol needs (s3:// needs s3fs: pip install -e '.[s3]'), or name a blob URL "
+            "fsspec knows") from exc
     return fs, str(path).rstrip("/")
+
+
+def _fs(url: str) -> tuple[Any, str]:
+    return filesystem(url, errors.WorkspaceError, "workspaces")
 
 
 class BlobDir:

@@ -12,6 +12,7 @@ from stead.store.urls import display_url
 
 if TYPE_CHECKING:
     from stead.keys import KeySource
+    from stead.payloads.references import LargeValues
     from stead.store.schema_versions import Migrating, Report
 
 DEFAULT_URL = "sqlite:///stead.db"
@@ -38,7 +39,7 @@ def database_url(url: str | None = None) -> str:
 async def open_store(
     url: str | None = None, *, clock: Clock | None = None, retry_for: float = 30.0,
     keys: KeySource | None = None, lease_clock: Clock | None = None, existing: bool = False,
-    migrate: str | None = None,
+    migrate: str | None = None, blobs: str | None = None, inline_bytes: int | None = None,
 ) -> Store:
     """Open the store at `url`, past its schema's version gate; see
     `database_url` for the default URL.
@@ -57,14 +58,37 @@ async def open_store(
     new database, or migrations that are all compatible and online) or
     `"none"`; a database left behind raises `SchemaBehind`, one migrated past
     what this code can work with `SchemaAhead` (see
-    docs/guides/platform/upgrading.md)."""
+    docs/guides/platform/upgrading.md).
+    `blobs` (else `STEAD_BLOBS`; an SQLite file's default is the directory
+    beside it, `stead.db.blobs`; `""`: none) is the directory or fsspec URL
+    where payloads longer than `inline_bytes` (else `STEAD_INLINE_BYTES`, 256
+    KB) are kept, each stored as a reference (see `stead.payloads`)."""
     from stead.store import schema_versions
 
     url = database_url(url)
     dialect = "sqlite" if url.startswith("sqlite:") else "postgres"
     migrating = schema_versions.Migrating(on_open=schema_versions.on_open(dialect, migrate))
-    return await _opened(url, clock=clock, retry_for=retry_for, keys=keys,
-                         lease_clock=lease_clock, existing=existing, migrating=migrating)
+    store = await _opened(url, clock=clock, retry_for=retry_for, keys=keys,
+                          lease_clock=lease_clock, existing=existing, migrating=migrating)
+    try:
+        store.large = large_values(url, blobs, inline_bytes)
+    except BaseException:
+        await store.close()
+        raise
+    return store
+
+
+def large_values(url: str, blobs: str | None = None,
+                 inline_bytes: int | None = None) -> LargeValues | None:
+    """Where the store at `url` keeps large values (see `open_store`)."""
+    from stead.payloads import references
+
+    path = None
+    if url.startswith("sqlite:"):
+        from stead.store.sqlite.connection import path_from_url
+
+        path = path_from_url(url)
+    return references.configured(blobs, inline_bytes, url, path)
 
 
 async def upgrade(url: str | None = None, *, dry_run: bool = False, lock_timeout: float = 2.0,

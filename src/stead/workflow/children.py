@@ -21,6 +21,7 @@ Cancelling a parent cancels its live children (`Store.request_cancel`).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import uuid
@@ -152,6 +153,10 @@ class Child:
             x.check_live()
             with x.busy():
                 row = await x.store.get_run(run_id)
+                if row.status in TERMINAL and row.result is not None:
+                    # A large result comes back from the blob store; the
+                    # parent's record of it goes there again.
+                    row = dataclasses.replace(row, result=await x.store.resolve(row.result))
             if row.status in TERMINAL:
                 status, payload = _outcome(row)
                 rec = self._record(status, payload)

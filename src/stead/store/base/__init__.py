@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from stead import addresses
 from stead.store import _holders, schema_versions
 from stead.store.base.actions import Actions
+from stead.store.base.blobs import LargeBlobs
 from stead.store.base.intents import Intents
 from stead.store.base.journal import Journals
 from stead.store.base.leases import Leases
@@ -58,7 +59,7 @@ def run_outside_branches(cls: type) -> None:
 
 
 class Store(Runs, Leases, Journals, Waits, TaskState, Intents, Actions, Migrations, Retention,
-            Workspaces):
+            Workspaces, LargeBlobs):
     """A store's public coroutines run outside the workflow's branches: a task
     a store starts while a run awaits it (a pool waiting for a free connection,
     a group commit's flusher) must not be numbered as one of the run's
@@ -69,6 +70,7 @@ class Store(Runs, Leases, Journals, Waits, TaskState, Intents, Actions, Migratio
         self.database = database
         self.url = database.url
         self.clock = database.clock
+        self.large = None
         # Where the keys that sign wait tokens come from (see `stead.keys`): a
         # hook given to `open_store`, and the key file beside an SQLite file.
         self.key_source: keys.KeySource | None = None

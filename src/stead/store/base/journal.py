@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from stead.store import _rows
+from stead.store import _large, _rows
 from stead.store.base.part import StorePart
 from stead.store.seam import FencedWrite, Finish, Writing
 from stead.store.transactions import common
@@ -52,8 +52,7 @@ class Journals(StorePart):
     ) -> None:
         """Commit `records` (and the takeover's resume record) in one fenced
         transaction."""
-        write = FencedWrite(fence, records, resume)
-        await self.database.journal(write, lambda _: tx.journaled(write))
+        await self._journal(FencedWrite(fence, records, resume))
 
     async def finish(
         self,
@@ -68,8 +67,22 @@ class Journals(StorePart):
         """End the run's attempt with `status` (terminal, or stopped for a human),
         releasing the lease, in one fenced transaction."""
         end = Finish(status, result, error, self.clock.now())
-        write = FencedWrite(fence, records, resume, end)
-        await self.database.journal(write, lambda _: tx.journaled(write))
+        await self._journal(FencedWrite(fence, records, resume, end))
+
+    async def _journal(self, write: FencedWrite) -> None:
+        """Commit `write`: through the group commit, or, when it holds a
+        payload over the inline limit, with its blobs written first and its
+        run's ownership of them in the same transaction."""
+        large = self.large
+        if large is None or not _large.outside(large, write):
+            await self.database.journal(write, lambda _: tx.journaled(write))
+            return
+        write, refs = await _large.referenced(large, write)
+        now = self.clock.now()
+        await self.database.write(
+            lambda: _large.journal_owning(write, refs, now),
+            Writing(landed=lambda _: tx.journaled(write),
+                    releases=None if write.finish is None else write.fence.run_id))
 
     async def list_resumes(self, run_id: str) -> list[ResumeRecord]:
         return await self.database.read(

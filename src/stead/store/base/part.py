@@ -3,8 +3,13 @@ written against: the database its transactions run on, and the clock."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from stead.clock import Clock
 from stead.store.seam import Database
+
+if TYPE_CHECKING:
+    from stead.payloads.references import LargeValues
 
 
 class StorePart:
@@ -13,3 +18,6 @@ class StorePart:
 
     database: Database
     clock: Clock
+    # Where payloads over the inline limit are kept (see `stead.payloads`);
+    # None: every payload is stored inline.
+    large: LargeValues | None

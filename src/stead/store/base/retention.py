@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from stead.store import _rejections
+from stead.store import _large, _rejections
 from stead.store.base.part import StorePart
 from stead.store.seam import Writing
 from stead.store.transactions import retention as tx
@@ -31,8 +31,18 @@ class Retention(StorePart):
         """Delete those of `run_ids` that still may be (finished before
         `cutoff`, not live, no live parent, no effect with an unknown
         outcome: checked again in this transaction), and everything stored
-        of them. Returns the runs deleted."""
-        return await self.database.write(lambda: tx.delete_runs(cutoff, run_ids), Writing())
+        of them, their large values' blobs included (those no other run
+        owns). Returns the runs deleted."""
+        large = self.large
+        if large is None:
+            return await self.database.write(lambda: tx.delete_runs(cutoff, run_ids), Writing())
+        held = await self.database.read(lambda: _large.blobs_of(run_ids))
+        deleted = await self.database.write(lambda: tx.delete_runs(cutoff, run_ids), Writing())
+        if held:
+            # After the commit: a crash before this leaves orphans `stead blobs gc` finds.
+            owners = await self.database.read(lambda: _large.owned(held))
+            await _large.delete_unowned(large, held, owners)
+        return deleted
 
     async def prune_rejected(self, cutoff: float, limit: int) -> int:
         """Delete up to `limit` rejected events received before `cutoff`, of

@@ -1316,3 +1316,19 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 
 -- name: delete_meta
 DELETE FROM stead_meta WHERE key = %(key)s;
+
+-- large values (see stead/payloads/references.py) -----------------------------
+-- name: own_blob
+-- The run owns the blob its reference names (in the reference's transaction).
+INSERT INTO run_blobs (run_id, sha256, size, at) VALUES (%(run_id)s, %(sha256)s, %(size)s, %(at)s)
+ON CONFLICT (run_id, sha256) DO NOTHING;
+
+-- name: blobs_of_runs
+SELECT DISTINCT sha256 FROM run_blobs WHERE run_id = ANY(%(run_ids)s::text[]);
+
+-- name: delete_run_blobs
+DELETE FROM run_blobs WHERE run_id = ANY(%(run_ids)s::text[]);
+
+-- name: owned_blobs
+-- Which of `hashes` some run owns.
+SELECT DISTINCT sha256 FROM run_blobs WHERE sha256 = ANY(%(hashes)s::text[]);

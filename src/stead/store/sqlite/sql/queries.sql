@@ -1027,3 +1027,19 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 
 -- name: delete_meta
 DELETE FROM stead_meta WHERE key = :key;
+
+-- large values (see stead/payloads/references.py) -----------------------------
+-- name: own_blob
+-- The run owns the blob its reference names (in the reference's transaction).
+INSERT INTO run_blobs (run_id, sha256, size, at) VALUES (:run_id, :sha256, :size, :at)
+ON CONFLICT (run_id, sha256) DO NOTHING;
+
+-- name: blobs_of_runs
+SELECT DISTINCT sha256 FROM run_blobs WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: delete_run_blobs
+DELETE FROM run_blobs WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: owned_blobs
+-- Which of `hashes` some run owns.
+SELECT DISTINCT sha256 FROM run_blobs WHERE sha256 IN (SELECT value FROM json_each(:hashes));

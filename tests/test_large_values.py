@@ -1,0 +1,196 @@
+"""Large values by reference, on both stores, over a local directory: a step
+result, an effect result and a run's result over the inline limit are kept in
+the blob store and journaled as references; a takeover replays them from
+there; the hard cap still refuses; pruning deletes the blobs with their run;
+`stead blobs gc` deletes only orphans older than its grace."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import stead
+from stead import errors
+from stead.cli import main
+from stead.payloads.blobs import BlobStore
+from stead.payloads.references import LargeValues, Reference, is_reference
+from tests.helpers import Crash, crash_then_resume
+
+INLINE = 4096
+
+
+@pytest.fixture
+async def bstore(db_url: str, tmp_path: Path) -> AsyncIterator[tuple[stead.Store, Path]]:
+    clock = stead.FakeClock()
+    where = tmp_path / "blobs"
+    s = await stead.open_store(db_url, clock=clock, lease_clock=clock, blobs=str(where),
+                               inline_bytes=INLINE)
+    yield s, where
+    await s.close()
+
+
+def _blobs(where: Path) -> list[Path]:
+    return sorted(p for p in where.rglob("*") if p.is_file())
+
+
+def _app() -> stead.App:
+    app = stead.App("large")
+
+    @app.workflow()
+    async def bulky(run: stead.Run, n: int) -> dict[str, object]:
+        big = await run.step("fetch", lambda: "x" * n)
+        small = await run.step("count", lambda: len(big))
+        sent = await run.effect("export", lambda op: ["row"] * (n // 6), idempotent=True)
+        return {"big": big, "small": small, "rows": len(sent)}
+
+    return app
+
+
+async def _bulky(store: stead.Store, n: int) -> tuple[stead.Client, str]:
+    """A `bulky` run of `n`, run to its end."""
+    app = _app()
+    client = stead.Client(store, app)
+    run_id = (await client.start("bulky", n)).run_id
+    await stead.Worker(app, store).run_until_idle()
+    return client, run_id
+
+
+async def test_a_large_step_result_is_journaled_as_a_reference_and_read_back(
+    bstore: tuple[stead.Store, Path],
+) -> None:
+    store, where = bstore
+    client, run_id = await _bulky(store, 100_000)
+    result = await client.result(run_id)
+    assert result == {"big": "x" * 100_000, "small": 100_000, "rows": 16_666}
+    journal = await client.journal(run_id)
+    fetched = next(r for r in journal if r.name == "fetch" and r.status == "ok")
+    ref = Reference.of(fetched.payload)
+    assert ref is not None and ref.size == 100_002  # the JSON string, quotes included
+    counted = next(r for r in journal if r.name == "count")
+    assert not is_reference(counted.payload)  # a small value stays inline
+    # The step's, the effect's and the run's result: three blobs, each named by its hash.
+    assert len(_blobs(where)) == 3
+    for path in _blobs(where):
+        assert path.name == path.parent.name + path.name[2:]
+    row = await store.get_run(run_id)
+    assert row.result is not None and is_reference(row.result)
+
+
+async def test_a_takeover_replays_large_values_from_the_blob_store(
+    bstore: tuple[stead.Store, Path],
+) -> None:
+    store, _where = bstore
+    calls: list[str] = []
+    app = stead.App("large")
+
+    def crash_once() -> None:
+        if "crash" not in calls:
+            calls.append("crash")
+            raise Crash()
+
+    @app.workflow()
+    async def twice(run: stead.Run) -> int:
+        big = await run.step("fetch", lambda: calls.append("fetch") or "y" * 50_000)
+        await run.step("crash", crash_once)
+        return len(big)
+
+    client = stead.Client(store, app)
+    run_id = (await client.start("twice")).run_id
+    clock = store.clock
+    assert isinstance(clock, stead.FakeClock)
+    await crash_then_resume(app, store, clock)
+    assert await client.result(run_id) == 50_000
+    assert calls.count("fetch") == 1  # replayed from the blob, not called again
+
+
+async def test_the_hard_cap_still_refuses_with_a_clear_error(
+    bstore: tuple[stead.Store, Path],
+) -> None:
+    store, where = bstore
+    app = stead.App("large")
+
+    @app.workflow()
+    async def huge(run: stead.Run) -> str:
+        try:
+            await run.step("fetch_everything", lambda: "z" * 20_000)
+        except errors.ResultTooLarge as exc:
+            return str(exc)
+        return "stored"
+
+    client = stead.Client(store, app)
+    run_id = (await client.start("huge")).run_id
+    await stead.Worker(app, store, stead.WorkerOptions(max_result_bytes=10_000)).run_until_idle()
+    message = await client.result(run_id)
+    assert "the result of step 'fetch_everything' is 20 KB" in message
+    assert "WorkerOptions.max_result_bytes" in message
+    assert _blobs(where) == []  # refused before anything was written
+
+
+async def test_a_missing_blob_is_a_clear_error_not_garbage(
+    bstore: tuple[stead.Store, Path],
+) -> None:
+    store, where = bstore
+    client, run_id = await _bulky(store, 10_000)
+    for path in _blobs(where):
+        path.unlink()
+    with pytest.raises(stead.StoreError, match="missing from the blob store"):
+        await client.result(run_id)
+
+
+async def test_prune_deletes_a_runs_blobs_but_not_those_another_run_owns(
+    bstore: tuple[stead.Store, Path],
+) -> None:
+    store, where = bstore
+    client, first = await _bulky(store, 30_000)
+    clock = store.clock
+    assert isinstance(clock, stead.FakeClock)
+    clock.advance(10 * 86400)
+    second = (await client.start("bulky", 30_000)).run_id  # the same values: shared blobs
+    third = (await client.start("bulky", 40_000)).run_id
+    await stead.Worker(_app(), store).run_until_idle()
+    assert len(_blobs(where)) == 6  # first and second share their three
+    cutoff = clock.now() - 86400
+    ids = await store.prunable(cutoff, 100)
+    assert ids == [first]
+    assert await store.prune(cutoff, ids) == [first]
+    assert len(_blobs(where)) == 6  # the second run still owns the shared ones
+    clock.advance(10 * 86400)
+    assert sorted(await store.prune(clock.now(), [second, third])) == sorted([second, third])
+    assert _blobs(where) == []
+
+
+async def test_gc_deletes_old_orphans_only(
+    bstore: tuple[stead.Store, Path], db_url: str,
+) -> None:
+    store, where = bstore
+    client, run_id = await _bulky(store, 10_000)
+    owned = _blobs(where)
+    large = LargeValues(BlobStore(str(where)), INLINE)
+    old = large.put(json.dumps("o" * 9000))  # a write whose reference never committed
+    young = large.put(json.dumps("n" * 9000))  # one in flight
+    long_ago = time.time() - 7200
+    for sha in (old.sha256, *(p.name for p in owned)):
+        os.utime(large.blobs.path(sha), (long_ago, long_ago))
+    dry = await store.collect_blobs(grace=3600, dry_run=True)
+    assert dry.orphans == [old.sha256] and dry.orphan_bytes == old.size
+    assert large.blobs.exists(old.sha256)
+    done = await store.collect_blobs(grace=3600)
+    assert done.orphans == [old.sha256] and not large.blobs.exists(old.sha256)
+    assert large.blobs.exists(young.sha256)
+    assert all(p.exists() for p in owned)
+    assert await client.result(run_id) == {"big": "x" * 10_000, "small": 10_000, "rows": 1666}
+    # The command line, on the same store.
+    env = {"STEAD_BLOBS": str(where)}
+    out = await asyncio.to_thread(
+        CliRunner().invoke, main, ["--db", db_url, "blobs", "gc", "--grace", "0", "--dry-run"],
+        env=env)
+    assert out.exit_code == 0, out.output
+    assert young.sha256 in out.output and "would delete 1 orphan" in out.output
+    assert large.blobs.exists(young.sha256)
