@@ -1316,3 +1316,12 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 
 -- name: delete_meta
 DELETE FROM stead_meta WHERE key = %(key)s;
+
+-- Payload data keys (see stead.payloads and store/_sealing.py).
+-- name: get_payload_key
+SELECT scope, key_id, wrapped, forgotten_at FROM payload_keys WHERE scope = %(scope)s;
+
+-- name: insert_payload_key
+INSERT INTO payload_keys (scope, key_id, wrapped, created_at)
+VALUES (%(scope)s, %(key_id)s, %(wrapped)s, extract(epoch FROM statement_timestamp()))
+ON CONFLICT (scope) DO NOTHING;

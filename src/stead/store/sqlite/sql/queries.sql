@@ -1027,3 +1027,12 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 
 -- name: delete_meta
 DELETE FROM stead_meta WHERE key = :key;
+
+-- Payload data keys (see stead.payloads and store/_sealing.py).
+-- name: get_payload_key
+SELECT scope, key_id, wrapped, forgotten_at FROM payload_keys WHERE scope = :scope;
+
+-- name: insert_payload_key
+INSERT INTO payload_keys (scope, key_id, wrapped, created_at)
+VALUES (:scope, :key_id, :wrapped, (julianday('now') - 2440587.5) * 86400.0)
+ON CONFLICT (scope) DO NOTHING;

@@ -1,0 +1,113 @@
+"""Payloads sealed at rest, on both stores: a run whose input, model call,
+step, event, stream and task state carry an e-mail address and a card-like
+number leaves neither in the database files, in `pg_dump`, or in an export,
+while the client, `stead runs show` and the store's reads still see them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import stead
+from tests import pg
+
+EMAIL = "alice@example.com"
+CARD = "4111 1111 1111 1111"
+SECRETS = (EMAIL.encode(), CARD.encode(), b"4111111111111111")
+
+
+def _app(model: stead.ScriptedModel) -> tuple[stead.App, Any]:
+    app = stead.App("sealed")
+
+    @app.workflow(version=1)
+    async def serve(run: stead.Run, customer: dict[str, str]) -> dict[str, Any]:
+        reply = await run.llm("ask", model, [
+            {"role": "user", "content": f"I am {customer['email']}, card {customer['card']}"}])
+
+        async def charge() -> str:
+            return f"charged {customer['card']} for {customer['email']}"
+
+        charged = await run.step("charge", charge)
+        notes = run.stream("notes")
+        await notes.append({"note": f"spoke with {customer['email']}"})
+        await run.state.update({"email": customer["email"]}, expect_version=None)
+        w = await run.wait("confirm", token=False, request={"ask": customer["email"]})
+        event = await w
+        return {"reply": reply.text, "charged": charged, "event": event}
+
+    return app, serve
+
+
+def _grep(data: bytes) -> list[bytes]:
+    return [s for s in SECRETS if s in data]
+
+
+async def _serve(url: str, **options: Any) -> tuple[str, Any]:
+    model = stead.ScriptedModel([f"hello {EMAIL}"])
+    app, serve = _app(model)
+    store = await stead.open_store(url, **options)
+    try:
+        client = stead.Client(store, app)
+        info = await client.start(serve, {"email": EMAIL, "card": CARD}, task_id="cust-1")
+        await stead.Worker(app, store).run_until_idle()
+        await client.deliver(info.run_id, event_id="e1", kind="confirm",
+                             payload={"ok": EMAIL})
+        await stead.Worker(app, store).run_until_idle()
+        result = await client.result(info.run_id, timeout=10)
+    finally:
+        await store.close()
+    return info.run_id, result
+
+
+def _export(run_id: str, env: dict[str, str]) -> bytes:
+    done = subprocess.run([sys.executable, "-m", "stead", "runs", "export", run_id],
+                          capture_output=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+async def test_nothing_personal_is_stored_in_clear(db_url: str, backend: str,
+                                                   tmp_path: Path) -> None:
+    run_id, result = await _serve(db_url, payloads=True)
+    assert result["charged"] == f"charged {CARD} for {EMAIL}"
+    assert result["event"] == {"ok": EMAIL}
+    assert EMAIL in result["reply"]
+    if backend == "sqlite":
+        path = Path(db_url.removeprefix("sqlite:///"))
+        found = [(p.name, _grep(p.read_bytes())) for p in path.parent.glob(path.name + "*")
+                 if not p.name.endswith(".keys")]
+        assert found and all(not hits for _, hits in found), found
+    else:
+        schema = pg.schema_of(db_url)
+        dump = subprocess.run(["pg_dump", "--data-only", f"--schema={schema}", pg.BASE_URL],
+                              capture_output=True, timeout=120)
+        assert dump.returncode == 0, dump.stderr
+        assert b"payload_keys" in dump.stdout
+        assert not _grep(dump.stdout)
+    env = {**os.environ, "STEAD_ENCRYPT": "1", "STEAD_DATABASE_URL": db_url}
+    exported = _export(run_id, env)
+    assert not _grep(exported)
+    # Who may see payloads still sees them.
+    store = await stead.open_store(db_url, payloads=True)
+    try:
+        run = await store.get_run(run_id)
+        assert EMAIL in run.input and CARD in run.input
+        journal = await store.load_journal(run_id)
+        assert any(EMAIL in r.payload for r in journal)
+        state = await store.read_state("cust-1")
+        assert state is not None and EMAIL in state.data
+    finally:
+        await store.close()
+    shown = subprocess.run([sys.executable, "-m", "stead", "runs", "show", run_id],
+                           capture_output=True, text=True, env=env, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert EMAIL in shown.stdout
+
+
+async def test_encryption_off_stores_as_before(sqlite_url: str) -> None:
+    await _serve(sqlite_url, payloads=False)
+    path = Path(sqlite_url.removeprefix("sqlite:///"))
+    assert EMAIL.encode() in b"".join(p.read_bytes() for p in path.parent.glob("stead.db*"))
