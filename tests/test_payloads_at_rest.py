@@ -11,12 +11,27 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import stead
 from tests import pg
 
 EMAIL = "alice@example.com"
 CARD = "4111 1111 1111 1111"
 SECRETS = (EMAIL.encode(), CARD.encode(), b"4111111111111111")
+
+
+@pytest.fixture(autouse=True)
+def data_keys(request: pytest.FixtureRequest, tmp_path: Path,
+              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PostgreSQL test's own key file, with a data key (an SQLite file
+    makes its own beside it)."""
+    if "db_url" in request.fixturenames and request.getfixturevalue("backend") == "postgres":
+        request.getfixturevalue("db_url")
+        path = tmp_path / "keys"
+        stead.keys.add_key(path)
+        stead.keys.rotate(path)
+        monkeypatch.setenv(stead.keys.KEY_FILE_ENV, str(path))
 
 
 def _app(model: stead.ScriptedModel) -> tuple[stead.App, Any]:
@@ -81,8 +96,8 @@ async def test_nothing_personal_is_stored_in_clear(db_url: str, backend: str,
                  if not p.name.endswith(".keys")]
         assert found and all(not hits for _, hits in found), found
     else:
-        schema = pg.schema_of(db_url)
-        dump = subprocess.run(["pg_dump", "--data-only", f"--schema={schema}", pg.BASE_URL],
+        schema = pg.query_param(db_url, "schema")
+        dump = subprocess.run(["pg_dump", "--data-only", f"--schema={schema}", pg.URL],
                               capture_output=True, timeout=120)
         assert dump.returncode == 0, dump.stderr
         assert b"payload_keys" in dump.stdout
