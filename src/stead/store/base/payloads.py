@@ -138,23 +138,22 @@ def _opened_json(sealer: Sealer, data: Any) -> Flow[Any]:
         if envelope.is_sealed(run.get(column)):
             run[column] = yield from _sealing.open_value(sealer, run[column], column, run_id,
                                                          None)
-    journal = []
-    for record in data.get("journal") or []:
-        record = dict(record)
-        if envelope.is_sealed(record.get("payload")):
-            record["payload"] = yield from _sealing.open_value(sealer, record["payload"],
-                                                               "payload", run_id, None)
-        journal.append(record)
-    waits = []
-    for wait in data.get("waits") or []:
-        wait = dict(wait)
-        if envelope.is_sealed(wait.get("request")):
-            wait["request"] = yield from _sealing.open_value(sealer, wait["request"],
-                                                             "request", run_id, None)
-        waits.append(wait)
+    journal = yield from _opened_rows(sealer, data.get("journal"), "payload", run_id)
+    waits = yield from _opened_rows(sealer, data.get("waits"), "request", run_id)
     state = data.get("state")
     if isinstance(state, dict) and envelope.is_sealed(state.get("data")):
         state = dict(state)
         state["data"] = yield from _sealing.open_value(
             sealer, state["data"], "data", f"task:{state.get('task_key')}", None)
     return {**data, "run": run, "journal": journal, "waits": waits, "state": state}
+
+
+def _opened_rows(sealer: Sealer, found: Any, column: str, run_id: Any) -> Flow[list[Any]]:
+    """Rows of an export's list, `column` of each opened if sealed."""
+    out = []
+    for row in found or []:
+        if isinstance(row, dict) and envelope.is_sealed(row.get(column)):
+            row = {**row, column: (yield from _sealing.open_value(sealer, row[column], column,
+                                                                  run_id, None))}
+        out.append(row)
+    return out
