@@ -51,7 +51,7 @@ def _app(model: stead.ScriptedModel) -> tuple[stead.App, Any]:
         notes = run.stream("notes")
         await notes.append({"note": f"spoke with {customer['email']}"})
         await run.state.update({"email": customer["email"]}, expect_version=None)
-        w = await run.wait("confirm", token=False, request={"ask": customer["email"]})
+        w: Any = await run.wait("confirm", token=False, request={"ask": customer["email"]})
         event = await w
         return {"reply": reply.text, "charged": charged, "event": event}
 
