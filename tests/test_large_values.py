@@ -194,3 +194,43 @@ async def test_gc_deletes_old_orphans_only(
     assert out.exit_code == 0, out.output
     assert young.sha256 in out.output and "would delete 1 orphan" in out.output
     assert large.blobs.exists(young.sha256)
+
+
+@pytest.fixture
+def data_keys(backend: str, db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PostgreSQL test's own key file with a data key (an SQLite file makes
+    its own beside it)."""
+    if backend == "postgres":
+        path = tmp_path / "keys"
+        stead.keys.add_key(path)
+        stead.keys.rotate(path)
+        monkeypatch.setenv(stead.keys.KEY_FILE_ENV, str(path))
+
+
+@pytest.mark.parametrize("sealed", [True, False])
+async def test_sealed_blobs_hold_no_clear_text_and_forgetting_deletes_them(
+    db_url: str, tmp_path: Path, data_keys: None, sealed: bool,
+) -> None:
+    where = tmp_path / "blobs"
+    store = await stead.open_store(db_url, blobs=str(where), inline_bytes=INLINE,
+                                   payloads=sealed)
+    try:
+        app = stead.App("large")
+
+        @app.workflow()
+        async def personal(run: stead.Run) -> int:
+            text = await run.step("fetch", lambda: "alice@example.com " * 1000)
+            return len(text)
+
+        client = stead.Client(store, app)
+        run_id = (await client.start("personal", task_id="cust-1")).run_id
+        await stead.Worker(app, store).run_until_idle()
+        assert await client.result(run_id) == 18_000
+        [blob] = _blobs(where)
+        assert (b"alice@example.com" in blob.read_bytes()) is not sealed
+        ref = Reference.of((await store.load_journal(run_id))[0].payload)
+        assert ref is not None and ref.codec == ("sealed" if sealed else "json")
+        await client.forget("cust-1", why="erasure request", by="dpo")
+        assert _blobs(where) == []
+    finally:
+        await store.close()

@@ -43,7 +43,7 @@ class Inspecting(Base):
     async def get(self, run_id: str) -> RunInfo:
         row = await self.store.get_run(run_id)
         if row.result is not None and references.is_reference(row.result):
-            row = dataclasses.replace(row, result=await self.store.resolve(row.result))
+            row = dataclasses.replace(row, result=await self.store.resolve(row.result, run_id))
         return RunInfo.from_row(row)
 
     async def children(self, run_id: str, *, limit: int = 100) -> list[RunInfo]:

@@ -50,19 +50,9 @@ class Writes(Fenced, abc.ABC):
             # Read from the blob store as the call takes it: the journal in
             # memory keeps the reference, so a replayed value is held only as
             # long as its call needs it.
-            found = [r.evolve(payload=self._resolve(r.payload)) for r in found]
+            found = [r.evolve(payload=self.store.resolve_now(r.payload, self.fence.run_id))
+                     for r in found]
         return found
-
-    def _resolve(self, text: str) -> str:
-        large = self.store.large
-        ref = references.Reference.of(text)
-        if ref is None:
-            return text
-        if large is None:
-            raise errors.StoreError(
-                f"run {self.fence.run_id} journaled a value in a blob store ({ref.sha256}) "
-                "and this worker's store has none: give it the same blobs URL (STEAD_BLOBS)")
-        return large.get(ref)
 
     # -- writes -------------------------------------------------------------
     def record(self, addr: str, attempt: int, kind: RecordKind, name: str, digest: str,

@@ -6,8 +6,9 @@ place:
     {"$blob":"<sha256>","size":<bytes>,"codec":"json"}
 
 `codec` says what the blob's bytes are: `json`, the value's JSON text as it
-would have been stored inline. The reference is itself a payload: whatever
-the store does to payloads (sealing) it does to the reference too.
+would have been stored inline; `sealed`, that text sealed under its run's
+data key (`stead.payloads.sealer`), when the store seals payloads. The
+reference is itself a payload: the store seals it like any other.
 
 Which blob store: `open_store(url, blobs=...)`, else `STEAD_BLOBS` (a
 directory or an fsspec URL); else, for an SQLite file, the directory beside
@@ -32,6 +33,7 @@ MARK = '{"$blob":"'
 # A reference is short; a longer text that starts like one is a value.
 _REFERENCE_CHARS = 200
 CODEC = "json"
+SEALED = "sealed"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -80,23 +82,20 @@ class LargeValues:
         ASCII, so its length is its size in bytes."""
         return text is not None and len(text) > self.inline_bytes
 
-    def put(self, text: str) -> Reference:
-        """Store `text` durably; its reference (blocking: call in a thread)."""
+    def put(self, text: str, codec: str = CODEC) -> Reference:
+        """Store `text` (what `codec` says it is) durably; its reference
+        (blocking: call in a thread)."""
         sha256, size = self.blobs.put_text(text)
-        return Reference(sha256, size)
+        return Reference(sha256, size, codec)
 
     def get(self, ref: Reference) -> str:
-        """The value `ref` names (blocking: call in a thread)."""
-        if ref.codec != CODEC:
+        """The text of the blob `ref` names: the value, or with codec
+        `sealed` the value sealed (blocking: call in a thread)."""
+        if ref.codec not in (CODEC, SEALED):
             raise errors.StoreError(
                 f"the large value {ref.sha256} is stored as {ref.codec!r}, which this stead "
                 "cannot read; upgrade stead")
         return self.blobs.get_text(ref.sha256, ref.size)
-
-    def resolve(self, text: str) -> str:
-        """`text`, or the value it references."""
-        ref = Reference.of(text)
-        return text if ref is None else self.get(ref)
 
 
 def inline_bytes(given: int | None = None) -> int:

@@ -12,10 +12,12 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from stead.store.seam import FencedWrite, Flow, Journal, execute, rows
+from stead.payloads import references
+from stead.payloads.envelope import What
+from stead.store.seam import Database, FencedWrite, Flow, Journal, Writing, execute, rows
 
 if TYPE_CHECKING:
     from stead.payloads.references import LargeValues, Reference
@@ -32,20 +34,31 @@ def outside(large: LargeValues, write: FencedWrite) -> bool:
             or (end is not None and large.outside(end.result)))
 
 
-async def referenced(large: LargeValues, write: FencedWrite
+# Seals a value's text as the kind of payload it is (None: values are not sealed).
+Seal = Callable[[str, What], str]
+
+
+def _put(large: LargeValues, text: str, what: What, seal: Seal | None) -> Reference:
+    if seal is None:
+        return large.put(text)
+    return large.put(seal(text, what), references.SEALED)
+
+
+async def referenced(large: LargeValues, write: FencedWrite, seal: Seal | None
                      ) -> tuple[FencedWrite, list[Reference]]:
     """`write` with each payload over the inline limit replaced by its
-    reference, the blobs durable (written on a thread), and the references."""
+    reference, the blobs durable (written, and sealed with `seal`, on a
+    thread), and the references."""
     refs: list[Reference] = []
     records = list(write.records)
     for i, r in enumerate(records):
         if large.outside(r.payload):
-            ref = await asyncio.to_thread(large.put, r.payload)
+            ref = await asyncio.to_thread(_put, large, r.payload, What.JOURNAL, seal)
             records[i] = r.evolve(payload=ref.text())
             refs.append(ref)
     end = write.finish
     if end is not None and end.result is not None and large.outside(end.result):
-        ref = await asyncio.to_thread(large.put, end.result)
+        ref = await asyncio.to_thread(_put, large, end.result, What.RESULT, seal)
         end = dataclasses.replace(end, result=ref.text())
         refs.append(ref)
     return dataclasses.replace(write, records=records, finish=end), refs
@@ -62,6 +75,23 @@ def journal_owning(write: FencedWrite, refs: Sequence[Reference], now: float) ->
 def blobs_of(run_ids: Sequence[str]) -> Flow[list[str]]:
     found = yield rows("blobs_of_runs", {"run_ids": list(run_ids)})
     return [str(r["sha256"]) for r in found]
+
+
+def disowned(run_ids: Sequence[str]) -> Flow[list[str]]:
+    """Delete the rows of `run_ids`' blobs; the blobs they named."""
+    held = yield from blobs_of(run_ids)
+    yield execute("delete_run_blobs", {"run_ids": list(run_ids)})
+    return held
+
+
+async def drop(database: Database, large: LargeValues, run_ids: Sequence[str]) -> int:
+    """Delete the large values of `run_ids` (their task was forgotten): their
+    rows, then the blobs no other run owns; how many blobs."""
+    held = await database.write(lambda: disowned(run_ids), Writing())
+    if not held:
+        return 0
+    owners = await database.read(lambda: owned(held))
+    return await delete_unowned(large, held, owners)
 
 
 def owned(hashes: Sequence[str]) -> Flow[set[str]]:

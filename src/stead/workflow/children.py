@@ -156,7 +156,7 @@ class Child:
                 if row.status in TERMINAL and row.result is not None:
                     # A large result comes back from the blob store; the
                     # parent's record of it goes there again.
-                    row = dataclasses.replace(row, result=await x.store.resolve(row.result))
+                    row = dataclasses.replace(row, result=await x.store.resolve(row.result, run_id))
             if row.status in TERMINAL:
                 status, payload = _outcome(row)
                 rec = self._record(status, payload)

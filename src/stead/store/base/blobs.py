@@ -4,11 +4,18 @@ reading one back, and collecting the blobs no run owns (`stead blobs gc`)."""
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from stead import errors
+from stead.payloads import envelope, references
+from stead.payloads.envelope import What, Where
 from stead.payloads.references import Reference
-from stead.store import _large
+from stead.store import _large, _sealing
 from stead.store.base.part import StorePart
+
+if TYPE_CHECKING:
+    from stead.payloads.references import LargeValues
+    from stead.payloads.sealer import DataKey
 
 # A blob younger than this is never collected: the write that made it may not
 # have committed its reference yet.
@@ -18,17 +25,66 @@ GRACE = 3600.0
 class LargeBlobs(StorePart):
     """The `Store`'s operations on large values' blobs."""
 
-    async def resolve(self, text: str) -> str:
-        """`text`, or the large value it references (read on a thread)."""
+    def _referenced(self, text: str) -> tuple[Reference, LargeValues] | None:
         ref = Reference.of(text)
         if ref is None:
-            return text
+            return None
         if self.large is None:
             raise errors.StoreError(
                 f"a value is kept in a blob store ({ref.sha256}, {ref.size} bytes) and this "
                 "store was opened without one: open it with blobs=URL (STEAD_BLOBS) naming "
                 "the blob store it was written to")
-        return await asyncio.to_thread(self.large.get, ref)
+        return ref, self.large
+
+    def _opened(self, ref: Reference, text: str, where: Where, key: DataKey | None) -> str:
+        if ref.codec != references.SEALED:
+            return text
+        sealer = self.database.sealer
+        if sealer is None:
+            raise errors.StoreError(
+                f"the large value {ref.sha256} of {where.scope} is sealed and this store "
+                "does not seal payloads: open it with payloads=True (STEAD_ENCRYPT=1)")
+        if key is None:
+            return envelope.FORGOTTEN
+        return sealer.unseal(text, where, key)
+
+    async def resolve(self, text: str, run_id: str, what: What = What.RESULT) -> str:
+        """`text`, or the large value it references, read (and opened, if it
+        is sealed) on a thread: the `what` of run `run_id`."""
+        found = self._referenced(text)
+        if found is None:
+            return text
+        ref, large = found
+        key = None
+        sealer = self.database.sealer
+        if ref.codec == references.SEALED and sealer is not None:
+            key = sealer.known(run_id)
+            if key is None:
+                key = await self.database.read(lambda: _sealing.key_of(sealer, run_id, None))
+        held = key
+
+        def read() -> str:
+            return self._opened(ref, large.get(ref), Where(run_id, what), held)
+
+        return await asyncio.to_thread(read)
+
+    def resolve_now(self, text: str, run_id: str, what: What = What.JOURNAL) -> str:
+        """`text`, or the large value it references, read here (blocking);
+        a sealed one only with its run's data key at hand (a takeover that
+        read the run's journal opened it)."""
+        found = self._referenced(text)
+        if found is None:
+            return text
+        ref, large = found
+        key = None
+        sealer = self.database.sealer
+        if ref.codec == references.SEALED and sealer is not None:
+            key = sealer.known(run_id)
+            if key is None:
+                raise errors.PayloadUnreadable(
+                    f"the data key of {run_id} is not at hand to open its large value "
+                    f"{ref.sha256}")
+        return self._opened(ref, large.get(ref), Where(run_id, what), key)
 
     async def collect_blobs(self, *, grace: float = GRACE,
                             dry_run: bool = False) -> _large.Collected:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from stead.store import _large, _rows
+from stead.payloads.envelope import What, Where
+from stead.store import _large, _rows, _sealing
 from stead.store.base.part import StorePart
 from stead.store.seam import FencedWrite, Finish, Writing
 from stead.store.transactions import common
@@ -77,7 +78,23 @@ class Journals(StorePart):
         if large is None or not _large.outside(large, write):
             await self.database.journal(write, lambda _: tx.journaled(write))
             return
-        write, refs = await _large.referenced(large, write)
+        seal = None
+        sealer = self.database.sealer
+        if sealer is not None:
+            run_id = write.fence.run_id
+            key = sealer.known(run_id)
+            if key is None:
+                key = await self.database.write(lambda: _sealing.run_key(sealer, run_id),
+                                                Writing())
+                if key is None:
+                    raise _sealing.forgotten(run_id)
+                sealer.learn(key)
+            held = key
+
+            def seal(text: str, what: What) -> str:
+                return sealer.seal(text, Where(run_id, what), held)
+
+        write, refs = await _large.referenced(large, write, seal)
         now = self.clock.now()
         await self.database.write(
             lambda: _large.journal_owning(write, refs, now),

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from stead import errors
 from stead.payloads import envelope
 from stead.payloads.envelope import What, Where
-from stead.store import _sealing
+from stead.store import _large, _sealing
 from stead.store.base.part import StorePart
 from stead.store.seam import Flow, Writing
 from stead.store.transactions import payloads as tx
@@ -42,6 +42,9 @@ class Payloads(StorePart):
         if sealer is not None:
             for scope in [*done.runs, f"task:{task_id}"]:
                 sealer.drop(scope)
+        if self.large is not None and done.runs:
+            # Their large values' blobs too (sealed or not): no reference names them now.
+            await _large.drop(self.database, self.large, done.runs)
         return done
 
     async def forgotten(self, run_id: str) -> tx.Forgotten | None:
