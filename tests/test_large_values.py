@@ -83,10 +83,9 @@ async def test_a_large_step_result_is_journaled_as_a_reference_and_read_back(
     assert row.result is not None and is_reference(row.result)
 
 
-async def test_a_takeover_replays_large_values_from_the_blob_store(
-    bstore: tuple[stead.Store, Path],
-) -> None:
-    store, _where = bstore
+async def crashed_once(store: stead.Store, value: object) -> tuple[stead.Client, str, int]:
+    """A run whose step returns `value`, then whose worker crashes; run to its
+    end by a second worker. Its client, id and how often the step was called."""
     calls: list[str] = []
     app = stead.App("large")
 
@@ -97,7 +96,7 @@ async def test_a_takeover_replays_large_values_from_the_blob_store(
 
     @app.workflow()
     async def twice(run: stead.Run) -> int:
-        big = await run.step("fetch", lambda: calls.append("fetch") or "y" * 50_000)
+        big = await run.step("fetch", lambda: calls.append("fetch") or value)
         await run.step("crash", crash_once)
         return len(big)
 
@@ -106,8 +105,15 @@ async def test_a_takeover_replays_large_values_from_the_blob_store(
     clock = store.clock
     assert isinstance(clock, stead.FakeClock)
     await crash_then_resume(app, store, clock)
+    return client, run_id, calls.count("fetch")
+
+
+async def test_a_takeover_replays_large_values_from_the_blob_store(
+    bstore: tuple[stead.Store, Path],
+) -> None:
+    client, run_id, fetched = await crashed_once(bstore[0], "y" * 50_000)
     assert await client.result(run_id) == 50_000
-    assert calls.count("fetch") == 1  # replayed from the blob, not called again
+    assert fetched == 1  # replayed from the blob, not called again
 
 
 async def test_the_hard_cap_still_refuses_with_a_clear_error(

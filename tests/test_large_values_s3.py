@@ -11,8 +11,8 @@ import pytest
 import stead
 from stead.payloads.blobs import BlobStore
 from stead.payloads.references import Reference
-from tests.helpers import Crash, crash_then_resume
 from tests.s3 import moto_endpoint, s3_url
+from tests.test_large_values import crashed_once
 
 __all__ = ["moto_endpoint", "s3_url"]  # fixtures, used by name
 INLINE = 4096
@@ -35,27 +35,11 @@ async def test_a_large_value_goes_to_s3_and_replays_from_there(
     s3store: tuple[stead.Store, BlobStore],
 ) -> None:
     store, blobs = s3store
-    calls: list[str] = []
-    app = stead.App("large")
-
-    def crash_once() -> None:
-        if "crash" not in calls:
-            calls.append("crash")
-            raise Crash()
-
-    @app.workflow()
-    async def twice(run: stead.Run) -> int:
-        big = await run.step("fetch", lambda: calls.append("fetch") or ["r"] * 30_000)
-        await run.step("crash", crash_once)
-        return len(big)
-
-    client = stead.Client(store, app)
-    run_id = (await client.start("twice")).run_id
+    client, run_id, fetched = await crashed_once(store, ["r"] * 30_000)
+    assert await client.result(run_id) == 30_000
+    assert fetched == 1
     clock = store.clock
     assert isinstance(clock, stead.FakeClock)
-    await crash_then_resume(app, store, clock)
-    assert await client.result(run_id) == 30_000
-    assert calls.count("fetch") == 1
     fetched = next(r for r in await store.load_journal(run_id) if r.name == "fetch")
     ref = Reference.of(fetched.payload)
     assert ref is not None and _names(blobs) == [ref.sha256]
