@@ -10,6 +10,7 @@ durable write, which carries them (see docs/architecture.md).
 from __future__ import annotations
 
 import abc
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
@@ -38,7 +39,7 @@ def _acts(rec: Record) -> bool:
 class Writes(Fenced, abc.ABC):
     """The write buffer and the fenced writes that carry it."""
 
-    def take(self, addr: str, kind: RecordKind, name: str, digest: str) -> list[Record]:
+    def _found(self, addr: str, kind: RecordKind, name: str, digest: str) -> list[Record]:
         try:
             found = self.journal.take(addr, kind, name, digest)
         except errors.NonDeterminism as exc:
@@ -46,12 +47,28 @@ class Writes(Fenced, abc.ABC):
             raise
         if not found and self.dry:
             self.frontier = f"{kind} {name!r} at {addr}"
+        return found
+
+    def _resolved(self, found: list[Record]) -> list[Record]:
+        """`found` with each large value read back from the blob store. The
+        journal in memory keeps the references, so a replayed value is held
+        only as long as its call needs it."""
+        return [r.evolve(payload=self.store.resolve_now(r.payload, self.fence.run_id))
+                for r in found]
+
+    def take(self, addr: str, kind: RecordKind, name: str, digest: str) -> list[Record]:
+        found = self._found(addr, kind, name, digest)
         if any(references.is_reference(r.payload) for r in found):
-            # Read from the blob store as the call takes it: the journal in
-            # memory keeps the reference, so a replayed value is held only as
-            # long as its call needs it.
-            found = [r.evolve(payload=self.store.resolve_now(r.payload, self.fence.run_id))
-                     for r in found]
+            found = self._resolved(found)
+        return found
+
+    async def taken(self, addr: str, kind: RecordKind, name: str, digest: str
+                    ) -> list[Record]:
+        """`take`, reading large values on a thread (a step's, an effect's:
+        the calls whose results may be large), not on the event loop."""
+        found = self._found(addr, kind, name, digest)
+        if any(references.is_reference(r.payload) for r in found):
+            found = await asyncio.to_thread(self._resolved, found)
         return found
 
     # -- writes -------------------------------------------------------------

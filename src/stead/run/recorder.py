@@ -68,7 +68,7 @@ class Recorder:
         journal if recorded, else by calling it live (with retries) and
         journaling each attempt."""
         addr = addresses.reserve()
-        prior = self._x.take(addr, kind, name, digest)
+        prior = await self._x.taken(addr, kind, name, digest)
         if prior and code is not None:
             prior = self._code_changed(addr, name, prior, code)
         attempt = 1

@@ -145,7 +145,7 @@ class Effect:
 
     # -- the state machine ----------------------------------------------------
     async def run(self) -> Any:
-        recs = self.x.take(self.addr, RecordKind.EFFECT, self.spec.name, self.digest)
+        recs = await self.x.taken(self.addr, RecordKind.EFFECT, self.spec.name, self.digest)
         self.first_sent = next((r.at for r in recs if r.status == RecordStatus.INTENT), None)
         if not recs:
             self.x.classify(ResumeClass.NOT_STARTED)
