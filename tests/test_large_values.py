@@ -202,6 +202,35 @@ async def test_gc_deletes_old_orphans_only(
     assert large.blobs.exists(young.sha256)
 
 
+async def test_a_large_stream_entry_is_kept_by_reference_and_read_back(
+    bstore: tuple[stead.Store, Path],
+) -> None:
+    store, where = bstore
+    app = stead.App("large")
+
+    @app.workflow()
+    async def streaming(run: stead.Run) -> int:
+        answer = run.stream("answer")
+        await answer.append("s" * 20_000)
+        await answer.append("small")
+        return 2
+
+    client = stead.Client(store, app)
+    run_id = (await client.start("streaming")).run_id
+    await stead.Worker(app, store).run_until_idle()
+    assert await client.result(run_id) == 2
+    stored = await store.read_stream(run_id, "answer")
+    assert is_reference(stored[0].text) and not is_reference(stored[1].text)
+    assert len(_blobs(where)) == 1
+    read = [e.value async for e in client.read_stream(run_id, "answer")]
+    assert read == ["s" * 20_000, "small"]
+    clock = store.clock
+    assert isinstance(clock, stead.FakeClock)
+    clock.advance(10 * 86400)
+    assert await store.prune(clock.now(), [run_id]) == [run_id]
+    assert _blobs(where) == []
+
+
 @pytest.fixture
 def data_keys(backend: str, db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A PostgreSQL test's own key file with a data key (an SQLite file makes

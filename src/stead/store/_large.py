@@ -38,7 +38,9 @@ def outside(large: LargeValues, write: FencedWrite) -> bool:
 Seal = Callable[[str, What], str]
 
 
-def _put(large: LargeValues, text: str, what: What, seal: Seal | None) -> Reference:
+def put(large: LargeValues, text: str, what: What, seal: Seal | None) -> Reference:
+    """Store `text` (sealed with `seal`, if given) as a `what`; its reference
+    (blocking: call in a thread)."""
     if seal is None:
         return large.put(text)
     return large.put(seal(text, what), references.SEALED)
@@ -53,23 +55,28 @@ async def referenced(large: LargeValues, write: FencedWrite, seal: Seal | None
     records = list(write.records)
     for i, r in enumerate(records):
         if large.outside(r.payload):
-            ref = await asyncio.to_thread(_put, large, r.payload, What.JOURNAL, seal)
+            ref = await asyncio.to_thread(put, large, r.payload, What.JOURNAL, seal)
             records[i] = r.evolve(payload=ref.text())
             refs.append(ref)
     end = write.finish
     if end is not None and end.result is not None and large.outside(end.result):
-        ref = await asyncio.to_thread(_put, large, end.result, What.RESULT, seal)
+        ref = await asyncio.to_thread(put, large, end.result, What.RESULT, seal)
         end = dataclasses.replace(end, result=ref.text())
         refs.append(ref)
     return dataclasses.replace(write, records=records, finish=end), refs
 
 
+def own(run_id: str, refs: Sequence[Reference], now: float) -> Flow[None]:
+    """Run `run_id` owns `refs`' blobs."""
+    for ref in refs:
+        yield execute("own_blob", {"run_id": run_id, "sha256": ref.sha256, "size": ref.size,
+                                   "at": now})
+
+
 def journal_owning(write: FencedWrite, refs: Sequence[Reference], now: float) -> Flow[None]:
     """Commit `write` and its run's ownership of `refs`' blobs."""
     yield Journal(write)
-    for ref in refs:
-        yield execute("own_blob", {"run_id": write.fence.run_id, "sha256": ref.sha256,
-                                   "size": ref.size, "at": now})
+    yield from own(write.fence.run_id, refs, now)
 
 
 def blobs_of(run_ids: Sequence[str]) -> Flow[list[str]]:

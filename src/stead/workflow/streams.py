@@ -20,10 +20,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
 from stead import addresses, codec, errors
+from stead.payloads.envelope import What
 from stead.records import TERMINAL
 
 if TYPE_CHECKING:
@@ -135,7 +137,9 @@ async def tail(store: Store, run_id: str, name: str, after: int = 0, *,
         ended = (await store.get_run(run_id)).status in TERMINAL
         found = await store.read_stream(run_id, name, after)
         for entry in found:
-            yield entry
+            # A large value comes back from the blob store as it is yielded.
+            text = await store.resolve(entry.text, run_id, What.STREAM)
+            yield entry if text is entry.text else dataclasses.replace(entry, text=text)
             after = entry.offset
             if entry.kind == EntryKind.CLOSED:
                 return
