@@ -16,6 +16,8 @@ PREFIX = '{"$sealed": "'
 # What a payload reads as once its data key is destroyed, or, with encryption
 # off, once it was overwritten by forgetting its task.
 FORGOTTEN = '{"$forgotten": true}'
+# A sealed blob (a workspace file's bytes): this, then nonce and ciphertext.
+BLOB_PREFIX = b"\x00stead sealed blob 1\x00"
 
 
 class What(enum.StrEnum):
@@ -31,6 +33,7 @@ class What(enum.StrEnum):
     STREAM = "stream"
     REQUEST = "request"
     MIGRATION = "migration"
+    BLOB = "blob"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -48,6 +51,10 @@ class Where:
 
 def is_sealed(text: object) -> bool:
     return isinstance(text, str) and text.startswith(PREFIX)
+
+
+def is_sealed_blob(data: object) -> bool:
+    return isinstance(data, bytes | memoryview) and bytes(data[:len(BLOB_PREFIX)]) == BLOB_PREFIX
 
 
 def is_forgotten(text: object) -> bool:

@@ -91,3 +91,16 @@ class Sealer:
                 f"the {where.what} payload of {where.scope} does not open under its data key: "
                 "it was changed since it was written")
         return plain.decode("utf-8", "surrogatepass")
+
+    def seal_blob(self, data: bytes, where: Where, key: DataKey) -> bytes:
+        """Bytes sealed under `key`, bound to `where` (the blob's own scope)."""
+        if key.scope != where.scope:
+            raise errors.PayloadUnreadable(f"the data key of {key.scope} cannot seal {where}")
+        return envelope.BLOB_PREFIX + codecs.aes_seal(key.secret, data, where.aad())
+
+    def unseal_blob(self, data: bytes, where: Where, key: DataKey) -> bytes:
+        plain = codecs.aes_open(key.secret, bytes(data[len(envelope.BLOB_PREFIX):]), where.aad())
+        if plain is None:
+            raise errors.PayloadUnreadable(
+                f"{where.scope} does not open under its data key: it was changed or moved")
+        return plain
