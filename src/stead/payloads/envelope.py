@@ -49,6 +49,9 @@ class Where:
         return b"stead payload 1\x00" + self.scope.encode() + b"\x00" + self.what.encode()
 
 
+_WHATS = {str(w): w for w in What}
+
+
 def is_sealed(text: object) -> bool:
     return isinstance(text, str) and text.startswith(PREFIX)
 
@@ -62,8 +65,9 @@ def is_forgotten(text: object) -> bool:
 
 
 def pack(where: Where, blob: bytes) -> str:
-    return json.dumps({"$sealed": SCHEME, "s": where.scope, "w": str(where.what),
-                       "d": base64.b64encode(blob).decode("ascii")})
+    """The sealed value's text: what `json.dumps` makes of its object."""
+    return (f'{PREFIX}{SCHEME}", "s": {json.dumps(where.scope)}, "w": "{where.what}", '
+            f'"d": "{base64.b64encode(blob).decode("ascii")}"}}')
 
 
 def unpack(text: str) -> tuple[Where, bytes]:
@@ -74,7 +78,7 @@ def unpack(text: str) -> tuple[Where, bytes]:
             raise errors.PayloadUnreadable(
                 f"a payload is sealed with {data['$sealed']!r}, which this stead does not "
                 f"know (it knows {SCHEME}); upgrade stead")
-        return (Where(str(data["s"]), What(data["w"])),
-                base64.b64decode(data["d"], validate=True))
+        return (Where(str(data["s"]), _WHATS[data["w"]]),
+                binascii.a2b_base64(data["d"], strict_mode=True))
     except (ValueError, KeyError, TypeError, binascii.Error) as exc:
         raise errors.PayloadUnreadable(f"a sealed payload is malformed ({exc})") from None
