@@ -35,6 +35,7 @@ from stead.store.seam import (
     Writing,
     execute,
     one,
+    stale,
 )
 
 if TYPE_CHECKING:
@@ -348,7 +349,7 @@ class Sealed:
         key = sealer.known(run_id)
         if key is None:
             key = await db.write(lambda: run_key(sealer, run_id), Writing())
-            if key is None:
-                raise forgotten(run_id)
+            if key is None:  # forgotten: which ended the run and took its lease
+                raise stale(write.fence)
             sealer.learn(key)  # committed now
         return sealed_write_with_key(sealer, key, write)
