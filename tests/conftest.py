@@ -71,6 +71,7 @@ def shared_key_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     server share one (an SQLite database gets its own beside it)."""
     path = tmp_path_factory.mktemp("keys") / "keys"
     stead.keys.add_key(path)
+    stead.keys.rotate(path)  # a data key, for runs with STEAD_ENCRYPT=1
     return path
 
 

@@ -5,6 +5,7 @@ while the client, `stead runs show` and the store's reads still see them."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -40,7 +41,11 @@ def _app(model: stead.ScriptedModel) -> tuple[stead.App, Any]:
     app = stead.App("sealed")
 
     @app.workflow(version=1)
-    async def serve(run: stead.Run, customer: dict[str, str]) -> dict[str, Any]:
+    async def serve(run: stead.Run, customer: dict[str, str],
+                    workdir: str | None = None) -> dict[str, Any]:
+        if workdir is not None:  # a workspace whose file holds both: its blob is sealed
+            ws = await run.workspace("files", workdir, root=str(Path(workdir).parent))
+            await ws.save()
         reply = await run.llm("ask", model, [
             {"role": "user", "content": f"I am {customer['email']}, card {customer['card']}"}])
 
@@ -62,13 +67,16 @@ def _grep(data: bytes) -> list[bytes]:
     return [s for s in SECRETS if s in data]
 
 
-async def _serve(url: str, **options: Any) -> tuple[str, Any]:
+async def _serve(url: str, workdir: Path, **options: Any) -> tuple[str, Any]:
     model = stead.ScriptedModel([f"hello {EMAIL}"])
     app, serve = _app(model)
+    workdir.mkdir()
+    (workdir / "customer.txt").write_text(f"{EMAIL} paid with {CARD}\n")
     store = await stead.open_store(url, **options)
     try:
         client = stead.Client(store, app)
-        info = await client.start(serve, {"email": EMAIL, "card": CARD}, task_id="cust-1")
+        info = await client.start(serve, {"email": EMAIL, "card": CARD}, str(workdir),
+                                  task_id="cust-1")
         await stead.Worker(app, store).run_until_idle()
         await client.deliver(info.run_id, event_id="e1", kind="confirm",
                              payload={"ok": EMAIL})
@@ -88,7 +96,7 @@ def _export(run_id: str, env: dict[str, str]) -> bytes:
 
 async def test_nothing_personal_is_stored_in_clear(db_url: str, backend: str,
                                                    tmp_path: Path) -> None:
-    run_id, result = await _serve(db_url, payloads=True)
+    run_id, result = await _serve(db_url, tmp_path / "work", payloads=True)
     assert result["charged"] == f"charged {CARD} for {EMAIL}"
     assert result["event"] == {"ok": EMAIL}
     assert EMAIL in result["reply"]
@@ -116,6 +124,10 @@ async def test_nothing_personal_is_stored_in_clear(db_url: str, backend: str,
         assert any(EMAIL in r.payload for r in journal)
         state = await store.read_state("cust-1")
         assert state is not None and EMAIL in state.data
+        [snapshot] = await store.list_snapshots(run_id)
+        hashes = [e[4] for e in json.loads(snapshot.manifest) if e[1] == "file"]
+        blobs = await store.read_blobs(hashes)
+        assert any(EMAIL.encode() in b for b in blobs.values())
     finally:
         await store.close()
     shown = subprocess.run([sys.executable, "-m", "stead", "runs", "show", run_id],
@@ -124,8 +136,8 @@ async def test_nothing_personal_is_stored_in_clear(db_url: str, backend: str,
     assert EMAIL in shown.stdout
 
 
-async def test_encryption_off_stores_as_before(sqlite_url: str) -> None:
-    await _serve(sqlite_url, payloads=False)
+async def test_encryption_off_stores_as_before(sqlite_url: str, tmp_path: Path) -> None:
+    await _serve(sqlite_url, tmp_path / "work", payloads=False)
     path = Path(sqlite_url.removeprefix("sqlite:///"))
     assert EMAIL.encode() in b"".join(p.read_bytes() for p in path.parent.glob("stead.db*"))
 

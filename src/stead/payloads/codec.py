@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from stead import errors
 
@@ -48,24 +48,32 @@ class PayloadCodec(Protocol):
     def unwrap(self, wrapped: WrappedKey, context: bytes) -> bytes: ...
 
 
-def aes_seal(key: bytes, plain: bytes, aad: bytes) -> bytes:
-    """AES-256-GCM: a fresh nonce, then the ciphertext and its tag."""
+def aead(key: bytes) -> Any:
+    """AES-256-GCM under `key` (cryptography's `AESGCM`), made once per key:
+    its setup costs more than sealing a small value."""
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+    return AESGCM(key)
+
+
+def aes_seal(key: bytes | Any, plain: bytes, aad: bytes) -> bytes:
+    """AES-256-GCM (`key`: the key's bytes, or its `aead`): a fresh nonce,
+    then the ciphertext and its tag."""
+    cipher = aead(key) if isinstance(key, bytes) else key
     nonce = os.urandom(NONCE)
-    return nonce + AESGCM(key).encrypt(nonce, plain, aad)
+    return nonce + cast(bytes, cipher.encrypt(nonce, plain, aad))
 
 
-def aes_open(key: bytes, blob: bytes, aad: bytes) -> bytes | None:
+def aes_open(key: bytes | Any, blob: bytes, aad: bytes) -> bytes | None:
     """The plain bytes, or None if `blob` is not `aes_seal`'s under `key`
     and `aad` (tampered, moved, or another key's)."""
     from cryptography.exceptions import InvalidTag
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
     if len(blob) < NONCE + 16:
         return None
+    cipher = aead(key) if isinstance(key, bytes) else key
     try:
-        return AESGCM(key).decrypt(blob[:NONCE], blob[NONCE:], aad)
+        return cast(bytes, cipher.decrypt(blob[:NONCE], blob[NONCE:], aad))
     except InvalidTag:
         return None
 

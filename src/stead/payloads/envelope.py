@@ -16,6 +16,8 @@ PREFIX = '{"$sealed": "'
 # What a payload reads as once its data key is destroyed, or, with encryption
 # off, once it was overwritten by forgetting its task.
 FORGOTTEN = '{"$forgotten": true}'
+# A sealed blob (a workspace file's bytes): this, then nonce and ciphertext.
+BLOB_PREFIX = b"\x00stead sealed blob 1\x00"
 
 
 class What(enum.StrEnum):
@@ -31,6 +33,7 @@ class What(enum.StrEnum):
     STREAM = "stream"
     REQUEST = "request"
     MIGRATION = "migration"
+    BLOB = "blob"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -46,8 +49,15 @@ class Where:
         return b"stead payload 1\x00" + self.scope.encode() + b"\x00" + self.what.encode()
 
 
+_WHATS = {str(w): w for w in What}
+
+
 def is_sealed(text: object) -> bool:
     return isinstance(text, str) and text.startswith(PREFIX)
+
+
+def is_sealed_blob(data: object) -> bool:
+    return isinstance(data, bytes | memoryview) and bytes(data[:len(BLOB_PREFIX)]) == BLOB_PREFIX
 
 
 def is_forgotten(text: object) -> bool:
@@ -55,8 +65,9 @@ def is_forgotten(text: object) -> bool:
 
 
 def pack(where: Where, blob: bytes) -> str:
-    return json.dumps({"$sealed": SCHEME, "s": where.scope, "w": str(where.what),
-                       "d": base64.b64encode(blob).decode("ascii")})
+    """The sealed value's text: what `json.dumps` makes of its object."""
+    return (f'{PREFIX}{SCHEME}", "s": {json.dumps(where.scope)}, "w": "{where.what}", '
+            f'"d": "{base64.b64encode(blob).decode("ascii")}"}}')
 
 
 def unpack(text: str) -> tuple[Where, bytes]:
@@ -67,7 +78,7 @@ def unpack(text: str) -> tuple[Where, bytes]:
             raise errors.PayloadUnreadable(
                 f"a payload is sealed with {data['$sealed']!r}, which this stead does not "
                 f"know (it knows {SCHEME}); upgrade stead")
-        return (Where(str(data["s"]), What(data["w"])),
-                base64.b64decode(data["d"], validate=True))
+        return (Where(str(data["s"]), _WHATS[data["w"]]),
+                binascii.a2b_base64(data["d"], strict_mode=True))
     except (ValueError, KeyError, TypeError, binascii.Error) as exc:
         raise errors.PayloadUnreadable(f"a sealed payload is malformed ({exc})") from None

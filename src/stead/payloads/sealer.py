@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
+from typing import Any
 
 from stead import errors
 from stead.payloads import codec as codecs
@@ -23,6 +24,12 @@ class DataKey:
 
     scope: str
     secret: bytes = dataclasses.field(repr=False)
+    # The cipher under `secret`, made once (see `codecs.aead`).
+    cipher: Any = dataclasses.field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def of(cls, scope: str, secret: bytes) -> DataKey:
+        return cls(scope, secret, codecs.aead(secret))
 
 
 def context(scope: str) -> bytes:
@@ -60,20 +67,20 @@ class Sealer:
     def new_key(self, scope: str) -> tuple[DataKey, WrappedKey]:
         """A new data key for `scope`, and how it is stored."""
         secret = os.urandom(KEY_BYTES)
-        return DataKey(scope, secret), self.codec.wrap(secret, context(scope))
+        return DataKey.of(scope, secret), self.codec.wrap(secret, context(scope))
 
     def open_key(self, scope: str, wrapped: WrappedKey) -> DataKey:
         secret = self.codec.unwrap(wrapped, context(scope))
         if len(secret) != KEY_BYTES:
             raise errors.PayloadUnreadable(f"the data key of {scope} is not {KEY_BYTES} bytes")
-        return DataKey(scope, secret)
+        return DataKey.of(scope, secret)
 
     # -- payloads -----------------------------------------------------------------------
     def seal(self, text: str, where: Where, key: DataKey) -> str:
         """`text` sealed under `key`, bound to `where`."""
         if key.scope != where.scope:
             raise errors.PayloadUnreadable(f"the data key of {key.scope} cannot seal {where}")
-        blob = codecs.aes_seal(key.secret, text.encode("utf-8", "surrogatepass"), where.aad())
+        blob = codecs.aes_seal(key.cipher, text.encode("utf-8", "surrogatepass"), where.aad())
         return envelope.pack(where, blob)
 
     def unseal(self, text: str, expected: Where | None, key: DataKey) -> str:
@@ -85,9 +92,22 @@ class Sealer:
             raise errors.PayloadUnreadable(
                 f"a payload read as {expected or key.scope} was sealed for {where}: it was "
                 "moved between rows")
-        plain = codecs.aes_open(key.secret, blob, where.aad())
+        plain = codecs.aes_open(key.cipher, blob, where.aad())
         if plain is None:
             raise errors.PayloadUnreadable(
                 f"the {where.what} payload of {where.scope} does not open under its data key: "
                 "it was changed since it was written")
         return plain.decode("utf-8", "surrogatepass")
+
+    def seal_blob(self, data: bytes, where: Where, key: DataKey) -> bytes:
+        """Bytes sealed under `key`, bound to `where` (the blob's own scope)."""
+        if key.scope != where.scope:
+            raise errors.PayloadUnreadable(f"the data key of {key.scope} cannot seal {where}")
+        return envelope.BLOB_PREFIX + codecs.aes_seal(key.cipher, data, where.aad())
+
+    def unseal_blob(self, data: bytes, where: Where, key: DataKey) -> bytes:
+        plain = codecs.aes_open(key.cipher, bytes(data[len(envelope.BLOB_PREFIX):]), where.aad())
+        if plain is None:
+            raise errors.PayloadUnreadable(
+                f"{where.scope} does not open under its data key: it was changed or moved")
+        return plain

@@ -35,6 +35,7 @@ from stead.store.seam import (
     Writing,
     execute,
     one,
+    stale,
 )
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ WRITES: dict[str, tuple[tuple[str, What, str], ...]] = {
     "append_stream_entry": (("value", What.STREAM, "run_id"),),
     "insert_stream_entry": (("value", What.STREAM, "run_id"),),
     "insert_wait_request": (("request", What.REQUEST, "run_id"),),
+    "insert_blob": (("data", What.BLOB, "sha256"),),
 }
 # query -> its parameter that is a JSON list of new runs, each with an input.
 BATCHES = {"insert_runs": "runs"}
@@ -79,7 +81,9 @@ COLUMNS: dict[str, frozenset[What]] = {
 
 
 def scope_of(name: str, value: object) -> str:
-    return f"task:{value}" if name == "task_key" else str(value)
+    if name == "task_key":
+        return f"task:{value}"
+    return f"blob:{value}" if name == "sha256" else str(value)
 
 
 class Row(dict[str, Any]):
@@ -149,9 +153,16 @@ def _sealed_params(sealer: Sealer, step: Query, made: dict[str, DataKey]) -> Flo
     params = dict(step.params)
     for name, what, scope_param in WRITES[step.name]:
         text = params.get(name)
-        if isinstance(text, str) and scope_param in params:
-            params[name] = yield from seal(
-                sealer, text, Where(scope_of(scope_param, params[scope_param]), what), made)
+        if scope_param not in params:
+            continue
+        where = Where(scope_of(scope_param, params[scope_param]), what)
+        if isinstance(text, str):
+            params[name] = yield from seal(sealer, text, where, made)
+        elif isinstance(text, bytes) and not envelope.is_sealed_blob(text):
+            key = yield from key_of(sealer, where.scope, made)
+            if key is None:
+                raise forgotten(where.scope)
+            params[name] = sealer.seal_blob(text, where, key)
     return dataclasses.replace(step, params=params)
 
 
@@ -242,9 +253,16 @@ def _opened_row(sealer: Sealer, row: Any, params: dict[str, Any],
         return row
     names = list(row.keys())
     sealed = [n for n in names if envelope.is_sealed(row[n])]
-    if not sealed:
+    blobs = [n for n in names if envelope.is_sealed_blob(row[n])]
+    if not sealed and not blobs:
         return row
     opened = Row((n, row[n]) for n in names)
+    for n in blobs:
+        where = Where(scope_of("sha256", row["sha256"] if "sha256" in names else ""), What.BLOB)
+        key = yield from key_of(sealer, where.scope, made)
+        if key is None:
+            raise forgotten(where.scope)
+        opened[n] = sealer.unseal_blob(row[n], where, key)
     for n in sealed:
         opened[n] = yield from open_value(sealer, row[n], n,
                                           _expected_scope(n, row, names, params), made)
@@ -331,7 +349,7 @@ class Sealed:
         key = sealer.known(run_id)
         if key is None:
             key = await db.write(lambda: run_key(sealer, run_id), Writing())
-            if key is None:
-                raise forgotten(run_id)
+            if key is None:  # forgotten: which ended the run and took its lease
+                raise stale(write.fence)
             sealer.learn(key)  # committed now
         return sealed_write_with_key(sealer, key, write)

@@ -1145,6 +1145,9 @@ ORDER BY pos LIMIT %(limit)s;
 -- name: delete_streams
 DELETE FROM stream_entries WHERE run_id = ANY(%(run_ids)s::text[]);
 
+-- name: delete_payload_keys
+DELETE FROM payload_keys WHERE scope = ANY(%(run_ids)s::text[]);
+
 -- == dead lease holders: leases whose holder is surely gone (store/_holders.py) ==
 -- name: record_process
 INSERT INTO worker_processes (worker_id, machine, pid, started, at)

@@ -926,6 +926,9 @@ ORDER BY pos LIMIT :limit;
 -- name: delete_streams
 DELETE FROM stream_entries WHERE run_id IN (SELECT value FROM json_each(:run_ids));
 
+-- name: delete_payload_keys
+DELETE FROM payload_keys WHERE scope IN (SELECT value FROM json_each(:run_ids));
+
 -- == dead lease holders: leases whose holder is surely gone (store/_holders.py) ==
 -- name: record_process
 INSERT INTO worker_processes (worker_id, machine, pid, started, at)
