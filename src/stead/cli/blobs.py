@@ -12,8 +12,10 @@ from stead.payloads import references
 
 @click.group("blobs")
 def blobs_group() -> None:
-    """The blob store of large values (STEAD_BLOBS; for SQLite, by default
-    the directory beside the database, stead.db.blobs)."""
+    """The blob store of large values: collect orphans (gc).
+
+    The store is STEAD_BLOBS; for SQLite, by default the directory beside the
+    database (stead.db.blobs)."""
 
 
 @blobs_group.command("gc")
