@@ -269,3 +269,31 @@ async def test_sealed_blobs_hold_no_clear_text_and_forgetting_deletes_them(
         assert _blobs(where) == []
     finally:
         await store.close()
+
+
+async def test_exports_carry_the_values_not_their_references(
+    bstore: tuple[stead.Store, Path], tmp_path: Path,
+) -> None:
+    store, where = bstore
+    client, run_id = await _bulky(store, 10_000)
+    stored = await client.export_run(run_id)
+    assert not any(is_reference(r.payload) for r in stored.journal)
+    assert stored.run.result is not None and not is_reference(stored.run.result)
+    # Imported into a database with no blob store, it reads as it did.
+    other = await stead.open_store(f"sqlite:///{tmp_path / 'other.db'}", blobs="")
+    try:
+        await stead.Client(other).import_run(stored)
+        assert (await stead.Client(other).get(run_id)).result == {
+            "big": "x" * 10_000, "small": 10_000, "rows": 1666}
+    finally:
+        await other.close()
+    # Pruning with an export keeps the values in the export, the blobs go.
+    lines: list[str] = []
+    clock = store.clock
+    assert isinstance(clock, stead.FakeClock)
+    clock.advance(10 * 86400)
+    report = await stead.retention.prune(
+        store, 86400, export=lambda runs: lines.extend(json.dumps(r.to_json()) for r in runs))
+    assert report.deleted == 1 and _blobs(where) == []
+    [line] = lines
+    assert '"$blob"' not in line and "x" * 10_000 in line

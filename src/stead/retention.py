@@ -41,6 +41,11 @@ def parse_age(text: str) -> float:
     return bounds.seconds(float(found.group(1)) * _UNITS[found.group(2)], f"the age {text!r}")
 
 
+async def _inlined(store: Store, found: RunExport) -> RunExport:
+    run, journal = await store.inlined(found.run, found.journal)
+    return dataclasses.replace(found, run=run, journal=journal)
+
+
 @dataclasses.dataclass(frozen=True)
 class PruneReport:
     """What a prune did: `matched` runs could be deleted (with `dry_run`, all
@@ -94,6 +99,8 @@ async def prune(
         matched += len(ids)
         if export is not None:
             runs = await store.export_runs(ids)
+            if store.large is not None:  # the blobs go with the runs: the export keeps values
+                runs = [await _inlined(store, r) for r in runs]
             export(runs)
             exported += len(runs)
         gone = await store.prune(cutoff, ids)

@@ -55,7 +55,11 @@ class Migrating(Base):
         from stead import takeover
 
         row = await self.store.get_run(run_id)
-        return await takeover.load_stored(self.store, row)
+        stored = await takeover.load_stored(self.store, row)
+        # Large values are read back in place of their references: the export
+        # stands alone, wherever it is imported.
+        run, journal = await self.store.inlined(stored.run, stored.journal)
+        return dataclasses.replace(stored, run=run, journal=journal)
 
     async def import_run(self, stored: StoredRun) -> RunInfo:
         """Store a run exported from another database (no lease; the task

@@ -4,6 +4,8 @@ reading one back, and collecting the blobs no run owns (`stead blobs gc`)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from stead import errors
@@ -16,6 +18,7 @@ from stead.store.base.part import StorePart
 if TYPE_CHECKING:
     from stead.payloads.references import LargeValues
     from stead.payloads.sealer import DataKey
+    from stead.records import Record, RunRow
 
 # A blob younger than this is never collected: the write that made it may not
 # have committed its reference yet.
@@ -85,6 +88,21 @@ class LargeBlobs(StorePart):
                     f"the data key of {run_id} is not at hand to open its large value "
                     f"{ref.sha256}")
         return self._opened(ref, large.get(ref), Where(run_id, what), key)
+
+    async def inlined(self, run: RunRow, journal: Sequence[Record]
+                      ) -> tuple[RunRow, tuple[Record, ...]]:
+        """`run` and its `journal` with each large value read back in place
+        of its reference: what an export carries, so that it stands alone
+        (another database, or this one once the run is pruned)."""
+        out = []
+        for r in journal:
+            text = await self.resolve(r.payload, run.run_id, What.JOURNAL)
+            out.append(r if text is r.payload else r.evolve(payload=text))
+        if run.result is not None:
+            result = await self.resolve(run.result, run.run_id)
+            if result is not run.result:
+                run = dataclasses.replace(run, result=result)
+        return run, tuple(out)
 
     async def collect_blobs(self, *, grace: float = GRACE,
                             dry_run: bool = False) -> _large.Collected:
