@@ -5,6 +5,7 @@ while the client, `stead runs show` and the store's reads still see them."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -221,3 +222,45 @@ async def test_the_pages_show_payloads_then_say_who_forgot_them(db_url: str) -> 
                              capture_output=True, text=True, env=env, timeout=120)
     assert printed.returncode == 0, printed.stderr
     assert "forgotten by dpo" in printed.stdout and EMAIL not in printed.stdout
+
+
+def test_the_commands_rotate_rewrap_and_forget(sqlite_url: str) -> None:
+    from click.testing import CliRunner
+
+    from stead.cli import main
+
+    async def waiting() -> str:
+        store = await stead.open_store(sqlite_url, payloads=True)
+        try:
+            return (await _waiting(store))[1]
+        finally:
+            await store.close()
+
+    run_id = asyncio.run(waiting())
+    runner = CliRunner()
+    env = {"STEAD_ENCRYPT": "1"}
+    rotated = runner.invoke(main, ["--db", sqlite_url, "keys", "rotate"], env=env)
+    assert rotated.exit_code == 0, rotated.output
+    newest = keys_file_data_ids(sqlite_url)[-1]
+    assert newest in rotated.output
+    listed = runner.invoke(main, ["--db", sqlite_url, "keys", "ls"], env=env)
+    assert f"{newest}  data key, wraps new payload keys" in listed.output
+    rewrapped = runner.invoke(main, ["--db", sqlite_url, "keys", "reencrypt"], env=env)
+    assert rewrapped.exit_code == 0, rewrapped.output
+    assert "rewrapped 2 payload keys" in rewrapped.output  # the run's and its task state's
+    assert f"{newest}  2 payload keys" in rewrapped.output
+    forgot = runner.invoke(main, ["--db", sqlite_url, "tasks", "forget", "cust-1",
+                                  "--why", "erasure request 42", "--by", "dpo"], env=env)
+    assert forgot.exit_code == 0, forgot.output
+    assert "forgot task cust-1: the payloads of 1 runs (1 live, now ended)" in forgot.output
+    assert "data keys are destroyed" in forgot.output
+    off = runner.invoke(main, ["--db", sqlite_url, "keys", "reencrypt"], env={"STEAD_ENCRYPT": "0"})
+    assert off.exit_code == 1 and "encryption is off" in off.output
+    again = runner.invoke(main, ["--db", sqlite_url, "tasks", "forget", "cust-1", "--why", "x"],
+                          env={"STEAD_ENCRYPT": "0"})
+    assert again.exit_code == 0 and "backups made before now still hold them" in again.output
+    assert run_id
+
+
+def keys_file_data_ids(url: str) -> list[str]:
+    return [k.id for k in stead.keys.read_file(url.removeprefix("sqlite:///") + ".keys").data_keys]
