@@ -115,7 +115,25 @@ async def test_nothing_personal_is_stored_in_clear(db_url: str, backend: str,
         assert not _grep(dump.stdout)
     env = {**os.environ, "STEAD_ENCRYPT": "1", "STEAD_DATABASE_URL": db_url}
     exported = _export(run_id, env)
-    assert not _grep(exported)
+    assert not _grep(exported) and b'"payload_keys"' in exported
+    # Another database with the same key file imports it, opened, and seals it anew.
+    other = f"sqlite:///{tmp_path}/other.db"
+    (tmp_path / "run.json").write_bytes(exported)
+    key_file = (os.environ.get(stead.keys.KEY_FILE_ENV)
+                or db_url.removeprefix("sqlite:///") + ".keys")
+    imported = subprocess.run(
+        [sys.executable, "-m", "stead", "--db", other, "runs", "import",
+         str(tmp_path / "run.json")],
+        capture_output=True, text=True, timeout=120,
+        env={**env, stead.keys.KEY_FILE_ENV: key_file})
+    assert imported.returncode == 0, imported.stdout + imported.stderr
+    copy = await stead.open_store(other, payloads=True,
+                                  keys=stead.keys.read_file(key_file))
+    try:
+        assert EMAIL in (await copy.get_run(run_id)).input
+    finally:
+        await copy.close()
+    assert not _grep((tmp_path / "other.db").read_bytes())
     # Who may see payloads still sees them.
     store = await stead.open_store(db_url, payloads=True)
     try:
@@ -160,7 +178,7 @@ async def test_forget_erases_a_task_and_keeps_its_audit(db_url: str, sealed: boo
     try:
         client, run_id = await _waiting(store)
         before = await store.load_journal(run_id)
-        exported = (await store.seal_export(await client.export_run(run_id))).to_json()
+        exported = await store.export_json(await client.export_run(run_id))
         done = await client.forget("cust-1", why="erasure request 42", by="dpo")
         assert (done.runs, done.ended, done.keys_destroyed) == ((run_id,), (run_id,), sealed)
         run = await store.get_run(run_id)
