@@ -55,8 +55,9 @@ WRITES: dict[str, tuple[tuple[str, What, str], ...]] = {
     "set_code_fenced": (("input", What.INPUT, "run_id"),),
     "end_stopped": (("error", What.ERROR, "run_id"),),
     "insert_record": (("payload", What.JOURNAL, "run_id"),),
-    "insert_event": (("payload", What.EVENT, "run_id"),),
-    "accept_event": (("payload", What.EVENT, "run_id"),),
+    "insert_event": (("payload", What.EVENT, "run_id"), ("detail", What.DETAIL, "run_id")),
+    "accept_event": (("payload", What.EVENT, "run_id"), ("detail", What.DETAIL, "run_id")),
+    "insert_operator_action": (("detail", What.DETAIL, "run_id"),),
     "upsert_state": (("data", What.STATE, "task_key"),),
     "insert_state_history": (("data", What.STATE, "task_key"),),
     "insert_state_change": (("data", What.STATE, "task_key"),),
@@ -77,7 +78,8 @@ COLUMNS: dict[str, frozenset[What]] = {
     "e_payload": frozenset({What.EVENT}), "data": frozenset({What.STATE}),
     "intent": frozenset({What.INTENT}), "value": frozenset({What.STREAM}),
     "request": frozenset({What.REQUEST}), "old_input": frozenset({What.MIGRATION}),
-    "new_input": frozenset({What.MIGRATION}),
+    "new_input": frozenset({What.MIGRATION}), "detail": frozenset({What.DETAIL}),
+    "e_detail": frozenset({What.DETAIL}),
 }
 
 
