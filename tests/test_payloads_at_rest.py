@@ -5,6 +5,7 @@ while the client, `stead runs show` and the store's reads still see them."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -114,7 +115,25 @@ async def test_nothing_personal_is_stored_in_clear(db_url: str, backend: str,
         assert not _grep(dump.stdout)
     env = {**os.environ, "STEAD_ENCRYPT": "1", "STEAD_DATABASE_URL": db_url}
     exported = _export(run_id, env)
-    assert not _grep(exported)
+    assert not _grep(exported) and b'"payload_keys"' in exported
+    # Another database with the same key file imports it, opened, and seals it anew.
+    other = f"sqlite:///{tmp_path}/other.db"
+    (tmp_path / "run.json").write_bytes(exported)
+    key_file = (os.environ.get(stead.keys.KEY_FILE_ENV)
+                or db_url.removeprefix("sqlite:///") + ".keys")
+    imported = subprocess.run(
+        [sys.executable, "-m", "stead", "--db", other, "runs", "import",
+         str(tmp_path / "run.json")],
+        capture_output=True, text=True, timeout=120,
+        env={**env, stead.keys.KEY_FILE_ENV: key_file})
+    assert imported.returncode == 0, imported.stdout + imported.stderr
+    copy = await stead.open_store(other, payloads=True,
+                                  keys=stead.keys.read_file(key_file))
+    try:
+        assert EMAIL in (await copy.get_run(run_id)).input
+    finally:
+        await copy.close()
+    assert not _grep((tmp_path / "other.db").read_bytes())
     # Who may see payloads still sees them.
     store = await stead.open_store(db_url, payloads=True)
     try:
@@ -159,7 +178,7 @@ async def test_forget_erases_a_task_and_keeps_its_audit(db_url: str, sealed: boo
     try:
         client, run_id = await _waiting(store)
         before = await store.load_journal(run_id)
-        exported = (await store.seal_export(await client.export_run(run_id))).to_json()
+        exported = await store.export_json(await client.export_run(run_id))
         done = await client.forget("cust-1", why="erasure request 42", by="dpo")
         assert (done.runs, done.ended, done.keys_destroyed) == ((run_id,), (run_id,), sealed)
         run = await store.get_run(run_id)
@@ -221,3 +240,45 @@ async def test_the_pages_show_payloads_then_say_who_forgot_them(db_url: str) -> 
                              capture_output=True, text=True, env=env, timeout=120)
     assert printed.returncode == 0, printed.stderr
     assert "forgotten by dpo" in printed.stdout and EMAIL not in printed.stdout
+
+
+def test_the_commands_rotate_rewrap_and_forget(sqlite_url: str) -> None:
+    from click.testing import CliRunner
+
+    from stead.cli import main
+
+    async def waiting() -> str:
+        store = await stead.open_store(sqlite_url, payloads=True)
+        try:
+            return (await _waiting(store))[1]
+        finally:
+            await store.close()
+
+    run_id = asyncio.run(waiting())
+    runner = CliRunner()
+    env = {"STEAD_ENCRYPT": "1"}
+    rotated = runner.invoke(main, ["--db", sqlite_url, "keys", "rotate"], env=env)
+    assert rotated.exit_code == 0, rotated.output
+    newest = keys_file_data_ids(sqlite_url)[-1]
+    assert newest in rotated.output
+    listed = runner.invoke(main, ["--db", sqlite_url, "keys", "ls"], env=env)
+    assert f"{newest}  data key, wraps new payload keys" in listed.output
+    rewrapped = runner.invoke(main, ["--db", sqlite_url, "keys", "reencrypt"], env=env)
+    assert rewrapped.exit_code == 0, rewrapped.output
+    assert "rewrapped 2 payload keys" in rewrapped.output  # the run's and its task state's
+    assert f"{newest}  2 payload keys" in rewrapped.output
+    forgot = runner.invoke(main, ["--db", sqlite_url, "tasks", "forget", "cust-1",
+                                  "--why", "erasure request 42", "--by", "dpo"], env=env)
+    assert forgot.exit_code == 0, forgot.output
+    assert "forgot task cust-1: the payloads of 1 runs (1 live, now ended)" in forgot.output
+    assert "data keys are destroyed" in forgot.output
+    off = runner.invoke(main, ["--db", sqlite_url, "keys", "reencrypt"], env={"STEAD_ENCRYPT": "0"})
+    assert off.exit_code == 1 and "encryption is off" in off.output
+    again = runner.invoke(main, ["--db", sqlite_url, "tasks", "forget", "cust-1", "--why", "x"],
+                          env={"STEAD_ENCRYPT": "0"})
+    assert again.exit_code == 0 and "backups made before now still hold them" in again.output
+    assert run_id
+
+
+def keys_file_data_ids(url: str) -> list[str]:
+    return [k.id for k in stead.keys.read_file(url.removeprefix("sqlite:///") + ".keys").data_keys]

@@ -273,12 +273,12 @@ def runs_export(ctx: click.Context, run_id: str) -> None:
     db = common.database_url(ctx)
     common.require_database(db)
 
-    async def go() -> StoredRun:
+    async def go() -> dict[str, Any]:
         async with common.opened_client(db) as client:
             # With encryption on, the payloads leave sealed, as they are stored.
-            return await client.store.seal_export(await client.export_run(run_id))
+            return await client.store.export_json(await client.export_run(run_id))
 
-    click.echo(common.run_async(go()).dumps())
+    click.echo(json.dumps(common.run_async(go()), indent=1, sort_keys=True))
 
 
 @click.command("import")

@@ -34,6 +34,7 @@ class What(enum.StrEnum):
     REQUEST = "request"
     MIGRATION = "migration"
     BLOB = "blob"
+    DETAIL = "detail"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from stead.store.seam import (
     Database,
     FencedWrite,
     Fetch,
+    Finish,
     Flow,
     FlowFactory,
     Journal,
@@ -54,8 +55,9 @@ WRITES: dict[str, tuple[tuple[str, What, str], ...]] = {
     "set_code_fenced": (("input", What.INPUT, "run_id"),),
     "end_stopped": (("error", What.ERROR, "run_id"),),
     "insert_record": (("payload", What.JOURNAL, "run_id"),),
-    "insert_event": (("payload", What.EVENT, "run_id"),),
-    "accept_event": (("payload", What.EVENT, "run_id"),),
+    "insert_event": (("payload", What.EVENT, "run_id"), ("detail", What.DETAIL, "run_id")),
+    "accept_event": (("payload", What.EVENT, "run_id"), ("detail", What.DETAIL, "run_id")),
+    "insert_operator_action": (("detail", What.DETAIL, "run_id"),),
     "upsert_state": (("data", What.STATE, "task_key"),),
     "insert_state_history": (("data", What.STATE, "task_key"),),
     "insert_state_change": (("data", What.STATE, "task_key"),),
@@ -76,7 +78,8 @@ COLUMNS: dict[str, frozenset[What]] = {
     "e_payload": frozenset({What.EVENT}), "data": frozenset({What.STATE}),
     "intent": frozenset({What.INTENT}), "value": frozenset({What.STREAM}),
     "request": frozenset({What.REQUEST}), "old_input": frozenset({What.MIGRATION}),
-    "new_input": frozenset({What.MIGRATION}),
+    "new_input": frozenset({What.MIGRATION}), "detail": frozenset({What.DETAIL}),
+    "e_detail": frozenset({What.DETAIL}),
 }
 
 
@@ -103,17 +106,19 @@ def _stored(row: Any) -> WrappedKey | None:
     return WrappedKey(str(row["key_id"]), base64.b64decode(row["wrapped"]))
 
 
-def key_of(sealer: Sealer, scope: str, made: dict[str, DataKey] | None) -> Flow[DataKey | None]:
-    """The data key of `scope`; None once forgotten. `made` (a write's):
-    the keys this transaction made, where a scope without one gets one; a
-    read (None) raises `PayloadUnreadable` for a scope without one."""
+def key_of(sealer: Sealer, scope: str, made: dict[str, DataKey] | None, *,
+           create: bool = False) -> Flow[DataKey | None]:
+    """The data key of `scope`; None once forgotten. `made`: the keys this
+    transaction made (or an export carries), looked at first; `create` (a
+    write that seals): a scope without a key gets one, kept in `made`;
+    else a scope without one raises `PayloadUnreadable`."""
     known = sealer.known(scope)
     if known is not None:
         return known
     if made is not None and scope in made:
         return made[scope]
     row = yield one("get_payload_key", {"scope": scope})
-    if row is None and made is not None:
+    if row is None and create and made is not None:
         key, wrapped = sealer.new_key(scope)
         yield execute("insert_payload_key", {
             "scope": scope, "key_id": wrapped.key_id,
@@ -143,7 +148,7 @@ def seal(sealer: Sealer, text: str, where: Where,
          made: dict[str, DataKey]) -> Flow[str]:
     if envelope.is_sealed(text) or envelope.is_forgotten(text):
         return text  # copied from a row as it was read: already sealed
-    key = yield from key_of(sealer, where.scope, made)
+    key = yield from key_of(sealer, where.scope, made, create=True)
     if key is None:
         raise forgotten(where.scope)
     return sealer.seal(text, where, key)
@@ -153,13 +158,16 @@ def _sealed_params(sealer: Sealer, step: Query, made: dict[str, DataKey]) -> Flo
     params = dict(step.params)
     for name, what, scope_param in WRITES[step.name]:
         text = params.get(name)
-        if scope_param not in params:
+        if text is None:
             continue
+        if scope_param not in params:  # a caller that forgot it would store it in clear
+            raise errors.StoreError(f"query {step.name} names no {scope_param}: its {name} "
+                                    "cannot be sealed")
         where = Where(scope_of(scope_param, params[scope_param]), what)
         if isinstance(text, str):
             params[name] = yield from seal(sealer, text, where, made)
         elif isinstance(text, bytes) and not envelope.is_sealed_blob(text):
-            key = yield from key_of(sealer, where.scope, made)
+            key = yield from key_of(sealer, where.scope, made, create=True)
             if key is None:
                 raise forgotten(where.scope)
             params[name] = sealer.seal_blob(text, where, key)
@@ -200,7 +208,9 @@ def sealed_write(sealer: Sealer, write: FencedWrite,
 
 
 def sealed_write_with_key(sealer: Sealer, key: DataKey, write: FencedWrite) -> FencedWrite:
-    """`write` sealed with its run's data key in hand (no flow needed)."""
+    """`write` sealed with its run's data key in hand (no flow needed). On
+    every step's path: records are built directly, `dataclasses.replace`
+    costs more than the sealing."""
     run_id = write.fence.run_id
 
     def sealed(text: str, what: What) -> str:
@@ -208,13 +218,13 @@ def sealed_write_with_key(sealer: Sealer, key: DataKey, write: FencedWrite) -> F
             return text
         return sealer.seal(text, Where(run_id, what), key)
 
-    records = [r.evolve(payload=sealed(r.payload, What.JOURNAL)) for r in write.records]
+    records = [type(r)(r.seq, r.addr, r.attempt, r.kind, r.name, r.digest, r.status,
+                       sealed(r.payload, What.JOURNAL), r.epoch, r.at) for r in write.records]
     end = write.finish
     if end is not None:
-        end = dataclasses.replace(
-            end, result=None if end.result is None else sealed(end.result, What.RESULT),
-            error=None if end.error is None else sealed(end.error, What.ERROR))
-    return dataclasses.replace(write, records=records, finish=end)
+        end = Finish(end.status, None if end.result is None else sealed(end.result, What.RESULT),
+                     None if end.error is None else sealed(end.error, What.ERROR), end.now)
+    return FencedWrite(write.fence, records, write.resume, end)
 
 
 # -- reading ------------------------------------------------------------------------------
@@ -328,7 +338,7 @@ def opened_runs(sealer: Sealer, runs: list[RunRow]) -> Flow[list[RunRow]]:
 def run_key(sealer: Sealer, run_id: str) -> Flow[DataKey | None]:
     """The run's data key, made if it has none (a write)."""
     made: dict[str, DataKey] = {}
-    key = yield from key_of(sealer, run_id, made)
+    key = yield from key_of(sealer, run_id, made, create=True)
     return key
 
 

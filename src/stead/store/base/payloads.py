@@ -3,15 +3,18 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from stead import errors
 from stead.payloads import envelope
+from stead.payloads.codec import WrappedKey
 from stead.payloads.envelope import What, Where
 from stead.store import _large, _sealing
 from stead.store.base.part import StorePart
-from stead.store.seam import Flow, Writing
+from stead.store.seam import Flow, Writing, one
 from stead.store.transactions import payloads as tx
 
 if TYPE_CHECKING:
@@ -20,6 +23,8 @@ if TYPE_CHECKING:
 
 # Data keys rewrapped per transaction by `rewrap_keys`.
 REWRAP_BATCH = 200
+# The field of a sealed export that carries its wrapped data keys.
+PAYLOAD_KEYS = "payload_keys"
 
 
 class Payloads(StorePart):
@@ -69,22 +74,31 @@ class Payloads(StorePart):
     async def payload_key_counts(self) -> dict[str | None, int]:
         return await self.database.read(tx.key_counts)
 
-    async def seal_export(self, stored: StoredRun) -> StoredRun:
-        """`stored` with its payloads sealed as the database keeps them (under
-        its runs' data keys, which the export does not carry): as is with
+    async def export_json(self, stored: StoredRun) -> dict[str, Any]:
+        """The export of `stored` (`stead runs export`): with encryption on, its
+        payloads sealed as the database keeps them, and beside them
+        (`payload_keys`) its data keys, wrapped as the database keeps them, so
+        another database with the same key file can import it; as is with
         encryption off."""
         sealer = self.database.sealer
         if sealer is None:
-            return stored
-        return await self.database.write(lambda: _sealed_export(sealer, stored), Writing())
+            return stored.to_json()
+        sealed, wrapped = await self.database.write(lambda: _sealed_export(sealer, stored),
+                                                    Writing())
+        return {**sealed.to_json(), PAYLOAD_KEYS: wrapped}
 
     async def open_export(self, data: Any) -> Any:
         """An export's JSON with its sealed values opened (`PayloadUnreadable`
-        if this store cannot: encryption off, or the keys are not here)."""
+        if this store cannot: encryption off, or its keys are not here): each
+        with this database's data key of its run, else the one the export
+        carries. A run forgotten here stays forgotten."""
         if not _has_sealed(data):
             return data
         sealer = self._sealer("open a sealed export")
-        return await self.database.read(lambda: _opened_json(sealer, data))
+        carried = data.get(PAYLOAD_KEYS) if isinstance(data, dict) else None
+        plain = {k: v for k, v in data.items() if k != PAYLOAD_KEYS}
+        return await self.database.read(
+            lambda: _opened_json(sealer, plain, carried if isinstance(carried, dict) else {}))
 
     def _sealer(self, doing: str) -> Sealer:
         sealer = self.database.sealer
@@ -95,7 +109,8 @@ class Payloads(StorePart):
         return sealer
 
 
-def _sealed_export(sealer: Sealer, stored: StoredRun) -> Flow[StoredRun]:
+def _sealed_export(sealer: Sealer,
+                   stored: StoredRun) -> Flow[tuple[StoredRun, dict[str, dict[str, str]]]]:
     made: dict[str, DataKey] = {}
     run = stored.run
     run_id = run.run_id
@@ -121,8 +136,14 @@ def _sealed_export(sealer: Sealer, stored: StoredRun) -> Flow[StoredRun]:
         data = yield from _sealing.seal(sealer, state.data,
                                         Where(f"task:{state.task_key}", What.STATE), made)
         state = dataclasses.replace(state, data=data)
+    wrapped = {}
+    for scope in [run_id, *([] if state is None else [f"task:{state.task_key}"])]:
+        row = yield one("get_payload_key", {"scope": scope})
+        if row is not None and row["wrapped"] is not None:
+            wrapped[scope] = {"key_id": str(row["key_id"]), "wrapped": str(row["wrapped"])}
     return dataclasses.replace(stored, run=dataclasses.replace(run, **changes),
-                               journal=tuple(journal), waits=tuple(waits), state=state)
+                               journal=tuple(journal), waits=tuple(waits),
+                               state=state), wrapped
 
 
 def _has_sealed(data: Any) -> bool:
@@ -133,30 +154,47 @@ def _has_sealed(data: Any) -> bool:
     return envelope.is_sealed(data)
 
 
-def _opened_json(sealer: Sealer, data: Any) -> Flow[Any]:
+def _carried(sealer: Sealer, carried: dict[str, Any]) -> Flow[dict[str, DataKey]]:
+    """The data keys an export carries for runs this database has no key of."""
+    keys: dict[str, DataKey] = {}
+    for scope, stored in carried.items():
+        if not isinstance(stored, dict) or (yield one("get_payload_key", {"scope": scope})):
+            continue
+        try:
+            wrapped = WrappedKey(str(stored["key_id"]), base64.b64decode(stored["wrapped"]))
+        except (KeyError, TypeError, ValueError, binascii.Error) as exc:
+            raise errors.PayloadUnreadable(f"the export's key of {scope} is malformed ({exc})"
+                                           ) from None
+        keys[scope] = sealer.open_key(str(scope), wrapped)
+    return keys
+
+
+def _opened_json(sealer: Sealer, data: Any, carried: dict[str, Any]) -> Flow[Any]:
     """The export's JSON, each sealed value opened where it is read from."""
+    keys = yield from _carried(sealer, carried)
     run = dict(data.get("run") or {})
     run_id = run.get("run_id")
     for column in ("input", "result", "error"):
         if envelope.is_sealed(run.get(column)):
             run[column] = yield from _sealing.open_value(sealer, run[column], column, run_id,
-                                                         None)
-    journal = yield from _opened_rows(sealer, data.get("journal"), "payload", run_id)
-    waits = yield from _opened_rows(sealer, data.get("waits"), "request", run_id)
+                                                         keys)
+    journal = yield from _opened_rows(sealer, data.get("journal"), "payload", run_id, keys)
+    waits = yield from _opened_rows(sealer, data.get("waits"), "request", run_id, keys)
     state = data.get("state")
     if isinstance(state, dict) and envelope.is_sealed(state.get("data")):
         state = dict(state)
         state["data"] = yield from _sealing.open_value(
-            sealer, state["data"], "data", f"task:{state.get('task_key')}", None)
+            sealer, state["data"], "data", f"task:{state.get('task_key')}", keys)
     return {**data, "run": run, "journal": journal, "waits": waits, "state": state}
 
 
-def _opened_rows(sealer: Sealer, found: Any, column: str, run_id: Any) -> Flow[list[Any]]:
+def _opened_rows(sealer: Sealer, found: Any, column: str, run_id: Any,
+                 keys: dict[str, DataKey]) -> Flow[list[Any]]:
     """Rows of an export's list, `column` of each opened if sealed."""
     out = []
     for row in found or []:
         if isinstance(row, dict) and envelope.is_sealed(row.get(column)):
             row = {**row, column: (yield from _sealing.open_value(sealer, row[column], column,
-                                                                  run_id, None))}
+                                                                  run_id, keys))}
         out.append(row)
     return out

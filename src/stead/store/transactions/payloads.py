@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 # The tables a run's payloads are kept in, each overwritten by its query.
 _RUN_TABLES = ("forget_journal", "forget_archive", "forget_events", "forget_streams",
-               "forget_intents", "forget_migrations", "forget_requests")
+               "forget_intents", "forget_migrations", "forget_requests", "forget_actions")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -83,7 +83,8 @@ def import_run(run: RunRow, journal: Sequence[Record], waits: Sequence[WaitRow],
             "wait_id", "run_id", "addr", "kind", "bind", "schema", "token_hash", "task_key",
             "expires_at", "state", "event_id", "created_at", "closed_at")})
         if w.request is not None:
-            yield execute("insert_wait_request", {"wait_id": w.wait_id, "request": w.request})
+            yield execute("insert_wait_request", {"wait_id": w.wait_id, "run_id": run.run_id,
+                                                  "request": w.request})
     if state is not None:
         yield execute("lock_state", {"task_key": state.task_key})
         if (yield one("read_state", {"task_key": state.task_key})) is None:

@@ -1354,7 +1354,11 @@ UPDATE journal SET payload = %(marker)s WHERE run_id = ANY(%(run_ids)s::text[]);
 UPDATE journal_archive SET payload = %(marker)s WHERE run_id = ANY(%(run_ids)s::text[]);
 
 -- name: forget_events
-UPDATE events SET payload = %(marker)s WHERE run_id = ANY(%(run_ids)s::text[]);
+UPDATE events SET payload = %(marker)s, detail = CASE WHEN detail IS NULL THEN NULL ELSE %(marker)s END
+WHERE run_id = ANY(%(run_ids)s::text[]);
+
+-- name: forget_actions
+UPDATE operator_actions SET detail = %(marker)s WHERE run_id = ANY(%(run_ids)s::text[]);
 
 -- name: forget_streams
 UPDATE stream_entries SET value = %(marker)s WHERE run_id = ANY(%(run_ids)s::text[]);

@@ -1065,7 +1065,11 @@ UPDATE journal SET payload = :marker WHERE run_id IN (SELECT value FROM json_eac
 UPDATE journal_archive SET payload = :marker WHERE run_id IN (SELECT value FROM json_each(:run_ids));
 
 -- name: forget_events
-UPDATE events SET payload = :marker WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+UPDATE events SET payload = :marker, detail = CASE WHEN detail IS NULL THEN NULL ELSE :marker END
+WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: forget_actions
+UPDATE operator_actions SET detail = :marker WHERE run_id IN (SELECT value FROM json_each(:run_ids));
 
 -- name: forget_streams
 UPDATE stream_entries SET value = :marker WHERE run_id IN (SELECT value FROM json_each(:run_ids));
