@@ -18,15 +18,16 @@ from typing import Any
 from stead import errors
 
 
-def filesystem(url: str, error: type[errors.SteadError], needs: str) -> tuple[Any, str]:
+def filesystem(url: str, error: type[errors.SteadError], install: str) -> tuple[Any, str]:
     """fsspec's filesystem for `url` and the path in it; `error` when fsspec
-    or the protocol's package is missing (`needs`: the extra to install)."""
+    or the protocol's package is missing (`install`: the command that
+    installs what is needed)."""
     try:
         import fsspec  # type: ignore[import-untyped,unused-ignore]
     except ImportError as exc:
         raise error(
-            f"blobs at {url[:200]!r} need fsspec: pip install -e '.[{needs}]' in "
-            "stead's checkout (docs/install.md)") from exc
+            f"blobs at {url[:200]!r} need fsspec: {install} in stead's checkout "
+            "(docs/install.md)") from exc
     try:
         fs, path = fsspec.core.url_to_fs(url)
     except (ValueError, ImportError) as exc:  # an unknown protocol, or its package missing
@@ -38,7 +39,7 @@ def filesystem(url: str, error: type[errors.SteadError], needs: str) -> tuple[An
 
 
 def _fs(url: str) -> tuple[Any, str]:
-    return filesystem(url, errors.WorkspaceError, "workspaces")
+    return filesystem(url, errors.WorkspaceError, "pip install -e '.[workspaces]'")
 
 
 class BlobDir:

@@ -59,7 +59,8 @@ class BlobStore:
         else:
             from stead.files import blobs as files_blobs  # an object store's only
 
-            self._fs, self._root = files_blobs.filesystem(url, errors.StoreError, "s3")
+            self._fs, self._root = files_blobs.filesystem(
+                url, errors.StoreError, "pip install -e '.[s3]'")
 
     def path(self, sha256: str) -> str:
         return f"{self._root}/{sha256[:2]}/{sha256}"
