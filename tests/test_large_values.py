@@ -297,3 +297,19 @@ async def test_exports_carry_the_values_not_their_references(
     assert report.deleted == 1 and _blobs(where) == []
     [line] = lines
     assert '"$blob"' not in line and "x" * 10_000 in line
+
+
+def test_a_changed_blob_is_refused_not_read(tmp_path: Path) -> None:
+    large = LargeValues(BlobStore(str(tmp_path / "blobs")), INLINE)
+    ref = large.put(json.dumps("v" * 9000))
+    assert json.loads(large.get(ref)) == "v" * 9000
+    path = Path(large.blobs.path(ref.sha256))
+    path.write_bytes(path.read_bytes().replace(b"v", b"w", 1))
+    with pytest.raises(stead.StoreError, match="does not hash to its name"):
+        large.get(ref)
+    path.write_bytes(path.read_bytes() + b" ")
+    with pytest.raises(stead.StoreError, match=f"is not {ref.size} bytes"):
+        large.get(ref)
+    # A temporary file of a write in progress is not a blob.
+    (path.parent / f"{ref.sha256}.1234abcd.partial").write_bytes(b"half")
+    assert [b.sha256 for b in large.blobs.listing()] == [ref.sha256]

@@ -183,6 +183,7 @@ class BlobStore:
                         continue
                     yield Stored(name, st.st_size, st.st_mtime)
             return
+        self._fs.invalidate_cache()  # fsspec may cache listings: ask the store itself
         try:
             found = self._fs.find(self._root, detail=True)
         except FileNotFoundError:
@@ -198,6 +199,7 @@ class BlobStore:
         try:
             if self.local:
                 return os.stat(self.path(sha256)).st_mtime
+            self._fs.invalidate_cache(self.path(sha256))
             return _mtime(self._fs.info(self.path(sha256)))
         except FileNotFoundError:
             return None
