@@ -21,7 +21,8 @@ from stead import errors
 from stead.cli import main
 from stead.payloads.blobs import BlobStore
 from stead.payloads.references import LargeValues, Reference, is_reference
-from tests.helpers import Crash, crash_then_resume
+from stead.workflow.waits import sign
+from tests.helpers import Crash, approval_app, crash_then_resume
 
 INLINE = 4096
 
@@ -224,6 +225,33 @@ async def test_a_large_stream_entry_is_kept_by_reference_and_read_back(
     assert len(_blobs(where)) == 1
     read = [e.value async for e in client.read_stream(run_id, "answer")]
     assert read == ["s" * 20_000, "small"]
+    clock = store.clock
+    assert isinstance(clock, stead.FakeClock)
+    clock.advance(10 * 86400)
+    assert await store.prune(clock.now(), [run_id]) == [run_id]
+    assert _blobs(where) == []
+
+
+async def test_a_large_event_payload_is_kept_by_reference_and_received_whole(
+    bstore: tuple[stead.Store, Path],
+) -> None:
+    store, where = bstore
+    app = approval_app()
+    client = stead.Client(store, app, max_event_bytes=1024 * 1024)
+    run_id = (await client.start("confirm", "o-1")).run_id
+    await stead.Worker(app, store).run_until_idle()
+    [w] = await client.waits(run_id=run_id)
+    token = sign((await store.keyring()).current, run_id, w.wait_id)
+    document = {"contract": "c" * 50_000}
+    verdict = await client.deliver(run_id, wait_id=w.wait_id, event_id="evt-1",
+                                   payload=document, bind={"order_id": "o-1"}, token=token)
+    assert isinstance(verdict, stead.Accepted), verdict
+    [event] = await store.list_events(run_id)
+    assert is_reference(event.payload)
+    await stead.Worker(app, store).run_until_idle()
+    assert await client.result(run_id) == document
+    # The event's blob, and the wait record's (the payload it received, journaled).
+    assert len(_blobs(where)) == 2
     clock = store.clock
     assert isinstance(clock, stead.FakeClock)
     clock.advance(10 * 86400)

@@ -22,6 +22,7 @@ from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from stead import bounds, codec, errors, keys, outcomes, policy_binding, schema_check
+from stead.payloads.envelope import What
 from stead.records import (
     POLICY_VERSION_KEY,
     DeliveryContext,
@@ -479,8 +480,10 @@ class Wait(Generic[T]):
                     "type": "WaitPolicyChanged", "event_id": event.event_id,
                     "bound": bound, "now": x.policy_version})
             else:
+                # A large payload comes back from the blob store.
+                text = await x.store.resolve(event.payload, x.fence.run_id, What.EVENT)
                 rec = self._record(RecordStatus.OK, {"event_id": event.event_id,
-                                                "payload": codec.loads(event.payload)})
+                                                "payload": codec.loads(text)})
             x.carry(rec)
             return rec
         closed = _CLOSED.get(row.state)

@@ -8,8 +8,8 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from stead.payloads.envelope import What, Where
-from stead.store import _large, _rows, _sealing
+from stead.payloads.envelope import What
+from stead.store import _large, _rows
 from stead.store.base.part import StorePart
 from stead.store.seam import FencedWrite, Finish, Flow, Writing
 from stead.store.transactions import common
@@ -80,32 +80,13 @@ class Journals(StorePart):
         if large is None or not _large.outside(large, write):
             await self.database.journal(write, lambda _: tx.journaled(write))
             return
-        seal = await self._seal(write.fence.run_id)
+        seal = await self._large_seal(write.fence.run_id)
         write, refs = await _large.referenced(large, write, seal)
         now = self.clock.now()
         await self.database.write(
             lambda: _large.journal_owning(write, refs, now),
             Writing(landed=lambda _: tx.journaled(write),
                     releases=None if write.finish is None else write.fence.run_id))
-
-    async def _seal(self, run_id: str) -> _large.Seal | None:
-        """How a large value of `run_id` is sealed before it goes to the blob
-        store; None when payloads are not sealed."""
-        sealer = self.database.sealer
-        if sealer is None:
-            return None
-        key = sealer.known(run_id)
-        if key is None:
-            key = await self.database.write(lambda: _sealing.run_key(sealer, run_id), Writing())
-            if key is None:
-                raise _sealing.forgotten(run_id)
-            sealer.learn(key)
-        held = key
-
-        def seal(text: str, what: What) -> str:
-            return sealer.seal(text, Where(run_id, what), held)
-
-        return seal
 
     async def list_resumes(self, run_id: str) -> list[ResumeRecord]:
         return await self.database.read(
@@ -138,7 +119,7 @@ class Journals(StorePart):
                 lambda: _streams.append(fence, name, new),
                 Writing(landed=lambda _: _streams.appended(fence.run_id, name, new.key),
                         one_statement=_streams.one_statement(new)))
-        seal = await self._seal(fence.run_id)
+        seal = await self._large_seal(fence.run_id)
         ref = await asyncio.to_thread(_large.put, large, new.text, What.STREAM, seal)
         new = dataclasses.replace(new, text=ref.text())
         now = self.clock.now()

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from stead.store import _rows, local_work
+from stead.payloads.envelope import What
+from stead.store import _large, _rows, local_work
 from stead.store.base.part import StorePart
-from stead.store.seam import FencedWrite, Writing
+from stead.store.seam import FencedWrite, Flow, Writing
 from stead.store.transactions import common
 from stead.store.transactions import waits as tx
 
 if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
+    from stead.payloads.references import Reference
     from stead.records import EventRow, Fence, Judgement, Record, ResumeRecord, WaitRow, WaitState
 
 
@@ -79,14 +83,28 @@ class Waits(StorePart):
         the run. A duplicate stores nothing and returns the original event.
         A run it wakes goes straight to an idle worker of this process that
         hosts its code, leased to it in the same transaction (`local_work`)."""
+        refs: list[Reference] = []
+        large = self.large
+        if large is not None and large.outside(event.payload):
+            # Kept in the blob store, durable before the event that names it commits.
+            seal = await self._large_seal(event.run_id)
+            ref = await asyncio.to_thread(_large.put, large, event.payload, What.EVENT, seal)
+            event = dataclasses.replace(event, payload=ref.text())
+            refs.append(ref)
         local = self.database.local
         lessee = None if local is None else local_work.Lessee(local, self.database.lease_now())
         leased = None
+        now = self.clock.now()
+
+        def delivering() -> Flow[tx.Delivered]:
+            done = yield from tx.deliver(event, judge, now, lessee)
+            if refs and done[1].payload == event.payload:  # kept (not a digest, no duplicate)
+                yield from _large.own(event.run_id, refs, now)
+            return done
+
         try:
             judged, stored, leased = await self.database.write(
-                lambda: tx.deliver(event, judge, self.clock.now(), lessee),
-                Writing(landed=lambda attempted: tx.delivered(event, attempted)),
-            )
+                delivering, Writing(landed=lambda attempted: tx.delivered(event, attempted)))
         finally:
             if lessee is not None:
                 lessee.settle(leased)
