@@ -179,8 +179,14 @@ async def test_forget_erases_a_task_and_keeps_its_audit(db_url: str, sealed: boo
         client, run_id = await _waiting(store)
         before = await store.load_journal(run_id)
         exported = await store.export_json(await client.export_run(run_id))
+        fork = await client.fork(run_id)  # a run that came from it goes with it
+        await stead.Worker(_app(stead.ScriptedModel([]))[0], store).run_until_idle()
         done = await client.forget("cust-1", why="erasure request 42", by="dpo")
-        assert (done.runs, done.ended, done.keys_destroyed) == ((run_id,), (run_id,), sealed)
+        assert (done.runs, done.keys_destroyed) == ((run_id, fork.run_id), sealed)
+        assert set(done.ended) == {run_id, fork.run_id}
+        assert done.task_keys == ("cust-1", f"run:{fork.run_id}")
+        forked = await store.load_journal(fork.run_id)
+        assert forked and all(payloads.is_forgotten(r.payload) for r in forked)
         run = await store.get_run(run_id)
         assert run.status == RunStatus.FAILED
         assert payloads.is_forgotten(run.input)

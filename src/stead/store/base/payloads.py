@@ -45,7 +45,7 @@ class Payloads(StorePart):
             lambda: tx.forget(task_id, by, why, self.clock.now(), sealer is not None),
             Writing())
         if sealer is not None:
-            for scope in [*done.runs, f"task:{task_id}"]:
+            for scope in [*done.runs, *(f"task:{key}" for key in done.task_keys)]:
                 sealer.drop(scope)
         return done
 

@@ -1045,7 +1045,19 @@ ON CONFLICT (scope) DO NOTHING;
 -- ended (a new epoch: their holder's next write is refused), its task state
 -- dropped (its history kept, overwritten), and its data keys destroyed.
 -- name: task_runs
-SELECT run_id, status FROM runs WHERE task_id = :task_id ORDER BY created_at;
+-- The task's runs and every run that came from one: its forks and
+-- continuations (lineage) and its children, and theirs, at any depth.
+WITH RECURSIVE edges (child, parent) AS (
+    SELECT run_id, parent_id FROM lineage
+    UNION ALL
+    SELECT run_id, parent_id FROM runs WHERE parent_id IS NOT NULL
+), family (run_id) AS (
+    SELECT run_id FROM runs WHERE task_id = :task_id
+    UNION
+    SELECT e.child FROM edges e JOIN family f ON e.parent = f.run_id
+)
+SELECT r.run_id, r.status, r.task_id FROM runs r JOIN family f ON f.run_id = r.run_id
+ORDER BY r.created_at;
 
 -- name: forget_end_runs
 UPDATE runs SET status = 'failed', error = :error, lease_owner = NULL,
