@@ -196,7 +196,9 @@ async def test_forget_erases_a_task_and_keeps_its_audit(db_url: str, sealed: boo
         assert [(r.seq, r.addr, r.kind, r.name, r.status, r.at) for r in after] == \
             [(r.seq, r.addr, r.kind, r.name, r.status, r.at) for r in before]
         assert all(payloads.is_forgotten(r.payload) for r in after)
-        assert await store.read_state("cust-1") is None
+        emptied = await store.read_state("cust-1")
+        assert emptied is not None and emptied.data == "{}"
+        assert all(payloads.is_forgotten(v.data) for v in await store.state_history("cust-1"))
         gone = await store.forgotten(run_id)
         assert gone is not None and (gone.by, gone.why, gone.task_id) == (
             "dpo", "erasure request 42", "cust-1")
@@ -209,6 +211,11 @@ async def test_forget_erases_a_task_and_keeps_its_audit(db_url: str, sealed: boo
             opened = await store.open_export(exported)
             assert payloads.is_forgotten(opened["run"]["input"])
             assert all(payloads.is_forgotten(r["payload"]) for r in opened["journal"])
+        # The customer comes back: a new run of the same task starts afresh.
+        _, again = await _waiting(store)
+        assert EMAIL in (await store.get_run(again)).input
+        state = await store.read_state("cust-1")
+        assert state is not None and EMAIL in state.data
     finally:
         await store.close()
     if db_url.startswith("sqlite"):

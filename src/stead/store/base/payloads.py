@@ -37,7 +37,7 @@ class Payloads(StorePart):
 
     async def forget_task(self, task_id: str, *, by: str, why: str) -> tx.Forgetting:
         """Forget every payload of task `task_id`'s runs, in one transaction:
-        overwrite them in every table, end its live runs, drop its task state
+        overwrite them in every table, end its live runs, empty its task state
         and destroy its runs' data keys (the audit stays: runs, steps,
         effects, decisions, who and when)."""
         sealer = self.database.sealer

@@ -24,8 +24,9 @@ _RUN_TABLES = ("forget_journal", "forget_archive", "forget_events", "forget_stre
 class Forgetting:
     """What forgetting a task did: its runs (all of them, with every run that
     came from one: forks, continuations, children), those of them it ended,
-    the task states it dropped, and whether their data keys were destroyed (encryption on) or only
-    the payloads overwritten (backups still hold those)."""
+    the task states it emptied, and whether their data keys were destroyed
+    (encryption on) or only the payloads overwritten (backups still hold
+    those)."""
 
     task_id: str
     runs: tuple[str, ...]
@@ -72,9 +73,11 @@ def forget(task_id: str, by: str, why: str, now: float, sealed: bool) -> Flow[Fo
     for key in task_keys:
         yield execute("forget_state", {"task_key": key})
         yield execute("forget_state_history", {"task_key": key, "marker": envelope.FORGOTTEN})
-    for scope in [*run_ids, *(f"task:{key}" for key in task_keys)]:
+    for scope in run_ids:
         yield execute("forget_key", {"scope": scope, "task_id": task_id, "now": now, "by": by,
                                      "why": why})
+    for key in task_keys:
+        yield execute("drop_payload_key", {"scope": f"task:{key}"})
     return Forgetting(task_id, tuple(run_ids), live, sealed, tuple(task_keys))
 
 
