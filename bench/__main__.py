@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from bench import contention, machine, peers, profiles, report, runner, workloads
+from bench import contention, machine, mixed, peers, profiles, report, runner, workloads
 from bench.workloads import PG, SQLITE, Context
 
 METHOD = """\
@@ -108,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--contention", action="store_true",
                         help="the contention profile alone: sequential and many-runs "
                              "workloads quiet and beside one CPU hog per core (~10 min)")
+    parser.add_argument("--mixed", action="store_true",
+                        help="the mixed-load mode alone: step, replay, wake-up and takeover "
+                             "quiet and beside a test-suite-like load, 3 interleaved "
+                             "repetitions, targets judged in each (~25 min; --quick ~12)")
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
@@ -121,7 +125,12 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.no_peers:
         peers.ensure(upgrade=args.upgrade_peers, log=log)
+    runner.warm_bytecode()
     dbs = [SQLITE, PG] if args.db == "both" else [args.db]
+    if args.mixed:
+        argv_text = "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv)
+        return mixed.main(dbs, args.quick, not args.no_peers, _output(args.output),
+                          argv_text, log)
     if args.contention:
         argv_text = "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv)
         return contention.main(dbs, args.quick, not args.no_peers, _output(args.output),

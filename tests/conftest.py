@@ -22,6 +22,11 @@ BACKENDS = ("sqlite", "postgres")
 # Offline: LiteLLM (stead.llm.litellm, CrewAI's models) reads its bundled price
 # list instead of fetching one when imported, here and in the workers started.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# The processes the tests start cache no bytecode: a test that deploys changed
+# code rewrites its app module within the same second and at the same size,
+# which a cached .pyc (keyed by the source's mtime in whole seconds and its
+# size) takes for the old module, so the old code would run.
+os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

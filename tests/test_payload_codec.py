@@ -173,3 +173,44 @@ def test_the_envelope_is_json_a_column_of_either_store_takes() -> None:
     sealed = SEALER.seal("x", HERE, KEY)
     assert sealed.startswith(envelope.PREFIX)
     assert json.loads(sealed)["$sealed"] == envelope.SCHEME
+
+
+class _Kms:
+    """A key service stand-in: wraps with a key of its own, by the given context."""
+
+    def __init__(self) -> None:
+        self.key = keys.new_key()
+        self.wrapped = 0
+
+    def newest(self) -> str:
+        return "kms-1"
+
+    def wrap(self, data_key: bytes, context: bytes) -> stead.payloads.WrappedKey:
+        from stead.payloads import codec
+
+        self.wrapped += 1
+        return stead.payloads.WrappedKey("kms-1", codec.aes_seal(self.key.secret, data_key,
+                                                                  context))
+
+    def unwrap(self, wrapped: stead.payloads.WrappedKey, context: bytes) -> bytes:
+        from stead.payloads import codec
+
+        if wrapped.key_id != "kms-1":
+            raise errors.PayloadKeyMissing(wrapped.key_id)
+        plain = codec.aes_open(self.key.secret, wrapped.blob, context)
+        if plain is None:
+            raise errors.PayloadUnreadable("the key service refused it")
+        return plain
+
+
+async def test_a_codec_of_ones_own_wraps_the_keys(sqlite_url: str) -> None:
+    kms = _Kms()
+    store = await stead.open_store(sqlite_url, payloads=kms)
+    try:
+        [run_id] = await _start(store, 1)
+        assert kms.wrapped == 1 and await store.payload_key_counts() == {"kms-1": 1}
+        assert "alice0@example.com" in (await store.get_run(run_id)).input
+    finally:
+        await store.close()
+    with pytest.raises(errors.StoreError, match="PayloadCodec"):
+        await stead.open_store(sqlite_url, payloads="yes")  # type: ignore[arg-type]

@@ -179,8 +179,14 @@ async def test_forget_erases_a_task_and_keeps_its_audit(db_url: str, sealed: boo
         client, run_id = await _waiting(store)
         before = await store.load_journal(run_id)
         exported = await store.export_json(await client.export_run(run_id))
+        fork = await client.fork(run_id)  # a run that came from it goes with it
+        await stead.Worker(_app(stead.ScriptedModel([]))[0], store).run_until_idle()
         done = await client.forget("cust-1", why="erasure request 42", by="dpo")
-        assert (done.runs, done.ended, done.keys_destroyed) == ((run_id,), (run_id,), sealed)
+        assert (done.runs, done.keys_destroyed) == ((run_id, fork.run_id), sealed)
+        assert set(done.ended) == {run_id, fork.run_id}
+        assert done.task_keys == ("cust-1", f"run:{fork.run_id}")
+        forked = await store.load_journal(fork.run_id)
+        assert forked and all(payloads.is_forgotten(r.payload) for r in forked)
         run = await store.get_run(run_id)
         assert run.status == RunStatus.FAILED
         assert payloads.is_forgotten(run.input)
@@ -190,7 +196,9 @@ async def test_forget_erases_a_task_and_keeps_its_audit(db_url: str, sealed: boo
         assert [(r.seq, r.addr, r.kind, r.name, r.status, r.at) for r in after] == \
             [(r.seq, r.addr, r.kind, r.name, r.status, r.at) for r in before]
         assert all(payloads.is_forgotten(r.payload) for r in after)
-        assert await store.read_state("cust-1") is None
+        emptied = await store.read_state("cust-1")
+        assert emptied is not None and emptied.data == "{}"
+        assert all(payloads.is_forgotten(v.data) for v in await store.state_history("cust-1"))
         gone = await store.forgotten(run_id)
         assert gone is not None and (gone.by, gone.why, gone.task_id) == (
             "dpo", "erasure request 42", "cust-1")
@@ -203,6 +211,11 @@ async def test_forget_erases_a_task_and_keeps_its_audit(db_url: str, sealed: boo
             opened = await store.open_export(exported)
             assert payloads.is_forgotten(opened["run"]["input"])
             assert all(payloads.is_forgotten(r["payload"]) for r in opened["journal"])
+        # The customer comes back: a new run of the same task starts afresh.
+        _, again = await _waiting(store)
+        assert EMAIL in (await store.get_run(again)).input
+        state = await store.read_state("cust-1")
+        assert state is not None and EMAIL in state.data
     finally:
         await store.close()
     if db_url.startswith("sqlite"):

@@ -88,7 +88,8 @@ class Deciding(Inspecting):
 
     async def forget(self, task_id: str, *, why: str, by: str | None = None) -> Forgetting:
         """Forget every payload of task `task_id` (a customer asked to be
-        erased): in one transaction its runs' inputs, results, journal
+        erased), and of every run that came from one of its runs (forks,
+        continuations, children): in one transaction their inputs, results, journal
         values, events, stream entries, intents, wait requests and task state
         are overwritten, its live runs end (`RunForgotten` from then on for
         resume, retry and fork) and, with encryption on, the data keys of its

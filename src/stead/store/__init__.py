@@ -175,9 +175,13 @@ def _sealer(store: Store, payloads: bool | PayloadCodec | None) -> Sealer | None
     if wanted is False:
         return None
     from stead import keys
-    from stead.payloads import KeyringCodec, Sealer
+    from stead.payloads import KeyringCodec, PayloadCodec, Sealer
 
     if wanted is not True:
+        if not isinstance(wanted, PayloadCodec):
+            raise errors.StoreError(
+                f"payloads={type(wanted).__qualname__}: give True, False or a "
+                "stead.payloads.PayloadCodec (newest, wrap, unwrap)")
         return Sealer(wanted)
     ring = keys.resolve(store.key_source, store.key_file)
     if not ring.data_keys and isinstance(store.key_source, keys.Keyring) \

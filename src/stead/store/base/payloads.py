@@ -37,7 +37,7 @@ class Payloads(StorePart):
 
     async def forget_task(self, task_id: str, *, by: str, why: str) -> tx.Forgetting:
         """Forget every payload of task `task_id`'s runs, in one transaction:
-        overwrite them in every table, end its live runs, drop its task state
+        overwrite them in every table, end its live runs, empty its task state
         and destroy its runs' data keys (the audit stays: runs, steps,
         effects, decisions, who and when)."""
         sealer = self.database.sealer
@@ -45,7 +45,7 @@ class Payloads(StorePart):
             lambda: tx.forget(task_id, by, why, self.clock.now(), sealer is not None),
             Writing())
         if sealer is not None:
-            for scope in [*done.runs, f"task:{task_id}"]:
+            for scope in [*done.runs, *(f"task:{key}" for key in done.task_keys)]:
                 sealer.drop(scope)
         if self.large is not None and done.runs:
             # Their large values' blobs too (sealed or not): no reference names them now.

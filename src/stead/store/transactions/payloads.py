@@ -22,14 +22,17 @@ _RUN_TABLES = ("forget_journal", "forget_archive", "forget_events", "forget_stre
 
 @dataclasses.dataclass(frozen=True)
 class Forgetting:
-    """What forgetting a task did: its runs (all of them), those of them it
-    ended, and whether their data keys were destroyed (encryption on) or only
-    the payloads overwritten (backups still hold those)."""
+    """What forgetting a task did: its runs (all of them, with every run that
+    came from one: forks, continuations, children), those of them it ended,
+    the task states it emptied, and whether their data keys were destroyed
+    (encryption on) or only the payloads overwritten (backups still hold
+    those)."""
 
     task_id: str
     runs: tuple[str, ...]
     ended: tuple[str, ...]
     keys_destroyed: bool
+    task_keys: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,12 +65,20 @@ def forget(task_id: str, by: str, why: str, now: float, sealed: bool) -> Flow[Fo
         yield execute("forget_runs", params)
         for query in _RUN_TABLES:
             yield execute(query, params)
-    yield execute("forget_state", {"task_key": task_id})
-    yield execute("forget_state_history", {"task_key": task_id, "marker": envelope.FORGOTTEN})
-    for scope in [*run_ids, f"task:{task_id}"]:
+    # The task's state, and that of each run of the family under a task of its
+    # own (a child's) or none (a fork's: `run:<id>`).
+    task_keys = list(dict.fromkeys([task_id, *(
+        str(r["task_id"]) if r["task_id"] is not None else f"run:{r['run_id']}"
+        for r in found)]))
+    for key in task_keys:
+        yield execute("forget_state", {"task_key": key})
+        yield execute("forget_state_history", {"task_key": key, "marker": envelope.FORGOTTEN})
+    for scope in run_ids:
         yield execute("forget_key", {"scope": scope, "task_id": task_id, "now": now, "by": by,
                                      "why": why})
-    return Forgetting(task_id, tuple(run_ids), live, sealed)
+    for key in task_keys:
+        yield execute("drop_payload_key", {"scope": f"task:{key}"})
+    return Forgetting(task_id, tuple(run_ids), live, sealed, tuple(task_keys))
 
 
 def forgotten(run_id: str) -> Flow[Forgotten | None]:

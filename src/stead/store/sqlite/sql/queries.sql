@@ -1043,9 +1043,21 @@ ON CONFLICT (scope) DO NOTHING;
 -- Forgetting a task (`stead tasks forget`, see store/base/payloads.py): its
 -- runs' payloads overwritten with a marker everywhere they are kept, its live runs
 -- ended (a new epoch: their holder's next write is refused), its task state
--- dropped (its history kept, overwritten), and its data keys destroyed.
+-- emptied (its history kept, overwritten), and its data keys destroyed.
 -- name: task_runs
-SELECT run_id, status FROM runs WHERE task_id = :task_id ORDER BY created_at;
+-- The task's runs and every run that came from one: its forks and
+-- continuations (lineage) and its children, and theirs, at any depth.
+WITH RECURSIVE edges (child, parent) AS (
+    SELECT run_id, parent_id FROM lineage
+    UNION ALL
+    SELECT run_id, parent_id FROM runs WHERE parent_id IS NOT NULL
+), family (run_id) AS (
+    SELECT run_id FROM runs WHERE task_id = :task_id
+    UNION
+    SELECT e.child FROM edges e JOIN family f ON e.parent = f.run_id
+)
+SELECT r.run_id, r.status, r.task_id FROM runs r JOIN family f ON f.run_id = r.run_id
+ORDER BY r.created_at;
 
 -- name: forget_end_runs
 UPDATE runs SET status = 'failed', error = :error, lease_owner = NULL,
@@ -1084,8 +1096,10 @@ UPDATE migrations SET old_input = :marker, new_input = :marker WHERE run_id IN (
 UPDATE wait_requests SET request = :marker
 WHERE wait_id IN (SELECT wait_id FROM waits WHERE run_id IN (SELECT value FROM json_each(:run_ids)));
 
+-- The state in force knows nothing any more; its version stays, so the
+-- task's next change goes on from it.
 -- name: forget_state
-DELETE FROM task_state WHERE task_key = :task_key;
+UPDATE task_state SET data = '{}' WHERE task_key = :task_key;
 
 -- name: forget_state_history
 UPDATE task_state_history SET data = :marker WHERE task_key = :task_key;
@@ -1097,6 +1111,11 @@ VALUES (:scope, NULL, NULL, :now, :task_id, :now, :by, :why)
 ON CONFLICT (scope) DO UPDATE SET key_id = NULL, wrapped = NULL, task_id = excluded.task_id,
     forgotten_at = excluded.forgotten_at, forgotten_by = excluded.forgotten_by,
     forgotten_why = excluded.forgotten_why;
+
+-- A task state's key goes: its history is overwritten, and the task may
+-- come back (a new run of the same task id) with a new key.
+-- name: drop_payload_key
+DELETE FROM payload_keys WHERE scope = :scope;
 
 -- name: forgotten_run
 SELECT scope, task_id, forgotten_at, forgotten_by, forgotten_why FROM payload_keys
