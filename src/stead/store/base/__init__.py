@@ -4,7 +4,7 @@ change is one transaction, written once in `transactions`; every write by a
 run's holder is fenced by its epoch and raises `StaleLease` when the fence
 fails. `Store` is composed of one part per concern, a module of this package
 each (`runs`, `leases`, `journal`, `waits`, `state`, `intents`, `actions`,
-`migrations`, `retention`, `workspaces`), over the transactions of the same
+`migrations`, `retention`, `workspaces`, `conversations`), over the transactions of the same
 name; this module holds what is left: opening, the keyring, waiting for work.
 docs/architecture.md draws the whole."""
 
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from stead import addresses
 from stead.store import _holders, schema_versions
 from stead.store.base.actions import Actions
+from stead.store.base.conversations import Conversations
 from stead.store.base.intents import Intents
 from stead.store.base.journal import Journals
 from stead.store.base.leases import Leases
@@ -58,7 +59,7 @@ def run_outside_branches(cls: type) -> None:
 
 
 class Store(Runs, Leases, Journals, Waits, TaskState, Intents, Actions, Migrations, Retention,
-            Workspaces):
+            Workspaces, Conversations):
     """A store's public coroutines run outside the workflow's branches: a task
     a store starts while a run awaits it (a pool waiting for a free connection,
     a group commit's flusher) must not be numbered as one of the run's

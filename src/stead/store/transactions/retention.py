@@ -56,7 +56,8 @@ def delete_runs(cutoff: float, run_ids: Sequence[str]) -> Flow[list[str]]:
                       "delete_waits", "delete_events",
                       "delete_intents", "delete_migrations", "delete_journal_archive",
                       "delete_lineage", "delete_snapshots", "delete_operator_actions",
-                      "delete_rejected_tally", "delete_streams", "delete_runs"):
+                      "delete_rejected_tally", "delete_streams", "delete_conversation_parts",
+                      "delete_runs"):
             yield execute(query, ids)
     return keep
 

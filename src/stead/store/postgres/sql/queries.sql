@@ -1316,3 +1316,29 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 
 -- name: delete_meta
 DELETE FROM stead_meta WHERE key = %(key)s;
+
+-- == the requests model calls sent (0034; store/transactions/conversations.py) ==
+-- name: insert_conversation_part
+INSERT INTO conversation_parts (run_id, sha256, parent, body)
+VALUES (%(run_id)s, %(sha256)s, %(parent)s, %(body)s)
+ON CONFLICT (run_id, sha256) DO NOTHING;
+
+-- name: conversation_parts
+SELECT sha256, parent, body FROM conversation_parts WHERE run_id = %(run_id)s;
+
+-- name: copy_conversation_parts
+-- A fork's: the parts the parent's records `heads` name, and every message
+-- before each.
+WITH RECURSIVE chain (sha256) AS (
+    SELECT unnest(%(heads)s::text[])
+    UNION
+    SELECT p.parent FROM conversation_parts p JOIN chain c ON p.sha256 = c.sha256
+    WHERE p.run_id = %(parent_id)s AND p.parent IS NOT NULL
+)
+INSERT INTO conversation_parts (run_id, sha256, parent, body)
+SELECT %(run_id)s, p.sha256, p.parent, p.body FROM conversation_parts p
+WHERE p.run_id = %(parent_id)s AND p.sha256 IN (SELECT sha256 FROM chain)
+ON CONFLICT (run_id, sha256) DO NOTHING;
+
+-- name: delete_conversation_parts
+DELETE FROM conversation_parts WHERE run_id = ANY(%(run_ids)s::text[]);

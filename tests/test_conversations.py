@@ -1,0 +1,198 @@
+"""The conversation each model call saw, kept with its record: stored once
+per message (linear in the turns), read back turn by turn, identically after
+a takeover, masked where it held a wait token, gone with its run, copied
+with a fork, and not kept at all under `App(keep_conversation=False)`; on
+both stores."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+
+import stead
+from stead.conversations import transcript
+from stead.records import RecordKind
+from tests.helpers import Crash, crash_then_resume
+
+SYSTEM = {"role": "system", "content": "You look things up. " + "x" * 200}
+
+
+def _tool_reply(turn: int) -> stead.Completion:
+    return stead.Completion(text=f"looking up {turn}", tool_calls=(
+        stead.ToolCall(f"call-{turn}", "lookup", {"n": turn}),), model="m", stop_reason="tool")
+
+
+def _script(turns: int) -> list[stead.llm.scripted.Reply]:
+    return [*(_tool_reply(t) for t in range(turns)), "done"]
+
+
+def agent_app(turns: int, *, keep: bool = True, crash_at: int | None = None,
+              name: str = "agents") -> tuple[stead.App, Any, stead.ScriptedModel]:
+    """An agent loop: each turn the model asks for a tool, whose result is
+    appended to the conversation; `crash_at` kills the worker once, after
+    that turn's tool result is journaled."""
+    app = stead.App(name, keep_conversation=keep)
+    model = stead.ScriptedModel(_script(turns))
+    crashed: list[bool] = []
+
+    def lookup(n: int) -> dict[str, Any]:
+        if n == crash_at and not crashed:
+            crashed.append(True)
+            raise Crash()
+        return {"n": n, "found": "y" * 100}
+
+    @app.workflow(version=1)
+    async def agent(run: stead.Run, question: str) -> str:
+        messages: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": question}]
+        while True:
+            answer = await run.llm("agent", model, messages, temperature=0)
+            if not answer.tool_calls:
+                return answer.text
+            messages.append({"role": "assistant", "content": answer.text, "tool_calls": [
+                c.to_json() for c in answer.tool_calls]})
+            for c in answer.tool_calls:
+                result = await run.step(f"tool {c.name}", lookup, c.arguments["n"])
+                messages.append({"role": "tool", "tool_call_id": c.id,
+                                 "content": json.dumps(result)})
+
+    return app, agent, model
+
+
+async def finished_agent(store: stead.Store, turns: int, **kw: Any
+                         ) -> tuple[stead.Client, str, stead.ScriptedModel]:
+    """An agent of `turns` tool calls run to its end: its client, run id, model."""
+    app, agent, model = agent_app(turns, **kw)
+    client = stead.Client(store, app)
+    info = await client.start(agent, "what is n?")
+    await stead.Worker(app, store).run_until_idle()
+    assert await client.result(info.run_id) == "done"
+    return client, info.run_id, model
+
+
+def _whole(calls: Sequence[transcript.Call]) -> list[list[Any]]:
+    """Each call's whole list, rebuilt from what each call added (an agent's
+    conversation only grows: a call's earlier messages are the last list's)."""
+    lists: list[list[Any]] = []
+    for c in calls:
+        before = lists[-1][:c.earlier] if lists else []
+        lists.append([*before, *c.new])
+    return lists
+
+
+def _plain(messages: Sequence[Mapping[str, Any]]) -> list[Any]:
+    return json.loads(json.dumps(list(messages)))
+
+
+async def test_each_call_shows_what_it_sent_and_each_message_is_stored_once(
+        store: stead.Store) -> None:
+    client, run_id, model = await finished_agent(store, 5)
+    calls = await transcript.read(store, run_id)
+    assert [c.kept for c in calls] == [transcript.Kept.YES] * 6
+    assert _whole(calls) == [_plain(m) for m in model.calls]
+    # Turn by turn: the first call sends system and user, each later one
+    # the assistant's tool call and the tool's result.
+    assert [len(c.new) for c in calls] == [2, 2, 2, 2, 2, 2]
+    assert [c.earlier for c in calls] == [0, 2, 4, 6, 8, 10]
+    assert calls[0].params == {"temperature": 0}
+    assert calls[1].new[0]["tool_calls"][0]["name"] == "lookup"
+    # 12 distinct messages and one set of parameters, however many calls sent them.
+    parts = await store.conversation_parts(run_id)
+    assert len(parts) == 13
+    records = [r for r in await client.journal(run_id) if r.kind == RecordKind.LLM]
+    sizes = [len(r.payload) for r in records[:-1]]  # the answers that call a tool
+    assert max(sizes) - min(sizes) < 40  # a record names its list; it does not hold it
+
+
+async def test_the_digest_does_not_depend_on_keeping_the_conversation(
+        store: stead.Store) -> None:
+    digests = []
+    for keep in (True, False):
+        app, agent, _ = agent_app(2, keep=keep)
+        client = stead.Client(store, app)
+        info = await client.start(agent, "q")
+        await stead.Worker(app, store).run_until_idle()
+        journal = await client.journal(info.run_id)
+        digests.append([r.digest for r in journal if r.kind == RecordKind.LLM])
+        payloads = [json.loads(r.payload) for r in journal if r.kind == RecordKind.LLM]
+        assert all(("request" in p) is keep for p in payloads)
+        if not keep:
+            assert await store.conversation_parts(info.run_id) == {}
+            calls = await transcript.read(store, info.run_id)
+            assert {c.kept for c in calls} == {transcript.Kept.NO}
+            assert calls[0].tool_calls[0]["name"] == "lookup"
+    assert digests[0] == digests[1]
+
+
+async def test_a_takeover_replays_and_reads_the_conversation_back_identically(
+        fstore: stead.Store, clock: stead.FakeClock) -> None:
+    app, agent, model = agent_app(4, crash_at=1)
+    client = stead.Client(fstore, app)
+    info = await client.start(agent, "what is n?")
+    await crash_then_resume(app, fstore, clock)
+    assert await client.result(info.run_id) == "done"
+    [resumed] = await client.resumes(info.run_id)
+    assert resumed.details.kinds == {"llm": 2, "step": 1}  # replayed, not asked again
+    calls = await transcript.read(fstore, info.run_id)
+    # The model was asked once per turn over both workers: the replay asked
+    # nothing again, and what was stored reads back as what was sent.
+    assert len(model.calls) == len(calls) == 5
+    assert _whole(calls) == [_plain(m) for m in model.calls]
+    # The second worker stored only what the first had not.
+    assert len(await fstore.conversation_parts(info.run_id)) == 11
+
+    # A third reading, by a fresh process's view of the same rows, agrees.
+    again = transcript.calls(await client.journal(info.run_id),
+                             await fstore.conversation_parts(info.run_id))
+    assert again == calls
+
+
+async def test_a_wait_token_in_a_message_is_stored_masked(store: stead.Store) -> None:
+    app = stead.App("tokens")
+    model = stead.ScriptedModel(["sent"])
+
+    @app.workflow(version=1)
+    async def ask(run: stead.Run) -> str:
+        w = await run.wait("approval", expires_in=3600)
+        # The token's text, come by a way the journal does not see (a tool
+        # that read it back from where the effect sent it).
+        said = f"approve with {w.token._value}"
+        await run.llm("draft", model, [{"role": "user", "content": said},
+                                       {"role": "user", "content": w.token}])
+        return "asked"
+
+    client = stead.Client(store, app)
+    info = await client.start(ask)
+    await stead.Worker(app, store).run_until_idle()
+    token = model.calls[0][0]["content"].split()[-1]
+    assert token.startswith("stk")
+    bodies = [p.body for p in (await store.conversation_parts(info.run_id)).values()]
+    assert not any(token in b for b in bodies)
+    calls = await transcript.read(store, info.run_id)
+    assert calls[0].new[0] == {"role": "user", "content": "approve with ****"}
+    assert token not in json.dumps(calls[0].new[1])  # the Token: stored as its wait
+
+
+async def test_prune_deletes_the_conversation_and_a_fork_copies_its_prefix(
+        store: stead.Store) -> None:
+    client, run_id, _ = await finished_agent(store, 3)
+    journal = await client.journal(run_id)
+    second_llm = [r for r in journal if r.kind == RecordKind.LLM][1]
+    fork = await client.fork(run_id, at=second_llm.seq + 1)
+    forked = await transcript.read(store, fork.run_id)
+    assert [c.kept for c in forked] == [transcript.Kept.YES] * 2
+    assert _whole(forked) == _whole(await transcript.read(store, run_id))[:2]
+    # The fork holds the parts its prefix names, not the later turns'.
+    assert len(await store.conversation_parts(fork.run_id)) == 5
+
+    report = await stead.prune(store, 1.0, now=store.clock.now() + 10)
+    assert report.deleted == 1
+    assert await store.conversation_parts(run_id) == {}
+    assert len(await store.conversation_parts(fork.run_id)) == 5
+
+
+def test_keep_conversation_is_a_bool() -> None:
+    with pytest.raises(TypeError, match="keep_conversation"):
+        stead.App("a", keep_conversation="no")  # type: ignore[arg-type]
