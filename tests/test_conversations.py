@@ -6,15 +6,21 @@ both stores."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import httpx
 import pytest
+from click.testing import CliRunner
 
 import stead
+from stead.cli import main
 from stead.conversations import transcript
 from stead.records import RecordKind
+from stead.web import create_app
 from tests.helpers import Crash, crash_then_resume
 
 SYSTEM = {"role": "system", "content": "You look things up. " + "x" * 200}
@@ -196,3 +202,75 @@ async def test_prune_deletes_the_conversation_and_a_fork_copies_its_prefix(
 def test_keep_conversation_is_a_bool() -> None:
     with pytest.raises(TypeError, match="keep_conversation"):
         stead.App("a", keep_conversation="no")  # type: ignore[arg-type]
+
+
+def _agent_run(db_url: str, turns: int) -> str:
+    async def go() -> str:
+        store = await stead.open_store(db_url)
+        try:
+            return (await finished_agent(store, turns))[1]
+        finally:
+            await store.close()
+
+    return asyncio.run(go())
+
+
+def test_runs_show_prints_the_conversation_turn_by_turn(db_url: str) -> None:
+    run_id = _agent_run(db_url, 2)
+    shown = CliRunner().invoke(main, ["--db", db_url, "runs", "show", run_id,
+                                      "--conversation"])
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert lines[0] == f"run {run_id}: 3 model call(s)"
+    heads = [line for line in lines if line.startswith("── seq")]
+    assert [h.split(" · ")[2] for h in heads] == [
+        "2 message(s) sent", "4 message(s) sent, 2 as before", "6 message(s) sent, 4 as before"]
+    assert "  parameters: {\"temperature\":0}" in lines
+    assert sum(line.startswith("  parameters:") for line in lines) == 1  # printed when changed
+    assert "  user: what is n?" in lines
+    assert '  → calls lookup {"n":0}' in lines
+    assert "  → answer: done" in lines
+    assert sum(line.startswith("  system: You look things up.") for line in lines) == 1
+    assert sum(line.startswith("  tool: ") for line in lines) == 2
+
+    data = json.loads(CliRunner().invoke(main, ["--db", db_url, "runs", "show", run_id,
+                                                "--conversation", "--json"]).output)
+    assert [c["earlier"] for c in data] == [0, 2, 4]
+    assert data[1]["new"][0]["role"] == "assistant"
+    assert data[2]["answer"]["text"] == "done"
+
+
+async def test_the_run_page_shows_what_each_turn_was_sent(store: stead.Store) -> None:
+    app = stead.App("pages")
+    model = stead.ScriptedModel(["first", "second"])
+
+    @app.workflow(version=1)
+    async def chat(run: stead.Run) -> str:
+        w = await run.wait("approval", expires_in=3600)
+        messages: list[Any] = [{"role": "system", "content": "Be brief."},
+                               {"role": "user", "content": f"<b>hi</b> {w.token._value}"}]
+        said = await run.llm("answer", model, messages, temperature=0)
+        messages += [{"role": "assistant", "content": said.text},
+                     {"role": "user", "content": "and then?"}]
+        return (await run.llm("answer", model, messages, temperature=0)).text
+
+    client = stead.Client(store, app)
+    info = await client.start(chat)
+    await stead.Worker(app, store).run_until_idle()
+    asgi = create_app(app, store=store, public=True)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
+                                 base_url="http://127.0.0.1:8484") as web:
+        page = await web.get(f"/runs/{info.run_id}", params={"tab": "conversation"})
+    assert page.status_code == 200
+    html = page.text
+    turns = re.findall(r'<article class="turn".*?</article>', html, re.S)
+    assert len(turns) == 2
+    roles = [re.findall(r'<span class="role">(\w+)</span>', t) for t in turns]
+    assert roles == [["system", "user", "answer"], ["assistant", "user", "answer"]]
+    assert "Sent 2 messages." in turns[0] and "Parameters: <code>{&#34;temperature&#34;:0}" \
+        in turns[0]
+    assert "Sent 4 messages: the first 2 as the turns before showed them." in turns[1]
+    assert "Parameters" not in turns[1]  # as the turn before
+    assert '<ol class="messages" start="3">' in turns[1]
+    assert "&lt;b&gt;hi&lt;/b&gt; ****" in turns[0]  # escaped, the token masked
+    assert "stk1." not in html and "<b>hi" not in html
