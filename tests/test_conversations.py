@@ -10,6 +10,7 @@ import asyncio
 import json
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -274,3 +275,36 @@ async def test_the_run_page_shows_what_each_turn_was_sent(store: stead.Store) ->
     assert '<ol class="messages" start="3">' in turns[1]
     assert "&lt;b&gt;hi&lt;/b&gt; ****" in turns[0]  # escaped, the token masked
     assert "stk1." not in html and "<b>hi" not in html
+
+
+async def test_sealed_at_rest_readable_through_the_store_and_gone_when_forgotten(
+        sqlite_url: str) -> None:
+    email = "alice@example.com"
+    store = await stead.open_store(sqlite_url, payloads=True)
+    try:
+        app = stead.App("sealed")
+        model = stead.ScriptedModel(["noted"])
+
+        @app.workflow(version=1)
+        async def ask(run: stead.Run) -> str:
+            said = await run.llm("ask", model, [{"role": "user", "content": f"I am {email}"}],
+                                 user=email)
+            return said.text
+
+        client = stead.Client(store, app)
+        info = await client.start(ask, task_id="cust-1")
+        await stead.Worker(app, store).run_until_idle()
+        [call] = await transcript.read(store, info.run_id)
+        assert call.new == ({"role": "user", "content": f"I am {email}"},)
+        assert call.params == {"user": email}
+        path = Path(sqlite_url.removeprefix("sqlite:///"))
+        stored = b"".join(p.read_bytes() for p in path.parent.glob(f"{path.name}*")
+                          if not p.name.endswith(".keys"))
+        assert b"conversation_parts" in stored and email.encode() not in stored
+
+        await client.forget("cust-1", why="asked to be forgotten", by="dpo")
+        assert await store.conversation_parts(info.run_id) == {}
+        [gone] = await transcript.read(store, info.run_id)
+        assert gone.kept == transcript.Kept.GONE
+    finally:
+        await store.close()

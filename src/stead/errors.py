@@ -7,7 +7,8 @@ operator at the moment something went wrong.
 By where they come from:
 
 - the store: `StoreError`, `StoreUnavailable`, `StoreRejected`,
-  `DatabaseMissing`, `CorruptRecord`, `KeysUnavailable`;
+  `DatabaseMissing`, `CorruptRecord`, `KeysUnavailable`, `PayloadUnreadable`,
+  `PayloadKeyMissing`, `RunForgotten`;
 - input refused at the door: `InvalidInput`, `InvalidValue`, `EventTooLarge`,
   `TaskMismatch`, `InvalidStart`, `UnknownWorkflow`, `UnknownRun`,
   `UnknownQueue`, `InvalidSchedule`;
@@ -36,18 +37,69 @@ from typing import Any
 
 # Grouped in the docstring above.
 __all__ = [
-    "CancelRequested", "ChildEnded", "ChildFailed", "CorruptRecord", "DatabaseMissing",
-    "DeadlineExceeded", "EffectCompensated", "EffectFailed", "EventTooLarge", "ForkRefused",
-    "GrantRefused", "GrantWidening", "InvalidCheckResult", "InvalidInput", "InvalidIntent",
-    "InvalidSchedule", "InvalidStart", "InvalidValue", "KeysUnavailable", "MigrationBlocked",
-    "MigrationRefused", "NonDeterminism", "NotAllowed", "NotStopped", "OutcomeUncertain",
-    "ResultTooLarge", "RunEnded", "RunFailed", "RunMovedOn", "SchemaAhead", "SchemaBehind",
-    "ScriptExhausted", "SecretInJournal", "SerializationError", "StaleLease", "StateConflict",
-    "StatusNotReached", "SteadError", "StepError", "StepTimeout", "StoreError",
-    "StoreRejected", "StoreUnavailable", "StreamClosed", "TaskMismatch", "TokenHidden",
-    "UnknownAction", "UnknownQueue", "UnknownRun", "UnknownWorkflow", "WaitExpired",
-    "WaitNotOpen", "WaitPolicyChanged", "WaitRevoked", "WorkspaceChanged", "WorkspaceError",
-    "WorkspaceEscape", "WorkspaceMismatch", "WorkspaceOutsideRoot", "WorkspaceTooLarge",
+    "CancelRequested",
+    "ChildEnded",
+    "ChildFailed",
+    "CorruptRecord",
+    "DatabaseMissing",
+    "DeadlineExceeded",
+    "EffectCompensated",
+    "EffectFailed",
+    "EventTooLarge",
+    "ForkRefused",
+    "GrantRefused",
+    "GrantWidening",
+    "InvalidCheckResult",
+    "InvalidInput",
+    "InvalidIntent",
+    "InvalidSchedule",
+    "InvalidStart",
+    "InvalidValue",
+    "KeysUnavailable",
+    "MigrationBlocked",
+    "MigrationRefused",
+    "NonDeterminism",
+    "NotAllowed",
+    "NotStopped",
+    "OutcomeUncertain",
+    "PayloadKeyMissing",
+    "PayloadUnreadable",
+    "ResultTooLarge",
+    "RunEnded",
+    "RunFailed",
+    "RunForgotten",
+    "RunMovedOn",
+    "SchemaAhead",
+    "SchemaBehind",
+    "ScriptExhausted",
+    "SecretInJournal",
+    "SerializationError",
+    "StaleLease",
+    "StateConflict",
+    "StatusNotReached",
+    "SteadError",
+    "StepError",
+    "StepTimeout",
+    "StoreError",
+    "StoreRejected",
+    "StoreUnavailable",
+    "StreamClosed",
+    "TaskMismatch",
+    "TokenHidden",
+    "UnknownAction",
+    "UnknownQueue",
+    "UnknownRun",
+    "UnknownWorkflow",
+    "WaitExpired",
+    "WaitNotOpen",
+    "WaitPolicyChanged",
+    "WaitRevoked",
+    "WorkspaceChanged",
+    "WorkspaceError",
+    "WorkspaceEscape",
+    "WorkspaceMismatch",
+    "WorkspaceOutsideRoot",
+    "WorkspaceTooLarge",
     "WorkspaceUnsafe",
 ]
 
@@ -296,6 +348,35 @@ class KeysUnavailable(StoreError):
     """No key to sign or check wait tokens (see `stead.keys` for where keys
     come from), or a key file that cannot be used. Like a store that cannot be
     reached, it is the deployment's problem, never the workflow's."""
+
+
+class PayloadUnreadable(StoreError):
+    """A stored payload does not open: changed since it was written, moved
+    from another row, or sealed with a scheme this stead does not know.
+    stead never hands such a value on."""
+
+
+class PayloadKeyMissing(PayloadUnreadable):
+    """The key that wraps a payload's data key is not in the keyring (see
+    `stead.keys`): restore it (`STEAD_KEY_FILE`, the key file beside the
+    database), or give the codec that holds it (`open_store(payloads=...)`)."""
+
+    def __init__(self, key_id: str) -> None:
+        super().__init__(
+            f"payload key {key_id} is not in the keyring: restore the key file that holds it "
+            "(or the codec that wraps it); stead cannot read these payloads without it")
+        self.key_id = key_id
+
+
+class RunForgotten(SteadError):
+    """The run's task was forgotten (`stead tasks forget`): its payloads are
+    gone, so it cannot be resumed, forked or read; its audit stays."""
+
+    def __init__(self, run_id: str, task_id: str, *, by: str, why: str, at: float) -> None:
+        super().__init__(
+            f"run {run_id} was forgotten with task {task_id} by {by} ({why}); its payloads "
+            "are gone, so it cannot be resumed or forked")
+        self.run_id, self.task_id, self.by, self.why, self.at = run_id, task_id, by, why, at
 
 
 class SecretInJournal(SerializationError):

@@ -36,6 +36,8 @@ from stead import agreement, errors
 from stead.records import Record, RecordKind, RecordStatus, RunRow, StateRow, WaitRow
 
 FORMAT = "stead.run/1"
+# What every sealed payload holds (see `stead.payloads`).
+SEALED_MARK = '{\\"$sealed\\": \\"'
 # The largest export read: larger is refused before it is read.
 MAX_BYTES = 256 * 1024 * 1024
 # The deepest nesting of a JSON value inside an export: what the codec writes
@@ -122,8 +124,19 @@ class StoredRun:
     @classmethod
     def read(cls, path: str | Path) -> StoredRun:
         """Read the export in the file at `path`: `InvalidInput` naming the
-        file if it cannot be read, is too large, is not UTF-8 or not one."""
-        return cls.loads(read_text(path), source=str(path))
+        file if it cannot be read, is too large, is not UTF-8 or not one, or is
+        sealed (exported with encryption on: `stead runs import` opens it)."""
+        text = read_text(path)
+        if SEALED_MARK in text:
+            raise errors.InvalidInput(
+                f"{path}: its payloads are sealed (exported with encryption on); import it "
+                "with STEAD_ENCRYPT=1 and the key file of its database: stead runs import")
+        return cls.loads(text, source=str(path))
+
+
+def read_json(path: str | Path) -> Any:
+    """The JSON in the export file at `path`, not checked yet as an export."""
+    return _parse(read_text(path), str(path))
 
 
 def read_text(path: str | Path) -> str:

@@ -21,6 +21,11 @@ Rotation: `stead keys add` appends a key; new tokens are signed with the newest
 one, and tokens of every key that is not revoked still verify. `stead keys
 revoke ID` removes a key for good: its tokens are refused from then on.
 
+Data keys (`data_keys` in the key file) wrap the keys payloads are sealed
+with when encryption is on (see `stead.payloads`): `stead keys rotate` adds
+one, which wraps new data keys from then on; `stead keys reencrypt` rewraps
+the old ones under it. `STEAD_SECRET` gives one data key, derived from it.
+
 Tokens signed before keys left the database (`stk_<mac>`) belong to the key id
 `legacy`: their secret is the database's old one (or `STEAD_SECRET`, when it
 was set), kept only so such a run replays; they verify until `legacy` is
@@ -78,6 +83,8 @@ class Keyring:
     keys: tuple[Key, ...]
     revoked: frozenset[str] = frozenset()
     legacy: bytes | None = dataclasses.field(default=None, repr=False)
+    # The keys that wrap payloads' data keys, oldest first (see `stead.payloads`).
+    data_keys: tuple[Key, ...] = ()
 
     @classmethod
     def from_secret(cls, secret: str | bytes) -> Keyring:
@@ -85,7 +92,20 @@ class Keyring:
         raw = secret.encode() if isinstance(secret, str) else secret
         if not raw:
             raise errors.KeysUnavailable("an empty secret cannot sign wait tokens")
-        return cls((Key(key_id(raw), raw),))
+        data = hashlib.sha256(b"stead data key\x00" + raw).digest()
+        return cls((Key(key_id(raw), raw),), data_keys=(Key(key_id(data), data),))
+
+    @property
+    def current_data(self) -> Key:
+        """The key that wraps new payload data keys."""
+        if not self.data_keys:
+            raise errors.KeysUnavailable(
+                "no data key to encrypt payloads with: make one with `stead keys rotate` (it "
+                "goes to the key file; copy the file to every machine)")
+        return self.data_keys[-1]
+
+    def data_key(self, kid: str) -> Key | None:
+        return next((k for k in self.data_keys if k.id == kid), None)
 
     @property
     def current(self) -> Key:
@@ -128,6 +148,8 @@ def read_file(path: str | os.PathLike[str]) -> Keyring:
         found = tuple(Key(str(k["id"]), bytes.fromhex(k["secret"]), str(k.get("added_at", "")))
                       for k in data["keys"])
         revoked = frozenset(str(r) for r in data.get("revoked", []))
+        wrapping = tuple(Key(str(k["id"]), bytes.fromhex(k["secret"]), str(k.get("added_at", "")))
+                         for k in data.get("data_keys", []))
     except FileNotFoundError:
         raise
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -135,12 +157,12 @@ def read_file(path: str | os.PathLike[str]) -> Keyring:
             f"key file {path} cannot be read ({exc}); restore it from a copy, or make a "
             "new one with `stead keys add` (tokens of the old keys are then refused)"
         ) from exc
-    for key in found:
+    for key in found + wrapping:
         if key.id != key_id(key.secret):
             raise errors.KeysUnavailable(
                 f"key file {path}: key {key.id} does not match its secret; restore the "
                 "file from a copy")
-    return Keyring(found, revoked)
+    return Keyring(found, revoked, data_keys=wrapping)
 
 
 def _write(path: Path, ring: Keyring, *, exclusive: bool) -> None:
@@ -150,6 +172,8 @@ def _write(path: Path, ring: Keyring, *, exclusive: bool) -> None:
         "keys": [{"id": k.id, "secret": k.secret.hex(), "added_at": k.added_at}
                  for k in ring.keys],
         "revoked": sorted(ring.revoked),
+        "data_keys": [{"id": k.id, "secret": k.secret.hex(), "added_at": k.added_at}
+                      for k in ring.data_keys],
     }
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # mode 0600
     try:
@@ -191,6 +215,20 @@ def add_key(path: str | os.PathLike[str]) -> Key:
     return key
 
 
+def rotate(path: str | os.PathLike[str]) -> Key:
+    """Append a new data key to the file (made if missing): it wraps new
+    payload data keys; the older ones still unwrap theirs."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        ring = read_file(target)
+    except FileNotFoundError:
+        ring = Keyring((new_key(),))
+    key = new_key()
+    _write(target, dataclasses.replace(ring, data_keys=(*ring.data_keys, key)), exclusive=False)
+    return key
+
+
 def revoke(path: str | os.PathLike[str], kid: str) -> None:
     """Revoke key `kid` (or `legacy`) in the file: its secret is dropped and
     tokens it signed are refused from now on."""
@@ -200,7 +238,8 @@ def revoke(path: str | os.PathLike[str], kid: str) -> None:
         known = ", ".join([k.id for k in ring.keys] + [LEGACY]) or "none"
         raise errors.KeysUnavailable(f"key file {path} has no key {kid!r} (keys: {known})")
     kept = tuple(k for k in ring.keys if k.id != kid)
-    _write(target, Keyring(kept, ring.revoked | {kid}), exclusive=False)
+    _write(target, Keyring(kept, ring.revoked | {kid}, data_keys=ring.data_keys),
+           exclusive=False)
 
 
 # -- where the keys come from -------------------------------------------------------------

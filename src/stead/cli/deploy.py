@@ -275,7 +275,8 @@ def runs_export(ctx: click.Context, run_id: str) -> None:
 
     async def go() -> StoredRun:
         async with common.opened_client(db) as client:
-            return await client.export_run(run_id)
+            # With encryption on, the payloads leave sealed, as they are stored.
+            return await client.store.seal_export(await client.export_run(run_id))
 
     click.echo(common.run_async(go()).dumps())
 
@@ -292,6 +293,7 @@ def runs_import(ctx: click.Context, files: tuple[str, ...]) -> None:
     in one line; the others are imported. Exits 1 if any file failed."""
     db = common.database_url(ctx)
 
+    from stead import exports
     from stead.exports import StoredRun
 
     async def go() -> list[str]:
@@ -299,8 +301,8 @@ def runs_import(ctx: click.Context, files: tuple[str, ...]) -> None:
         async with common.opened_client(db) as client:
             for path in files:
                 try:
-                    stored = StoredRun.read(path)
-                    info = await client.import_run(stored)
+                    data = await client.store.open_export(exports.read_json(path))
+                    info = await client.import_run(StoredRun.from_json(data, source=path))
                 except errors.StoreUnavailable:
                     raise  # no file could be imported now: say so once
                 except errors.SteadError as exc:

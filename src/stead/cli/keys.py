@@ -1,5 +1,6 @@
-"""`stead keys ls|add|revoke`: the keys that sign wait tokens, kept in a key
-file outside the database (see `stead.keys`)."""
+"""`stead keys ls|add|revoke|rotate|reencrypt`: the keys that sign wait
+tokens and the data keys that wrap payloads' keys, kept in a key file
+outside the database (see `stead.keys`, `stead.payloads`)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,11 @@ def keys_group() -> None:
     New tokens are signed with the newest key; tokens of every key that is not
     revoked verify. To rotate: `stead keys add`, copy the file to every machine,
     then, once the old tokens may go, `stead keys revoke OLD_ID`.
+
+    With encryption on (STEAD_ENCRYPT=1), the file's data keys wrap the key each
+    run's payloads are sealed with: `stead keys rotate` adds one (copy the file
+    to every machine, restart the workers), `stead keys reencrypt` rewraps the
+    stored keys under it, in small batches, beside live workers.
     """
 
 
@@ -72,6 +78,9 @@ def keys_ls(ctx: click.Context, file: str | None) -> None:
         click.echo(f"{key.id}  {role}  added {key.added_at or '?'}")
     for kid in sorted(ring.revoked):
         click.echo(f"{kid}  revoked")
+    for key in ring.data_keys:
+        role = "wraps new payload keys" if key is ring.data_keys[-1] else "unwraps"
+        click.echo(f"{key.id}  data key, {role}  added {key.added_at or '?'}")
 
 
 @keys_group.command("add")
@@ -107,3 +116,54 @@ def keys_revoke(ctx: click.Context, key_id: str, file: str | None) -> None:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"revoked key {key_id} in {path}: tokens it signed are refused from now on. "
                "Copy the file to every machine that checks tokens.")
+
+
+@keys_group.command("rotate")
+@_file_option
+@click.pass_context
+def keys_rotate(ctx: click.Context, file: str | None) -> None:
+    """Add a new data key (making the file, mode 0600, if needed): it wraps the
+    payload keys made from now on; the older data keys still unwrap theirs.
+    Then `stead keys reencrypt` rewraps the stored ones under it."""
+    path = _path(ctx, file)
+    try:
+        key = keys.rotate(path)
+    except (OSError, errors.SteadError) as exc:
+        raise click.ClickException(f"cannot add a data key to {path}: {exc}") from exc
+    click.echo(f"added data key {key.id} to {path}: it wraps new payload keys. Copy the "
+               "file to every machine, restart the workers, then run `stead keys reencrypt`.")
+
+
+@keys_group.command("reencrypt")
+@click.option("--batch", default=200, show_default=True, type=click.IntRange(1, 10_000),
+              help="Payload keys rewrapped per transaction.")
+@click.pass_context
+def keys_reencrypt(ctx: click.Context, batch: int) -> None:
+    """Rewrap every stored payload key under the newest data key, a batch per
+    transaction (safe beside live workers, and to stop and run again). The
+    payloads themselves are not rewritten: each run's key is what changes
+    hands. Afterwards the older data keys unwrap nothing and may be removed."""
+    db = common.database_url(ctx)
+    common.require_database(db)
+
+    async def go() -> tuple[int, dict[str | None, int]]:
+        async with common.opened_store(db, interactive=False) as store:
+            if not store.sealing:
+                raise click.ClickException(
+                    "encryption is off here: set STEAD_ENCRYPT=1 (with the key file that "
+                    "holds the data keys) to rewrap payload keys")
+            done, after = 0, ""
+            while True:
+                rewrapped, last = await store.rewrap_keys(after, batch)
+                done += rewrapped
+                if last is None:
+                    return done, await store.payload_key_counts()
+                after = last
+
+    try:
+        done, counts = common.run_async(go())
+    except errors.SteadError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"rewrapped {done} payload keys")
+    for kid, n in counts.items():
+        click.echo(f"{kid or 'forgotten'}  {n} payload keys")

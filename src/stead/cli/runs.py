@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -198,10 +199,11 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool, conversation: bool
             return (info, await client.journal(run_id), await client.resumes(run_id),
                     await client.intents(run_id), await client.lineage(run_id),
                     await client.migrations(run_id), client.store.clock.now(),
-                    await client.snapshots(run_id), await client.store.list_actions(run_id))
+                    await client.snapshots(run_id), await client.store.list_actions(run_id),
+                    await client.store.forgotten(run_id))
 
     (info, journal, resumes, intents, lineage, migrated, now, snapshots,
-     actions) = common.run_async(go())
+     actions, forgotten) = common.run_async(go())
     if as_json:
         shown = timeline.show_json(info, journal, resumes)
         shown["intents"] = [dataclasses.asdict(i) for i in intents]
@@ -209,8 +211,13 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool, conversation: bool
         shown["migrations"] = [dataclasses.asdict(m) for m in migrated]
         shown["snapshots"] = [workspace_view.snapshot_json(s) for s in snapshots]
         shown["operator_actions"] = audit.audit_json(actions)
+        shown["forgotten"] = None if forgotten is None else dataclasses.asdict(forgotten)
         click.echo(json.dumps(shown, indent=2))
     else:
+        if forgotten is not None:
+            at = datetime.fromtimestamp(forgotten.at, UTC).isoformat(timespec="seconds")
+            common.echo(f"forgotten: task {forgotten.task_id} was forgotten by {forgotten.by} "
+                        f"at {at}: {forgotten.why}. Its payloads are gone; what it did stays.")
         common.echo(timeline.render_run(_shown(info), journal, resumes, now=now))
         if lineage.parent is not None or lineage.children:
             common.echo("\n".join(timeline.lineage_lines(lineage)))

@@ -19,6 +19,7 @@ from stead.intent import Grant, Intent
 from stead.metrics import meters
 from stead.metrics.meters import EffectOutcome
 from stead.records import Record, RecordKind, RecordStatus, RunRow, RunStatus
+from stead.store.transactions.payloads import Forgetting
 from stead.workflow.state import Facts
 
 
@@ -85,6 +86,23 @@ class Deciding(Inspecting):
         (pending, waiting, stopped for a person) is cancelled at once."""
         return RunInfo.from_row(await self.store.request_cancel(run_id))
 
+    async def forget(self, task_id: str, *, why: str, by: str | None = None) -> Forgetting:
+        """Forget every payload of task `task_id` (a customer asked to be
+        erased): in one transaction its runs' inputs, results, journal
+        values, events, stream entries, intents, wait requests and task state
+        are overwritten, its live runs end (`RunForgotten` from then on for
+        resume, retry and fork) and, with encryption on, the data keys of its
+        runs are destroyed, so every copy of those payloads (a backup, an
+        export) stays sealed for good once the wrapping key it was made under
+        is retired (docs/data.md). What stays: the runs, their steps, effects,
+        decisions, who and when, and this forgetting (who, when, why).
+        `why` is stored in clear: no personal data in it."""
+        who = _decider(by, why)
+        bounds.text(task_id, "task_id")
+        if not task_id or len(task_id) > MAX_ID_CHARS:
+            raise errors.InvalidInput(f"a task id is 1 to {MAX_ID_CHARS} characters")
+        return await self.store.forget_task(task_id, by=who, why=why)
+
     async def reconcile(
         self,
         run_id: str,
@@ -134,6 +152,7 @@ class Deciding(Inspecting):
         one that failed on a store error rather than on the workflow's own
         exception. Nothing in the journal changes. A run the workflow itself
         failed, completed or cancelled is refused with `NotStopped`."""
+        await self.store.check_not_forgotten(run_id)
         info = await self.get(run_id)
         if info.status not in RETRYABLE and not _failed_by_store(info):
             raise errors.NotStopped(
@@ -166,6 +185,7 @@ class Deciding(Inspecting):
         of its intent (`intent`, or the one in force) with who and why. The
         policy is asked again when a worker takes it."""
         by = _decider(by, why)
+        await self.store.check_not_forgotten(run_id)
         if intent is not None and self.app is not None:
             self.app.check_intent(intent)
         now = self.store.clock.now()

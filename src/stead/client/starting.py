@@ -172,6 +172,7 @@ class Starting(Base):
         it goes on: its journaled effects are replayed, not sent again."""
         if at is not None:
             bounds.integer(at, "at (a journal position)")
+        await self.store.check_not_forgotten(run_id)
         parent = await self.store.get_run(run_id)
         journal = await self.store.load_journal(run_id)
         at = len(journal) if at is None else at

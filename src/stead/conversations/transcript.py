@@ -17,6 +17,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from stead.payloads import is_forgotten
 from stead.records import Record, RecordKind, RecordStatus
 from stead.store import Store
 from stead.store.transactions.conversations import Part, request_of
@@ -66,6 +67,9 @@ def calls(records: Iterable[Record], parts: Mapping[str, Part]) -> list[Call]:
     out = []
     for r in records:
         if r.kind != RecordKind.LLM or r.status != RecordStatus.OK:
+            continue
+        if is_forgotten(r.payload):  # its task was forgotten (`stead tasks forget`)
+            out.append(Call(r, Kept.GONE, 0, 0, (), None, {}))
             continue
         data = _decoded(r.payload)
         answer = data if isinstance(data, dict) else {}

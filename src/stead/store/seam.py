@@ -29,6 +29,7 @@ from stead import errors
 from stead.clock import Clock
 
 if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
+    from stead.payloads.sealer import Sealer
     from stead.records import Fence, Presence, Record, ResumeRecord, RunRow, RunStatus
     from stead.store.local_work import Signal
     from stead.store.schema_versions import Report
@@ -218,6 +219,9 @@ class Database(abc.ABC):
     # What opening found of the schema's versions and applied (see
     # `schema_versions`); None until it opened.
     versions: Report | None = None
+    # What seals payloads on their way in and opens them on their way out
+    # (`stead.payloads`, applied by `store._sealing`); None: stored as they are.
+    sealer: Sealer | None = None
 
     def lease_now(self) -> float | None:
         """The `lease_now` parameter of the statements that judge leases:

@@ -31,6 +31,7 @@ from stead.records import (
     StateRow,
     WaitRow,
 )
+from stead.store.transactions.payloads import Forgotten
 from stead.views import context_view, runs_view, timeline, workspace_view
 from stead.web import trace, window
 from stead.workflow import waits
@@ -283,6 +284,7 @@ class RunPage:
     lineage: Lineage
     migrations: tuple[MigrationRow, ...]
     workspaces: str  # the workspaces, their snapshots and restores, as `stead runs show` prints
+    forgotten: Forgotten | None = None  # who forgot the run's task, when and why
 
 
 def workflow_fn(client: Client, info: RunInfo) -> Any:
@@ -340,6 +342,7 @@ async def run_page(client: Client, run_id: str, shown: window.Window,
         migrations=tuple(await client.migrations(run_id)),
         workspaces=workspace_view.render(summed, await client.snapshots(run_id),
                                          resumes).strip(),
+        forgotten=await client.store.forgotten(run_id),
     )
 
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from stead import processes
-from stead.store import _holders, _rows, schema_versions
+from stead.store import _holders, _rows, _sealing, schema_versions
 from stead.store.base.part import StorePart
 from stead.store.seam import Claim, Writing
 from stead.store.transactions import common
@@ -66,8 +66,12 @@ class Leases(StorePart):
         `exclude` lists runs the caller still executes (a late heartbeat must
         not make a worker take over its own run). Runs in a queue are left to
         `claim_queue`."""
-        return await self.database.claim(
+        taken = await self.database.claim(
             Claim(worker_id, hosted, lease_seconds, limit, exclude))
+        sealer = self.database.sealer
+        if sealer is None or not taken:
+            return taken
+        return await self.database.read(lambda: _sealing.opened_runs(sealer, taken))
 
     async def claim_queue(
         self, queue: Queue, worker_id: str, hosted: Sequence[str], lease_seconds: float,

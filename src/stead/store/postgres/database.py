@@ -29,6 +29,7 @@ from typing import Any, TypeVar, cast
 from stead.clock import Clock
 from stead.records import Presence, RunRow
 from stead.store import _rows, local_work, schema_versions, seam, sql_files
+from stead.store._sealing import Sealed
 from stead.store.postgres import connection, journal, migrate
 from stead.store.postgres.connection import Conn
 from stead.store.postgres.group import GroupCommit
@@ -89,6 +90,7 @@ class PostgresDatabase(seam.Database):
 
     # -- flows ----------------------------------------------------------------
     async def read(self, flow: seam.FlowFactory[T]) -> T:
+        flow = Sealed.flow(self, flow, writes=False)
         return await self._db.read(lambda conn: _run(conn, flow))
 
     async def write(self, flow: seam.FlowFactory[T], how: seam.Writing[T]) -> T:
@@ -99,7 +101,7 @@ class PostgresDatabase(seam.Database):
             return await _run(conn, lambda: landed(attempted))
 
         wakes: list[bool] = []
-        watched = seam.noting_wakes(flow, wakes)
+        watched = seam.noting_wakes(Sealed.flow(self, flow, writes=True), wakes)
         result = await self._db.write(
             lambda conn: _run(conn, watched), verify=None if landed is None else verify,
             autocommit=how.one_statement,
@@ -109,6 +111,8 @@ class PostgresDatabase(seam.Database):
         return result
 
     async def journal(self, write: seam.FencedWrite, landed: seam.Landed[None]) -> None:
+        write = await Sealed.journal(self, write)
+
         async def verify(conn: Conn, attempted: None) -> seam.NotLanded | None:
             return await _run(conn, lambda: landed(attempted))
 

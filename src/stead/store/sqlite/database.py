@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from stead import errors
 from stead.clock import Clock
 from stead.store import _rows, local_work, schema_versions, seam, sql_files
+from stead.store._sealing import Sealed
 from stead.store.sqlite import journal, migrate, wal_watch
 from stead.store.sqlite.connection import Connector, busy_timeout_from_url, path_from_url
 from stead.store.sqlite.group import GroupCommit
@@ -77,6 +78,7 @@ class SQLiteDatabase(seam.Database):
 
     # -- flows ----------------------------------------------------------------
     async def read(self, flow: seam.FlowFactory[T]) -> T:
+        flow = Sealed.flow(self, flow, writes=False)
         return await self._db.call(lambda conn: _run(conn, flow))
 
     async def write(self, flow: seam.FlowFactory[T], how: seam.Writing[T]) -> T:
@@ -85,7 +87,7 @@ class SQLiteDatabase(seam.Database):
             self._db.done_writing(how.releases)
 
         wakes: list[bool] = []
-        watched = seam.noting_wakes(flow, wakes)
+        watched = seam.noting_wakes(Sealed.flow(self, flow, writes=True), wakes)
 
         def transact(conn: sqlite3.Connection) -> T:
             with self._db.transaction(conn):
@@ -97,6 +99,7 @@ class SQLiteDatabase(seam.Database):
         return result
 
     async def journal(self, write: seam.FencedWrite, landed: seam.Landed[None]) -> None:
+        write = await Sealed.journal(self, write)
         try:
             await self._group.write(write)
         finally:

@@ -36,5 +36,5 @@ def insert_wait(wait: WaitRow) -> Flow[None]:
     """A new wait's row, and what it asks (`wait_requests`), if anything."""
     yield execute("insert_wait", _rows.wait_params(wait))
     if wait.request is not None:
-        yield execute("insert_wait_request", {"wait_id": wait.wait_id,
+        yield execute("insert_wait_request", {"wait_id": wait.wait_id, "run_id": wait.run_id,
                                               "request": wait.request})

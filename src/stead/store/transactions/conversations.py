@@ -75,9 +75,8 @@ def heads(records: Iterable[Record]) -> list[str]:
 
 def save(write: FencedWrite, parts: Sequence[Part]) -> Flow[None]:
     """Store `parts` the run lacks and journal `write`, under its fence: a
-    stale worker stores nothing. A part is stored before any that names it as
-    its parent is, in the same transaction, so a stored name always has its
-    whole list before it."""
+    stale worker stores nothing. A part is stored with, or after, every part
+    before it in its list, so a stored name always has its whole list."""
     if (yield one("fence", fence_params(write.fence))) is None:
         raise stale(write.fence)
     run_id = write.fence.run_id
@@ -96,7 +95,19 @@ def read(run_id: str) -> Flow[dict[str, Part]]:
 
 def copy(parent_id: str, run_id: str, named_parts: Sequence[str]) -> Flow[None]:
     """Copy to run `run_id` the parts of `parent_id` that `named_parts` name,
-    with the messages before each (a fork's journal prefix names them)."""
-    if named_parts:
-        yield execute("copy_conversation_parts", {
-            "parent_id": parent_id, "run_id": run_id, "heads": list(named_parts)})
+    with the messages before each (a fork's journal prefix names them). Read
+    and written again rather than copied in SQL: a sealed part is bound to
+    its run (`stead.payloads`), and is sealed again for the fork. The order
+    of the inserts does not matter: the transaction stores all or none."""
+    if not named_parts:
+        return
+    parts = yield from read(parent_id)
+    wanted: dict[str, Part] = {}
+    for name in named_parts:
+        node: str | None = name
+        while node is not None and node not in wanted and node in parts:
+            wanted[node] = parts[node]
+            node = parts[node].parent
+    for p in wanted.values():
+        yield execute("insert_conversation_part", {
+            "run_id": run_id, "sha256": p.sha256, "parent": p.parent, "body": p.body})

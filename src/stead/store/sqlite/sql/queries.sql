@@ -1037,19 +1037,87 @@ ON CONFLICT (run_id, sha256) DO NOTHING;
 -- name: conversation_parts
 SELECT sha256, parent, body FROM conversation_parts WHERE run_id = :run_id;
 
--- name: copy_conversation_parts
--- A fork's: the parts the parent's records `heads` name, and every message
--- before each.
-WITH RECURSIVE chain (sha256) AS (
-    SELECT value FROM json_each(:heads)
-    UNION
-    SELECT p.parent FROM conversation_parts p JOIN chain c ON p.sha256 = c.sha256
-    WHERE p.run_id = :parent_id AND p.parent IS NOT NULL
-)
-INSERT INTO conversation_parts (run_id, sha256, parent, body)
-SELECT :run_id, p.sha256, p.parent, p.body FROM conversation_parts p
-WHERE p.run_id = :parent_id AND p.sha256 IN (SELECT sha256 FROM chain)
-ON CONFLICT (run_id, sha256) DO NOTHING;
-
 -- name: delete_conversation_parts
 DELETE FROM conversation_parts WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- Payload data keys (see stead.payloads and store/_sealing.py).
+-- name: get_payload_key
+SELECT scope, key_id, wrapped, forgotten_at FROM payload_keys WHERE scope = :scope;
+
+-- name: insert_payload_key
+INSERT INTO payload_keys (scope, key_id, wrapped, created_at)
+VALUES (:scope, :key_id, :wrapped, (julianday('now') - 2440587.5) * 86400.0)
+ON CONFLICT (scope) DO NOTHING;
+
+-- Forgetting a task (`stead tasks forget`, see store/base/payloads.py): its
+-- runs' payloads overwritten with a marker everywhere they are kept, its live runs
+-- ended (a new epoch: their holder's next write is refused), its task state
+-- dropped (its history kept, overwritten), and its data keys destroyed.
+-- name: task_runs
+SELECT run_id, status FROM runs WHERE task_id = :task_id ORDER BY created_at;
+
+-- name: forget_end_runs
+UPDATE runs SET status = 'failed', error = :error, lease_owner = NULL,
+       lease_expires_at = NULL, wake_at = NULL, epoch = epoch + 1, updated_at = :now
+WHERE run_id IN (SELECT value FROM json_each(:run_ids)) AND status NOT IN ('completed', 'failed', 'cancelled', 'revalidation_failed');
+
+-- name: forget_runs
+UPDATE runs SET input = :marker,
+       result = CASE WHEN result IS NULL THEN NULL ELSE :marker END,
+       error = CASE WHEN error IS NULL THEN NULL ELSE :error END
+WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: forget_journal
+UPDATE journal SET payload = :marker WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: forget_archive
+UPDATE journal_archive SET payload = :marker WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: forget_events
+UPDATE events SET payload = :marker WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: forget_streams
+UPDATE stream_entries SET value = :marker WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: forget_intents
+UPDATE intents SET intent = :marker WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: forget_migrations
+UPDATE migrations SET old_input = :marker, new_input = :marker WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- name: forget_requests
+UPDATE wait_requests SET request = :marker
+WHERE wait_id IN (SELECT wait_id FROM waits WHERE run_id IN (SELECT value FROM json_each(:run_ids)));
+
+-- name: forget_state
+DELETE FROM task_state WHERE task_key = :task_key;
+
+-- name: forget_state_history
+UPDATE task_state_history SET data = :marker WHERE task_key = :task_key;
+
+-- name: forget_key
+INSERT INTO payload_keys (scope, key_id, wrapped, created_at, task_id, forgotten_at,
+                          forgotten_by, forgotten_why)
+VALUES (:scope, NULL, NULL, :now, :task_id, :now, :by, :why)
+ON CONFLICT (scope) DO UPDATE SET key_id = NULL, wrapped = NULL, task_id = excluded.task_id,
+    forgotten_at = excluded.forgotten_at, forgotten_by = excluded.forgotten_by,
+    forgotten_why = excluded.forgotten_why;
+
+-- name: forgotten_run
+SELECT scope, task_id, forgotten_at, forgotten_by, forgotten_why FROM payload_keys
+WHERE scope = :scope AND forgotten_at IS NOT NULL;
+
+-- Rewrapping data keys under the newest key (`stead keys reencrypt`): a
+-- batch of keys wrapped by another, then each rewrapped only if it was not
+-- changed meanwhile.
+-- name: keys_to_rewrap
+SELECT scope, key_id, wrapped FROM payload_keys
+WHERE key_id IS NOT NULL AND key_id <> :newest AND scope > :after
+ORDER BY scope LIMIT :limit;
+
+-- name: rewrap_key
+UPDATE payload_keys SET key_id = :key_id, wrapped = :wrapped
+WHERE scope = :scope AND key_id = :old_key_id AND wrapped = :old_wrapped;
+
+-- name: payload_key_counts
+SELECT key_id, count(*) AS n FROM payload_keys GROUP BY key_id ORDER BY key_id;

@@ -1,0 +1,106 @@
+"""Forgetting a task's payloads, and rewrapping the data keys payloads are
+sealed with (see `stead.payloads`)."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+from typing import TYPE_CHECKING, Any
+
+from stead.payloads import envelope
+from stead.payloads.codec import WrappedKey
+from stead.store.seam import Flow, count, execute, one, rows
+
+if TYPE_CHECKING:
+    from stead.payloads.sealer import Sealer
+
+# The tables a run's payloads are kept in, each overwritten by its query.
+_RUN_TABLES = ("forget_journal", "forget_archive", "forget_events", "forget_streams",
+               "forget_intents", "forget_migrations", "forget_requests",
+               "delete_conversation_parts")
+
+
+@dataclasses.dataclass(frozen=True)
+class Forgetting:
+    """What forgetting a task did: its runs (all of them), those of them it
+    ended, and whether their data keys were destroyed (encryption on) or only
+    the payloads overwritten (backups still hold those)."""
+
+    task_id: str
+    runs: tuple[str, ...]
+    ended: tuple[str, ...]
+    keys_destroyed: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Forgotten:
+    """Who forgot a run's payloads, when and why."""
+
+    run_id: str
+    task_id: str
+    at: float
+    by: str
+    why: str
+
+
+def forgotten_error(task_id: str, by: str, why: str) -> str:
+    """The error a forgotten run reads with (no payload in it)."""
+    return json.dumps({"type": "RunForgotten",
+                       "message": f"task {task_id} was forgotten by {by}: {why}"})
+
+
+def forget(task_id: str, by: str, why: str, now: float, sealed: bool) -> Flow[Forgetting]:
+    found = yield rows("task_runs", {"task_id": task_id})
+    run_ids = [str(r["run_id"]) for r in found]
+    live = tuple(str(r["run_id"]) for r in found
+                 if r["status"] not in ("completed", "failed", "cancelled",
+                                        "revalidation_failed"))
+    params: dict[str, Any] = {"run_ids": run_ids, "marker": envelope.FORGOTTEN,
+                              "error": forgotten_error(task_id, by, why), "now": now}
+    if run_ids:
+        yield execute("forget_end_runs", params)
+        yield execute("forget_runs", params)
+        for query in _RUN_TABLES:
+            yield execute(query, params)
+    yield execute("forget_state", {"task_key": task_id})
+    yield execute("forget_state_history", {"task_key": task_id, "marker": envelope.FORGOTTEN})
+    for scope in [*run_ids, f"task:{task_id}"]:
+        yield execute("forget_key", {"scope": scope, "task_id": task_id, "now": now, "by": by,
+                                     "why": why})
+    return Forgetting(task_id, tuple(run_ids), live, sealed)
+
+
+def forgotten(run_id: str) -> Flow[Forgotten | None]:
+    row = yield one("forgotten_run", {"scope": run_id})
+    if row is None:
+        return None
+    return Forgotten(run_id, str(row["task_id"]), float(row["forgotten_at"]),
+                     str(row["forgotten_by"]), str(row["forgotten_why"]))
+
+
+def rewrap_batch(sealer: Sealer, after: str, limit: int) -> Flow[tuple[int, str | None]]:
+    """Rewrap up to `limit` data keys (scopes past `after`) not wrapped by
+    the newest key: how many were rewrapped, and the last scope looked at
+    (None: none left)."""
+    from stead.payloads.sealer import context
+
+    newest = sealer.codec.newest()
+    found = yield rows("keys_to_rewrap", {"newest": newest, "after": after, "limit": limit})
+    done = 0
+    for row in found:
+        scope = str(row["scope"])
+        old = WrappedKey(str(row["key_id"]), base64.b64decode(row["wrapped"]))
+        secret = sealer.codec.unwrap(old, context(scope))
+        new = sealer.codec.wrap(secret, context(scope))
+        done += (yield count("rewrap_key", {
+            "scope": scope, "key_id": new.key_id,
+            "wrapped": base64.b64encode(new.blob).decode("ascii"),
+            "old_key_id": old.key_id, "old_wrapped": row["wrapped"]}))
+    return done, (str(found[-1]["scope"]) if found else None)
+
+
+def key_counts() -> Flow[dict[str | None, int]]:
+    """How many data keys each wrapping key wraps (None: forgotten)."""
+    found = yield rows("payload_key_counts", {})
+    return {r["key_id"]: int(r["n"]) for r in found}
