@@ -22,6 +22,7 @@ from stead.cli import main
 from stead.conversations import transcript
 from stead.records import RecordKind
 from stead.web import create_app
+from tests import sdk_agents
 from tests.helpers import Crash, crash_then_resume
 
 SYSTEM = {"role": "system", "content": "You look things up. " + "x" * 200}
@@ -308,3 +309,78 @@ async def test_sealed_at_rest_readable_through_the_store_and_gone_when_forgotten
         assert gone.kept == transcript.Kept.GONE
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("provider", sdk_agents.PROVIDERS)
+async def test_each_provider_adapter_keeps_what_its_sdk_sent_across_a_takeover(
+        provider: str, fstore: stead.Store, clock: stead.FakeClock) -> None:
+    rec = sdk_agents.Recorded(provider)
+    app = stead.App("adapters")
+    llm = sdk_agents.model(provider, rec.client())
+    crashed: list[bool] = []
+
+    def get_time(city: str) -> dict[str, Any]:
+        if not crashed:  # the worker dies after the first tool's result is journaled
+            crashed.append(True)
+            raise Crash()
+        return {"city": city, "time": "14:05"}
+
+    @app.workflow(version=1)
+    async def agent(run: stead.Run) -> str:
+        saved = dict(sdk_agents.TOOLS)
+        sdk_agents.TOOLS["get_time"] = get_time
+        try:
+            return await sdk_agents.agent(run, provider, llm)
+        finally:
+            sdk_agents.TOOLS.update(saved)
+
+    client = stead.Client(fstore, app)
+    info = await client.start(agent)
+    await crash_then_resume(app, fstore, clock)
+    assert await client.result(info.run_id) == "It is 18 C and 14:05 in Paris."
+    calls = await transcript.read(fstore, info.run_id)
+    key = "input" if provider == "openai_responses" else "messages"
+    # What the SDK put on the wire, turn by turn, over both workers.
+    assert len(rec.requests) == len(calls) == 2
+    assert _whole(calls) == [body[key] for body in rec.requests]
+    for call, body in zip(calls, rec.requests, strict=True):
+        sent = call.params["request"]
+        assert sent["model"] == body["model"] and sent["tools"] == body["tools"]
+    assert [transcript.role(m) for m in calls[1].new][0] in ("assistant", "function_call")
+
+
+@pytest.mark.filterwarnings("ignore:Items? .* the `ReadOnly` qualifier:UserWarning")
+async def test_litellm_keeps_the_conversation_but_not_its_keys_or_mocks(
+        fstore: stead.Store, clock: stead.FakeClock) -> None:
+    from stead.llm import litellm as sl
+
+    app = stead.App("litellm")
+    model = stead.llm.LiteLLM("anthropic/claude-sonnet-4-6", api_key="sk-secret-1")
+    crash_once = sdk_agents.crash_once()
+    asked: dict[str, list[Any]] = {}
+    weather = {"id": "call_1", "type": "function",
+               "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
+
+    @app.workflow(version=1)
+    async def agent(run: stead.Run) -> str:
+        convo: list[dict[str, Any]] = [{"role": "user", "content": "Weather in Paris?"}]
+        asked["turn-1"] = _plain(convo)
+        first = await run.llm("turn-1", model, convo, mock_response="",
+                              mock_tool_calls=[weather], api_key="sk-secret-2")
+        convo.append(sl.assistant_message(first))
+        for call in first.tool_calls:
+            convo.append(sl.tool_message(call, await run.step(call.name, lambda: "18 C")))
+        await run.step("boom", crash_once)  # the worker dies once the tool's result is durable
+        asked["turn-2"] = _plain(convo)
+        second = await run.llm("turn-2", model, convo, mock_response="It is 18 C in Paris.")
+        return second.text
+
+    client = stead.Client(fstore, app)
+    info = await client.start(agent)
+    await crash_then_resume(app, fstore, clock)
+    assert await client.result(info.run_id) == "It is 18 C in Paris."
+    calls = await transcript.read(fstore, info.run_id)
+    assert _whole(calls) == [asked["turn-1"], asked["turn-2"]]
+    assert calls[0].params["request"] == {"model": "anthropic/claude-sonnet-4-6"}
+    bodies = json.dumps([p.body for p in (await fstore.conversation_parts(info.run_id)).values()])
+    assert "sk-secret" not in bodies and "mock" not in bodies
