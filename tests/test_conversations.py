@@ -346,7 +346,7 @@ async def test_each_provider_adapter_keeps_what_its_sdk_sent_across_a_takeover(
     for call, body in zip(calls, rec.requests, strict=True):
         sent = call.params["request"]
         assert sent["model"] == body["model"] and sent["tools"] == body["tools"]
-    assert [transcript.role(m) for m in calls[1].new][0] in ("assistant", "function_call")
+    assert transcript.role(calls[1].new[0]) in ("assistant", "function_call")
 
 
 @pytest.mark.filterwarnings("ignore:Items? .* the `ReadOnly` qualifier:UserWarning")

@@ -232,8 +232,9 @@ def _migrate_by_hand(url: str) -> None:
         "  0029 liveness: compatible, online",
         "  0030 fleet_versions: compatible, online",
         "  0031 wait_requests: compatible, online",
+        "  0032 payload_keys: compatible, online",
         "  0034 conversation_parts: compatible, online",
-        "4 migration(s) would be applied by `stead db migrate` (dry run: nothing changed)"]
+        "5 migration(s) would be applied by `stead db migrate` (dry run: nothing changed)"]
     applied = runner.invoke(main, ["--db", url, "db", "migrate"])
     assert applied.exit_code == 0, applied.output
     assert "schema 28 -> 34" in applied.output
