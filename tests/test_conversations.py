@@ -384,3 +384,45 @@ async def test_litellm_keeps_the_conversation_but_not_its_keys_or_mocks(
     assert calls[0].params["request"] == {"model": "anthropic/claude-sonnet-4-6"}
     bodies = json.dumps([p.body for p in (await fstore.conversation_parts(info.run_id)).values()])
     assert "sk-secret" not in bodies and "mock" not in bodies
+
+
+async def test_a_proposal_keeps_what_holds_now_as_the_model_saw_it(store: stead.Store) -> None:
+    app = stead.App("proposals")
+    model = stead.ScriptedModel(["refund it"])
+
+    @app.workflow(version=1)
+    async def plan(run: stead.Run) -> str:
+        return (await run.propose("next", model, [{"role": "user", "content": "order 7?"}])).text
+
+    client = stead.Client(store, app)
+    info = await client.start(plan, intent=stead.Intent(goal="settle order 7"))
+    await stead.Worker(app, store).run_until_idle()
+    [call] = await transcript.read(store, info.run_id)
+    assert list(call.new) == _plain(model.calls[0])
+    assert call.new[-1]["content"].startswith("What holds now: ")
+    assert "settle order 7" in call.new[-1]["content"]
+
+
+async def test_a_message_longer_than_a_journaled_value_is_stored_as_its_size(
+        tmp_path: Path) -> None:
+    store = await stead.open_store(f"sqlite:///{tmp_path}/s.db")
+    app = stead.App("big")
+    model = stead.ScriptedModel(["read"])
+    document = "z" * 5000
+
+    @app.workflow(version=1)
+    async def read(run: stead.Run) -> str:
+        return (await run.llm("read", model, [{"role": "user", "content": document}])).text
+
+    try:
+        client = stead.Client(store, app)
+        info = await client.start(read)
+        await stead.Worker(app, store, stead.WorkerOptions(max_result_bytes=4096)
+                           ).run_until_idle()
+        assert await client.result(info.run_id) == "read"
+        [call] = await transcript.read(store, info.run_id)
+        assert call.new[0]["chars"] == len(json.dumps({"content": document, "role": "user"},
+                                                      separators=(",", ":")))
+        assert document not in json.dumps(call.new)
+    finally:
+        await store.close()

@@ -16,6 +16,8 @@ did before the conversation was kept.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -35,11 +37,23 @@ class _Chain:
     bodies: list[str]  # what is stored of each
 
 
-class Keeper:
-    """One run's conversations as its attempt names and stores them."""
+def _bounded(body: str, limit: int) -> str:
+    """`body`, or in place of one longer than `limit` characters (a message
+    holding a whole document) what it was: its size and its hash."""
+    if len(body) <= limit:
+        return body
+    return json.dumps({"stead_omitted": "longer than the largest value a run journals",
+                       "chars": len(body), "sha256": hashlib.sha256(body.encode()).hexdigest()})
 
-    def __init__(self, mask: Callable[[str], str]) -> None:
+
+class Keeper:
+    """One run's conversations as its attempt names and stores them. A
+    message or parameters longer than `limit` characters of JSON are stored
+    as their size and hash (`_bounded`)."""
+
+    def __init__(self, mask: Callable[[str], str], limit: int) -> None:
         self._mask = mask
+        self._limit = limit
         # Names the run stores: what this attempt committed, and the heads
         # and parameters of the calls it replayed (a stored message's list
         # before it is stored too).
@@ -67,7 +81,7 @@ class Keeper:
         new = messages[done:]
         parent = chain.names[-1] if chain.names else None
         for m in new:
-            body = self._mask(codec.canonical(m))
+            body = _bounded(self._mask(codec.canonical(m)), self._limit)
             parent = named(parent, body)
             chain.names.append(parent)
             chain.bodies.append(body)
@@ -81,7 +95,7 @@ class Keeper:
         """The request as its record names it, and the parts of it the run
         does not store yet, each after its parent."""
         chain = self._chain(list(messages))
-        params_body = self._mask(codec.canonical(dict(params)))
+        params_body = _bounded(self._mask(codec.canonical(dict(params))), self._limit)
         params_name = named(None, params_body)
         count = len(chain.names)
         have = next((i for i in range(count - 1, -1, -1) if chain.names[i] in self.stored), -1)

@@ -6,7 +6,8 @@ Walking from a call's last message back to the first one already shown
 costs only that call's new messages, so reading a whole run is linear in
 what it stores, as storing it was. A call whose request was not kept
 (`App(keep_conversation=False)`, a record older than schema 34) shows its
-answer alone; one whose parts are gone (a task's data erased) says so.
+answer alone; one whose parts are not stored here (its task was forgotten,
+or the run was imported from an export, which does not carry them) says so.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class Kept(enum.StrEnum):
 
     YES = "kept"
     NO = "not kept"
-    GONE = "erased"
+    GONE = "gone"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

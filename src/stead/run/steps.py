@@ -247,7 +247,7 @@ class Steps(Part):
         from stead.conversations import keeping
 
         if self._keeper is None:
-            self._keeper = keeping.Keeper(self._x.secrets.mask)
+            self._keeper = keeping.Keeper(self._x.secrets.mask, self._x.max_result_bytes)
         # A proposal is sent with what holds now appended (`Proposing.stead_sent`).
         asked = getattr(model, "stead_sent", None)
         return keeping.ModelCall(self._x, self._keeper,

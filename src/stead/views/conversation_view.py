@@ -36,7 +36,7 @@ def _heading(c: Call) -> str:
     if c.kept == Kept.NO:
         sent = "request not kept"
     elif c.kept == Kept.GONE:
-        sent = f"{c.sent} message(s) sent, erased"
+        sent = "request no longer stored (forgotten, or imported without it)"
     else:
         sent = f"{c.sent} message(s) sent" + (f", {c.earlier} as before" if c.earlier else "")
     return f"── seq {r.seq} · {r.name} · {sent} · {tokens}"
