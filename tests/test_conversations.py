@@ -426,3 +426,36 @@ async def test_a_message_longer_than_a_journaled_value_is_stored_as_its_size(
         assert document not in json.dumps(call.new)
     finally:
         await store.close()
+
+
+async def test_a_list_another_branch_grows_meanwhile_is_kept_as_it_was_sent(
+        store: stead.Store) -> None:
+    app = stead.App("branches")
+    answering = asyncio.Event()
+
+    class Slow:
+        name = "slow"
+
+        async def complete(self, messages: Sequence[Mapping[str, Any]], **params: Any
+                           ) -> stead.Completion:
+            answering.set()
+            await asyncio.sleep(0.05)
+            return stead.Completion(text="ok")
+
+    @app.workflow(version=1)
+    async def two(run: stead.Run) -> str:
+        messages: list[Any] = [{"role": "user", "content": "first"}]
+
+        async def grow() -> None:
+            await answering.wait()
+            messages.append({"role": "user", "content": "added meanwhile"})
+
+        answer, _ = await asyncio.gather(run.llm("ask", Slow(), messages), grow())
+        return answer.text
+
+    client = stead.Client(store, app)
+    info = await client.start(two)
+    await stead.Worker(app, store).run_until_idle()
+    assert await client.result(info.run_id) == "ok"
+    [call] = await transcript.read(store, info.run_id)
+    assert call.new == ({"role": "user", "content": "first"},)

@@ -112,17 +112,28 @@ class ModelCall:
     completion's JSON, `commit` stores its new parts with the record (the
     `saves` of `Recorder.call`)."""
 
-    def __init__(self, x: Execution, keeper: Keeper, sent: Callable[[], Sequence[Any]],
+    def __init__(self, x: Execution, keeper: Keeper, model: Any, messages: Sequence[Any],
                  params: Mapping[str, Any]) -> None:
         self._x = x
         self._keeper = keeper
-        self._sent = sent
+        self._model = model
+        self._messages = messages
+        self._sent: list[Any] = []
         self._params = params
         self._parts: list[Part] = []
 
+    def sending(self) -> None:
+        """The live attempt starts: the list as it is sent (another branch may
+        append to the workflow's list while the model answers)."""
+        self._sent = list(self._messages)
+
     def encode(self, data: dict[str, Any]) -> dict[str, Any]:
-        """`data` (a completion's JSON) with the request the model was sent."""
-        request, self._parts = self._keeper.request(self._sent(), self._params)
+        """`data` (a completion's JSON) with the request the model was sent:
+        the list as `sending` saw it, or what a model that adds to it says it
+        sent (`run.propose` appends what holds now: `Proposing.stead_sent`)."""
+        told = getattr(self._model, "stead_sent", None)
+        sent = (told() if callable(told) else None) or self._sent
+        request, self._parts = self._keeper.request(sent, self._params)
         return {**data, REQUEST: request}
 
     def replayed(self, addr: str) -> None:

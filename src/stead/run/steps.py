@@ -203,12 +203,14 @@ class Steps(Part):
         # A provider adapter says what its requests are (model, defaults, no
         # sentinels): that enters the digest in place of the bare parameters.
         shape = getattr(model, "digest_params", None)
+        asked = params if shape is None else shape(params)
         digest = digests.contracted(
-            self._x.digests.llm(name, model.name, messages,
-                                params if shape is None else shape(params)),
-            contract)
+            self._x.digests.llm(name, model.name, messages, asked), contract)
+        kept = self._kept(model, messages, asked)
 
         async def call() -> Completion:
+            if kept is not None:
+                kept.sending()
             with tracing.model_call(name, model, messages, params) as span, \
                     addresses.outside_branches():
                 answer = await (model.complete(messages, **params) if on_text is None
@@ -216,8 +218,6 @@ class Steps(Part):
                 span.answered(answer)
                 meters.tokens(answer.usage)
                 return answer
-
-        kept = self._kept(model, messages, params if shape is None else shape(params))
 
         def encode(c: Completion) -> str:
             data = _with_reason(c.to_json(), reason)
@@ -248,11 +248,7 @@ class Steps(Part):
 
         if self._keeper is None:
             self._keeper = keeping.Keeper(self._x.secrets.mask, self._x.max_result_bytes)
-        # A proposal is sent with what holds now appended (`Proposing.stead_sent`).
-        asked = getattr(model, "stead_sent", None)
-        return keeping.ModelCall(self._x, self._keeper,
-                                 lambda: messages if asked is None else asked() or messages,
-                                 params)
+        return keeping.ModelCall(self._x, self._keeper, model, messages, params)
 
     async def propose(
         self, name: str, model: Model, messages: Sequence[Mapping[str, Any]], *,
