@@ -143,4 +143,4 @@ class ModelCall:
         x, parts = self._x, self._parts
         await x.write([rec], lambda batch, resume: x.store.save_model_call(
             x.fence, batch, resume, parts), drop=started)
-        self._keeper.stored.update(p.sha256 for p in parts)
+        self._keeper.stored.update(p.name for p in parts)

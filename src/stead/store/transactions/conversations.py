@@ -4,12 +4,13 @@ back for `stead runs show --conversation` and the run page, copied with a
 fork's journal, deleted with the run.
 
 A model call's record (kind `llm`, status `ok`) keeps its completion's JSON
-and, under `REQUEST`, `{"messages": N, "head": SHA, "params": SHA}`: how
+and, under `REQUEST`, `{"messages": N, "head": NAME, "params": NAME}`: how
 many messages the call sent, the name of the last one, and the name of its
-parameters. A message's name is the sha256 of its canonical JSON after the
-name of the message before it (its `parent`), so a name stands for the whole
-list up to it and a conversation that only grows shares every part of the
-last call's list: each call adds its new messages and a record of fixed size.
+parameters. A message's name is the sha256 (its first `NAME_CHARS` hex
+characters) of its canonical JSON after the name of the message before it
+(its `parent`), so a name stands for the whole list up to it, and a
+conversation that only grows shares every part of the last call's list:
+each call adds its new messages and a record of fixed size.
 """
 
 from __future__ import annotations
@@ -34,14 +35,18 @@ class Part:
     """A message (or a request's parameters) as stored: its name, the name of
     the message before it (None: first, or parameters), its JSON text."""
 
-    sha256: str
+    name: str
     parent: str | None
     body: str
 
 
+# Hex characters of a name kept: 128 bits, among the parts of one run.
+NAME_CHARS = 32
+
+
 def named(parent: str | None, body: str) -> str:
     """The name of a part whose JSON text is `body`, after `parent`."""
-    return hashlib.sha256(f"{parent or ''}\n{body}".encode()).hexdigest()
+    return hashlib.sha256(f"{parent or ''}\n{body}".encode()).hexdigest()[:NAME_CHARS]
 
 
 def request_of(payload: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -82,14 +87,14 @@ def save(write: FencedWrite, parts: Sequence[Part]) -> Flow[None]:
     run_id = write.fence.run_id
     for p in parts:
         yield execute("insert_conversation_part", {
-            "run_id": run_id, "sha256": p.sha256, "parent": p.parent, "body": p.body})
+            "run_id": run_id, "name": p.name, "parent": p.parent, "body": p.body})
     yield Journal(write, checked=True)
 
 
 def read(run_id: str) -> Flow[dict[str, Part]]:
     """Every part the run stores, by name."""
     found = yield rows("conversation_parts", {"run_id": run_id})
-    return {str(r["sha256"]): Part(str(r["sha256"]), None if r["parent"] is None
+    return {str(r["name"]): Part(str(r["name"]), None if r["parent"] is None
                                    else str(r["parent"]), str(r["body"])) for r in found}
 
 
@@ -110,4 +115,4 @@ def copy(parent_id: str, run_id: str, named_parts: Sequence[str]) -> Flow[None]:
             node = parts[node].parent
     for p in wanted.values():
         yield execute("insert_conversation_part", {
-            "run_id": run_id, "sha256": p.sha256, "parent": p.parent, "body": p.body})
+            "run_id": run_id, "name": p.name, "parent": p.parent, "body": p.body})

@@ -1319,12 +1319,12 @@ DELETE FROM stead_meta WHERE key = %(key)s;
 
 -- == the requests model calls sent (0034; store/transactions/conversations.py) ==
 -- name: insert_conversation_part
-INSERT INTO conversation_parts (run_id, sha256, parent, body)
-VALUES (%(run_id)s, %(sha256)s, %(parent)s, %(body)s)
-ON CONFLICT (run_id, sha256) DO NOTHING;
+INSERT INTO conversation_parts (run_id, name, parent, body)
+VALUES (%(run_id)s, %(name)s, %(parent)s, %(body)s)
+ON CONFLICT (run_id, name) DO NOTHING;
 
 -- name: conversation_parts
-SELECT sha256, parent, body FROM conversation_parts WHERE run_id = %(run_id)s;
+SELECT name, parent, body FROM conversation_parts WHERE run_id = %(run_id)s;
 
 -- name: delete_conversation_parts
 DELETE FROM conversation_parts WHERE run_id = ANY(%(run_ids)s::text[]);

@@ -1030,12 +1030,12 @@ DELETE FROM stead_meta WHERE key = :key;
 
 -- == the requests model calls sent (0034; store/transactions/conversations.py) ==
 -- name: insert_conversation_part
-INSERT INTO conversation_parts (run_id, sha256, parent, body)
-VALUES (:run_id, :sha256, :parent, :body)
-ON CONFLICT (run_id, sha256) DO NOTHING;
+INSERT INTO conversation_parts (run_id, name, parent, body)
+VALUES (:run_id, :name, :parent, :body)
+ON CONFLICT (run_id, name) DO NOTHING;
 
 -- name: conversation_parts
-SELECT sha256, parent, body FROM conversation_parts WHERE run_id = :run_id;
+SELECT name, parent, body FROM conversation_parts WHERE run_id = :run_id;
 
 -- name: delete_conversation_parts
 DELETE FROM conversation_parts WHERE run_id IN (SELECT value FROM json_each(:run_ids));
