@@ -276,9 +276,12 @@ async def test_every_page_passes_the_accessibility_audit(console: Console) -> No
     await settle(console.store)
     shipped = await stead.Client(console.store, trace_app.app).start(
         "ship", "o-9", {"city": "Lyon", "street": "12 rue de la Paix"})
+    chat = await console.client.start("chat", "65")
+    await settle(console.store)
     pages = [
         "/login", "/runs", "/runs?status=completed", "/attention", "/attention?kind=approval",
         f"/runs/{done.run_id}", f"/runs/{refund.run_id}/trace", f"/runs/{shipped.run_id}",
+        f"/runs/{chat.run_id}?tab=conversation",
         *(f"/runs/{refund.run_id}?tab={tab}" for tab in
           ("overview", "timeline", "conversation", "context", "workspace", "resumes", "audit")),
         "/runs/nope",

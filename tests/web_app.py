@@ -80,6 +80,21 @@ async def echo(run: stead.Run, text: str) -> str:
     return await run.step("echo", lambda: text)
 
 
+@app.workflow()
+async def chat(run: stead.Run, order_id: str) -> str:
+    """A model that calls a tool, then answers: the run page's conversation."""
+    model = stead.ScriptedModel([stead.Completion(text="", tool_calls=(
+        stead.ToolCall("c1", "track", {"order": order_id}),)), "It shipped on Monday."])
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You answer questions about orders."},
+        {"role": "user", "content": f"Where is order {order_id}?\nIt was due last week."}]
+    first = await run.llm("answer", model, messages, temperature=0)
+    messages += [{"role": "assistant", "content": None,
+                  "tool_calls": [c.to_json() for c in first.tool_calls]},
+                 {"role": "tool", "tool_call_id": "c1", "content": "shipped on Monday"}]
+    return (await run.llm("answer", model, messages, temperature=0)).text
+
+
 def expired_grant() -> stead.Intent:
     return stead.Intent(goal="refund order 9", grants=[
         stead.Grant("dispatch_refund", {"order": "9"}, expires_at=time.time() - 60)])

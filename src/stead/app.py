@@ -63,15 +63,25 @@ class App:
     (the default) reuses it, logs a warning and names it in the resume
     record; `"rerun"` makes it again when nothing acted outside after it
     (else the run pauses for a person); `"stop"` stops the run as
-    `incompatible_checkpoint` naming the step."""
+    `incompatible_checkpoint` naming the step.
+
+    `keep_conversation` (default True) stores each model call's request, its
+    messages and parameters, with its record, so `stead runs show RUN
+    --conversation` and the run page show what the model saw; each message
+    is stored once per run however many calls send it. False keeps only the
+    call's digest and its answer."""
 
     def __init__(self, name: str, *, policy: PolicyFn | None = None,
                  policy_version: str = "1",
                  matchers: dict[str, Matcher] | None = None,
                  tools: Iterable[str] | None = None,
                  policy_on: Iterable[str] = ("effect",),
-                 changed_steps: str = stepcode.ChangedSteps.WARN) -> None:
+                 changed_steps: str = stepcode.ChangedSteps.WARN,
+                 keep_conversation: bool = True) -> None:
         self.name = name
+        if not isinstance(keep_conversation, bool):
+            raise TypeError(f"keep_conversation is True or False, not {keep_conversation!r}")
+        self.keep_conversation = keep_conversation
         try:
             self.changed_steps = stepcode.ChangedSteps(changed_steps)
         except ValueError:

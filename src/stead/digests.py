@@ -113,6 +113,16 @@ def _equal(current: Any, frozen: Any) -> bool:
         return False
 
 
+def frozen(values: Sequence[Any]) -> list[Any]:
+    """Copies of `values` that `unchanged` compares exactly (see `_freeze`)."""
+    return [_freeze(v) for v in values]
+
+
+def unchanged(current: Sequence[Any], copies: list[Any]) -> bool:
+    """Whether `current` encodes as the values `copies` were made of did."""
+    return _equal(current, copies)
+
+
 @dataclasses.dataclass(slots=True)
 class _Entry:
     head: str  # the canonical text before the list

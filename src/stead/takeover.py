@@ -306,6 +306,7 @@ async def prepare(
         execution.request_cancel()
     execution.tools, execution.app_name = app.tools, app.name
     execution.changed_steps = app.changed_steps
+    execution.keep_conversation = app.keep_conversation
     execution.policy_version = None if app.current_policy is None \
         else app.current_policy.version
     if not checked:

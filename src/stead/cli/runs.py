@@ -172,17 +172,26 @@ def runs_ls(ctx: click.Context, status: str | None, workflow: str | None, limit:
 @runs.command("show", short_help="Show a run, its journal as a timeline, and its resumes.")
 @common.run_argument
 @common.json_option
+@click.option("--conversation", is_flag=True,
+              help="Show the conversation instead: each model call's messages, turn by turn.")
 @click.pass_context
-def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
+def runs_show(ctx: click.Context, run_id: str, as_json: bool, conversation: bool) -> None:
     """Show a run: status, result or error, the journal as a timeline, and
     every takeover (who resumed it, at which epoch, from where, what was reused),
-    and the operator actions taken or refused on it (who, why, outcome)."""
+    and the operator actions taken or refused on it (who, why, outcome).
+
+    With --conversation: what each model call sent (system, user, assistant
+    and tool messages, each shown at the first call that sent it), its
+    parameters and its answer, turn by turn; wait tokens masked."""
     # What only `show` draws, imported here so that `runs ls` does not pay for it.
     from stead.operator import audit
     from stead.views import context_view, timeline, workspace_view
 
     db = common.database_url(ctx)
     common.require_database(db)
+    if conversation:
+        _show_conversation(db, run_id, as_json)
+        return
 
     async def go() -> Any:
         async with common.opened_client(db) as client:
@@ -221,6 +230,22 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
             common.echo(workspaces)
         if actions:
             common.echo(audit.render(actions))
+
+
+def _show_conversation(db: str, run_id: str, as_json: bool) -> None:
+    from stead.conversations import transcript
+    from stead.views import conversation_view
+
+    async def go() -> Any:
+        async with common.opened_client(db) as client:
+            await client.get(run_id)
+            return await transcript.read(client.store, run_id)
+
+    calls = common.run_async(go())
+    if as_json:
+        click.echo(json.dumps(conversation_view.calls_json(calls), indent=2))
+    else:
+        common.echo(conversation_view.render(run_id, calls))
 
 
 @runs.command("cancel")

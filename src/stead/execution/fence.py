@@ -86,6 +86,9 @@ class Fenced:
         self.previous_holder_until: float | None = None
         # What a takeover does with a step whose body changed (`App(changed_steps=)`).
         self.changed_steps = stepcode.ChangedSteps.WARN
+        # Whether a model call's request (its messages and parameters) is
+        # stored with its record (`App(keep_conversation=)`).
+        self.keep_conversation = True
         # In a dry replay: the last call the journal did not know ("kind 'name' at addr").
         self.frontier: str | None = None
         # The run's live wait tokens: values holding one are never stored.

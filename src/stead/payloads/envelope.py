@@ -35,6 +35,7 @@ class What(enum.StrEnum):
     MIGRATION = "migration"
     BLOB = "blob"
     DETAIL = "detail"
+    CONVERSATION = "conversation"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

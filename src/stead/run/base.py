@@ -12,6 +12,7 @@ from stead.workflow import streams
 from stead.workflow.state import TaskState
 
 if TYPE_CHECKING:
+    from stead.conversations import keeping
     from stead.workflow import workspaces
 
 
@@ -30,6 +31,8 @@ class Part:
         # Made by the run's first `run.workspace(...)`: a run without one
         # never loads the workspaces' modules.
         self._saves: workspaces.StepSaves | None = None
+        # Made by the run's first model call whose conversation is kept.
+        self._keeper: keeping.Keeper | None = None
         self._recorder = recorder.Recorder(execution, row.run_id)
 
     def stream(self, name: str) -> streams.Stream:

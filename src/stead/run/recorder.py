@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from stead import addresses, codec, errors, records, stepcode
 from stead.execution import Execution, Stop
@@ -19,9 +19,18 @@ from stead.workflow import proposals, streams
 
 if TYPE_CHECKING:
     from stead.policy import Action
-    from stead.workflow import workspaces
 
 log = logging.getLogger("stead.run")
+
+
+class Saves(Protocol):
+    """What rides with a call's record in its write: a step's workspace
+    snapshots (`workspaces.StepSaves`), a model call's request
+    (`conversations.keeping.ModelCall`)."""
+
+    def replayed(self, addr: str) -> None: ...
+
+    async def commit(self, addr: str, rec: Record, started: Record) -> None: ...
 
 
 def paused(name: str, what: str, changed: Sequence[str], acted: Record) -> Stop:
@@ -61,7 +70,7 @@ class Recorder:
         gate: Callable[[], None] | None = None,
         fresh: str | None = None,
         reason: str | None = None,
-        saves: workspaces.StepSaves | None = None,
+        saves: Saves | None = None,
         code: str | None = None,
     ) -> tuple[RecordStatus, str, int]:
         """Return `(status, payload, attempts)` of the call at the next address: from the

@@ -22,6 +22,7 @@ from stead.workflow.fingerprints import Fingerprint, changes
 # with intent, policy or tools are imported by the calls that use them, so
 # `stead worker` starts without them.
 if TYPE_CHECKING:
+    from stead.conversations import keeping
     from stead.llm.model import Completion, Model
     from stead.workflow import workspaces
 
@@ -202,12 +203,14 @@ class Steps(Part):
         # A provider adapter says what its requests are (model, defaults, no
         # sentinels): that enters the digest in place of the bare parameters.
         shape = getattr(model, "digest_params", None)
+        asked = params if shape is None else shape(params)
         digest = digests.contracted(
-            self._x.digests.llm(name, model.name, messages,
-                                params if shape is None else shape(params)),
-            contract)
+            self._x.digests.llm(name, model.name, messages, asked), contract)
+        kept = self._kept(model, messages, asked)
 
         async def call() -> Completion:
+            if kept is not None:
+                kept.sending()
             with tracing.model_call(name, model, messages, params) as span, \
                     addresses.outside_branches():
                 answer = await (model.complete(messages, **params) if on_text is None
@@ -216,18 +219,36 @@ class Steps(Part):
                 meters.tokens(answer.usage)
                 return answer
 
+        def encode(c: Completion) -> str:
+            data = _with_reason(c.to_json(), reason)
+            return codec.dumps(data if kept is None else kept.encode(data),
+                               what=f"the completion of {name!r}",
+                               limit=self._x.max_result_bytes)
+
         status, payload, attempts = await self._recorder.call(
-            RecordKind.LLM, name, digest, call,
-            lambda c: codec.dumps(_with_reason(c.to_json(), reason),
-                                  what=f"the completion of {name!r}",
-                                  limit=self._x.max_result_bytes),
-            retry or NO_RETRY, self._bound(model_call=True), fresh, reason,
+            RecordKind.LLM, name, digest, call, encode,
+            retry or NO_RETRY, self._bound(model_call=True), fresh, reason, saves=kept,
         )
         if status == RecordStatus.ERROR:
             self._raise(name, payload, attempts)
         from stead.llm.model import Completion
 
-        return Completion.from_json(codec.loads(payload))
+        data = codec.loads(payload)
+        if self._keeper is not None:
+            self._keeper.known(data)
+        return Completion.from_json(data)
+
+    def _kept(self, model: Model, messages: Sequence[Mapping[str, Any]],
+              params: Mapping[str, Any]) -> keeping.ModelCall | None:
+        """The request of a model call, to keep with its record (None: the
+        app keeps no conversation, `App(keep_conversation=False)`)."""
+        if not self._x.keep_conversation:
+            return None
+        from stead.conversations import keeping
+
+        if self._keeper is None:
+            self._keeper = keeping.Keeper(self._x.secrets.mask, self._x.max_result_bytes)
+        return keeping.ModelCall(self._x, self._keeper, model, messages, params)
 
     async def propose(
         self, name: str, model: Model, messages: Sequence[Mapping[str, Any]], *,

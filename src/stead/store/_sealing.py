@@ -68,6 +68,7 @@ WRITES: dict[str, tuple[tuple[str, What, str], ...]] = {
     "insert_stream_entry": (("value", What.STREAM, "run_id"),),
     "insert_wait_request": (("request", What.REQUEST, "run_id"),),
     "insert_blob": (("data", What.BLOB, "sha256"),),
+    "insert_conversation_part": (("body", What.CONVERSATION, "run_id"),),
 }
 # query -> its parameter that is a JSON list of new runs, each with an input.
 BATCHES = {"insert_runs": "runs"}
@@ -79,7 +80,7 @@ COLUMNS: dict[str, frozenset[What]] = {
     "intent": frozenset({What.INTENT}), "value": frozenset({What.STREAM}),
     "request": frozenset({What.REQUEST}), "old_input": frozenset({What.MIGRATION}),
     "new_input": frozenset({What.MIGRATION}), "detail": frozenset({What.DETAIL}),
-    "e_detail": frozenset({What.DETAIL}),
+    "e_detail": frozenset({What.DETAIL}), "body": frozenset({What.CONVERSATION}),
 }
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from stead import arguments, bounds, errors, operator
 from stead.client import Client, RunInfo
+from stead.conversations import transcript
 from stead.intent import Intent
 from stead.records import (
     ActionRow,
@@ -169,11 +170,18 @@ def _entry(r: Record, start: float, resumed: ResumeRecord | None) -> Entry:
 
 @dataclasses.dataclass(frozen=True)
 class Turn:
-    """A model's turn in the conversation: what it said and the tools it called."""
+    """A model's turn in the conversation: the messages it was sent that no
+    turn before it was (see `stead.conversations.transcript`), what it said
+    and the tools it called."""
 
     entry: Entry
     text: str
     calls: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]  # (tool, its arguments by name)
+    kept: str = transcript.Kept.NO
+    sent: int = 0  # how many messages the call sent
+    earlier: int = 0  # how many of them an earlier turn shows
+    messages: tuple[tuple[str, str], ...] = ()  # (role, what it says), tokens redacted
+    params: str = ""  # the request's parameters, when they changed
 
 
 def _turn(e: Entry) -> Turn | None:
@@ -192,6 +200,31 @@ def _turn(e: Entry) -> Turn | None:
             fields = given.items() if isinstance(given, dict) else ()
             calls.append((str(c.get("name")), tuple((str(k), clip(v, 120)) for k, v in fields)))
     return Turn(e, redact(str(data.get("text") or "")), tuple(calls))
+
+
+def _conversation(entries: Sequence[Entry], calls: Sequence[transcript.Call]
+                  ) -> tuple[Turn, ...]:
+    """The turns among `entries`, each with what it was sent (read over the
+    whole run: a turn shows only what no turn before it showed)."""
+    by_seq = {c.record.seq: c for c in calls}
+    before: dict[int, Any] = {}  # the parameters the turn before each sent
+    params: Any = None
+    for c in calls:
+        before[c.record.seq] = params
+        params = c.params if c.params is not None else params
+    out = []
+    for e in entries:
+        t, call = _turn(e), by_seq.get(e.record.seq)
+        if t is not None and call is not None:
+            t = dataclasses.replace(
+                t, kept=call.kept, sent=call.sent, earlier=call.earlier,
+                messages=tuple((redact(transcript.role(m)), redact(transcript.content(m)))
+                               for m in call.new),
+                params="" if call.params is None or call.params == before[e.record.seq]
+                else clip(call.params, 600))
+        if t is not None:
+            out.append(t)
+    return tuple(out)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,9 +319,12 @@ async def run_page(client: Client, run_id: str, shown: window.Window,
     key = info.task_id if info.task_id is not None else f"run:{run_id}"
     error = "" if info.error is None else clip(info.error.get("message", info.error), 600)
     entries = tuple(_entry(r, info.created_at, marks.get(r.seq)) for r in page)
+    turns = tuple(t for t in map(_turn, entries) if t is not None)
+    if tab == "conversation":
+        turns = _conversation(entries, await transcript.read(client.store, run_id, summed))
     return RunPage(
         run=info, input=pretty_json(row.input), inputs=named(info.input, workflow_fn(client, info)),
-        tab=tab, turns=tuple(t for t in map(_turn, entries) if t is not None),
+        tab=tab, turns=turns,
         now=s.now, window=shown, records=records, last_seq=last_seq, entries=entries,
         effects=tuple(timeline.effect_views(summed)),
         waits=tuple(await client.waits(run_id=run_id, state=None, limit=1000)),

@@ -82,6 +82,7 @@ class Proposing:
     def __init__(self, model: Model, x: Execution, task_key: str) -> None:
         self.model, self.name = model, model.name
         self._x, self._task_key = x, task_key
+        self._sent: list[Mapping[str, Any]] | None = None
         shape = getattr(model, "digest_params", None)
         if shape is not None:
             self.digest_params = shape
@@ -99,5 +100,10 @@ class Proposing:
     async def complete(self, messages: Sequence[Mapping[str, Any]], **params: Any
                        ) -> Completion:
         now = json.dumps(await self.now(), sort_keys=True, default=str)
-        return await self.model.complete(
-            [*messages, {"role": "system", "content": f"What holds now: {now}"}], **params)
+        self._sent = [*messages, {"role": "system", "content": f"What holds now: {now}"}]
+        return await self.model.complete(self._sent, **params)
+
+    def stead_sent(self) -> list[Mapping[str, Any]] | None:
+        """The messages the model was last sent (None: not asked yet): what a
+        kept conversation stores of this call."""
+        return self._sent

@@ -4,8 +4,9 @@ change is one transaction, written once in `transactions`; every write by a
 run's holder is fenced by its epoch and raises `StaleLease` when the fence
 fails. `Store` is composed of one part per concern, a module of this package
 each (`runs`, `leases`, `journal`, `waits`, `state`, `intents`, `actions`,
-`migrations`, `retention`, `workspaces`, `payloads`), over the transactions of the same
-name; this module holds what is left: opening, the keyring, waiting for work.
+`migrations`, `retention`, `workspaces`, `payloads`, `conversations`), over the
+transactions of the same name; this module holds what is left: opening, the keyring,
+waiting for work.
 docs/architecture.md draws the whole."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from stead import addresses
 from stead.store import _holders, schema_versions
 from stead.store.base.actions import Actions
 from stead.store.base.blobs import LargeBlobs
+from stead.store.base.conversations import Conversations
 from stead.store.base.intents import Intents
 from stead.store.base.journal import Journals
 from stead.store.base.leases import Leases
@@ -60,7 +62,7 @@ def run_outside_branches(cls: type) -> None:
 
 
 class Store(Runs, Leases, Journals, Waits, TaskState, Intents, Actions, Migrations, Retention,
-            Workspaces, Payloads, LargeBlobs):
+            Workspaces, Payloads, Conversations, LargeBlobs):
     """A store's public coroutines run outside the workflow's branches: a task
     a store starts while a run awaits it (a pool waiting for a free connection,
     a group commit's flusher) must not be numbered as one of the run's

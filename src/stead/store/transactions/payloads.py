@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 # The tables a run's payloads are kept in, each overwritten by its query.
 _RUN_TABLES = ("forget_journal", "forget_archive", "forget_events", "forget_streams",
-               "forget_intents", "forget_migrations", "forget_requests", "forget_actions")
+               "forget_intents", "forget_migrations", "forget_requests", "forget_actions",
+               "delete_conversation_parts")
 
 
 @dataclasses.dataclass(frozen=True)

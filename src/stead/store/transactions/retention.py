@@ -57,7 +57,7 @@ def delete_runs(cutoff: float, run_ids: Sequence[str]) -> Flow[list[str]]:
                       "delete_intents", "delete_migrations", "delete_journal_archive",
                       "delete_lineage", "delete_snapshots", "delete_operator_actions",
                       "delete_rejected_tally", "delete_streams", "delete_run_blobs",
-                      "delete_payload_keys",
+                      "delete_payload_keys", "delete_conversation_parts",
                       "delete_runs"):
             yield execute(query, ids)
     return keep

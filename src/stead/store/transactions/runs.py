@@ -24,7 +24,7 @@ from stead.store.seam import (
     rows,
     stale,
 )
-from stead.store.transactions import common, journal
+from stead.store.transactions import common, conversations, journal
 
 if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
     from stead.records import NewFork, NewRun, Record, RunRow, ScheduleRow
@@ -147,6 +147,7 @@ def fork_run(fork: NewFork, now: float, where: str) -> Flow[RunRow]:
         yield execute("set_epoch", {"run_id": run_id, "epoch": 1})
     for r in fork.records:
         yield execute("insert_record", _rows.record_params(run_id, r))
+    yield from conversations.copy(fork.parent_id, run_id, conversations.heads(fork.records))
     for w in fork.waits:
         yield from common.insert_wait(w)
     if fork.state is not None:

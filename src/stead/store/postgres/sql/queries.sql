@@ -1320,6 +1320,18 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 -- name: delete_meta
 DELETE FROM stead_meta WHERE key = %(key)s;
 
+-- == the requests model calls sent (0034; store/transactions/conversations.py) ==
+-- name: insert_conversation_part
+INSERT INTO conversation_parts (run_id, name, parent, body)
+VALUES (%(run_id)s, %(name)s, %(parent)s, %(body)s)
+ON CONFLICT (run_id, name) DO NOTHING;
+
+-- name: conversation_parts
+SELECT name, parent, body FROM conversation_parts WHERE run_id = %(run_id)s;
+
+-- name: delete_conversation_parts
+DELETE FROM conversation_parts WHERE run_id = ANY(%(run_ids)s::text[]);
+
 -- Payload data keys (see stead.payloads and store/_sealing.py).
 -- name: get_payload_key
 SELECT scope, key_id, wrapped, forgotten_at FROM payload_keys WHERE scope = %(scope)s;

@@ -1031,6 +1031,18 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 -- name: delete_meta
 DELETE FROM stead_meta WHERE key = :key;
 
+-- == the requests model calls sent (0034; store/transactions/conversations.py) ==
+-- name: insert_conversation_part
+INSERT INTO conversation_parts (run_id, name, parent, body)
+VALUES (:run_id, :name, :parent, :body)
+ON CONFLICT (run_id, name) DO NOTHING;
+
+-- name: conversation_parts
+SELECT name, parent, body FROM conversation_parts WHERE run_id = :run_id;
+
+-- name: delete_conversation_parts
+DELETE FROM conversation_parts WHERE run_id IN (SELECT value FROM json_each(:run_ids));
+
 -- Payload data keys (see stead.payloads and store/_sealing.py).
 -- name: get_payload_key
 SELECT scope, key_id, wrapped, forgotten_at FROM payload_keys WHERE scope = :scope;
