@@ -27,7 +27,8 @@ By where they come from:
   `WorkspaceUnsafe`, `WorkspaceTooLarge`, `WorkspaceChanged`,
   `WorkspaceMismatch`;
 - deploys: `MigrationRefused`;
-- upgrading stead: `SchemaBehind`, `SchemaAhead`, `MigrationBlocked`.
+- upgrading stead: `SchemaBehind`, `SchemaAhead`, `MigrationBlocked`;
+- spend and quotas: `SpendRefused`, `QuotaExceeded`.
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ __all__ = [
     "GrantRefused", "GrantWidening", "InvalidCheckResult", "InvalidInput", "InvalidIntent",
     "InvalidSchedule", "InvalidStart", "InvalidValue", "KeysUnavailable", "MigrationBlocked",
     "MigrationRefused", "NonDeterminism", "NotAllowed", "NotStopped", "OutcomeUncertain",
-    "ResultTooLarge", "RunEnded", "RunFailed", "RunMovedOn", "SchemaAhead", "SchemaBehind",
-    "ScriptExhausted", "SecretInJournal", "SerializationError", "StaleLease", "StateConflict",
+    "QuotaExceeded", "ResultTooLarge", "RunEnded", "RunFailed", "RunMovedOn", "SchemaAhead",
+    "SchemaBehind", "ScriptExhausted", "SecretInJournal", "SerializationError",
+    "SpendRefused", "StaleLease", "StateConflict",
     "StatusNotReached", "SteadError", "StepError", "StepTimeout", "StoreError",
     "StoreRejected", "StoreUnavailable", "StreamClosed", "TaskMismatch", "TokenHidden",
     "UnknownAction", "UnknownQueue", "UnknownRun", "UnknownWorkflow", "WaitExpired",
@@ -486,3 +488,28 @@ class InvalidStart(InvalidInput):
 
 class StreamClosed(SteadError):
     """A value was appended to a stream after it was closed (see `stead.workflow.streams`)."""
+
+
+class SpendRefused(SteadError):
+    """A model call's reservation would pass a spend budget (the run's or its
+    tenant's, in tokens or cost): nothing was sent, and the run pauses with
+    `detail` (scope, tenant, unit, used, reserved, estimate, limit) as its
+    reason (see `stead.spend`)."""
+
+    def __init__(self, message: str, detail: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
+class QuotaExceeded(SteadError):
+    """A tenant's quota refused what was asked (a run started, a wait opened,
+    a child started, bytes stored): nothing was written. Other tenants are not
+    affected; `stead tenants set TENANT ...` raises the quota."""
+
+    def __init__(self, message: str, *, tenant: str, quota: str, limit: float,
+                 used: float) -> None:
+        super().__init__(message)
+        self.tenant = tenant
+        self.quota = quota
+        self.limit = limit
+        self.used = used

@@ -1027,3 +1027,93 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 
 -- name: delete_meta
 DELETE FROM stead_meta WHERE key = :key;
+
+-- Spend and quotas (schema 36, see `stead.spend`).
+
+-- name: get_price
+SELECT model, input_per_million, output_per_million, updated_at FROM model_prices
+WHERE model = :model;
+
+-- name: set_price
+INSERT INTO model_prices (model, input_per_million, output_per_million, updated_at)
+VALUES (:model, :input, :output, :now)
+ON CONFLICT (model) DO UPDATE
+SET input_per_million = excluded.input_per_million,
+    output_per_million = excluded.output_per_million, updated_at = excluded.updated_at;
+
+-- name: list_prices
+SELECT model, input_per_million, output_per_million, updated_at FROM model_prices
+ORDER BY model;
+
+-- name: get_tenant_limits
+SELECT tenant, limits, updated_at, updated_by, why FROM tenant_limits
+WHERE tenant = :tenant;
+
+-- name: set_tenant_limits
+INSERT INTO tenant_limits (tenant, limits, updated_at, updated_by, why)
+VALUES (:tenant, :limits, :now, :by, :why)
+ON CONFLICT (tenant) DO UPDATE
+SET limits = excluded.limits, updated_at = excluded.updated_at,
+    updated_by = excluded.updated_by, why = excluded.why;
+
+-- name: list_tenant_limits
+SELECT tenant, limits, updated_at, updated_by, why FROM tenant_limits
+ORDER BY tenant;
+
+-- name: ensure_tenant_spend
+INSERT INTO tenant_spend (tenant) VALUES (:tenant)
+ON CONFLICT (tenant) DO NOTHING;
+
+-- name: lock_tenant_spend
+-- The row every reservation of the tenant reads and changes (SQLite's one
+-- writer judges reservations one after the other).
+SELECT tokens, cost, reserved_tokens, reserved_cost FROM tenant_spend
+WHERE tenant = :tenant;
+
+-- name: get_tenant_spend
+SELECT tenant, tokens, cost, reserved_tokens, reserved_cost FROM tenant_spend
+WHERE tenant = :tenant;
+
+-- name: add_tenant_spend
+UPDATE tenant_spend
+SET tokens = tokens + :tokens, cost = cost + :cost,
+    reserved_tokens = reserved_tokens + :reserved_tokens,
+    reserved_cost = reserved_cost + :reserved_cost
+WHERE tenant = :tenant;
+
+-- name: reset_tenant_spend
+-- A new budget period: what was settled is forgotten, what is reserved stays.
+UPDATE tenant_spend SET tokens = 0, cost = 0 WHERE tenant = :tenant;
+
+-- name: run_spend
+-- What a run's model calls hold: settled, died and reserved.
+SELECT COALESCE(SUM(tokens), 0) AS tokens, COALESCE(SUM(cost), 0) AS cost,
+       COUNT(*) AS calls,
+       COALESCE(SUM(CASE WHEN state = 'reserved' THEN tokens ELSE 0 END), 0)
+         AS reserved_tokens
+FROM spend_reservations WHERE run_id = :run_id AND state <> 'released';
+
+-- name: reserved_at
+-- The reservations of one call still open (its attempts in flight, or whose
+-- worker died).
+SELECT run_id, addr, attempt, tenant, model, input_price, output_price, tokens, cost,
+       state, at
+FROM spend_reservations
+WHERE run_id = :run_id AND addr = :addr AND state = 'reserved'
+ORDER BY attempt;
+
+-- name: insert_reservation
+INSERT INTO spend_reservations (run_id, addr, attempt, tenant, model, input_price,
+                                output_price, tokens, cost, state, at)
+VALUES (:run_id, :addr, :attempt, :tenant, :model, :input_price, :output_price,
+        :tokens, :cost, 'reserved', :now);
+
+-- name: resolve_reservation
+UPDATE spend_reservations SET state = :state, tokens = :tokens, cost = :cost, at = :now
+WHERE run_id = :run_id AND addr = :addr AND attempt = :attempt AND state = 'reserved';
+
+-- name: list_reservations
+SELECT run_id, addr, attempt, tenant, model, input_price, output_price, tokens, cost,
+       state, at
+FROM spend_reservations WHERE run_id = :run_id
+ORDER BY at, addr, attempt;

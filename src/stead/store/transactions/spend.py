@@ -1,0 +1,168 @@
+"""A tenant's spend: a model call's reservation, written with its started
+marker before it is sent, and its settlement, written with its outcome; the
+price table and each tenant's limits.
+
+Every reservation of a tenant locks the tenant's `tenant_spend` row (SQLite's
+single writer; PostgreSQL's `FOR UPDATE`), reads what the tenant and the run
+hold, asks the pure `stead.spend.judge`, then writes: two workers reserving
+against one budget at once are judged one after the other, so together they
+cannot pass it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from stead import spend
+from stead.spend import Limits, Price, ReservationState, Totals
+from stead.store._rows import Row
+from stead.store.seam import FencedWrite, Flow, Journal, execute, fence_params, one, rows, stale
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Reservation:
+    """Attempt `attempt` of the model call at `addr` asks to reserve its
+    estimate; `run_tokens` and `run_cost` are the run's budget (None: none)."""
+
+    addr: str
+    attempt: int
+    model: str
+    input_tokens: int
+    output_tokens: int
+    run_tokens: int | None = None
+    run_cost: float | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Settlement:
+    """The outcome of attempt `attempt` of the call at `addr`: the tokens it
+    used (`input_tokens`, `output_tokens`), or `released` (it failed: nothing
+    was used). `attempt` None: the call's open attempts died in flight (each
+    counts at its estimate)."""
+
+    addr: str
+    attempt: int | None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    released: bool = False
+
+
+RESERVED, SETTLED, RELEASED, DIED = (ReservationState.RESERVED, ReservationState.SETTLED,
+                                     ReservationState.RELEASED, ReservationState.DIED)
+
+
+def price(row: Row | None) -> Price | None:
+    return None if row is None else Price(float(row["input_per_million"]),
+                                          float(row["output_per_million"]))
+
+
+def _price_of(row: Row) -> Price | None:
+    if row["input_price"] is None or row["output_price"] is None:
+        return None
+    return Price(float(row["input_price"]), float(row["output_price"]))
+
+
+def _tenant_of(run: Row) -> str | None:
+    keys = run.keys() if hasattr(run, "keys") else ()
+    return run["tenant"] if "tenant" in keys else None
+
+
+def _resolve(row: Row, state: str, held: Totals, now: float) -> Flow[None]:
+    """Close reservation `row` as `state`, now holding `held`; its tenant's
+    counts move from reserved to settled."""
+    reserved = Totals(int(row["tokens"]), float(row["cost"]))
+    yield execute("resolve_reservation", {
+        "run_id": row["run_id"], "addr": row["addr"], "attempt": row["attempt"],
+        "state": state, "tokens": held.tokens, "cost": held.cost, "now": now})
+    if row["tenant"] is not None:
+        yield execute("add_tenant_spend", {
+            "tenant": row["tenant"], "tokens": held.tokens, "cost": held.cost,
+            "reserved_tokens": -reserved.tokens, "reserved_cost": -reserved.cost})
+
+
+def _died(run_id: str, addr: str, before: int | None, now: float) -> Flow[None]:
+    """The call's attempts still reserved (before `before`, if given) were in
+    flight when their worker died: each was sent, as far as anyone knows, and
+    counts at its estimate."""
+    for row in (yield rows("reserved_at", {"run_id": run_id, "addr": addr})):
+        if before is None or int(row["attempt"]) < before:
+            yield from _resolve(row, DIED, Totals(int(row["tokens"]), float(row["cost"])), now)
+
+
+def reserve(write: FencedWrite, ask: Reservation, now: float) -> Flow[None]:
+    """Reserve `ask`'s estimate, journaling `write` (the call's started
+    marker and whatever it carries) with it; or raise `SpendRefused`, having
+    written nothing."""
+    fence = write.fence
+    if (yield one("fence", fence_params(fence))) is None:
+        raise stale(fence)
+    run = yield one("get_run", {"run_id": fence.run_id})
+    tenant = None if run is None else _tenant_of(run)
+    yield from _died(fence.run_id, ask.addr, ask.attempt, now)
+    priced = price((yield one("get_price", {"model": ask.model})))
+    estimate = Totals(ask.input_tokens + ask.output_tokens,
+                      spend.cost_of(priced, ask.input_tokens, ask.output_tokens))
+    held = yield one("run_spend", {"run_id": fence.run_id})
+    limits, spent, reserved = None, Totals(), Totals()
+    if tenant is not None:
+        yield execute("ensure_tenant_spend", {"tenant": tenant})
+        row = yield one("lock_tenant_spend", {"tenant": tenant})
+        spent = Totals(int(row["tokens"]), float(row["cost"]))
+        reserved = Totals(int(row["reserved_tokens"]), float(row["reserved_cost"]))
+        limits = yield from tenant_limits(tenant)
+    refusal = spend.judge(spend.Ask(
+        model=ask.model, estimate=estimate, priced=priced is not None, run_id=fence.run_id,
+        run_tokens=ask.run_tokens, run_cost=ask.run_cost,
+        run_held=Totals(int(held["tokens"]), float(held["cost"])), tenant=tenant,
+        limits=limits, tenant_spent=spent, tenant_reserved=reserved))
+    if refusal is not None:
+        raise refusal
+    yield execute("insert_reservation", {
+        "run_id": fence.run_id, "addr": ask.addr, "attempt": ask.attempt, "tenant": tenant,
+        "model": ask.model, "input_price": None if priced is None else priced.input,
+        "output_price": None if priced is None else priced.output,
+        "tokens": estimate.tokens, "cost": estimate.cost, "now": now})
+    if tenant is not None:
+        yield execute("add_tenant_spend", {
+            "tenant": tenant, "tokens": 0, "cost": 0.0,
+            "reserved_tokens": estimate.tokens, "reserved_cost": estimate.cost})
+    yield Journal(write, checked=True)
+
+
+def settle(write: FencedWrite, outcome: Settlement, now: float) -> Flow[None]:
+    """Journal `write` (the call's outcome) and settle or release its
+    reservation in the same transaction."""
+    fence = write.fence
+    if (yield one("fence", fence_params(fence))) is None:
+        raise stale(fence)
+    if outcome.attempt is None:
+        yield from _died(fence.run_id, outcome.addr, None, now)
+    else:
+        for row in (yield rows("reserved_at", {"run_id": fence.run_id, "addr": outcome.addr})):
+            if int(row["attempt"]) != outcome.attempt:
+                continue
+            if outcome.released:
+                yield from _resolve(row, RELEASED, Totals(), now)
+            else:
+                used = outcome.input_tokens + outcome.output_tokens
+                cost = spend.cost_of(_price_of(row), outcome.input_tokens,
+                                     outcome.output_tokens)
+                yield from _resolve(row, SETTLED, Totals(used, cost), now)
+    if write.records or write.resume:
+        yield Journal(write, checked=True)
+
+
+def tenant_limits(tenant: str) -> Flow[Limits | None]:
+    row = yield one("get_tenant_limits", {"tenant": tenant})
+    return None if row is None else Limits.loads(str(row["limits"]))
+
+
+def set_tenant_limits(tenant: str, changes: dict[str, Any], by: str, why: str,
+                      now: float) -> Flow[Limits]:
+    """Apply `changes` to the tenant's limits (a name set to None lifts it)."""
+    current = (yield from tenant_limits(tenant)) or Limits()
+    new = current.merged(changes)
+    yield execute("set_tenant_limits", {"tenant": tenant, "limits": new.dumps(), "now": now,
+                                        "by": by, "why": why})
+    return new
