@@ -62,6 +62,8 @@ COMMANDS = {
                                             "the takeovers of the last hour, in one screen."),
     "state": common.Place("state:state_group", "Read and change a task's state (its versioned "
                                                "facts) from outside a run."),
+    "tenants": common.Place("tenants:tenants_group",
+                            "Tenants' spend budgets and quotas, and the model price table."),
     "ui": common.Place("ui:ui", "Serve the operator's dashboard and the event webhook."),
     "waits": common.Place("events:waits_group", "Durable waits: what runs are waiting for."),
     "worker": common.Place("worker:worker", "Run a worker for the workflows of MODULE:APP."),

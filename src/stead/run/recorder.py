@@ -117,7 +117,7 @@ class Recorder:
         reason: str | None = None,
         saves: workspaces.StepSaves | None = None,
         code: str | None = None,
-        spend: Spend | None = None,
+        spend: Callable[[], Awaitable[Spend | None]] | None = None,
     ) -> tuple[RecordStatus, str, int]:
         """Return `(status, payload, attempts)` of the call at the next address: from the
         journal if recorded, else by calling it live (with retries) and
@@ -127,6 +127,7 @@ class Recorder:
         if prior and code is not None:
             prior = self._code_changed(addr, name, prior, code)
         attempt = 1
+        reserves: Spend | None = None
         if prior and fresh is not None and self._x.taken_over \
                 and await proposals.again(self._x, addr, kind, name, digest, prior, fresh):
             prior = []
@@ -141,6 +142,8 @@ class Recorder:
             # The last attempt was in flight when its worker died: it counts,
             # against the attempts a declared `retry=` allows (without one, a
             # call that was never acknowledged runs again, as ever).
+            if spend is not None and not self._x.dry:
+                reserves = await spend()
             if retry is not NO_RETRY and died >= retry.attempts:
                 payload = codec.dumps({
                     "type": "WorkerDied", "retry_at": None,
@@ -149,7 +152,7 @@ class Recorder:
                 self._x.check_live()
                 await self._settled([self._x.record(addr, died, kind, name, digest,
                                                     RecordStatus.ERROR, payload)], None,
-                                    None if spend is None else _died(addr))
+                                    None if reserves is None else _died(addr))
                 return RecordStatus.ERROR, payload, died
             attempt = died + 1
         elif prior:
@@ -166,6 +169,8 @@ class Recorder:
             await self._x.sleep_until(float(retry_at))
             attempt = last.attempt + 1
         self._x.check_live()
+        if spend is not None and died is None:
+            reserves = await spend()
         if self._x.guard is not None:  # nothing to judge for a run without intent or policy
             from stead.policy import Action
 
@@ -181,8 +186,8 @@ class Recorder:
             started = self._x.record(addr, attempt, kind, name, digest, RecordStatus.STARTED,
                                      "{}")
             self._x.buffer(started)
-            if spend is not None:
-                await self._reserve(spend, addr, started)
+            if reserves is not None:
+                await self._reserve(reserves, addr, started)
             began = time.perf_counter()
             try:
                 with self._x.busy(), streams.live_call(addr, attempt):
@@ -194,7 +199,7 @@ class Recorder:
                 await self._settled(
                     [self._x.record(addr, attempt, kind, name, digest, RecordStatus.ERROR,
                                     payload)], started,
-                    None if spend is None else _released(addr, started.attempt))
+                    None if reserves is None else _released(addr, started.attempt))
                 if retry_at is None:
                     return RecordStatus.ERROR, payload, attempt
                 await self._x.sleep_until(retry_at)
@@ -213,8 +218,8 @@ class Recorder:
             if saves is not None:  # the files the step made ride with its result
                 await saves.commit(addr, done, started)
             else:
-                await self._settled([done], started, None if spend is None
-                                    else _used(addr, started.attempt, spend.usage(value)))
+                await self._settled([done], started, None if reserves is None
+                                    else _used(addr, started.attempt, reserves.usage(value)))
             return RecordStatus.OK, payload, attempt
 
     async def _reserve(self, spend: Spend, addr: str, started: Record) -> None:

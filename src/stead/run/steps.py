@@ -246,21 +246,24 @@ class Steps(Part):
                               contract=contract, **params)
 
     def _spend(self, model: Model, messages: Sequence[Mapping[str, Any]],
-               params: Mapping[str, Any]) -> recorder.Spend | None:
+               params: Mapping[str, Any]) -> Callable[[], Awaitable[recorder.Spend | None]]:
         """What a live attempt of this model call reserves (see
-        `stead.spend`): for a run of a tenant, or whose budget bounds its
-        tokens or model cost; None: it reserves nothing."""
-        guard = self._x.guard
-        budget = None if guard is None or guard.intent is None else guard.intent.budget
-        run_tokens = None if budget is None else budget.tokens
-        run_cost = None if budget is None else budget.model_cost
-        if getattr(self._row, "tenant", None) is None and run_tokens is None and run_cost is None:
-            return None
-        from stead import spend
+        `stead.spend`), asked only when it goes live: for a run of a tenant,
+        or whose budget bounds its tokens or model cost; None: nothing."""
+        async def spend() -> recorder.Spend | None:
+            x = self._x
+            budget = None if x.guard is None or x.guard.intent is None else x.guard.intent.budget
+            run_tokens = None if budget is None else budget.tokens
+            run_cost = None if budget is None else budget.model_cost
+            if run_tokens is None and run_cost is None and await x.tenant() is None:
+                return None
+            from stead import spend
 
-        input_tokens, output_tokens = spend.estimate(messages, params)
-        return recorder.Spend(model.name, input_tokens, output_tokens, run_tokens, run_cost,
-                              _usage)
+            input_tokens, output_tokens = spend.estimate(messages, params)
+            return recorder.Spend(model.name, input_tokens, output_tokens, run_tokens,
+                                  run_cost, _usage)
+
+        return spend
 
     def _bound(self, *, model_call: bool = False) -> Callable[[], None] | None:
         """Before each live attempt of a model call or step: stop the run

@@ -38,6 +38,10 @@ class Spending(StorePart):
             lambda: tx.settle(write, outcome, self.clock.now()),
             Writing(landed=lambda _: journal.journaled(write)))
 
+    async def run_tenant(self, run_id: str) -> str | None:
+        """The tenant run `run_id` serves; None for none."""
+        return await self.database.read(lambda: tx.run_tenant(run_id))
+
     async def set_tenant_limits(self, tenant: str, changes: dict[str, Any], *, by: str,
                                 why: str) -> Limits:
         """Change a tenant's limits (`stead.spend.Limits` field names; None

@@ -63,9 +63,10 @@ def _price_of(row: Row) -> Price | None:
     return Price(float(row["input_price"]), float(row["output_price"]))
 
 
-def _tenant_of(run: Row) -> str | None:
-    keys = run.keys() if hasattr(run, "keys") else ()
-    return run["tenant"] if "tenant" in keys else None
+def run_tenant(run_id: str) -> Flow[str | None]:
+    """The tenant run `run_id` serves; None for none."""
+    row = yield one("run_tenant", {"run_id": run_id})
+    return None if row is None or not row["tenant"] else str(row["tenant"])
 
 
 def _resolve(row: Row, state: str, held: Totals, now: float) -> Flow[None]:
@@ -97,8 +98,7 @@ def reserve(write: FencedWrite, ask: Reservation, now: float) -> Flow[None]:
     fence = write.fence
     if (yield one("fence", fence_params(fence))) is None:
         raise stale(fence)
-    run = yield one("get_run", {"run_id": fence.run_id})
-    tenant = None if run is None else _tenant_of(run)
+    tenant = yield from run_tenant(fence.run_id)
     yield from _died(fence.run_id, ask.addr, ask.attempt, now)
     priced = price((yield one("get_price", {"model": ask.model})))
     estimate = Totals(ask.input_tokens + ask.output_tokens,

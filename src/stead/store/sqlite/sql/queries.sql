@@ -1030,6 +1030,10 @@ DELETE FROM stead_meta WHERE key = :key;
 
 -- Spend and quotas (schema 36, see `stead.spend`).
 
+-- name: run_tenant
+-- The tenant a run serves ('' or no row: none).
+SELECT tenant FROM run_tenants WHERE run_id = :run_id;
+
 -- name: get_price
 SELECT model, input_per_million, output_per_million, updated_at FROM model_prices
 WHERE model = :model;
