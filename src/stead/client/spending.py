@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from stead import bounds, errors
+from stead import bounds, errors, tenants
 from stead.client import revisions
 from stead.client.deciding import Deciding
 from stead.client.info import RunInfo
@@ -42,9 +42,10 @@ class TenantSpend:
 
 
 def _tenant(tenant: str) -> str:
-    if not isinstance(tenant, str) or not tenant or len(tenant) > 64:
-        raise errors.InvalidValue(f"a tenant is a name of 1 to 64 characters, not {tenant!r}")
-    return bounds.text(tenant, "a tenant")
+    checked = tenants.check(tenant, "a tenant")
+    if checked is None:
+        raise errors.InvalidTenant("name the tenant: a tenant id, not None")
+    return checked
 
 
 def paused_on_spend(info: RunInfo, tenant: str) -> bool:
@@ -106,6 +107,7 @@ class Spending(Deciding):
         return await self.store.prices()
 
     async def _paused_on_spend(self, tenant: str) -> list[str]:
-        rows = await self.store.list_runs(status=RunStatus.PAUSED, limit=RESUME_AT_MOST)
+        rows = await self.store.list_runs(status=RunStatus.PAUSED, limit=RESUME_AT_MOST,
+                                          tenant=tenant)
         infos = (RunInfo.from_row(row) for row in rows)
         return [info.run_id for info in infos if paused_on_spend(info, tenant)]

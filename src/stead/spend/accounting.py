@@ -84,8 +84,8 @@ class Ask:
 def _over(scope: str, who: str, unit: str, held: float, more: float, limit: float,
           shown: Callable[[float], str]) -> errors.SpendRefused:
     return errors.SpendRefused(
-        f"{who}'s {unit} budget would be passed: {shown(held)} spent or reserved, this model "
-        f"call needs {shown(more)} more, of {shown(limit)}",
+        f"the {unit} budget of {who} would be passed: {shown(held)} spent or reserved, this "
+        f"model call needs {shown(more)} more, of {shown(limit)}",
         {"scope": scope, "unit": unit, "held": held, "estimate": more, "limit": limit})
 
 
