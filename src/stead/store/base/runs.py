@@ -36,8 +36,10 @@ class Runs(StorePart):
         run and False."""
         made: tuple[RunRow, bool] | None = await self.database.write(
             lambda: tx.create_run(new, self.clock.now()),
+            # A run of a tenant names it after the insert, and its quotas are
+            # checked under the tenant's lock first: one transaction.
             Writing(landed=lambda _: tx.created(new), one_statement=new.intent is None
-                    and new.parent_id is None and new.deadline is None),
+                    and new.parent_id is None and new.deadline is None and new.tenant is None),
         )
         if made is None:
             raise errors.StoreError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -24,7 +25,7 @@ from stead.store.seam import (
     rows,
     stale,
 )
-from stead.store.transactions import common, journal
+from stead.store.transactions import common, journal, quotas, spend
 
 if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
     from stead.records import NewFork, NewRun, Record, RunRow, ScheduleRow
@@ -50,10 +51,14 @@ def create_run(new: NewRun, now: float) -> Flow[tuple[RunRow, bool] | None]:
     params = {"run_id": new.run_id, "workflow": new.workflow, "version": new.version,
               "task_id": new.task_id, "input": new.input, "now": now, "queue": new.queue,
               "priority": new.priority, "dedup_key": new.dedup_key}
+    checked = False
     for _ in range(3):
         row = yield from live_owner(new)
         if row is not None:
             return row, False
+        if not checked:
+            yield from quotas.starts((yield from _tenant_of(new)), new.parent_id, 1, now)
+            checked = True
         added = yield one("insert_run", params)
         if added is not None:
             yield from _tenant(new.run_id, new.tenant, new.parent_id)
@@ -73,6 +78,13 @@ def create_run(new: NewRun, now: float) -> Flow[tuple[RunRow, bool] | None]:
             break
         # A concurrent start of this task (or dedup key) won the insert: read its run.
     return None
+
+
+def _tenant_of(new: NewRun) -> Flow[str | None]:
+    """The tenant `new` will serve: its own, else its parent's."""
+    if new.tenant is not None or new.parent_id is None:
+        return new.tenant
+    return (yield from spend.run_tenant(new.parent_id))
 
 
 def _tenant(run_id: str, tenant: str | None, parent_id: str | None) -> Flow[None]:
@@ -107,6 +119,10 @@ def create_runs(news: Sequence[NewRun], now: float) -> Flow[list[tuple[RunRow, b
         if n.intent is None and n.parent_id is None and n.deadline is None
     ]
     inserted: dict[str, RunRow] = {}
+    plain_ids = {p["run_id"] for p in plain}
+    per_tenant = Counter(n.tenant for n in news if n.run_id in plain_ids and n.tenant is not None)
+    for tenant, many in sorted(per_tenant.items()):
+        yield from quotas.starts(tenant, None, many, now)
     if plain:
         for row in (yield rows("insert_runs", {"runs": json.dumps(plain)})):
             run = _rows.run(row)

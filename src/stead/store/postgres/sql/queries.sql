@@ -1432,3 +1432,21 @@ SELECT run_id, addr, attempt, tenant, model, input_price, output_price, tokens, 
        state, at
 FROM spend_reservations WHERE run_id = %(run_id)s
 ORDER BY at, addr, attempt;
+
+-- name: tenant_recent_starts
+-- The tenant's runs created since `since` (its runs-per-minute quota).
+SELECT COUNT(*) AS n FROM run_tenants WHERE tenant = %(tenant)s AND created_at >= %(since)s;
+
+-- name: count_children
+-- How many children a run has started (its tenant's children-per-run quota).
+SELECT COUNT(*) AS n FROM runs WHERE parent_id = %(run_id)s;
+
+-- name: tenant_open_waits
+-- The waits open over all of a tenant's runs (its open-waits quota).
+SELECT COUNT(*) AS n FROM waits w JOIN run_tenants t ON t.run_id = w.run_id
+WHERE t.tenant = %(tenant)s AND w.state = 'open';
+
+-- name: tenant_stored_bytes
+-- The bytes a tenant's runs hold (its stored-bytes quota; see run_bytes).
+SELECT COALESCE(SUM(b.bytes), 0)::bigint AS n
+FROM run_tenants t JOIN run_bytes b ON b.run_id = t.run_id WHERE t.tenant = %(tenant)s;
