@@ -30,7 +30,8 @@ def _app() -> stead.App:
                 await run.child(leaf, i, task_id=f"{run.id}-leaf-{i}")
                 started += 1
         except QuotaExceeded as exc:
-            await run.step("stopped", lambda: {"quota": exc.quota, "started": started})
+            quota = exc.quota
+            await run.step("stopped", lambda: {"quota": quota, "started": started})
             raise
         return started
 
