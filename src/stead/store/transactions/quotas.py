@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from stead import errors
 from stead.spend import Limits
-from stead.store.seam import Flow, execute, one
+from stead.store.seam import Flow, one
 from stead.store.transactions import spend
 
 MINUTE = 60.0
 
 
 def _lock(tenant: str) -> Flow[None]:
-    yield execute("ensure_tenant_spend", {"tenant": tenant})
     yield one("lock_tenant_spend", {"tenant": tenant})
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from stead import spend
 from stead.spend import Limits, Price, ReservationState, Totals
 from stead.store._rows import Row
-from stead.store.seam import FencedWrite, Flow, Journal, execute, fence_params, one, rows, stale
+from stead.store.seam import FencedWrite, Flow, Journal, execute, one, rows
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -72,14 +72,10 @@ def run_tenant(run_id: str) -> Flow[str | None]:
 def _resolve(row: Row, state: str, held: Totals, now: float) -> Flow[None]:
     """Close reservation `row` as `state`, now holding `held`; its tenant's
     counts move from reserved to settled."""
-    reserved = Totals(int(row["tokens"]), float(row["cost"]))
-    yield execute("resolve_reservation", {
+    yield execute("close_reservation", {
         "run_id": row["run_id"], "addr": row["addr"], "attempt": row["attempt"],
-        "state": state, "tokens": held.tokens, "cost": held.cost, "now": now})
-    if row["tenant"] is not None:
-        yield execute("add_tenant_spend", {
-            "tenant": row["tenant"], "tokens": held.tokens, "cost": held.cost,
-            "reserved_tokens": -reserved.tokens, "reserved_cost": -reserved.cost})
+        "tenant": row["tenant"], "state": state, "tokens": held.tokens, "cost": held.cost,
+        "held_tokens": int(row["tokens"]), "held_cost": float(row["cost"]), "now": now})
 
 
 def _died(run_id: str, addr: str, before: int | None, now: float) -> Flow[None]:
@@ -93,53 +89,45 @@ def _died(run_id: str, addr: str, before: int | None, now: float) -> Flow[None]:
 
 def reserve(write: FencedWrite, ask: Reservation, now: float) -> Flow[None]:
     """Reserve `ask`'s estimate, journaling `write` (the call's started
-    marker and whatever it carries) with it; or raise `SpendRefused`, having
-    written nothing."""
-    fence = write.fence
-    if (yield one("fence", fence_params(fence))) is None:
-        raise stale(fence)
-    tenant = yield from run_tenant(fence.run_id)
-    yield from _died(fence.run_id, ask.addr, ask.attempt, now)
-    priced = price((yield one("get_price", {"model": ask.model})))
+    marker and whatever it carries) with it, the fence checked by that
+    journal write; or raise `SpendRefused`, having written nothing."""
+    run_id = write.fence.run_id
+    if ask.attempt > 1:  # an earlier attempt may have died in flight
+        yield from _died(run_id, ask.addr, ask.attempt, now)
+    ctx = yield one("reserve_context", {"run_id": run_id, "model": ask.model})
+    tenant = str(ctx["tenant"]) if ctx["tenant"] else None
+    priced = price(ctx) if ctx["input_per_million"] is not None else None
     estimate = Totals(ask.input_tokens + ask.output_tokens,
                       spend.cost_of(priced, ask.input_tokens, ask.output_tokens))
-    held = yield one("run_spend", {"run_id": fence.run_id})
     limits, spent, reserved = None, Totals(), Totals()
     if tenant is not None:
-        yield execute("ensure_tenant_spend", {"tenant": tenant})
         row = yield one("lock_tenant_spend", {"tenant": tenant})
         spent = Totals(int(row["tokens"]), float(row["cost"]))
         reserved = Totals(int(row["reserved_tokens"]), float(row["reserved_cost"]))
-        limits = yield from tenant_limits(tenant)
+        limits = None if ctx["limits"] is None else Limits.loads(str(ctx["limits"]))
     refusal = spend.judge(spend.Ask(
-        model=ask.model, estimate=estimate, priced=priced is not None, run_id=fence.run_id,
+        model=ask.model, estimate=estimate, priced=priced is not None, run_id=run_id,
         run_tokens=ask.run_tokens, run_cost=ask.run_cost,
-        run_held=Totals(int(held["tokens"]), float(held["cost"])), tenant=tenant,
+        run_held=Totals(int(ctx["run_tokens"]), float(ctx["run_cost"])), tenant=tenant,
         limits=limits, tenant_spent=spent, tenant_reserved=reserved))
     if refusal is not None:
         raise refusal
-    yield execute("insert_reservation", {
-        "run_id": fence.run_id, "addr": ask.addr, "attempt": ask.attempt, "tenant": tenant,
+    yield execute("open_reservation", {
+        "run_id": run_id, "addr": ask.addr, "attempt": ask.attempt, "tenant": tenant,
         "model": ask.model, "input_price": None if priced is None else priced.input,
         "output_price": None if priced is None else priced.output,
         "tokens": estimate.tokens, "cost": estimate.cost, "now": now})
-    if tenant is not None:
-        yield execute("add_tenant_spend", {
-            "tenant": tenant, "tokens": 0, "cost": 0.0,
-            "reserved_tokens": estimate.tokens, "reserved_cost": estimate.cost})
-    yield Journal(write, checked=True)
+    yield Journal(write)
 
 
 def settle(write: FencedWrite, outcome: Settlement, now: float) -> Flow[None]:
-    """Journal `write` (the call's outcome) and settle or release its
-    reservation in the same transaction."""
-    fence = write.fence
-    if (yield one("fence", fence_params(fence))) is None:
-        raise stale(fence)
+    """Journal `write` (the call's outcome; the fence checked by it) and
+    settle or release its reservation in the same transaction."""
+    run_id = write.fence.run_id
     if outcome.attempt is None:
-        yield from _died(fence.run_id, outcome.addr, None, now)
+        yield from _died(run_id, outcome.addr, None, now)
     else:
-        for row in (yield rows("reserved_at", {"run_id": fence.run_id, "addr": outcome.addr})):
+        for row in (yield rows("reserved_at", {"run_id": run_id, "addr": outcome.addr})):
             if int(row["attempt"]) != outcome.attempt:
                 continue
             if outcome.released:
@@ -149,8 +137,7 @@ def settle(write: FencedWrite, outcome: Settlement, now: float) -> Flow[None]:
                 cost = spend.cost_of(_price_of(row), outcome.input_tokens,
                                      outcome.output_tokens)
                 yield from _resolve(row, SETTLED, Totals(used, cost), now)
-    if write.records or write.resume:
-        yield Journal(write, checked=True)
+    yield Journal(write)
 
 
 def tenant_limits(tenant: str) -> Flow[Limits | None]:

@@ -1052,13 +1052,24 @@ WHERE run_tenants.run_id = j.run_id;
 
 -- Spend and quotas (schema 36, see `stead.spend`).
 
+-- name: reserve_context
+-- What a reservation is judged on, in one read: the run's tenant ('' none),
+-- the model's price (null: unpriced), what the run's model calls hold, and
+-- the tenant's limits (JSON; null: none).
+SELECT (SELECT t.tenant FROM run_tenants t WHERE t.run_id = :run_id) AS tenant,
+       p.input_per_million, p.output_per_million,
+       (SELECT COALESCE(SUM(r.tokens), 0) FROM spend_reservations r
+        WHERE r.run_id = :run_id AND r.state <> 'released') AS run_tokens,
+       (SELECT COALESCE(SUM(r.cost), 0) FROM spend_reservations r
+        WHERE r.run_id = :run_id AND r.state <> 'released') AS run_cost,
+       (SELECT l.limits FROM tenant_limits l JOIN run_tenants t ON t.tenant = l.tenant
+        WHERE t.run_id = :run_id) AS limits
+FROM (SELECT 1 AS one) AS o LEFT JOIN model_prices p ON p.model = :model;
+
 -- name: run_tenant
 -- The tenant a run serves ('' or no row: none).
 SELECT tenant FROM run_tenants WHERE run_id = :run_id;
 
--- name: get_price
-SELECT model, input_per_million, output_per_million, updated_at FROM model_prices
-WHERE model = :model;
 
 -- name: set_price
 INSERT INTO model_prices (model, input_per_million, output_per_million, updated_at)
@@ -1086,38 +1097,23 @@ SET limits = excluded.limits, updated_at = excluded.updated_at,
 SELECT tenant, limits, updated_at, updated_by, why FROM tenant_limits
 ORDER BY tenant;
 
--- name: ensure_tenant_spend
-INSERT INTO tenant_spend (tenant) VALUES (:tenant)
-ON CONFLICT (tenant) DO NOTHING;
-
 -- name: lock_tenant_spend
--- The row every reservation of the tenant reads and changes (SQLite's one
--- writer judges reservations one after the other).
-SELECT tokens, cost, reserved_tokens, reserved_cost FROM tenant_spend
-WHERE tenant = :tenant;
+-- The row every reservation and quota check of the tenant reads and changes,
+-- made if missing: the write transaction holds the file's one write lock, so
+-- two workers reserving at once are judged one after the other.
+INSERT INTO tenant_spend (tenant) VALUES (:tenant)
+ON CONFLICT (tenant) DO UPDATE SET tenant = excluded.tenant
+RETURNING tokens, cost, reserved_tokens, reserved_cost;
 
 -- name: get_tenant_spend
 SELECT tenant, tokens, cost, reserved_tokens, reserved_cost FROM tenant_spend
 WHERE tenant = :tenant;
 
--- name: add_tenant_spend
-UPDATE tenant_spend
-SET tokens = tokens + :tokens, cost = cost + :cost,
-    reserved_tokens = reserved_tokens + :reserved_tokens,
-    reserved_cost = reserved_cost + :reserved_cost
-WHERE tenant = :tenant;
 
 -- name: reset_tenant_spend
 -- A new budget period: what was settled is forgotten, what is reserved stays.
 UPDATE tenant_spend SET tokens = 0, cost = 0 WHERE tenant = :tenant;
 
--- name: run_spend
--- What a run's model calls hold: settled, died and reserved.
-SELECT COALESCE(SUM(tokens), 0) AS tokens, COALESCE(SUM(cost), 0) AS cost,
-       COUNT(*) AS calls,
-       COALESCE(SUM(CASE WHEN state = 'reserved' THEN tokens ELSE 0 END), 0)
-         AS reserved_tokens
-FROM spend_reservations WHERE run_id = :run_id AND state <> 'released';
 
 -- name: reserved_at
 -- The reservations of one call still open (its attempts in flight, or whose
@@ -1128,15 +1124,29 @@ FROM spend_reservations
 WHERE run_id = :run_id AND addr = :addr AND state = 'reserved'
 ORDER BY attempt;
 
--- name: insert_reservation
+-- name: open_reservation
+-- A reservation, and its estimate held by its tenant (if it has one). Two
+-- statements, run in turn (`-- then`).
 INSERT INTO spend_reservations (run_id, addr, attempt, tenant, model, input_price,
                                 output_price, tokens, cost, state, at)
 VALUES (:run_id, :addr, :attempt, :tenant, :model, :input_price, :output_price,
         :tokens, :cost, 'reserved', :now);
+-- then
+UPDATE tenant_spend
+SET reserved_tokens = reserved_tokens + :tokens, reserved_cost = reserved_cost + :cost
+WHERE tenant = :tenant;
 
--- name: resolve_reservation
+-- name: close_reservation
+-- A reservation resolved (`state`: settled, released, died), now holding
+-- `tokens` and `cost`; its tenant's counts move from reserved (`held_tokens`,
+-- `held_cost`: its estimate) to settled. Two statements, run in turn.
 UPDATE spend_reservations SET state = :state, tokens = :tokens, cost = :cost, at = :now
 WHERE run_id = :run_id AND addr = :addr AND attempt = :attempt AND state = 'reserved';
+-- then
+UPDATE tenant_spend
+SET tokens = tokens + :tokens, cost = cost + :cost,
+    reserved_tokens = reserved_tokens - :held_tokens, reserved_cost = reserved_cost - :held_cost
+WHERE tenant = :tenant;
 
 -- name: list_reservations
 SELECT run_id, addr, attempt, tenant, model, input_price, output_price, tokens, cost,
