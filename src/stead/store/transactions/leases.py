@@ -3,11 +3,13 @@ heartbeats that say which workers serve which code (and which runs none serves).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from stead.store import _rows, schema_versions
 from stead.store.seam import Flow, execute, fence_params, one, rows
+from stead.tenants import fair
 
 if TYPE_CHECKING:  # for annotations; `Stranded` is imported below where one is made
     from stead.queues import Queue
@@ -52,6 +54,64 @@ def claim_queue(queue: Queue, params: dict[str, Any], limit: int) -> Flow[list[R
         return []
     taken = yield rows("claim_queue", {**params, "queue": queue.name, "limit": room})
     return sorted((_rows.run(r) for r in taken), key=lambda r: (r.priority, r.created_at))
+
+
+# The most tenants one claim weighs against each other (a skip scan reads one
+# index entry per tenant with work; past this many, the first by name).
+MAX_TENANTS = 1000
+# How many times a claim gives out again the slots a tenant could not fill.
+_ROUNDS = 3
+
+
+def ready_tenants() -> Flow[list[str]]:
+    found = yield rows("ready_tenants", {"most": MAX_TENANTS})
+    return [str(r["tenant"]) for r in found]
+
+
+def claim_fair(policy: fair.Policy, params: dict[str, Any], limit: int,
+               turn: int) -> Flow[list[RunRow]]:
+    """Lease up to `limit` runs outside any queue (params: worker_id, hosted,
+    exclude, now, lease_now, lease_seconds), shared among the tenants with
+    runs ready by `fair.shares`, each tenant's under its limits. The limited
+    tenants' locks are taken first, in the order of their names, so the
+    counts stay true until the commit across every worker."""
+    names = yield from ready_tenants()
+    if not names:
+        return []
+    limited = [t for t in names if policy.of(t).limited]
+    if limited:
+        yield execute("lock_tenants", {"tenants": limited})
+    now = params["now"]
+    read = yield rows("tenant_load", {**params, "tenants": json.dumps(
+        [{"tenant": t, "since": policy.of(t).since(now)} for t in names])})
+    loads = {str(r["tenant"]): fair.Load(str(r["tenant"]), int(r["active"]),
+                                         limit if r["ready"] else 0, int(r["recent"]))
+             for r in read}
+    claimed: list[RunRow] = []
+    for _ in range(_ROUNDS):
+        left = limit - len(claimed)
+        plan = fair.shares(left, list(loads.values()), policy, turn)
+        if not plan:
+            break
+        for tenant, wanted in plan.items():
+            got = [_rows.run(r) for r in (yield rows("claim_tenant", {
+                **params, "tenant": tenant, "limit": wanted}))]
+            claimed += got
+            was = loads[tenant]
+            # Fewer than asked: the tenant has no more ready for this worker.
+            loads[tenant] = fair.Load(tenant, was.active + len(got),
+                                      was.ready if len(got) == wanted else 0,
+                                      was.recent + len(got))
+        if len(claimed) >= limit or all(x.ready == 0 for x in loads.values()):
+            break
+    return sorted(claimed, key=lambda r: r.created_at)
+
+
+def fair_claimed(params: dict[str, Any]) -> Flow[list[RunRow]]:
+    """The read-back of a fair claim: the runs outside a queue that very claim
+    leased (none: it did not land, and claiming nothing is a fine answer)."""
+    taken = yield rows("claimed_by", params)
+    return [run for run in map(_rows.run, taken) if run.queue is None]
 
 
 def queue_claimed(queue: Queue, params: dict[str, Any]) -> Flow[list[RunRow]]:
