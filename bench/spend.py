@@ -94,7 +94,7 @@ def main() -> None:
                         times[mode].append(asyncio.run(_once(url, args.n, mode)))
             off, on = (statistics.median(times[m]) for m in MODES)
             rows.append(f"| {db} | {off:.0f} | {on:.0f} | {on - off:+.0f} | {on / off:.2f} | "
-                        f"{min(loads):.1f}–{max(loads):.1f} |")
+                        f"{min(loads):.1f} to {max(loads):.1f} |")
     text = "\n".join([
         BEGIN,
         "## Spend: a model call's reservation (issue 36)",
