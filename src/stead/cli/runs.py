@@ -184,7 +184,7 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
     and the operator actions taken or refused on it (who, why, outcome)."""
     # What only `show` draws, imported here so that `runs ls` does not pay for it.
     from stead.operator import audit
-    from stead.views import context_view, timeline, workspace_view
+    from stead.views import context_view, spend_view, timeline, workspace_view
 
     db = common.database_url(ctx)
     common.require_database(db)
@@ -195,10 +195,11 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
             return (info, await client.journal(run_id), await client.resumes(run_id),
                     await client.intents(run_id), await client.lineage(run_id),
                     await client.migrations(run_id), client.store.clock.now(),
-                    await client.snapshots(run_id), await client.store.list_actions(run_id))
+                    await client.snapshots(run_id), await client.store.list_actions(run_id),
+                    await client.run_spend(run_id))
 
     (info, journal, resumes, intents, lineage, migrated, now, snapshots,
-     actions) = common.run_async(go())
+     actions, spend) = common.run_async(go())
     if as_json:
         shown = timeline.show_json(info, journal, resumes)
         shown["intents"] = [dataclasses.asdict(i) for i in intents]
@@ -206,6 +207,7 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
         shown["migrations"] = [dataclasses.asdict(m) for m in migrated]
         shown["snapshots"] = [workspace_view.snapshot_json(s) for s in snapshots]
         shown["operator_actions"] = audit.audit_json(actions)
+        shown["spend"] = spend_view.to_json(spend)
         click.echo(json.dumps(shown, indent=2))
     else:
         common.echo(timeline.render_run(_shown(info), journal, resumes, now=now))
@@ -220,6 +222,9 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
             common.echo(workspaces)
         if actions:
             common.echo(audit.render(actions))
+        spent = spend_view.render(spend)
+        if spent:
+            common.echo(spent)
 
 
 @runs.command("cancel")

@@ -41,6 +41,15 @@ class TenantSpend:
                 "paused": list(self.paused)}
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunSpend:
+    """A run's reservations, oldest first (see `Store.reservations`), and
+    its tenant's spend (None: the run serves no tenant)."""
+
+    reservations: tuple[dict[str, Any], ...]
+    tenant: TenantSpend | None
+
+
 def _tenant(tenant: str) -> str:
     checked = tenants.check(tenant, "a tenant")
     if checked is None:
@@ -87,6 +96,15 @@ class Spending(Deciding):
         held = await self.store.tenant_spend(tenant)
         return TenantSpend(tenant, await self.store.tenant_limits(tenant), **held,
                            paused=tuple(await self._paused_on_spend(tenant)))
+
+    async def run_spend(self, run_id: str) -> RunSpend:
+        """What run `run_id`'s model calls reserved and settled, and where its
+        tenant stands."""
+        held = tuple(await self.store.reservations(run_id))
+        tenant = await self.store.run_tenant(run_id)
+        if tenant is None:
+            return RunSpend(held, None)
+        return RunSpend(held, await self.tenant_spend(tenant))
 
     async def reset_tenant_spend(self, tenant: str) -> None:
         """Start a new budget period for `tenant`: its settled spend is
