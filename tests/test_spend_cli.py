@@ -71,3 +71,33 @@ async def test_tenants_commands_set_show_and_resume(db_url: str) -> None:
         assert bad.exit_code != 0 and "not a limit" in bad.output
     finally:
         await store.close()
+
+
+async def test_the_run_page_shows_the_spend_and_why_the_tenants_runs_wait(
+        store: stead.Store) -> None:
+    import re
+
+    import httpx
+
+    from stead.web import create_app
+    from tests.web_app import UI_TOKEN
+
+    model = Model(store, "acme")
+    app = _app(model, calls=2)
+    client = stead.Client(store, app)
+    await client.set_tenant_limits("acme", tokens=80, by="ops", why="trial")
+    runs = [await client.start("talk", tenant="acme") for _ in range(2)]
+    await stead.Worker(app, store).run_until_idle()
+    asgi = create_app(app, store=store, token=UI_TOKEN)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
+                                 base_url="http://localhost") as http:
+        login = await http.get("/login")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', login.text)
+        assert csrf is not None
+        await http.post("/login", data={"csrf": csrf.group(1), "who": "alice",
+                                        "token": UI_TOKEN})
+        page = await http.get(f"/runs/{runs[1].run_id}?tab=context")
+    assert page.status_code == 200, page.text
+    assert "<h2>Spend</h2>" in page.text
+    assert "2 run(s) of the tenant are paused on its budget" in page.text
+    assert "the tokens budget of tenant &#39;acme&#39; would be passed" in page.text

@@ -30,7 +30,7 @@ from stead.records import (
     StateRow,
     WaitRow,
 )
-from stead.views import context_view, runs_view, timeline, workspace_view
+from stead.views import context_view, runs_view, spend_view, timeline, workspace_view
 from stead.web import trace, window
 from stead.workflow import waits
 
@@ -250,6 +250,9 @@ class RunPage:
     lineage: Lineage
     migrations: tuple[MigrationRow, ...]
     workspaces: str  # the workspaces, their snapshots and restores, as `stead runs show` prints
+    # What its model calls reserved and settled, and its tenant's budget, as `stead runs show`
+    # prints (see `stead.views.spend_view`).
+    spend: str = ""
 
 
 def workflow_fn(client: Client, info: RunInfo) -> Any:
@@ -304,6 +307,7 @@ async def run_page(client: Client, run_id: str, shown: window.Window,
         migrations=tuple(await client.migrations(run_id)),
         workspaces=workspace_view.render(summed, await client.snapshots(run_id),
                                          resumes).strip(),
+        spend=spend_view.render(await client.run_spend(run_id)),
     )
 
 
