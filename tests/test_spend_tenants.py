@@ -186,3 +186,22 @@ async def test_limits_out_of_range_are_refused(store: stead.Store, limit: Any) -
         await client.set_tenant_limits("acme", tokens=limit, by="ops", why="typo")
     with pytest.raises(stead.errors.InvalidTenant):
         await client.set_tenant_limits("no tenant!", tokens=1, by="ops", why="typo")
+
+
+async def test_an_attempt_dead_mid_call_is_counted_at_its_estimate_once(
+        fstore: stead.Store, clock: stead.FakeClock) -> None:
+    model = Model(fstore, "acme", die=[1])
+    app = _app(model, calls=1)
+    client = stead.Client(fstore, app)
+    info = await client.start("talk", tenant="acme")
+    await stead.Worker(app, fstore, stead.WorkerOptions(lease_seconds=LEASE)).run_until_idle()
+    held = await _consistent(fstore, "acme", [info.run_id])
+    assert [(r["attempt"], r["state"]) for r in held] == [(1, ReservationState.RESERVED)]
+    assert (await fstore.tenant_spend("acme"))["reserved_tokens"] == ESTIMATE
+    clock.advance(LEASE + 1)
+    await _work(app, fstore, clock)
+    assert await client.result(info.run_id) == ["a2"]
+    held = await _consistent(fstore, "acme", [info.run_id])
+    assert [(r["attempt"], r["state"], r["tokens"]) for r in held] == [
+        (1, ReservationState.DIED, ESTIMATE), (2, ReservationState.SETTLED, 40)]
+    assert model.sent == 2
