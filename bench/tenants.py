@@ -28,7 +28,6 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import stead
 from bench import machine, runner
