@@ -139,10 +139,12 @@ class Claims:
         has runs ready or a tenant has limits, else the plain claim, oldest first."""
         lease = self.options.lease_seconds
         policy = self.app.tenant_policy or _EQUAL
-        if policy.limited or len(await self.store.ready_tenants()) > 1:
+        tenants = await self.store.ready_tenants()
+        if policy.limited or len(tenants) > 1:
             self._tenant_turn += 1
             return await self.store.claim_fair(policy, self.worker_id, hosted, lease, free,
-                                               exclude=exclude, turn=self._tenant_turn)
+                                               exclude=exclude, turn=self._tenant_turn,
+                                               tenants=tenants)
         return await self.store.claim(self.worker_id, hosted, lease, free, exclude=exclude)
 
     def queues(self) -> list[Queue]:

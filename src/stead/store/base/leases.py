@@ -77,18 +77,22 @@ class Leases(StorePart):
     async def claim_fair(
         self, policy: TenantPolicy, worker_id: str, hosted: Sequence[str],
         lease_seconds: float, limit: int, exclude: Sequence[str] = (), turn: int = 0,
+        tenants: Sequence[str] | None = None,
     ) -> list[RunRow]:
         """`claim`, shared fairly among the tenants with runs ready: the free
         slots go to them by `stead.tenants.fair.shares` (weighted by `policy`,
         each tenant under its limits, counted in the claim's transaction under
         the limited tenants' locks, so they hold across every worker); `turn`
-        says which tenant a tie goes to first."""
+        says which tenant a tie goes to first. `tenants`: what `ready_tenants`
+        just returned (None: read them here)."""
+        if tenants is None:
+            tenants = await self.ready_tenants()
         params: dict[str, Any] = {"worker_id": worker_id, "hosted": list(hosted),
                                   "exclude": list(exclude), "now": self.clock.now(),
                                   "lease_now": self.database.lease_now(),
                                   "lease_seconds": lease_seconds}
         return await self.database.write(
-            lambda: tx.claim_fair(policy, params, limit, turn),
+            lambda: tx.claim_fair(policy, params, limit, turn, tenants),
             Writing(landed=lambda _: tx.fair_claimed(params)),
         )
 

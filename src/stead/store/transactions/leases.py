@@ -68,25 +68,29 @@ def ready_tenants() -> Flow[list[str]]:
     return [str(r["tenant"]) for r in found]
 
 
-def claim_fair(policy: fair.Policy, params: dict[str, Any], limit: int,
-               turn: int) -> Flow[list[RunRow]]:
+def claim_fair(policy: fair.Policy, params: dict[str, Any], limit: int, turn: int,
+               tenants: Sequence[str]) -> Flow[list[RunRow]]:
     """Lease up to `limit` runs outside any queue (params: worker_id, hosted,
     exclude, now, lease_now, lease_seconds), shared among the tenants with
-    runs ready by `fair.shares`, each tenant's under its limits. The limited
-    tenants' locks are taken first, in the order of their names, so the
-    counts stay true until the commit across every worker."""
-    names = yield from ready_tenants()
-    if not names:
-        return []
-    limited = [t for t in names if policy.of(t).limited]
-    if limited:
-        yield execute("lock_tenants", {"tenants": limited})
+    runs ready by `fair.shares`, each tenant's under its limits. The locks of
+    the limited ones among `tenants` (those read ready before the claim) are
+    taken first, in the order of their names, so their counts stay true until
+    the commit across every worker; a limited tenant found ready only after
+    them waits for the next claim."""
+    locked = sorted({t for t in tenants if policy.of(t).limited})
+    if locked:
+        yield execute("lock_tenants", {"tenants": locked})
     now = params["now"]
-    read = yield rows("tenant_load", {**params, "tenants": json.dumps(
-        [{"tenant": t, "since": policy.of(t).since(now)} for t in names])})
-    loads = {str(r["tenant"]): fair.Load(str(r["tenant"]), int(r["active"]),
-                                         limit if r["ready"] else 0, int(r["recent"]))
-             for r in read}
+    read = yield rows("tenant_loads", {
+        **params, "most": MAX_TENANTS, "since": policy.default.since(now),
+        "named": list(policy.named),
+        "sinces": json.dumps({t: x.since(now) for t, x in policy.named.items()})})
+    loads = {}
+    for r in read:
+        tenant = str(r["tenant"])
+        ready = bool(r["ready"]) and (tenant in locked or not policy.of(tenant).limited)
+        loads[tenant] = fair.Load(tenant, int(r["active"]), limit if ready else 0,
+                                  int(r["recent"]))
     claimed: list[RunRow] = []
     for _ in range(_ROUNDS):
         left = limit - len(claimed)

@@ -28,10 +28,15 @@ CREATE TRIGGER run_tenant_of_new_run AFTER INSERT ON runs
 FOR EACH ROW EXECUTE FUNCTION stead_run_tenant_insert();
 CREATE FUNCTION stead_run_tenant_follow() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO run_tenants (run_id, tenant, status, queue, started_at, wake_at, created_at)
-    VALUES (NEW.run_id, '', NEW.status, NEW.queue, NEW.started_at, NEW.wake_at, NEW.created_at)
-    ON CONFLICT (run_id) DO UPDATE
-    SET status = excluded.status, started_at = excluded.started_at, wake_at = excluded.wake_at;
+    UPDATE run_tenants
+    SET status = NEW.status, started_at = NEW.started_at, wake_at = NEW.wake_at
+    WHERE run_id = NEW.run_id;
+    IF NOT FOUND THEN  -- a run that ended before schema 35, live again
+        INSERT INTO run_tenants (run_id, tenant, status, queue, started_at, wake_at, created_at)
+        VALUES (NEW.run_id, '', NEW.status, NEW.queue, NEW.started_at, NEW.wake_at,
+                NEW.created_at)
+        ON CONFLICT (run_id) DO NOTHING;
+    END IF;
     RETURN NULL;
 END
 $$;

@@ -1362,34 +1362,53 @@ SELECT tenant FROM t WHERE tenant IS NOT NULL LIMIT %(most)s;
 SELECT count(pg_advisory_xact_lock(1953391988, hashtext(current_schema() || ':' || t.tenant)))
 FROM (SELECT tenant FROM unnest(%(tenants)s::text[]) AS u (tenant) ORDER BY tenant) AS t;
 
--- name: tenant_load
--- For each tenant of %(tenants)s (JSON: [{tenant, since}]): its runs leased
--- now (active), whether it has one a claim of this worker could take (ready:
--- runnable outside a queue, or due), and its runs first claimed after since
--- (recent; 0 without a since). Each is a bounded read of run_tenants'
--- indexes for that tenant alone.
+-- name: tenant_loads
+-- For each tenant with runs a claim could take (the skip scan of
+-- ready_tenants, at most %(most)s): its runs leased now (active), whether it
+-- has one a claim of this worker could take (ready: runnable outside a queue,
+-- or due), and its runs first claimed after its since (recent; 0 without
+-- one): the tenants in %(named)s take theirs from %(sinces)s (a JSON object),
+-- the others %(since)s. Each is a bounded read of run_tenants' indexes for
+-- that tenant alone.
+WITH RECURSIVE t (tenant) AS (
+    SELECT MIN(tenant) FROM run_tenants
+    WHERE status IN ('pending', 'running') OR (status = 'waiting' AND wake_at IS NOT NULL)
+    UNION ALL
+    SELECT (SELECT MIN(r.tenant) FROM run_tenants AS r
+            WHERE (r.status IN ('pending', 'running')
+                   OR (r.status = 'waiting' AND r.wake_at IS NOT NULL))
+              AND r.tenant > t.tenant)
+    FROM t WHERE t.tenant IS NOT NULL
+), n AS (
+    SELECT t.tenant,
+        CASE WHEN t.tenant = ANY(%(named)s::text[])
+             THEN (%(sinces)s::json ->> t.tenant)::float8
+             ELSE %(since)s::float8 END AS since
+    FROM t WHERE t.tenant IS NOT NULL LIMIT %(most)s
+)
 SELECT t.tenant,
     (SELECT count(*) FROM run_tenants AS rt JOIN runs AS r ON r.run_id = rt.run_id
      WHERE rt.tenant = t.tenant AND rt.status = 'running' AND r.lease_owner IS NOT NULL
        AND r.lease_expires_at >
            COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8
     ) AS active,
-    EXISTS (SELECT 1 FROM run_tenants AS rt JOIN runs AS r ON r.run_id = rt.run_id
-            WHERE rt.tenant = t.tenant AND rt.status IN ('pending', 'running')
-              AND rt.queue IS NULL
-              AND (r.lease_expires_at IS NULL OR r.lease_expires_at <=
-                  COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8)
-              AND (r.workflow || '@' || r.version) = ANY(%(hosted)s::text[])
-              AND NOT (r.run_id = ANY(%(exclude)s::text[])))
-    OR EXISTS (SELECT 1 FROM run_tenants AS rt JOIN runs AS r ON r.run_id = rt.run_id
-               WHERE rt.tenant = t.tenant AND rt.status = 'waiting'
-                 AND rt.wake_at <= %(now)s AND rt.queue IS NULL
-                 AND (r.workflow || '@' || r.version) = ANY(%(hosted)s::text[])
-                 AND NOT (r.run_id = ANY(%(exclude)s::text[]))) AS ready,
+    (SELECT rt.run_id FROM run_tenants AS rt JOIN runs AS r ON r.run_id = rt.run_id
+     WHERE rt.tenant = t.tenant AND rt.status IN ('pending', 'running') AND rt.queue IS NULL
+       AND (r.lease_expires_at IS NULL OR r.lease_expires_at <=
+           COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8)
+       AND (r.workflow || '@' || r.version) = ANY(%(hosted)s::text[])
+       AND NOT (r.run_id = ANY(%(exclude)s::text[]))
+     ORDER BY rt.created_at LIMIT 1) IS NOT NULL
+    OR (SELECT rt.run_id FROM run_tenants AS rt JOIN runs AS r ON r.run_id = rt.run_id
+        WHERE rt.tenant = t.tenant AND rt.status = 'waiting'
+          AND rt.wake_at <= %(now)s AND rt.queue IS NULL
+          AND (r.workflow || '@' || r.version) = ANY(%(hosted)s::text[])
+          AND NOT (r.run_id = ANY(%(exclude)s::text[]))
+        ORDER BY rt.wake_at LIMIT 1) IS NOT NULL AS ready,
     CASE WHEN t.since IS NULL THEN 0 ELSE
         (SELECT count(*) FROM run_tenants AS rt
          WHERE rt.tenant = t.tenant AND rt.started_at > t.since) END AS recent
-FROM json_to_recordset(%(tenants)s::json) AS t (tenant text, since float8);
+FROM n AS t;
 
 -- name: claim_tenant
 -- Lease up to %(limit)s runs of one tenant outside any queue, oldest first

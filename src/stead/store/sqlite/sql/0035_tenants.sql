@@ -31,10 +31,13 @@ CREATE TRIGGER run_tenant_follows_run AFTER UPDATE OF status, started_at, wake_a
 WHEN NEW.status IS NOT OLD.status OR NEW.started_at IS NOT OLD.started_at
   OR NEW.wake_at IS NOT OLD.wake_at
 BEGIN
+    UPDATE run_tenants
+    SET status = NEW.status, started_at = NEW.started_at, wake_at = NEW.wake_at
+    WHERE run_id = NEW.run_id;
+    -- A run that ended before schema 35, live again, has no row yet.
     INSERT INTO run_tenants (run_id, tenant, status, queue, started_at, wake_at, created_at)
-    VALUES (NEW.run_id, '', NEW.status, NEW.queue, NEW.started_at, NEW.wake_at, NEW.created_at)
-    ON CONFLICT (run_id) DO UPDATE
-    SET status = excluded.status, started_at = excluded.started_at, wake_at = excluded.wake_at;
+    SELECT NEW.run_id, '', NEW.status, NEW.queue, NEW.started_at, NEW.wake_at, NEW.created_at
+    WHERE changes() = 0;
 END;
 INSERT INTO run_tenants (run_id, tenant, status, queue, started_at, wake_at, created_at)
 SELECT run_id, '', status, queue, started_at, wake_at, created_at FROM runs
