@@ -36,6 +36,14 @@ def _app() -> stead.App:
         return started
 
     @app.workflow()
+    async def fan_out(run: stead.Run, n: int) -> dict[str, int]:
+        done = await asyncio.gather(*(run.child(leaf, i, task_id=f"{run.id}-fan-{i}")
+                                      for i in range(n)), return_exceptions=True)
+        refused = [d for d in done if isinstance(d, QuotaExceeded)]
+        assert all(isinstance(d, int) for d in done if d not in refused), done
+        return {"started": len(done) - len(refused), "refused": len(refused)}
+
+    @app.workflow()
     async def waiter(run: stead.Run) -> Any:
         w = await run.wait("approval")
         return (await w).payload
@@ -121,3 +129,35 @@ async def test_stored_bytes_stop_a_hoarding_tenant_from_creating_more(
     # Lifting the quota lets the tenant start again.
     await client.set_tenant_limits("acme", stored_bytes=None, by="ops", why="more disk")
     await client.start("leaf", 1, tenant="acme")
+
+
+async def test_a_burst_of_children_at_once_gets_exactly_its_quota(store: stead.Store) -> None:
+    app = _app()
+    client = stead.Client(store, app)
+    await client.set_tenant_limits("acme", children_per_run=5, by="ops", why="fan-out guard")
+    info = await client.start("fan_out", 40, tenant="acme")
+    await _idle(app, store)
+    assert await client.result(info.run_id) == {"started": 5, "refused": 35}
+    assert len(await store.children(info.run_id)) == 5
+
+
+async def test_concurrent_starts_from_two_stores_never_pass_runs_per_minute(
+        db_url: str) -> None:
+    stores = [await stead.open_store(db_url) for _ in range(2)]
+    try:
+        clients = [stead.Client(s, _app()) for s in stores]
+        await clients[0].set_tenant_limits("acme", runs_per_minute=10, by="ops", why="burst")
+
+        async def start(i: int) -> bool:
+            try:
+                await clients[i % 2].start("leaf", i, tenant="acme")
+            except QuotaExceeded:
+                return False
+            return True
+
+        started = await asyncio.gather(*(start(i) for i in range(30)))
+        assert sum(started) == 10
+        assert len(await clients[0].list_runs(tenant="acme")) == 10
+    finally:
+        for s in stores:
+            await s.close()
