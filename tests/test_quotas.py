@@ -49,6 +49,14 @@ def _app() -> stead.App:
         return (await w).payload
 
     @app.workflow()
+    async def chatty(run: stead.Run) -> int:
+        model = stead.ScriptedModel(["ok"] * 100)
+        for i in range(100):  # an agent loop whose every turn journals a large result
+            await run.step(f"read-{i}", lambda: "x" * 4000)
+            await run.llm(f"think-{i}", model, [{"role": "user", "content": str(i)}])
+        return 100
+
+    @app.workflow()
     async def hoarder(run: stead.Run, chunks: int) -> int:
         for i in range(chunks):
             await run.step(f"big-{i}", lambda: "x" * 4000)
@@ -161,3 +169,18 @@ async def test_concurrent_starts_from_two_stores_never_pass_runs_per_minute(
     finally:
         for s in stores:
             await s.close()
+
+
+async def test_an_agent_loop_hoarding_bytes_stops_at_its_next_model_call(
+        store: stead.Store) -> None:
+    app = _app()
+    client = stead.Client(store, app)
+    await client.set_tenant_limits("acme", stored_bytes=20_000, by="ops", why="disk guard")
+    info = await client.start("chatty", tenant="acme")
+    await _idle(app, store)
+    row = await client.get(info.run_id)
+    assert row.status == "failed" and row.error["type"] == "QuotaExceeded", row.error
+    assert "stored_bytes quota" in row.error["message"]
+    journal = await client.journal(info.run_id)
+    turns = [r for r in journal if r.kind == "llm" and r.status == "ok"]
+    assert 4 <= len(turns) <= 6  # about 20,000 bytes of 4,000-byte results

@@ -236,6 +236,9 @@ class Recorder:
         except errors.SpendRefused as refused:
             x.unbuffer(started)
             raise _spend_paused(refused) from None
+        except errors.QuotaExceeded:
+            x.unbuffer(started)
+            raise
 
     async def _settled(self, recs: list[Record], started: Record | None,
                        outcome: Settlement | None) -> None:

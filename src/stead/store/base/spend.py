@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from stead.spend import Limits, Price, ReservationState
 from stead.store.base.part import StorePart
 from stead.store.seam import FencedWrite, Flow, Writing, execute
-from stead.store.transactions import common, journal
+from stead.store.transactions import common, journal, quotas
 from stead.store.transactions import spend as tx
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ class Spending(StorePart):
 
     async def run_tenant(self, run_id: str) -> str | None:
         """The tenant run `run_id` serves; None for none."""
-        return await self.database.read(lambda: tx.run_tenant(run_id))
+        return await self.database.read(lambda: quotas.run_tenant(run_id))
 
     async def set_tenant_limits(self, tenant: str, changes: dict[str, Any], *, by: str,
                                 why: str) -> Limits:
@@ -51,7 +51,7 @@ class Spending(StorePart):
             lambda: tx.set_tenant_limits(tenant, changes, by, why, now), Writing())
 
     async def tenant_limits(self, tenant: str) -> Limits | None:
-        return await self.database.read(lambda: tx.tenant_limits(tenant))
+        return await self.database.read(lambda: quotas.tenant_limits(tenant))
 
     async def list_tenant_limits(self) -> list[dict[str, Any]]:
         """Every tenant with limits: `tenant`, `limits` (a `Limits`),

@@ -25,7 +25,7 @@ from stead.store.seam import (
     rows,
     stale,
 )
-from stead.store.transactions import common, journal, quotas, spend
+from stead.store.transactions import common, journal, quotas
 
 if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
     from stead.records import NewFork, NewRun, Record, RunRow, ScheduleRow
@@ -84,7 +84,7 @@ def _tenant_of(new: NewRun) -> Flow[str | None]:
     """The tenant `new` will serve: its own, else its parent's."""
     if new.tenant is not None or new.parent_id is None:
         return new.tenant
-    return (yield from spend.run_tenant(new.parent_id))
+    return (yield from quotas.run_tenant(new.parent_id))
 
 
 def _tenant(run_id: str, tenant: str | None, parent_id: str | None) -> Flow[None]:

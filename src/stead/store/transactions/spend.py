@@ -18,6 +18,7 @@ from stead import spend
 from stead.spend import Limits, Price, ReservationState, Totals
 from stead.store._rows import Row
 from stead.store.seam import FencedWrite, Flow, Journal, execute, one, rows
+from stead.store.transactions import quotas
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -63,12 +64,6 @@ def _price_of(row: Row) -> Price | None:
     return Price(float(row["input_price"]), float(row["output_price"]))
 
 
-def run_tenant(run_id: str) -> Flow[str | None]:
-    """The tenant run `run_id` serves; None for none."""
-    row = yield one("run_tenant", {"run_id": run_id})
-    return None if row is None or not row["tenant"] else str(row["tenant"])
-
-
 def _resolve(row: Row, state: str, held: Totals, now: float) -> Flow[None]:
     """Close reservation `row` as `state`, now holding `held`; its tenant's
     counts move from reserved to settled."""
@@ -112,6 +107,9 @@ def reserve(write: FencedWrite, ask: Reservation, now: float) -> Flow[None]:
         limits=limits, tenant_spent=spent, tenant_reserved=reserved))
     if refusal is not None:
         raise refusal
+    if tenant is not None and limits is not None:
+        # A runaway's model calls stop at its tenant's stored-bytes quota too.
+        yield from quotas.stored_bytes(tenant, limits, f"a model call of run {run_id}")
     yield execute("open_reservation", {
         "run_id": run_id, "addr": ask.addr, "attempt": ask.attempt, "tenant": tenant,
         "model": ask.model, "input_price": None if priced is None else priced.input,
@@ -140,15 +138,10 @@ def settle(write: FencedWrite, outcome: Settlement, now: float) -> Flow[None]:
     yield Journal(write)
 
 
-def tenant_limits(tenant: str) -> Flow[Limits | None]:
-    row = yield one("get_tenant_limits", {"tenant": tenant})
-    return None if row is None else Limits.loads(str(row["limits"]))
-
-
 def set_tenant_limits(tenant: str, changes: dict[str, Any], by: str, why: str,
                       now: float) -> Flow[Limits]:
     """Apply `changes` to the tenant's limits (a name set to None lifts it)."""
-    current = (yield from tenant_limits(tenant)) or Limits()
+    current = (yield from quotas.tenant_limits(tenant)) or Limits()
     new = current.merged(changes)
     yield execute("set_tenant_limits", {"tenant": tenant, "limits": new.dumps(), "now": now,
                                         "by": by, "why": why})
