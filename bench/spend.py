@@ -113,10 +113,10 @@ def main() -> None:
         "A reserved call writes its started marker in the reservation's transaction (locking "
         "the tenant's spend row) and its answer in the settlement's, so it commits once more "
         "than a plain call, whose started marker rides along with other writes, and its answer "
-        "is not group-committed. On PostgreSQL that is about eleven round trips (reservation: "
+        "is not group-committed. On PostgreSQL that is about ten round trips (reservation: "
         "begin, context, tenant lock, reservation, journal, commit; settlement: begin, "
-        "reservation read, close, journal, commit), each one costing milliseconds on a machine "
-        "this loaded; a model call takes hundreds.",
+        "settlement, journal, commit), each one costing milliseconds on a machine this "
+        "loaded; a model call takes hundreds.",
         END,
     ])
     print(text)

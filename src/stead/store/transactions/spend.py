@@ -49,19 +49,13 @@ class Settlement:
     released: bool = False
 
 
-RESERVED, SETTLED, RELEASED, DIED = (ReservationState.RESERVED, ReservationState.SETTLED,
-                                     ReservationState.RELEASED, ReservationState.DIED)
+SETTLED, RELEASED, DIED = (ReservationState.SETTLED, ReservationState.RELEASED,
+                           ReservationState.DIED)
 
 
 def price(row: Row | None) -> Price | None:
     return None if row is None else Price(float(row["input_per_million"]),
                                           float(row["output_per_million"]))
-
-
-def _price_of(row: Row) -> Price | None:
-    if row["input_price"] is None or row["output_price"] is None:
-        return None
-    return Price(float(row["input_price"]), float(row["output_price"]))
 
 
 def _resolve(row: Row, state: str, held: Totals, now: float) -> Flow[None]:
@@ -125,16 +119,11 @@ def settle(write: FencedWrite, outcome: Settlement, now: float) -> Flow[None]:
     if outcome.attempt is None:
         yield from _died(run_id, outcome.addr, None, now)
     else:
-        for row in (yield rows("reserved_at", {"run_id": run_id, "addr": outcome.addr})):
-            if int(row["attempt"]) != outcome.attempt:
-                continue
-            if outcome.released:
-                yield from _resolve(row, RELEASED, Totals(), now)
-            else:
-                used = outcome.input_tokens + outcome.output_tokens
-                cost = spend.cost_of(_price_of(row), outcome.input_tokens,
-                                     outcome.output_tokens)
-                yield from _resolve(row, SETTLED, Totals(used, cost), now)
+        yield execute("settle_reservation", {
+            "run_id": run_id, "addr": outcome.addr, "attempt": outcome.attempt,
+            "state": RELEASED if outcome.released else SETTLED,
+            "input_tokens": 0 if outcome.released else outcome.input_tokens,
+            "output_tokens": 0 if outcome.released else outcome.output_tokens, "now": now})
     yield Journal(write)
 
 

@@ -1557,6 +1557,33 @@ SET tokens = tokens + %(tokens)s, cost = cost + %(cost)s,
     reserved_cost = reserved_cost - %(held_cost)s
 WHERE tenant = (SELECT tenant FROM r);
 
+-- name: settle_reservation
+-- A reservation settled to the tokens its attempt used (`input_tokens`,
+-- `output_tokens`, costed at the prices it was reserved at), or released (no
+-- tokens); its tenant's counts move from reserved to settled: one statement.
+WITH old AS (
+    SELECT tenant, tokens, cost, input_price, output_price FROM spend_reservations
+    WHERE run_id = %(run_id)s AND addr = %(addr)s AND attempt = %(attempt)s
+      AND state = 'reserved'
+    FOR UPDATE
+), r AS (
+    UPDATE spend_reservations s
+    SET state = %(state)s, tokens = %(input_tokens)s::bigint + %(output_tokens)s::bigint,
+        cost = (%(input_tokens)s::bigint * COALESCE(old.input_price, 0)
+                + %(output_tokens)s::bigint * COALESCE(old.output_price, 0))
+               / 1000000.0::double precision,
+        at = %(now)s
+    FROM old
+    WHERE s.run_id = %(run_id)s AND s.addr = %(addr)s AND s.attempt = %(attempt)s
+      AND s.state = 'reserved'
+    RETURNING s.tenant, s.tokens, s.cost, old.tokens AS held_tokens, old.cost AS held_cost
+)
+UPDATE tenant_spend t
+SET tokens = t.tokens + r.tokens, cost = t.cost + r.cost,
+    reserved_tokens = t.reserved_tokens - r.held_tokens,
+    reserved_cost = t.reserved_cost - r.held_cost
+FROM r WHERE t.tenant = r.tenant;
+
 -- name: list_reservations
 SELECT run_id, addr, attempt, tenant, model, input_price, output_price, tokens, cost,
        state, at

@@ -1253,6 +1253,38 @@ SET tokens = tokens + :tokens, cost = cost + :cost,
     reserved_tokens = reserved_tokens - :held_tokens, reserved_cost = reserved_cost - :held_cost
 WHERE tenant = :tenant;
 
+-- name: settle_reservation
+-- A reservation settled to the tokens its attempt used (`input_tokens`,
+-- `output_tokens`, costed at the prices it was reserved at), or released (no
+-- tokens); its tenant's counts move from reserved to settled. Two statements,
+-- run in turn (`-- then`): the tenant's first, while the row still says what
+-- it reserved.
+UPDATE tenant_spend
+SET tokens = tokens + :input_tokens + :output_tokens,
+    cost = cost + (SELECT (:input_tokens * COALESCE(r.input_price, 0)
+                           + :output_tokens * COALESCE(r.output_price, 0)) / 1000000.0
+                   FROM spend_reservations r
+                   WHERE r.run_id = :run_id AND r.addr = :addr AND r.attempt = :attempt
+                     AND r.state = 'reserved'),
+    reserved_tokens = reserved_tokens - (
+        SELECT r.tokens FROM spend_reservations r
+        WHERE r.run_id = :run_id AND r.addr = :addr AND r.attempt = :attempt
+          AND r.state = 'reserved'),
+    reserved_cost = reserved_cost - (
+        SELECT r.cost FROM spend_reservations r
+        WHERE r.run_id = :run_id AND r.addr = :addr AND r.attempt = :attempt
+          AND r.state = 'reserved')
+WHERE tenant = (SELECT r.tenant FROM spend_reservations r
+                WHERE r.run_id = :run_id AND r.addr = :addr AND r.attempt = :attempt
+                  AND r.state = 'reserved');
+-- then
+UPDATE spend_reservations
+SET state = :state, tokens = :input_tokens + :output_tokens,
+    cost = (:input_tokens * COALESCE(input_price, 0)
+            + :output_tokens * COALESCE(output_price, 0)) / 1000000.0,
+    at = :now
+WHERE run_id = :run_id AND addr = :addr AND attempt = :attempt AND state = 'reserved';
+
 -- name: list_reservations
 SELECT run_id, addr, attempt, tenant, model, input_price, output_price, tokens, cost,
        state, at
