@@ -3,7 +3,7 @@ marker before it is sent, and its settlement, written with its outcome; the
 price table and each tenant's limits.
 
 Every reservation of a tenant locks the tenant's `tenant_spend` row (SQLite's
-single writer; PostgreSQL's `FOR UPDATE`), reads what the tenant and the run
+single writer; on PostgreSQL the upsert that reads it), reads what the tenant and the run
 hold, asks the pure `stead.spend.judge`, then writes: two workers reserving
 against one budget at once are judged one after the other, so together they
 cannot pass it.
@@ -79,7 +79,8 @@ def _died(run_id: str, addr: str, before: int | None, now: float) -> Flow[None]:
 def reserve(write: FencedWrite, ask: Reservation, now: float) -> Flow[None]:
     """Reserve `ask`'s estimate, journaling `write` (the call's started
     marker and whatever it carries) with it, the fence checked by that
-    journal write; or raise `SpendRefused`, having written nothing."""
+    journal write; or raise `SpendRefused` (a budget would be passed) or
+    `QuotaExceeded` (its tenant's stored bytes), having written nothing."""
     run_id = write.fence.run_id
     if ask.attempt > 1:  # an earlier attempt may have died in flight
         yield from _died(run_id, ask.addr, ask.attempt, now)
