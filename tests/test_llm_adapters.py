@@ -162,8 +162,10 @@ async def test_a_budget_counts_the_tokens_an_adapter_journaled(
 
     @app.workflow(version=1)
     async def twice(run: stead.Run) -> str:
-        await run.llm("one", llm, [{"role": "user", "content": "hi"}])
-        await run.llm("two", llm, [{"role": "user", "content": "again"}])
+        # A token budget reserves each call's estimate (its messages and its
+        # max_tokens) before it is sent: 9 + 20 fit in 100, 123 + 22 do not.
+        await run.llm("one", llm, [{"role": "user", "content": "hi"}], max_tokens=20)
+        await run.llm("two", llm, [{"role": "user", "content": "again"}], max_tokens=20)
         return "done"
 
     client = stead.Client(store, app)

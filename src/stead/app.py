@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from stead.queues import Period, Queue
     from stead.run import Run
     from stead.schedules import Schedule
+    from stead.tenants.fair import Policy as TenantPolicy
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -100,23 +101,52 @@ class App:
         self.tools: frozenset[str] | None = None if tools is None else _tool_names(tools)
         self._schedules: dict[str, Schedule] = {}
         self.queues: dict[str, Queue] = {}
+        # The tenants' weights and limits (`tenant`, `tenants`); None: every
+        # tenant weighs one and has no limit.
+        self.tenant_policy: TenantPolicy | None = None
 
     def queue(self, name: str, *, concurrency: int | None = None,
               per_worker: int | None = None, rate: tuple[int, Period] | None = None,
-              priority: bool = False) -> Queue:
+              priority: bool = False, tenant: str | None = None) -> Queue:
         """Declare queue `name`: at most `concurrency` of its runs execute at
         once across every worker of the database, `per_worker` on one worker,
         and `rate=(100, "1m")` start per period. With `priority`, runs may be
-        started with a priority (lower first). Workers of this app claim the
-        queue's runs under these limits (`client.start(..., queue=name)`)."""
+        started with a priority (lower first). With `tenant`, the queue holds
+        that tenant's runs alone (a run started in it serves that tenant).
+        Workers of this app claim the queue's runs under these limits
+        (`client.start(..., queue=name)`)."""
         from stead import queues
 
         if name in self.queues:
             raise ValueError(f"queue {name!r} is declared twice")
         made = queues.define(name, concurrency=concurrency, per_worker=per_worker, rate=rate,
-                             priority=priority)
+                             priority=priority, tenant=tenant)
         self.queues[name] = made
         return made
+
+    def tenant(self, name: str, *, weight: int = 1, concurrency: int | None = None,
+               rate: tuple[int, Period] | None = None) -> None:
+        """Give tenant `name` its own `weight` (its share of the workers against
+        the other tenants with runs ready: 2 is twice a tenant of 1) and limits:
+        at most `concurrency` of its runs execute at once across every worker
+        of the database, and `rate=(100, "1m")` start per period. Tenants not
+        named take what `tenants(...)` says (by default: weight 1, no limit)."""
+        from stead.tenants import fair
+
+        made = fair.limits(weight=weight, concurrency=concurrency, rate=_rate(rate),
+                           what=f"tenant {name!r}")
+        self.tenant_policy = fair.with_tenant(self.tenant_policy or fair.Policy(), name, made)
+
+    def tenants(self, *, weight: int = 1, concurrency: int | None = None,
+                rate: tuple[int, Period] | None = None) -> None:
+        """The weight and limits of every tenant `tenant(...)` does not name
+        (runs started without a tenant count as one more tenant): see `tenant`."""
+        from stead.tenants import fair
+
+        made = fair.limits(weight=weight, concurrency=concurrency, rate=_rate(rate),
+                           what="every tenant")
+        named = {} if self.tenant_policy is None else dict(self.tenant_policy.named)
+        self.tenant_policy = fair.Policy(made, named)
 
     def get_queue(self, name: str) -> Queue:
         """The queue declared as `name`; `UnknownQueue` if there is none."""
@@ -191,25 +221,28 @@ class App:
 
     def schedule(
         self, cron: str, *, name: str | None = None, missed: Missed | str = Missed.ONCE,
-        grace: float = 10.0,
+        grace: float = 10.0, tenant: str | None = None,
     ) -> Callable[[Any], Workflow[Any, Any]]:
         """Start a run of the decorated workflow at every tick of `cron` (UTC;
         five fields, or six with seconds last), exactly once per tick across
         every worker of the database. The run gets the tick (ISO 8601) as its
         one argument and `schedule:<name>@<tick>` as its task id. Ticks missed
         while no worker ran: `missed="skip"` (fired only up to `grace`
-        seconds late), `"once"` (one run, for the latest) or `"all"`. Put it
+        seconds late), `"once"` (one run, for the latest) or `"all"`. With
+        `tenant`, each run serves that tenant (`stead.tenants`). Put it
         above `@app.workflow(...)`, or on a plain `async def` (registered as
         version 1)."""
-        from stead import schedules
+        from stead import schedules, tenants
 
         policy = schedules.check(cron, missed, grace)
+        tenants.check(tenant, "a schedule's tenant=")
 
         def register(target: Any) -> Workflow[Any, Any]:
             wf: Workflow[Any, Any] = target if isinstance(target, Workflow) \
                 else self.workflow()(target)
             bounds.text(name or wf.name, "a schedule's name", errors.InvalidSchedule)
-            sched = schedules.Schedule(name or wf.name, cron, wf.name, wf.version, policy, grace)
+            sched = schedules.Schedule(name or wf.name, cron, wf.name, wf.version, policy, grace,
+                                       tenant)
             if sched.name in self._schedules:
                 raise ValueError(f"schedule {sched.name!r} is registered twice")
             self._schedules[sched.name] = sched
@@ -299,3 +332,14 @@ def _tool_names(tools: Iterable[str]) -> frozenset[str]:
     if isinstance(tools, str) or not all(isinstance(t, str) and t for t in names):
         raise ValueError("App(tools=...) takes a list of the tools' names, non-empty strings")
     return frozenset(names)
+
+
+def _rate(rate: tuple[int, Period] | None) -> tuple[int, float] | None:
+    """A `(count, period)` rate with its period in seconds."""
+    if rate is None:
+        return None
+    from stead import queues
+
+    if not isinstance(rate, tuple) or len(rate) != 2:
+        raise ValueError("rate= takes (count, period), e.g. (100, '1m')")
+    return rate[0], queues.parse_period(rate[1])

@@ -11,7 +11,7 @@ By where they come from:
   `PayloadKeyMissing`, `RunForgotten`;
 - input refused at the door: `InvalidInput`, `InvalidValue`, `EventTooLarge`,
   `TaskMismatch`, `InvalidStart`, `UnknownWorkflow`, `UnknownRun`,
-  `UnknownQueue`, `InvalidSchedule`;
+  `UnknownQueue`, `InvalidSchedule`, `InvalidTenant`;
 - workflows and the journal: `StaleLease`, `SerializationError`,
   `ResultTooLarge`, `SecretInJournal`, `NonDeterminism`, `StepError`,
   `StepTimeout`, `ScriptExhausted`, `StateConflict`, `StreamClosed`,
@@ -28,7 +28,8 @@ By where they come from:
   `WorkspaceUnsafe`, `WorkspaceTooLarge`, `WorkspaceChanged`,
   `WorkspaceMismatch`;
 - deploys: `MigrationRefused`;
-- upgrading stead: `SchemaBehind`, `SchemaAhead`, `MigrationBlocked`.
+- upgrading stead: `SchemaBehind`, `SchemaAhead`, `MigrationBlocked`;
+- spend and quotas: `SpendRefused`, `QuotaExceeded`.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ __all__ = [
     "InvalidIntent",
     "InvalidSchedule",
     "InvalidStart",
+    "InvalidTenant",
     "InvalidValue",
     "KeysUnavailable",
     "MigrationBlocked",
@@ -64,6 +66,7 @@ __all__ = [
     "OutcomeUncertain",
     "PayloadKeyMissing",
     "PayloadUnreadable",
+    "QuotaExceeded",
     "ResultTooLarge",
     "RunEnded",
     "RunFailed",
@@ -74,6 +77,7 @@ __all__ = [
     "ScriptExhausted",
     "SecretInJournal",
     "SerializationError",
+    "SpendRefused",
     "StaleLease",
     "StateConflict",
     "StatusNotReached",
@@ -559,6 +563,12 @@ class UnknownQueue(SteadError):
     """A run was started in a queue the app does not declare (`app.queue`)."""
 
 
+class InvalidTenant(InvalidInput):
+    """A tenant id is not one stead keeps (1 to 64 letters, digits and `_ . : @ -`,
+    starting with a letter or a digit), or a run was given a tenant its queue or
+    its parent does not have."""
+
+
 class InvalidStart(InvalidInput):
     """An item of a batch start (`Client.start_many`, a line given to `stead
     start -`) is malformed or does not fit its workflow; the message names it.
@@ -567,3 +577,28 @@ class InvalidStart(InvalidInput):
 
 class StreamClosed(SteadError):
     """A value was appended to a stream after it was closed (see `stead.workflow.streams`)."""
+
+
+class SpendRefused(SteadError):
+    """A model call's reservation would pass a spend budget (the run's or its
+    tenant's, in tokens or cost): nothing was sent, and the run pauses with
+    `detail` (scope, tenant, unit, used, reserved, estimate, limit) as its
+    reason (see `stead.spend`)."""
+
+    def __init__(self, message: str, detail: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
+class QuotaExceeded(SteadError):
+    """A tenant's quota refused what was asked (a run started, a wait opened,
+    a child started, bytes stored): nothing was written. Other tenants are not
+    affected; `stead tenants set TENANT ...` raises the quota."""
+
+    def __init__(self, message: str, *, tenant: str, quota: str, limit: float,
+                 used: float) -> None:
+        super().__init__(message)
+        self.tenant = tenant
+        self.quota = quota
+        self.limit = limit
+        self.used = used

@@ -158,14 +158,20 @@ class Grant:
                    expires_in=data.get("expires_in"))
 
 
-BUDGET_FIELDS = ("model_calls", "tokens", "effects", "spend", "seconds")
+BUDGET_FIELDS = ("model_calls", "tokens", "effects", "spend", "seconds", "model_cost")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Budget:
     """Limits on what a run may consume, over its whole life (None: no limit):
     model calls, tokens (`Completion.usage`), effects sent, `spend` (the sum
-    of the `cost=` effects declare) and `seconds` of wall-clock time.
+    of the `cost=` effects declare), `seconds` of wall-clock time and
+    `model_cost` (what its model calls cost by the price table, see
+    `stead.spend`).
+
+    `tokens` and `model_cost` are reserved: each live model call reserves
+    its estimate before it is sent (see `stead.spend`), and one whose estimate
+    would pass them pauses the run before it is sent.
 
     `seconds` counts from the run's `created_at` (when it was started) to
     now, on the store's clock: time spent waiting for an event, sleeping,
@@ -178,6 +184,7 @@ class Budget:
     effects: int | None = None
     spend: float | None = None
     seconds: float | None = None
+    model_cost: float | None = None
 
     def __post_init__(self) -> None:
         for name in BUDGET_FIELDS:

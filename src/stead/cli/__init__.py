@@ -66,6 +66,8 @@ COMMANDS = {
                                                "facts) from outside a run."),
     "tasks": common.Place("tasks:tasks_group",
                           "A task's runs as a whole: forget its personal data."),
+    "tenants": common.Place("tenants:tenants_group",
+                            "Tenants' spend budgets and quotas, and the model price table."),
     "ui": common.Place("ui:ui", "Serve the operator's dashboard and the event webhook."),
     "waits": common.Place("events:waits_group", "Durable waits: what runs are waiting for."),
     "worker": common.Place("worker:worker", "Run a worker for the workflows of MODULE:APP."),

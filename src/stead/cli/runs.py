@@ -55,6 +55,8 @@ def _shown(info: RunInfo) -> RunInfo:
               help="Its priority in the queue: lower runs first.")
 @click.option("--dedup-key", default=None,
               help="Starting it again in the queue returns the live run with this key.")
+@click.option("--tenant", default=None,
+              help="The tenant (customer) the run serves, e.g. acme.")
 @click.option("--batch", type=common.COUNT, default=1000, show_default=True,
               help="With WORKFLOW '-': runs per transaction.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the run id.")
@@ -62,7 +64,7 @@ def _shown(info: RunInfo) -> RunInfo:
 def start(ctx: click.Context, app_spec: str, workflow: str, args_json: str | None,
           kwargs_json: str | None, task_id: str | None, version: int | None,
           intent_file: str | None, queue: str | None, priority: int | None,
-          dedup_key: str | None, batch: int, quiet: bool) -> None:
+          dedup_key: str | None, tenant: str | None, batch: int, quiet: bool) -> None:
     """Start a run of WORKFLOW from MODULE:APP.
 
     ARGS_JSON is a JSON array of positional arguments, e.g. '[{"id": 4711}]'.
@@ -72,18 +74,19 @@ def start(ctx: click.Context, app_spec: str, workflow: str, args_json: str | Non
     WORKFLOW '-' reads the runs to start from stdin, one JSON object a line:
     {"workflow": "triage", "args": ["T-1"], "task_id": "ticket-T-1",
     "queue": "refunds", "priority": 5} (also kwargs, version, dedup_key,
-    intent). Every line is checked first: a bad one is named and nothing is
+    intent, tenant). Every line is checked first: a bad one is named and nothing is
     started. Prints one JSON object a line: run_id, task_id, created.
     """
     if workflow == "-":
         given = [name for name, value in (
             ("ARGS_JSON", args_json), ("--kwargs", kwargs_json), ("--task-id", task_id),
             ("--version", version), ("--intent", intent_file), ("--queue", queue),
-            ("--priority", priority), ("--dedup-key", dedup_key)) if value is not None]
+            ("--priority", priority), ("--dedup-key", dedup_key), ("--tenant", tenant))
+            if value is not None]
         if given:
             raise click.UsageError(f"with WORKFLOW '-' each line says what {given[0]} would "
                                    "(its fields: workflow, args, kwargs, task_id, version, "
-                                   "queue, priority, dedup_key, intent)")
+                                   "queue, priority, dedup_key, intent, tenant)")
         _start_lines(ctx, common.load_app(app_spec), batch, quiet)
         return
     app = common.load_app(app_spec)
@@ -96,7 +99,7 @@ def start(ctx: click.Context, app_spec: str, workflow: str, args_json: str | Non
         async with common.opened_client(common.database_url(ctx), app) as client:
             return await client.start(workflow, *args, task_id=task_id, version=version,
                                       intent=intent, queue=queue, priority=priority,
-                                      dedup_key=dedup_key, **kwargs)
+                                      dedup_key=dedup_key, tenant=tenant, **kwargs)
 
     info = _shown(common.run_async(go()))
     if quiet:
@@ -139,6 +142,7 @@ def runs() -> None:
 @click.option("--status", type=click.Choice([s.value for s in records.RunStatus]), default=None,
               help="Only runs with this status.")
 @click.option("--workflow", default=None, help="Only runs of this workflow.")
+@click.option("--tenant", default=None, help="Only runs of this tenant.")
 @click.option("--limit", type=common.COUNT, default=50, show_default=True,
               help="At most this many runs, newest first.")
 @click.option("--stranded", is_flag=True,
@@ -146,8 +150,9 @@ def runs() -> None:
 @common.grace_option
 @common.json_option
 @click.pass_context
-def runs_ls(ctx: click.Context, status: str | None, workflow: str | None, limit: int,
-            stranded: bool, grace: float, as_json: bool) -> None:
+def runs_ls(ctx: click.Context, status: str | None, workflow: str | None,
+            tenant: str | None, limit: int, stranded: bool, grace: float,
+            as_json: bool) -> None:
     """List runs, newest first (--stranded: oldest first)."""
     db = common.database_url(ctx)
     common.require_database(db)
@@ -157,7 +162,8 @@ def runs_ls(ctx: click.Context, status: str | None, workflow: str | None, limit:
     async def go() -> list[RunInfo]:
         async with common.opened_store(db) as store:
             return await listing.list_runs(store, status=status, workflow=workflow,
-                                           limit=limit, stranded=stranded, grace=grace)
+                                           limit=limit, stranded=stranded, grace=grace,
+                                           tenant=tenant)
 
     infos = common.run_async(go())
     if as_json:
@@ -185,7 +191,7 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool, conversation: bool
     parameters and its answer, turn by turn; wait tokens masked."""
     # What only `show` draws, imported here so that `runs ls` does not pay for it.
     from stead.operator import audit
-    from stead.views import context_view, timeline, workspace_view
+    from stead.views import context_view, spend_view, timeline, workspace_view
 
     db = common.database_url(ctx)
     common.require_database(db)
@@ -200,10 +206,10 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool, conversation: bool
                     await client.intents(run_id), await client.lineage(run_id),
                     await client.migrations(run_id), client.store.clock.now(),
                     await client.snapshots(run_id), await client.store.list_actions(run_id),
-                    await client.store.forgotten(run_id))
+                    await client.store.forgotten(run_id), await client.run_spend(run_id))
 
     (info, journal, resumes, intents, lineage, migrated, now, snapshots,
-     actions, forgotten) = common.run_async(go())
+     actions, forgotten, spend) = common.run_async(go())
     if as_json:
         shown = timeline.show_json(info, journal, resumes)
         shown["intents"] = [dataclasses.asdict(i) for i in intents]
@@ -212,6 +218,7 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool, conversation: bool
         shown["snapshots"] = [workspace_view.snapshot_json(s) for s in snapshots]
         shown["operator_actions"] = audit.audit_json(actions)
         shown["forgotten"] = None if forgotten is None else dataclasses.asdict(forgotten)
+        shown["spend"] = spend_view.to_json(spend)
         click.echo(json.dumps(shown, indent=2))
     else:
         if forgotten is not None:
@@ -230,6 +237,9 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool, conversation: bool
             common.echo(workspaces)
         if actions:
             common.echo(audit.render(actions))
+        spent = spend_view.render(spend)
+        if spent:
+            common.echo(spent)
 
 
 def _show_conversation(db: str, run_id: str, as_json: bool) -> None:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from stead.client.deciding import Deciding
 from stead.client.delivering import Delivering
 from stead.client.migrating import Migrating
+from stead.client.spending import Spending
 from stead.client.starting import Starting
 
 __all__ = ["Client"]
 
 
-class Client(Starting, Delivering, Deciding, Migrating):
+class Client(Starting, Delivering, Spending, Migrating):
     """`max_event_bytes` caps an event's payload and bound values (as JSON);
     `lock_wait_after` bad tokens lock a wait (see `unlock_wait`)."""

@@ -140,6 +140,9 @@ class Fenced:
         # waits for them, so no outcome is left unjournaled.
         self._effects_open = 0
         self._effects_settled: asyncio.Event | None = None
+        # The tenant the run serves, read by its first live model call (see
+        # `tenant`); a list holding it once read.
+        self._tenant: list[str | None] = []
 
     def start(self, body: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run the workflow's `body` as a task, in the run's root branch. When
@@ -279,6 +282,13 @@ class Fenced:
         while self._effects_open:
             self._effects_settled = asyncio.Event()
             await self._effects_settled.wait()
+
+    async def tenant(self) -> str | None:
+        """The tenant the run serves (None: none), read once per attempt, by
+        the first live model call: a tenant's calls reserve their spend."""
+        if not self._tenant:
+            self._tenant.append(await self.store.run_tenant(self.fence.run_id))
+        return self._tenant[0]
 
     async def keyring(self) -> keys.Keyring:
         if self._keyring is None:

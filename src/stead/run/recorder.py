@@ -4,6 +4,7 @@ re-made when its code changed -- so that `Run` reads as the API."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -19,6 +20,7 @@ from stead.workflow import proposals, streams
 
 if TYPE_CHECKING:
     from stead.policy import Action
+    from stead.store.transactions.spend import Settlement
 
 log = logging.getLogger("stead.run")
 
@@ -45,11 +47,63 @@ def paused(name: str, what: str, changed: Sequence[str], acted: Record) -> Stop:
         "call": name, "after": acted.name, "after_seq": acted.seq})
 
 
+def _used(addr: str, attempt: int, usage: tuple[int, int]) -> Settlement:
+    from stead.store.transactions.spend import Settlement
+
+    return Settlement(addr, attempt, usage[0], usage[1])
+
+
+def _released(addr: str, attempt: int) -> Settlement:
+    from stead.store.transactions.spend import Settlement
+
+    return Settlement(addr, attempt, released=True)
+
+
+def _died(addr: str) -> Settlement:
+    from stead.store.transactions.spend import Settlement
+
+    return Settlement(addr, None)
+
+
 def _error_payload(exc: BaseException, retry_at: float | None) -> str:
     return codec.dumps(
         {"type": type(exc).__qualname__, "message": str(exc), "retry_at": retry_at},
         what="an error",
     )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Spend:
+    """What a model call reserves before each live attempt (see
+    `stead.spend`): its model, its estimate, the run's budget, and how to
+    read the tokens it used from its answer."""
+
+    model: str
+    input_tokens: int
+    output_tokens: int
+    run_tokens: int | None
+    run_cost: float | None
+    usage: Callable[[Any], tuple[int, int]]
+
+
+def _spend_paused(refused: errors.SpendRefused) -> Stop:
+    """The pause of a run whose model call a budget refused."""
+    detail = refused.detail
+    if detail.get("scope") == "tenant":
+        tenant = detail.get("tenant")
+        decide = (f"stead tenants set {tenant} --{detail.get('unit')} N --by WHO --why WHY "
+                  "(it resumes the tenant's runs paused on spend), or stead runs terminate "
+                  "RUN --by WHO --why WHY")
+    elif detail.get("unit") == "price":
+        decide = (f"stead tenants price {detail.get('model')} --input P --output P, then "
+                  "stead runs resume RUN --by WHO --why WHY")
+    else:
+        field = "tokens" if detail.get("unit") == "tokens" else "model_cost"
+        decide = (f"stead runs resume RUN --by WHO --why WHY --intent FILE (with a larger "
+                  f"budget.{field}), or stead runs terminate RUN --by WHO --why WHY")
+    return Stop(records.RunStatus.PAUSED, {
+        "type": "Paused", "cause": "spend", **detail,
+        "message": f"{refused}: nothing was sent. Decide: {decide}"})
 
 
 class Recorder:
@@ -72,6 +126,7 @@ class Recorder:
         reason: str | None = None,
         saves: Saves | None = None,
         code: str | None = None,
+        spend: Callable[[], Awaitable[Spend | None]] | None = None,
     ) -> tuple[RecordStatus, str, int]:
         """Return `(status, payload, attempts)` of the call at the next address: from the
         journal if recorded, else by calling it live (with retries) and
@@ -81,6 +136,7 @@ class Recorder:
         if prior and code is not None:
             prior = self._code_changed(addr, name, prior, code)
         attempt = 1
+        reserves: Spend | None = None
         if prior and fresh is not None and self._x.taken_over \
                 and await proposals.again(self._x, addr, kind, name, digest, prior, fresh):
             prior = []
@@ -95,14 +151,17 @@ class Recorder:
             # The last attempt was in flight when its worker died: it counts,
             # against the attempts a declared `retry=` allows (without one, a
             # call that was never acknowledged runs again, as ever).
+            if spend is not None and not self._x.dry:
+                reserves = await spend()
             if retry is not NO_RETRY and died >= retry.attempts:
                 payload = codec.dumps({
                     "type": "WorkerDied", "retry_at": None,
                     "message": f"attempt {died} of {retry.attempts} was in flight when its "
                                "worker died; no attempt is left"}, what="an error")
                 self._x.check_live()
-                await self._x.commit([self._x.record(addr, died, kind, name, digest,
-                                                     RecordStatus.ERROR, payload)])
+                await self._settled([self._x.record(addr, died, kind, name, digest,
+                                                    RecordStatus.ERROR, payload)], None,
+                                    None if reserves is None else _died(addr))
                 return RecordStatus.ERROR, payload, died
             attempt = died + 1
         elif prior:
@@ -119,6 +178,8 @@ class Recorder:
             await self._x.sleep_until(float(retry_at))
             attempt = last.attempt + 1
         self._x.check_live()
+        if spend is not None and died is None:
+            reserves = await spend()
         if self._x.guard is not None:  # nothing to judge for a run without intent or policy
             from stead.policy import Action
 
@@ -134,6 +195,8 @@ class Recorder:
             started = self._x.record(addr, attempt, kind, name, digest, RecordStatus.STARTED,
                                      "{}")
             self._x.buffer(started)
+            if reserves is not None:
+                await self._reserve(reserves, addr, started)
             began = time.perf_counter()
             try:
                 with self._x.busy(), streams.live_call(addr, attempt):
@@ -142,9 +205,10 @@ class Recorder:
                 meters.call_took(kind, time.perf_counter() - began, ok=False)
                 retry_at = retry.retry_at(attempt, exc, self._x.clock.now())
                 payload = _error_payload(exc, retry_at)
-                await self._x.commit(
+                await self._settled(
                     [self._x.record(addr, attempt, kind, name, digest, RecordStatus.ERROR,
-                                    payload)], drop=started)
+                                    payload)], started,
+                    None if reserves is None else _released(addr, started.attempt))
                 if retry_at is None:
                     return RecordStatus.ERROR, payload, attempt
                 await self._x.sleep_until(retry_at)
@@ -163,8 +227,38 @@ class Recorder:
             if saves is not None:  # the files the step made ride with its result
                 await saves.commit(addr, done, started)
             else:
-                await self._x.commit([done], drop=started)
+                await self._settled([done], started, None if reserves is None
+                                    else _used(addr, started.attempt, reserves.usage(value)))
             return RecordStatus.OK, payload, attempt
+
+    async def _reserve(self, spend: Spend, addr: str, started: Record) -> None:
+        """Reserve the attempt's estimate, its started marker journaled with
+        it, before it is sent; a refusal pauses the run, nothing sent."""
+        from stead.store.transactions.spend import Reservation
+
+        x = self._x
+        ask = Reservation(addr, started.attempt, spend.model, spend.input_tokens,
+                          spend.output_tokens, spend.run_tokens, spend.run_cost)
+        try:
+            await x.write((), lambda batch, resume: x.store.reserve_spend(
+                x.fence, batch, resume, ask))
+        except errors.SpendRefused as refused:
+            x.unbuffer(started)
+            raise _spend_paused(refused) from None
+        except errors.QuotaExceeded:
+            x.unbuffer(started)
+            raise
+
+    async def _settled(self, recs: list[Record], started: Record | None,
+                       outcome: Settlement | None) -> None:
+        """Journal a call's outcome `recs`; with its reservation's `outcome`
+        in the same transaction, when the call reserved."""
+        x = self._x
+        if outcome is None:
+            await x.commit(recs, drop=started)
+            return
+        await x.write(recs, lambda batch, resume: x.store.settle_spend(
+            x.fence, batch, resume, outcome), drop=started)
 
     async def _judged(self, action: Action) -> None:
         """Before a live step or model call: the takeover's revalidation

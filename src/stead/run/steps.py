@@ -228,6 +228,7 @@ class Steps(Part):
         status, payload, attempts = await self._recorder.call(
             RecordKind.LLM, name, digest, call, encode,
             retry or NO_RETRY, self._bound(model_call=True), fresh, reason, saves=kept,
+            spend=self._spend(model, messages, params),
         )
         if status == RecordStatus.ERROR:
             self._raise(name, payload, attempts)
@@ -265,6 +266,26 @@ class Steps(Part):
                               messages, retry=retry, fresh="on_resume", reason=reason,
                               contract=contract, **params)
 
+    def _spend(self, model: Model, messages: Sequence[Mapping[str, Any]],
+               params: Mapping[str, Any]) -> Callable[[], Awaitable[recorder.Spend | None]]:
+        """What a live attempt of this model call reserves (see
+        `stead.spend`), asked only when it goes live: for a run of a tenant,
+        or whose budget bounds its tokens or model cost; None: nothing."""
+        async def spend() -> recorder.Spend | None:
+            x = self._x
+            budget = None if x.guard is None or x.guard.intent is None else x.guard.intent.budget
+            run_tokens = None if budget is None else budget.tokens
+            run_cost = None if budget is None else budget.model_cost
+            if run_tokens is None and run_cost is None and await x.tenant() is None:
+                return None
+            from stead import spend
+
+            input_tokens, output_tokens = spend.estimate(messages, params)
+            return recorder.Spend(model.name, input_tokens, output_tokens, run_tokens,
+                                  run_cost, _usage)
+
+        return spend
+
     def _bound(self, *, model_call: bool = False) -> Callable[[], None] | None:
         """Before each live attempt of a model call or step: stop the run
         (paused) once its authority lapsed or its budget is spent (see
@@ -286,6 +307,10 @@ class Steps(Part):
 async def _traced_step(name: str, call: Callable[[], Awaitable[Any]]) -> Any:
     with tracing.call("step", name):
         return await call()
+
+
+def _usage(answer: Completion) -> tuple[int, int]:
+    return answer.usage.input_tokens, answer.usage.output_tokens
 
 
 def _with_reason(data: dict[str, Any], reason: str | None) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from stead.records import (
     WaitRow,
 )
 from stead.store.transactions.payloads import Forgotten
-from stead.views import context_view, runs_view, timeline, workspace_view
+from stead.views import context_view, runs_view, spend_view, timeline, workspace_view
 from stead.web import trace, window
 from stead.workflow import waits
 
@@ -285,6 +285,9 @@ class RunPage:
     migrations: tuple[MigrationRow, ...]
     workspaces: str  # the workspaces, their snapshots and restores, as `stead runs show` prints
     forgotten: Forgotten | None = None  # who forgot the run's task, when and why
+    # What its model calls reserved and settled, and its tenant's budget, as `stead runs show`
+    # prints (see `stead.views.spend_view`).
+    spend: str = ""
 
 
 def workflow_fn(client: Client, info: RunInfo) -> Any:
@@ -343,6 +346,7 @@ async def run_page(client: Client, run_id: str, shown: window.Window,
         workspaces=workspace_view.render(summed, await client.snapshots(run_id),
                                          resumes).strip(),
         forgotten=await client.store.forgotten(run_id),
+        spend=spend_view.render(await client.run_spend(run_id)),
     )
 
 

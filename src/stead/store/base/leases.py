@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # annotations only: a store that lists runs need not build th
         WorkerLiveness,
     )
     from stead.records.fleet import Gauges
-
+    from stead.tenants.fair import Policy as TenantPolicy
 
 
 class Leases(StorePart):
@@ -72,6 +72,36 @@ class Leases(StorePart):
         if sealer is None or not taken:
             return taken
         return await self.database.read(lambda: _sealing.opened_runs(sealer, taken))
+
+    async def ready_tenants(self) -> list[str]:
+        """The tenants with runs a claim could take ('' for runs of none), by
+        name, at most `MAX_TENANTS`: one index probe each."""
+        return await self.database.read(tx.ready_tenants)
+
+    async def claim_fair(
+        self, policy: TenantPolicy, worker_id: str, hosted: Sequence[str],
+        lease_seconds: float, limit: int, exclude: Sequence[str] = (), turn: int = 0,
+        tenants: Sequence[str] | None = None, keep: int = 0,
+    ) -> list[RunRow]:
+        """`claim`, shared fairly among the tenants with runs ready: the free
+        slots go to them by `stead.tenants.fair.shares` (weighted by `policy`,
+        each tenant under its limits, counted in the claim's transaction under
+        the limited tenants' locks, so they hold across every worker); `turn`
+        says which tenant a tie goes to first, `keep` how many of the slots
+        only tenants with no run in flight may take. `tenants`: what
+        `ready_tenants` just returned (None: read here if some tenant has
+        limits, whose locks are taken in their order)."""
+        if tenants is None and policy.limited:  # the limited ones' locks are taken in order
+            tenants = await self.ready_tenants()
+        params: dict[str, Any] = {"worker_id": worker_id, "hosted": list(hosted),
+                                  "exclude": list(exclude), "now": self.clock.now(),
+                                  "lease_now": self.database.lease_now(),
+                                  "lease_seconds": lease_seconds}
+        # One transaction, one commit (a commit a tenant would cost a flush each).
+        return await self.database.write(
+            lambda: tx.claim_fair(policy, params, limit, turn, tenants or (), keep),
+            Writing(landed=lambda _: tx.fair_claimed(params)),
+        )
 
     async def claim_queue(
         self, queue: Queue, worker_id: str, hosted: Sequence[str], lease_seconds: float,

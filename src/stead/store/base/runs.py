@@ -36,8 +36,10 @@ class Runs(StorePart):
         run and False."""
         made: tuple[RunRow, bool] | None = await self.database.write(
             lambda: tx.create_run(new, self.clock.now()),
+            # A run of a tenant names it after the insert, and its quotas are
+            # checked under the tenant's lock first: one transaction.
             Writing(landed=lambda _: tx.created(new), one_statement=new.intent is None
-                    and new.parent_id is None and new.deadline is None),
+                    and new.parent_id is None and new.deadline is None and new.tenant is None),
         )
         if made is None:
             raise errors.StoreError(
@@ -66,10 +68,12 @@ class Runs(StorePart):
         return run
 
     async def list_runs(
-        self, *, status: str | None = None, workflow: str | None = None, limit: int = 100
+        self, *, status: str | None = None, workflow: str | None = None, limit: int = 100,
+        tenant: str | None = None,
     ) -> list[RunRow]:
         return await self.database.read(lambda: common.read_all(
-            "list_runs", {"status": status, "workflow": workflow, "limit": limit}, _rows.run))
+            "list_runs", {"status": status, "workflow": workflow, "limit": limit,
+                          "tenant": tenant}, _rows.run))
 
     async def children(self, run_id: str, limit: int = 100) -> list[RunRow]:
         """The runs `run_id` started with `run.child`, oldest first."""

@@ -23,7 +23,7 @@ from stead.store.seam import (
     one,
     rows,
 )
-from stead.store.transactions import common, journal, runs
+from stead.store.transactions import common, journal, quotas, runs
 
 # The records of waits are imported where a flow reads one: a store that
 # lists runs builds none of them (see `stead.records`).
@@ -38,6 +38,7 @@ def wait_state(wait_id: str) -> Flow[str]:
 
 
 def open_wait(write: FencedWrite, wait: WaitRow) -> Flow[None]:
+    yield from quotas.open_wait(write.fence.run_id)
     yield Journal(write)
     yield from common.insert_wait(wait)
 

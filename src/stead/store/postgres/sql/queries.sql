@@ -127,13 +127,16 @@ SELECT created.* FROM created
 CROSS JOIN LATERAL (SELECT pg_notify('stead_work', current_schema())) AS woken;
 
 -- name: get_run
-SELECT * FROM runs WHERE run_id = %(run_id)s;
+-- The run, and the tenant it serves ('' none; no row: it ended before schema 35).
+SELECT runs.*, (SELECT t.tenant FROM run_tenants t WHERE t.run_id = runs.run_id) AS tenant
+FROM runs WHERE run_id = %(run_id)s;
 
 -- name: list_runs
-SELECT * FROM runs
-WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+SELECT runs.*, t.tenant FROM runs LEFT JOIN run_tenants t ON t.run_id = runs.run_id
+WHERE (%(status)s::text IS NULL OR runs.status = %(status)s::text)
+  AND (%(tenant)s::text IS NULL OR t.tenant = %(tenant)s::text)
   AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
-ORDER BY created_at DESC, run_id DESC
+ORDER BY runs.created_at DESC, runs.run_id DESC
 LIMIT %(limit)s;
 
 -- name: backlog
@@ -631,19 +634,20 @@ SELECT * FROM lineage WHERE parent_id = %(run_id)s ORDER BY created_at, run_id;
 -- the start of a run id, :pattern a piece of its task id or workflow (LIKE
 -- patterns whose wildcards the caller escaped). The page after a cursor (:before_at,
 -- :before_id) is the runs strictly older in (created_at, run_id) order.
-SELECT * FROM runs
-WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+SELECT runs.*, t.tenant FROM runs LEFT JOIN run_tenants t ON t.run_id = runs.run_id
+WHERE (%(status)s::text IS NULL OR runs.status = %(status)s::text)
   AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
   AND (%(version)s::integer IS NULL OR version = %(version)s::integer)
   AND (%(task_id)s::text IS NULL OR task_id = %(task_id)s::text)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(since)s::double precision IS NULL OR created_at >= %(since)s::double precision)
-  AND (%(until)s::double precision IS NULL OR created_at < %(until)s::double precision)
-  AND (%(prefix)s::text IS NULL OR run_id LIKE %(prefix)s::text ESCAPE '\'
+  AND (%(queue)s::text IS NULL OR runs.queue = %(queue)s::text)
+  AND (%(tenant)s::text IS NULL OR t.tenant = %(tenant)s::text)
+  AND (%(since)s::double precision IS NULL OR runs.created_at >= %(since)s::double precision)
+  AND (%(until)s::double precision IS NULL OR runs.created_at < %(until)s::double precision)
+  AND (%(prefix)s::text IS NULL OR runs.run_id LIKE %(prefix)s::text ESCAPE '\'
        OR task_id LIKE %(pattern)s::text ESCAPE '\' OR workflow LIKE %(pattern)s::text ESCAPE '\')
-  AND (%(before_at)s::double precision IS NULL OR created_at < %(before_at)s::double precision
-       OR (created_at = %(before_at)s::double precision AND run_id < %(before_id)s::text))
-ORDER BY created_at DESC, run_id DESC
+  AND (%(before_at)s::double precision IS NULL OR runs.created_at < %(before_at)s::double precision
+       OR (runs.created_at = %(before_at)s::double precision AND runs.run_id < %(before_id)s::text))
+ORDER BY runs.created_at DESC, runs.run_id DESC
 LIMIT %(limit)s;
 
 -- name: journal_page
@@ -1436,6 +1440,293 @@ WHERE scope = %(scope)s AND key_id = %(old_key_id)s AND wrapped = %(old_wrapped)
 
 -- name: payload_key_counts
 SELECT key_id, count(*) AS n FROM payload_keys GROUP BY key_id ORDER BY key_id;
+
+-- name: set_run_tenant
+-- The tenant of a run just inserted (its insert's trigger made the row, saying none).
+UPDATE run_tenants SET tenant = %(tenant)s WHERE run_id = %(run_id)s;
+
+-- name: inherit_tenant
+-- A run just inserted serves the tenant of the run it came from (a child's
+-- parent, a fork's, a successor's predecessor).
+UPDATE run_tenants
+SET tenant = COALESCE((SELECT p.tenant FROM run_tenants p WHERE p.run_id = %(from_id)s), '')
+WHERE run_id = %(run_id)s;
+
+-- name: set_run_tenants
+-- The tenants of a batch just inserted, runs a JSON array of {run_id, tenant}.
+UPDATE run_tenants SET tenant = j.tenant
+FROM json_to_recordset(%(runs)s::json) AS j (run_id text, tenant text)
+WHERE run_tenants.run_id = j.run_id;
+
+-- name: ready_tenants
+-- The tenants with runs a claim could take (runnable, or asleep until a
+-- time), at most %(most)s, by a skip scan of run_tenants_live: one index
+-- probe per tenant, however many runs each has.
+WITH RECURSIVE t (tenant) AS (
+    SELECT MIN(tenant) FROM run_tenants
+    WHERE status IN ('pending', 'running') OR (status = 'waiting' AND wake_at IS NOT NULL)
+    UNION ALL
+    SELECT (SELECT MIN(r.tenant) FROM run_tenants AS r
+            WHERE (r.status IN ('pending', 'running')
+                   OR (r.status = 'waiting' AND r.wake_at IS NOT NULL))
+              AND r.tenant > t.tenant)
+    FROM t WHERE t.tenant IS NOT NULL
+)
+SELECT tenant FROM t WHERE tenant IS NOT NULL LIMIT %(most)s;
+
+-- name: lock_tenants
+-- The claims that count a limited tenant's runs take turns (held until
+-- commit), so the counts a claim reads after it stay true until its leases
+-- commit. Taken in the order of the names, so two claims never wait on each
+-- other in a cycle.
+SELECT count(pg_advisory_xact_lock(1953391988, hashtext(current_schema() || ':' || t.tenant)))
+FROM (SELECT tenant FROM unnest(%(tenants)s::text[]) AS u (tenant) ORDER BY tenant) AS t;
+
+-- name: tenant_loads
+-- For each tenant with runs a claim could take (the skip scan of
+-- ready_tenants, at most %(most)s): its runs leased now (active), whether it
+-- has one a claim of this worker could take (ready: runnable outside a queue,
+-- or due), and its runs first claimed after its since (recent; 0 without
+-- one): the tenants in %(named)s take theirs from %(sinces)s (a JSON object),
+-- the others %(since)s. Each is a bounded read of run_tenants' indexes for
+-- that tenant alone.
+WITH RECURSIVE t (tenant) AS (
+    SELECT MIN(tenant) FROM run_tenants
+    WHERE status IN ('pending', 'running') OR (status = 'waiting' AND wake_at IS NOT NULL)
+    UNION ALL
+    SELECT (SELECT MIN(r.tenant) FROM run_tenants AS r
+            WHERE (r.status IN ('pending', 'running')
+                   OR (r.status = 'waiting' AND r.wake_at IS NOT NULL))
+              AND r.tenant > t.tenant)
+    FROM t WHERE t.tenant IS NOT NULL
+), n AS (
+    SELECT t.tenant,
+        CASE WHEN t.tenant = ANY(%(named)s::text[])
+             THEN (%(sinces)s::json ->> t.tenant)::float8
+             ELSE %(since)s::float8 END AS since
+    FROM t WHERE t.tenant IS NOT NULL LIMIT %(most)s
+)
+SELECT t.tenant,
+    (SELECT count(*) FROM run_tenants AS rt JOIN runs AS r ON r.run_id = rt.run_id
+     WHERE rt.tenant = t.tenant AND rt.status = 'running' AND r.lease_owner IS NOT NULL
+       AND r.lease_expires_at >
+           COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8
+    ) AS active,
+    (SELECT rt.run_id FROM run_tenants AS rt JOIN runs AS r ON r.run_id = rt.run_id
+     WHERE rt.tenant = t.tenant AND rt.status IN ('pending', 'running') AND rt.queue IS NULL
+       AND (r.lease_expires_at IS NULL OR r.lease_expires_at <=
+           COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8)
+       AND (r.workflow || '@' || r.version) = ANY(%(hosted)s::text[])
+       AND NOT (r.run_id = ANY(%(exclude)s::text[]))
+     ORDER BY rt.created_at LIMIT 1) IS NOT NULL
+    OR (SELECT rt.run_id FROM run_tenants AS rt JOIN runs AS r ON r.run_id = rt.run_id
+        WHERE rt.tenant = t.tenant AND rt.status = 'waiting'
+          AND rt.wake_at <= %(now)s AND rt.queue IS NULL
+          AND (r.workflow || '@' || r.version) = ANY(%(hosted)s::text[])
+          AND NOT (r.run_id = ANY(%(exclude)s::text[]))
+        ORDER BY rt.wake_at LIMIT 1) IS NOT NULL AS ready,
+    CASE WHEN t.since IS NULL THEN 0 ELSE
+        (SELECT count(*) FROM run_tenants AS rt
+         WHERE rt.tenant = t.tenant AND rt.started_at > t.since) END AS recent
+FROM n AS t;
+
+-- name: claim_tenant
+-- Lease up to %(limit)s runs of one tenant outside any queue, oldest first
+-- (due sleepers too, as in claim), read through run_tenants' indexes for that
+-- tenant alone. SKIP LOCKED as in claim. A run's first claim sets started_at.
+WITH runnable AS (
+    SELECT rt.run_id, rt.created_at FROM run_tenants AS rt
+    JOIN runs AS r ON r.run_id = rt.run_id
+    WHERE rt.tenant = %(tenant)s AND rt.status IN ('pending', 'running') AND rt.queue IS NULL
+      AND r.status IN ('pending', 'running')
+      AND (r.lease_expires_at IS NULL OR r.lease_expires_at <=
+          COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8)
+      AND (r.workflow || '@' || r.version) = ANY(%(hosted)s::text[])
+      AND NOT (r.run_id = ANY(%(exclude)s::text[]))
+    ORDER BY rt.created_at
+    LIMIT %(limit)s
+    FOR UPDATE OF r SKIP LOCKED
+), due AS (
+    SELECT rt.run_id, rt.created_at FROM run_tenants AS rt
+    JOIN runs AS r ON r.run_id = rt.run_id
+    WHERE rt.tenant = %(tenant)s AND rt.status = 'waiting' AND rt.wake_at <= %(now)s
+      AND rt.queue IS NULL AND r.status = 'waiting' AND r.wake_at <= %(now)s
+      AND (r.workflow || '@' || r.version) = ANY(%(hosted)s::text[])
+      AND NOT (r.run_id = ANY(%(exclude)s::text[]))
+    ORDER BY rt.wake_at
+    LIMIT %(limit)s
+    FOR UPDATE OF r SKIP LOCKED
+), picked AS (
+    SELECT run_id FROM (SELECT * FROM runnable UNION ALL SELECT * FROM due) AS candidates
+    ORDER BY created_at
+    LIMIT %(limit)s
+)
+UPDATE runs
+SET epoch = runs.epoch + 1, lease_owner = %(worker_id)s, lease_expires_at =
+    COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8 + %(lease_seconds)s,
+    status = 'running', wake_at = NULL, updated_at = %(now)s,
+    started_at = COALESCE(runs.started_at, %(now)s)
+FROM picked
+WHERE runs.run_id = picked.run_id
+RETURNING runs.*,
+    (SELECT e.until FROM lease_ends AS e
+     WHERE e.run_id = runs.run_id AND e.epoch = runs.epoch - 1) AS prior_lease_until;
+
+-- Spend and quotas (schema 36, see `stead.spend`).
+
+-- name: reserve_context
+-- What a reservation is judged on, in one read: the run's tenant ('' none),
+-- the model's price (null: unpriced), what the run's model calls hold, and
+-- the tenant's limits (JSON; null: none).
+SELECT (SELECT t.tenant FROM run_tenants t WHERE t.run_id = %(run_id)s) AS tenant,
+       p.input_per_million, p.output_per_million,
+       (SELECT COALESCE(SUM(r.tokens), 0)::bigint FROM spend_reservations r
+        WHERE r.run_id = %(run_id)s AND r.state <> 'released') AS run_tokens,
+       (SELECT COALESCE(SUM(r.cost), 0) FROM spend_reservations r
+        WHERE r.run_id = %(run_id)s AND r.state <> 'released') AS run_cost,
+       (SELECT l.limits FROM tenant_limits l JOIN run_tenants t ON t.tenant = l.tenant
+        WHERE t.run_id = %(run_id)s) AS limits
+FROM (SELECT 1 AS one) AS o LEFT JOIN model_prices p ON p.model = %(model)s;
+
+-- name: run_tenant
+-- The tenant a run serves ('' or no row: none).
+SELECT tenant FROM run_tenants WHERE run_id = %(run_id)s;
+
+
+-- name: set_price
+INSERT INTO model_prices (model, input_per_million, output_per_million, updated_at)
+VALUES (%(model)s, %(input)s, %(output)s, %(now)s)
+ON CONFLICT (model) DO UPDATE
+SET input_per_million = excluded.input_per_million,
+    output_per_million = excluded.output_per_million, updated_at = excluded.updated_at;
+
+-- name: list_prices
+SELECT model, input_per_million, output_per_million, updated_at FROM model_prices
+ORDER BY model;
+
+-- name: get_tenant_limits
+SELECT tenant, limits, updated_at, updated_by, why FROM tenant_limits
+WHERE tenant = %(tenant)s;
+
+-- name: set_tenant_limits
+INSERT INTO tenant_limits (tenant, limits, updated_at, updated_by, why)
+VALUES (%(tenant)s, %(limits)s, %(now)s, %(by)s, %(why)s)
+ON CONFLICT (tenant) DO UPDATE
+SET limits = excluded.limits, updated_at = excluded.updated_at,
+    updated_by = excluded.updated_by, why = excluded.why;
+
+-- name: list_tenant_limits
+SELECT tenant, limits, updated_at, updated_by, why FROM tenant_limits
+ORDER BY tenant;
+
+-- name: lock_tenant_spend
+-- The row every reservation and quota check of the tenant reads and changes,
+-- made if missing: the upsert holds its lock until commit, so
+-- two workers reserving at once are judged one after the other.
+INSERT INTO tenant_spend (tenant) VALUES (%(tenant)s)
+ON CONFLICT (tenant) DO UPDATE SET tenant = excluded.tenant
+RETURNING tokens, cost, reserved_tokens, reserved_cost;
+
+-- name: get_tenant_spend
+SELECT tenant, tokens, cost, reserved_tokens, reserved_cost FROM tenant_spend
+WHERE tenant = %(tenant)s;
+
+
+-- name: reset_tenant_spend
+-- A new budget period: what was settled is forgotten, what is reserved stays.
+UPDATE tenant_spend SET tokens = 0, cost = 0 WHERE tenant = %(tenant)s;
+
+
+-- name: reserved_at
+-- The reservations of one call still open (its attempts in flight, or whose
+-- worker died).
+SELECT run_id, addr, attempt, tenant, model, input_price, output_price, tokens, cost,
+       state, at
+FROM spend_reservations
+WHERE run_id = %(run_id)s AND addr = %(addr)s AND state = 'reserved'
+ORDER BY attempt;
+
+-- name: open_reservation
+-- A reservation, and its estimate held by its tenant (if it has one): one
+-- statement (a writable CTE).
+WITH r AS (
+    INSERT INTO spend_reservations (run_id, addr, attempt, tenant, model, input_price,
+                                    output_price, tokens, cost, state, at)
+    VALUES (%(run_id)s, %(addr)s, %(attempt)s, %(tenant)s, %(model)s, %(input_price)s,
+            %(output_price)s, %(tokens)s, %(cost)s, 'reserved', %(now)s)
+    RETURNING tenant
+)
+UPDATE tenant_spend
+SET reserved_tokens = reserved_tokens + %(tokens)s, reserved_cost = reserved_cost + %(cost)s
+WHERE tenant = (SELECT tenant FROM r);
+
+-- name: close_reservation
+-- A reservation resolved (`state`: settled, released, died), now holding
+-- `tokens` and `cost`; its tenant's counts move from reserved (`held_tokens`,
+-- `held_cost`: its estimate) to settled: one statement (a writable CTE).
+WITH r AS (
+    UPDATE spend_reservations SET state = %(state)s, tokens = %(tokens)s, cost = %(cost)s,
+                                  at = %(now)s
+    WHERE run_id = %(run_id)s AND addr = %(addr)s AND attempt = %(attempt)s
+      AND state = 'reserved'
+    RETURNING tenant
+)
+UPDATE tenant_spend
+SET tokens = tokens + %(tokens)s, cost = cost + %(cost)s,
+    reserved_tokens = reserved_tokens - %(held_tokens)s,
+    reserved_cost = reserved_cost - %(held_cost)s
+WHERE tenant = (SELECT tenant FROM r);
+
+-- name: settle_reservation
+-- A reservation settled to the tokens its attempt used (`input_tokens`,
+-- `output_tokens`, costed at the prices it was reserved at), or released (no
+-- tokens); its tenant's counts move from reserved to settled: one statement.
+WITH old AS (
+    SELECT tenant, tokens, cost, input_price, output_price FROM spend_reservations
+    WHERE run_id = %(run_id)s AND addr = %(addr)s AND attempt = %(attempt)s
+      AND state = 'reserved'
+    FOR UPDATE
+), r AS (
+    UPDATE spend_reservations s
+    SET state = %(state)s, tokens = %(input_tokens)s::bigint + %(output_tokens)s::bigint,
+        cost = (%(input_tokens)s::bigint * COALESCE(old.input_price, 0)
+                + %(output_tokens)s::bigint * COALESCE(old.output_price, 0))
+               / 1000000.0::double precision,
+        at = %(now)s
+    FROM old
+    WHERE s.run_id = %(run_id)s AND s.addr = %(addr)s AND s.attempt = %(attempt)s
+      AND s.state = 'reserved'
+    RETURNING s.tenant, s.tokens, s.cost, old.tokens AS held_tokens, old.cost AS held_cost
+)
+UPDATE tenant_spend t
+SET tokens = t.tokens + r.tokens, cost = t.cost + r.cost,
+    reserved_tokens = t.reserved_tokens - r.held_tokens,
+    reserved_cost = t.reserved_cost - r.held_cost
+FROM r WHERE t.tenant = r.tenant;
+
+-- name: list_reservations
+SELECT run_id, addr, attempt, tenant, model, input_price, output_price, tokens, cost,
+       state, at
+FROM spend_reservations WHERE run_id = %(run_id)s
+ORDER BY at, addr, attempt;
+
+-- name: tenant_recent_starts
+-- The tenant's runs created since `since` (its runs-per-minute quota).
+SELECT COUNT(*) AS n FROM run_tenants WHERE tenant = %(tenant)s AND created_at >= %(since)s;
+
+-- name: count_children
+-- How many children a run has started (its tenant's children-per-run quota).
+SELECT COUNT(*) AS n FROM runs WHERE parent_id = %(run_id)s;
+
+-- name: tenant_open_waits
+-- The waits open over all of a tenant's runs (its open-waits quota).
+SELECT COUNT(*) AS n FROM waits w JOIN run_tenants t ON t.run_id = w.run_id
+WHERE t.tenant = %(tenant)s AND w.state = 'open';
+
+-- name: tenant_stored_bytes
+-- The bytes a tenant's runs hold (its stored-bytes quota; see run_bytes).
+SELECT COALESCE(SUM(b.bytes), 0)::bigint AS n
+FROM run_tenants t JOIN run_bytes b ON b.run_id = t.run_id WHERE t.tenant = %(tenant)s;
 
 -- large values (see stead/payloads/references.py) -----------------------------
 -- name: own_blob

@@ -55,13 +55,16 @@ ON CONFLICT DO NOTHING
 RETURNING *;
 
 -- name: get_run
-SELECT * FROM runs WHERE run_id = :run_id;
+-- The run, and the tenant it serves ('' none; no row: it ended before schema 35).
+SELECT runs.*, (SELECT t.tenant FROM run_tenants t WHERE t.run_id = runs.run_id) AS tenant
+FROM runs WHERE run_id = :run_id;
 
 -- name: list_runs
-SELECT * FROM runs
-WHERE (:status IS NULL OR status = :status)
+SELECT runs.*, t.tenant FROM runs LEFT JOIN run_tenants t ON t.run_id = runs.run_id
+WHERE (:status IS NULL OR runs.status = :status)
+  AND (:tenant IS NULL OR t.tenant = :tenant)
   AND (:workflow IS NULL OR workflow = :workflow)
-ORDER BY created_at DESC, run_id DESC
+ORDER BY runs.created_at DESC, runs.run_id DESC
 LIMIT :limit;
 
 -- name: backlog
@@ -435,19 +438,20 @@ SELECT * FROM lineage WHERE parent_id = :run_id ORDER BY created_at, run_id;
 -- the start of a run id, :pattern a piece of its task id or workflow (LIKE
 -- patterns whose wildcards the caller escaped). The page after a cursor (:before_at,
 -- :before_id) is the runs strictly older in (created_at, run_id) order.
-SELECT * FROM runs
-WHERE (:status IS NULL OR status = :status)
+SELECT runs.*, t.tenant FROM runs LEFT JOIN run_tenants t ON t.run_id = runs.run_id
+WHERE (:status IS NULL OR runs.status = :status)
   AND (:workflow IS NULL OR workflow = :workflow)
   AND (:version IS NULL OR version = :version)
   AND (:task_id IS NULL OR task_id = :task_id)
-  AND (:queue IS NULL OR queue = :queue)
-  AND (:since IS NULL OR created_at >= :since)
-  AND (:until IS NULL OR created_at < :until)
-  AND (:prefix IS NULL OR run_id LIKE :prefix ESCAPE '\'
+  AND (:queue IS NULL OR runs.queue = :queue)
+  AND (:tenant IS NULL OR t.tenant = :tenant)
+  AND (:since IS NULL OR runs.created_at >= :since)
+  AND (:until IS NULL OR runs.created_at < :until)
+  AND (:prefix IS NULL OR runs.run_id LIKE :prefix ESCAPE '\'
        OR task_id LIKE :pattern ESCAPE '\' OR workflow LIKE :pattern ESCAPE '\')
-  AND (:before_at IS NULL OR created_at < :before_at
-       OR (created_at = :before_at AND run_id < :before_id))
-ORDER BY created_at DESC, run_id DESC
+  AND (:before_at IS NULL OR runs.created_at < :before_at
+       OR (runs.created_at = :before_at AND runs.run_id < :before_id))
+ORDER BY runs.created_at DESC, runs.run_id DESC
 LIMIT :limit;
 
 -- name: journal_page
@@ -1147,6 +1151,283 @@ WHERE scope = :scope AND key_id = :old_key_id AND wrapped = :old_wrapped;
 
 -- name: payload_key_counts
 SELECT key_id, count(*) AS n FROM payload_keys GROUP BY key_id ORDER BY key_id;
+
+-- name: set_run_tenant
+-- The tenant of a run just inserted (its insert's trigger made the row, saying none).
+UPDATE run_tenants SET tenant = :tenant WHERE run_id = :run_id;
+
+-- name: inherit_tenant
+-- A run just inserted serves the tenant of the run it came from (a child's
+-- parent, a fork's, a successor's predecessor).
+UPDATE run_tenants
+SET tenant = COALESCE((SELECT p.tenant FROM run_tenants p WHERE p.run_id = :from_id), '')
+WHERE run_id = :run_id;
+
+-- name: set_run_tenants
+-- The tenants of a batch just inserted, runs a JSON array of {run_id, tenant}.
+UPDATE run_tenants SET tenant = j.tenant
+FROM (SELECT json_extract(value, '$.run_id') AS run_id, json_extract(value, '$.tenant') AS tenant
+      FROM json_each(:runs)) AS j
+WHERE run_tenants.run_id = j.run_id;
+
+-- name: ready_tenants
+-- The tenants with runs a claim could take (runnable, or asleep until a
+-- time), at most :most, by a skip scan of run_tenants_live: one index probe
+-- per tenant, however many runs each has.
+WITH RECURSIVE t (tenant) AS (
+    SELECT MIN(tenant) FROM run_tenants
+    WHERE status IN ('pending', 'running') OR (status = 'waiting' AND wake_at IS NOT NULL)
+    UNION ALL
+    SELECT (SELECT MIN(r.tenant) FROM run_tenants AS r
+            WHERE (r.status IN ('pending', 'running')
+                   OR (r.status = 'waiting' AND r.wake_at IS NOT NULL))
+              AND r.tenant > t.tenant)
+    FROM t WHERE t.tenant IS NOT NULL
+)
+SELECT tenant FROM t WHERE tenant IS NOT NULL LIMIT :most;
+
+-- name: lock_tenants
+-- Nothing here: SQLite's single writer already runs one claim at a time.
+
+-- name: tenant_loads
+-- For each tenant with runs a claim could take (the skip scan of
+-- ready_tenants, at most :most): its runs leased now (active), whether it has
+-- one a claim of this worker could take (ready: runnable outside a queue, or
+-- due), and its runs first claimed after its since (recent; 0 without one):
+-- the tenants in :named (a JSON array) take theirs from :sinces (a JSON
+-- object), the others :since. Each is a bounded read of run_tenants' indexes
+-- for that tenant alone.
+WITH RECURSIVE t (tenant) AS (
+    SELECT MIN(tenant) FROM run_tenants
+    WHERE status IN ('pending', 'running') OR (status = 'waiting' AND wake_at IS NOT NULL)
+    UNION ALL
+    SELECT (SELECT MIN(r.tenant) FROM run_tenants AS r
+            WHERE (r.status IN ('pending', 'running')
+                   OR (r.status = 'waiting' AND r.wake_at IS NOT NULL))
+              AND r.tenant > t.tenant)
+    FROM t WHERE t.tenant IS NOT NULL
+), n AS (
+    SELECT t.tenant,
+        CASE WHEN t.tenant IN (SELECT value FROM json_each(:named))
+             THEN (SELECT s.value FROM json_each(:sinces) AS s WHERE s.key = t.tenant)
+             ELSE :since END AS since
+    FROM t WHERE t.tenant IS NOT NULL LIMIT :most
+)
+SELECT t.tenant AS tenant,
+    (SELECT count(*) FROM run_tenants AS rt INDEXED BY run_tenants_running
+     JOIN runs AS r ON r.run_id = rt.run_id
+     WHERE rt.tenant = t.tenant AND rt.status = 'running' AND r.lease_owner IS NOT NULL
+       AND r.lease_expires_at > COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0)
+    ) AS active,
+    (SELECT rt.run_id FROM run_tenants AS rt INDEXED BY run_tenants_runnable
+     JOIN runs AS r ON r.run_id = rt.run_id
+     WHERE rt.tenant = t.tenant AND rt.status IN ('pending', 'running') AND rt.queue IS NULL
+       AND (r.lease_expires_at IS NULL OR r.lease_expires_at <=
+           COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0))
+       AND (r.workflow || '@' || r.version) IN (SELECT value FROM json_each(:hosted))
+       AND r.run_id NOT IN (SELECT value FROM json_each(:exclude))
+     ORDER BY rt.created_at LIMIT 1) IS NOT NULL
+    OR (SELECT rt.run_id FROM run_tenants AS rt
+        JOIN runs AS r ON r.run_id = rt.run_id
+        WHERE rt.tenant = t.tenant AND rt.status = 'waiting' AND rt.wake_at <= :now
+          AND rt.queue IS NULL
+          AND (r.workflow || '@' || r.version) IN (SELECT value FROM json_each(:hosted))
+          AND r.run_id NOT IN (SELECT value FROM json_each(:exclude))
+        ORDER BY rt.wake_at LIMIT 1) IS NOT NULL AS ready,
+    CASE WHEN t.since IS NULL THEN 0 ELSE
+        (SELECT count(*) FROM run_tenants AS rt
+         WHERE rt.tenant = t.tenant AND rt.started_at > t.since) END AS recent
+FROM n AS t;
+
+-- name: claim_tenant
+-- Lease up to :limit runs of one tenant outside any queue, oldest first (a
+-- due sleeper by its creation too, as in claim), read through run_tenants'
+-- indexes for that tenant alone. A run's first claim sets started_at.
+UPDATE runs
+SET epoch = epoch + 1, lease_owner = :worker_id, lease_expires_at =
+    COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0) + :lease_seconds,
+    status = 'running', wake_at = NULL, updated_at = :now,
+    started_at = COALESCE(started_at, :now)
+WHERE run_id IN (
+    SELECT run_id FROM (
+        SELECT * FROM (
+            SELECT rt.run_id, rt.created_at FROM run_tenants AS rt
+            INDEXED BY run_tenants_runnable
+            JOIN runs AS r ON r.run_id = rt.run_id
+            WHERE rt.tenant = :tenant AND rt.status IN ('pending', 'running')
+              AND rt.queue IS NULL
+              AND (r.lease_expires_at IS NULL OR r.lease_expires_at <=
+                  COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0))
+              AND (r.workflow || '@' || r.version) IN (SELECT value FROM json_each(:hosted))
+              AND r.run_id NOT IN (SELECT value FROM json_each(:exclude))
+            ORDER BY rt.created_at LIMIT :limit)
+        UNION ALL
+        SELECT * FROM (
+            SELECT rt.run_id, rt.created_at FROM run_tenants AS rt
+            JOIN runs AS r ON r.run_id = rt.run_id
+            WHERE rt.tenant = :tenant AND rt.status = 'waiting' AND rt.wake_at <= :now
+              AND rt.queue IS NULL
+              AND (r.workflow || '@' || r.version) IN (SELECT value FROM json_each(:hosted))
+              AND r.run_id NOT IN (SELECT value FROM json_each(:exclude))
+            ORDER BY rt.wake_at LIMIT :limit)
+    )
+    ORDER BY created_at LIMIT :limit
+)
+RETURNING *;
+
+-- Spend and quotas (schema 36, see `stead.spend`).
+
+-- name: reserve_context
+-- What a reservation is judged on, in one read: the run's tenant ('' none),
+-- the model's price (null: unpriced), what the run's model calls hold, and
+-- the tenant's limits (JSON; null: none).
+SELECT (SELECT t.tenant FROM run_tenants t WHERE t.run_id = :run_id) AS tenant,
+       p.input_per_million, p.output_per_million,
+       (SELECT COALESCE(SUM(r.tokens), 0) FROM spend_reservations r
+        WHERE r.run_id = :run_id AND r.state <> 'released') AS run_tokens,
+       (SELECT COALESCE(SUM(r.cost), 0) FROM spend_reservations r
+        WHERE r.run_id = :run_id AND r.state <> 'released') AS run_cost,
+       (SELECT l.limits FROM tenant_limits l JOIN run_tenants t ON t.tenant = l.tenant
+        WHERE t.run_id = :run_id) AS limits
+FROM (SELECT 1 AS one) AS o LEFT JOIN model_prices p ON p.model = :model;
+
+-- name: run_tenant
+-- The tenant a run serves ('' or no row: none).
+SELECT tenant FROM run_tenants WHERE run_id = :run_id;
+
+
+-- name: set_price
+INSERT INTO model_prices (model, input_per_million, output_per_million, updated_at)
+VALUES (:model, :input, :output, :now)
+ON CONFLICT (model) DO UPDATE
+SET input_per_million = excluded.input_per_million,
+    output_per_million = excluded.output_per_million, updated_at = excluded.updated_at;
+
+-- name: list_prices
+SELECT model, input_per_million, output_per_million, updated_at FROM model_prices
+ORDER BY model;
+
+-- name: get_tenant_limits
+SELECT tenant, limits, updated_at, updated_by, why FROM tenant_limits
+WHERE tenant = :tenant;
+
+-- name: set_tenant_limits
+INSERT INTO tenant_limits (tenant, limits, updated_at, updated_by, why)
+VALUES (:tenant, :limits, :now, :by, :why)
+ON CONFLICT (tenant) DO UPDATE
+SET limits = excluded.limits, updated_at = excluded.updated_at,
+    updated_by = excluded.updated_by, why = excluded.why;
+
+-- name: list_tenant_limits
+SELECT tenant, limits, updated_at, updated_by, why FROM tenant_limits
+ORDER BY tenant;
+
+-- name: lock_tenant_spend
+-- The row every reservation and quota check of the tenant reads and changes,
+-- made if missing: the write transaction holds the file's one write lock, so
+-- two workers reserving at once are judged one after the other.
+INSERT INTO tenant_spend (tenant) VALUES (:tenant)
+ON CONFLICT (tenant) DO UPDATE SET tenant = excluded.tenant
+RETURNING tokens, cost, reserved_tokens, reserved_cost;
+
+-- name: get_tenant_spend
+SELECT tenant, tokens, cost, reserved_tokens, reserved_cost FROM tenant_spend
+WHERE tenant = :tenant;
+
+
+-- name: reset_tenant_spend
+-- A new budget period: what was settled is forgotten, what is reserved stays.
+UPDATE tenant_spend SET tokens = 0, cost = 0 WHERE tenant = :tenant;
+
+
+-- name: reserved_at
+-- The reservations of one call still open (its attempts in flight, or whose
+-- worker died).
+SELECT run_id, addr, attempt, tenant, model, input_price, output_price, tokens, cost,
+       state, at
+FROM spend_reservations
+WHERE run_id = :run_id AND addr = :addr AND state = 'reserved'
+ORDER BY attempt;
+
+-- name: open_reservation
+-- A reservation, and its estimate held by its tenant (if it has one). Two
+-- statements, run in turn (`-- then`).
+INSERT INTO spend_reservations (run_id, addr, attempt, tenant, model, input_price,
+                                output_price, tokens, cost, state, at)
+VALUES (:run_id, :addr, :attempt, :tenant, :model, :input_price, :output_price,
+        :tokens, :cost, 'reserved', :now);
+-- then
+UPDATE tenant_spend
+SET reserved_tokens = reserved_tokens + :tokens, reserved_cost = reserved_cost + :cost
+WHERE tenant = :tenant;
+
+-- name: close_reservation
+-- A reservation resolved (`state`: settled, released, died), now holding
+-- `tokens` and `cost`; its tenant's counts move from reserved (`held_tokens`,
+-- `held_cost`: its estimate) to settled. Two statements, run in turn.
+UPDATE spend_reservations SET state = :state, tokens = :tokens, cost = :cost, at = :now
+WHERE run_id = :run_id AND addr = :addr AND attempt = :attempt AND state = 'reserved';
+-- then
+UPDATE tenant_spend
+SET tokens = tokens + :tokens, cost = cost + :cost,
+    reserved_tokens = reserved_tokens - :held_tokens, reserved_cost = reserved_cost - :held_cost
+WHERE tenant = :tenant;
+
+-- name: settle_reservation
+-- A reservation settled to the tokens its attempt used (`input_tokens`,
+-- `output_tokens`, costed at the prices it was reserved at), or released (no
+-- tokens); its tenant's counts move from reserved to settled. Two statements,
+-- run in turn (`-- then`): the tenant's first, while the row still says what
+-- it reserved.
+UPDATE tenant_spend
+SET tokens = tokens + :input_tokens + :output_tokens,
+    cost = cost + (SELECT (:input_tokens * COALESCE(r.input_price, 0)
+                           + :output_tokens * COALESCE(r.output_price, 0)) / 1000000.0
+                   FROM spend_reservations r
+                   WHERE r.run_id = :run_id AND r.addr = :addr AND r.attempt = :attempt
+                     AND r.state = 'reserved'),
+    reserved_tokens = reserved_tokens - (
+        SELECT r.tokens FROM spend_reservations r
+        WHERE r.run_id = :run_id AND r.addr = :addr AND r.attempt = :attempt
+          AND r.state = 'reserved'),
+    reserved_cost = reserved_cost - (
+        SELECT r.cost FROM spend_reservations r
+        WHERE r.run_id = :run_id AND r.addr = :addr AND r.attempt = :attempt
+          AND r.state = 'reserved')
+WHERE tenant = (SELECT r.tenant FROM spend_reservations r
+                WHERE r.run_id = :run_id AND r.addr = :addr AND r.attempt = :attempt
+                  AND r.state = 'reserved');
+-- then
+UPDATE spend_reservations
+SET state = :state, tokens = :input_tokens + :output_tokens,
+    cost = (:input_tokens * COALESCE(input_price, 0)
+            + :output_tokens * COALESCE(output_price, 0)) / 1000000.0,
+    at = :now
+WHERE run_id = :run_id AND addr = :addr AND attempt = :attempt AND state = 'reserved';
+
+-- name: list_reservations
+SELECT run_id, addr, attempt, tenant, model, input_price, output_price, tokens, cost,
+       state, at
+FROM spend_reservations WHERE run_id = :run_id
+ORDER BY at, addr, attempt;
+
+-- name: tenant_recent_starts
+-- The tenant's runs created since `since` (its runs-per-minute quota).
+SELECT COUNT(*) AS n FROM run_tenants WHERE tenant = :tenant AND created_at >= :since;
+
+-- name: count_children
+-- How many children a run has started (its tenant's children-per-run quota).
+SELECT COUNT(*) AS n FROM runs WHERE parent_id = :run_id;
+
+-- name: tenant_open_waits
+-- The waits open over all of a tenant's runs (its open-waits quota).
+SELECT COUNT(*) AS n FROM waits w JOIN run_tenants t ON t.run_id = w.run_id
+WHERE t.tenant = :tenant AND w.state = 'open';
+
+-- name: tenant_stored_bytes
+-- The bytes a tenant's runs hold (its stored-bytes quota; see run_bytes).
+SELECT COALESCE(SUM(b.bytes), 0) AS n
+FROM run_tenants t JOIN run_bytes b ON b.run_id = t.run_id WHERE t.tenant = :tenant;
 
 -- large values (see stead/payloads/references.py) -----------------------------
 -- name: own_blob
