@@ -259,7 +259,12 @@ class Dashboard:
         return await self.render(request, "trace.html", t=page)
 
     async def stream(self, request: Request) -> Response:
-        return await streams.sse(self.client, request)
+        """A run's stream as SSE: to the holder of a stream token for it,
+        without a login; otherwise as any page is read."""
+        token = streams.token_of(request)
+        if token is not None:
+            return await streams.sse(self.client, request, token)
+        return await self.readable(lambda r: streams.sse(self.client, r))(request)
 
     # -- login -----------------------------------------------------------------------
     async def _cross_site(self, request: Request, form: Any) -> Response | None:
@@ -438,7 +443,7 @@ def create_app(
         Route("/attention", d.readable(d.attention)),
         Route("/runs/{run_id}", d.readable(d.run)),
         Route("/runs/{run_id}/trace", d.readable(d.trace)),
-        Route("/runs/{run_id}/streams/{name}", d.readable(d.stream)),
+        Route("/runs/{run_id}/streams/{name}", d.stream),
         Route("/runs/{run_id}/actions/{action}", d.act, methods=["POST"]),
         Route("/attention/actions/bulk", d.act_on_many, methods=["POST"]),
         Route("/status", d.readable(d.status)),

@@ -4,7 +4,7 @@ change is one transaction, written once in `transactions`; every write by a
 run's holder is fenced by its epoch and raises `StaleLease` when the fence
 fails. `Store` is composed of one part per concern, a module of this package
 each (`runs`, `leases`, `journal`, `waits`, `state`, `intents`, `actions`,
-`migrations`, `retention`, `workspaces`), over the transactions of the same
+`migrations`, `retention`, `workspaces`, `stream_tokens`), over the transactions of the same
 name; this module holds what is left: opening, the keyring, waiting for work.
 docs/architecture.md draws the whole."""
 
@@ -26,6 +26,7 @@ from stead.store.base.migrations import Migrations
 from stead.store.base.retention import Retention
 from stead.store.base.runs import Runs
 from stead.store.base.state import TaskState
+from stead.store.base.stream_tokens import StreamTokens
 from stead.store.base.waits import Waits
 from stead.store.base.workspaces import Workspaces
 from stead.store.seam import Database
@@ -58,7 +59,7 @@ def run_outside_branches(cls: type) -> None:
 
 
 class Store(Runs, Leases, Journals, Waits, TaskState, Intents, Actions, Migrations, Retention,
-            Workspaces):
+            Workspaces, StreamTokens):
     """A store's public coroutines run outside the workflow's branches: a task
     a store starts while a run awaits it (a pool waiting for a free connection,
     a group commit's flusher) must not be numbered as one of the run's

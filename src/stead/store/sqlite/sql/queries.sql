@@ -1027,3 +1027,19 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 
 -- name: delete_meta
 DELETE FROM stead_meta WHERE key = :key;
+
+-- name: revoke_stream_token
+-- A token (or, as 'run:<id>', every token of a run issued until now) is
+-- refused from now on; revoking again moves the time forward.
+INSERT INTO stream_token_revocations (revoked, revoked_at, expires_at)
+    VALUES (:revoked, :now, :expires_at)
+    ON CONFLICT (revoked) DO UPDATE SET revoked_at = excluded.revoked_at,
+        expires_at = max(stream_token_revocations.expires_at, excluded.expires_at);
+
+-- name: forget_stream_revocations
+DELETE FROM stream_token_revocations WHERE expires_at < :now;
+
+-- name: stream_token_revoked
+SELECT 1 AS revoked FROM stream_token_revocations
+WHERE revoked = :token_id OR (revoked = :run_key AND revoked_at >= :issued_at)
+LIMIT 1;
