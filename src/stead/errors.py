@@ -370,6 +370,14 @@ class NotAllowed(SteadError):
     (`stead.roles`): it is refused, audited, and nothing changed."""
 
 
+class OutsideTenant(SteadError):
+    """A client scoped to one tenant (`Client(tenant=...)`, an operator of one
+    tenant on the dashboard) was asked to act beyond it: start a run of
+    another tenant, list another's runs, or use a store operation that spans
+    every tenant. Nothing was read or changed. (Another tenant's run itself
+    is not there for it: `UnknownRun`.)"""
+
+
 class UnknownAction(SteadError):
     """An operator action that does not exist, or that does not apply to what
     it names (a wait, an effect, a grant) as the run is now."""

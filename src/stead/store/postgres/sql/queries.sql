@@ -474,6 +474,8 @@ WHERE w.wait_id = %(wait_id)s;
 SELECT w.*, q.request FROM waits w LEFT JOIN wait_requests q ON q.wait_id = w.wait_id
 WHERE (%(run_id)s::text IS NULL OR w.run_id = %(run_id)s::text)
   AND (%(state)s::text IS NULL OR w.state = %(state)s::text)
+  AND (%(tenant)s::text IS NULL OR w.run_id IN (SELECT t.run_id FROM run_tenants t
+                                                WHERE t.tenant = %(tenant)s::text))
 ORDER BY w.created_at, w.wait_id
 LIMIT %(limit)s;
 
@@ -663,6 +665,10 @@ FROM journal WHERE run_id = %(run_id)s AND kind IN ('effect', 'llm', 'workspace'
 
 -- name: count_runs_by_status
 SELECT status, COUNT(*) AS runs FROM runs GROUP BY status;
+
+-- name: count_tenant_runs_by_status
+-- One tenant's runs in each status (run_tenants keeps each run's status).
+SELECT status, COUNT(*) AS runs FROM run_tenants WHERE tenant = %(tenant)s GROUP BY status;
 
 -- name: state_since
 -- A task's versions written after :version, oldest first: what changed the

@@ -295,6 +295,8 @@ WHERE w.wait_id = :wait_id;
 -- name: list_waits
 SELECT w.*, q.request FROM waits w LEFT JOIN wait_requests q ON q.wait_id = w.wait_id
 WHERE (:run_id IS NULL OR w.run_id = :run_id) AND (:state IS NULL OR w.state = :state)
+  AND (:tenant IS NULL OR w.run_id IN (SELECT t.run_id FROM run_tenants t
+                                       WHERE t.tenant = :tenant))
 ORDER BY w.created_at, w.wait_id
 LIMIT :limit;
 
@@ -467,6 +469,10 @@ FROM journal WHERE run_id = :run_id AND kind IN ('effect', 'llm', 'workspace') O
 
 -- name: count_runs_by_status
 SELECT status, COUNT(*) AS runs FROM runs GROUP BY status;
+
+-- name: count_tenant_runs_by_status
+-- One tenant's runs in each status (run_tenants keeps each run's status).
+SELECT status, COUNT(*) AS runs FROM run_tenants WHERE tenant = :tenant GROUP BY status;
 
 -- name: state_since
 -- A task's versions written after :version, oldest first: what changed the

@@ -1,0 +1,156 @@
+"""Operators scoped by tenant, on every route of the dashboard: a property
+test drawing a route (enumerated from the app's router, so a route added
+later is drawn too), a method, a role, the operator's tenant (or none, or
+nobody logged in) and whose run the request names. An operator of tenant A
+(viewer, approver, operator or admin of A) never gets anything of B's runs
+(not their ids on a list, not their input, waits or streams) and changes
+nothing of them (status, epoch, waits, events, audit); an operator of no
+tenant sees both, as before tenants."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from starlette.requests import Request
+from starlette.routing import Route
+
+import stead
+from stead import operator
+from stead.roles import Role
+from stead.web import create_app
+from stead.web.actions import BULK, CONFIRM
+from stead.web.security import CSRF_COOKIE, Identity
+from tests import stress
+
+app = stead.App("tenants-web")
+TENANTS = ("a", "b")
+CSRF = "c" * 43
+
+
+@app.workflow(version=1)
+async def ask(run: stead.Run, secret: str) -> str:
+    await run.stream("answer").append(f"thinking about {secret}")
+    wait = await run.wait("approval", request={"about": secret})
+    return f"{secret}: {wait.payload}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Tenant:
+    run_id: str
+    task_id: str
+    wait_id: str
+    secret: str
+
+
+async def _world(store: stead.Store) -> dict[str, Tenant]:
+    client = stead.Client(store, app)
+    started = {t: await client.start(ask, f"{t}-secret-{t * 6}", tenant=t,
+                                     task_id=f"task-{t}") for t in TENANTS}
+    await stead.Worker(app, store, stead.WorkerOptions(poll_interval=0.01)).run_until_idle()
+    world = {}
+    for t, info in started.items():
+        [wait] = await client.waits(run_id=info.run_id)
+        world[t] = Tenant(info.run_id, f"task-{t}", wait.wait_id, f"{t}-secret-{t * 6}")
+    return world
+
+
+async def _seen(store: stead.Store, who: Tenant) -> tuple[Any, ...]:
+    """What a request could change of a tenant's run."""
+    client = stead.Client(store, app)
+    run = await store.get_run(who.run_id)
+    return (run.status, run.epoch, [(w.wait_id, w.state, w.bad_tokens)
+                                    for w in await client.waits(run_id=who.run_id, state=None)],
+            len(await client.events(who.run_id)), len(await store.list_actions(who.run_id)))
+
+
+class Holder:
+    """The identity the auth hook names for the request being made."""
+
+    ident: Identity | None = None
+
+    def hook(self, _request: Request) -> Identity | None:
+        return self.ident
+
+
+def _routes(asgi: Any) -> list[tuple[str, str]]:
+    """Every (path, method) the app's router serves."""
+    return sorted((r.path, m) for r in asgi.routes if isinstance(r, Route)
+                  for m in (r.methods or {"GET"}) if m != "HEAD")
+
+
+def _fill(path: str, target: Tenant, action: str) -> str:
+    values = {"run_id": target.run_id, "name": "answer", "action": action,
+              "task_id": target.task_id}
+    return re.sub(r"\{(\w+)\}", lambda m: values[m.group(1)], path)
+
+
+@pytest.mark.sqlite_only
+def test_no_route_shows_or_changes_another_tenants_runs(tmp_path: Path) -> None:
+    holder = Holder()
+    with asyncio.Runner() as runner:
+        store = runner.run(stead.open_store(f"sqlite:///{tmp_path}/stead.db"))
+        world = runner.run(_world(store))
+        asgi = create_app(app, store=store, auth=holder.hook)
+        routes = _routes(asgi)
+        assert ("/runs/{run_id}", "GET") in routes and len(routes) >= 10
+
+        async def request(path: str, method: str, action: str, target: Tenant,
+                          query: str) -> httpx.Response:
+            url = _fill(path, target, action)
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
+                                         base_url="http://127.0.0.1",
+                                         cookies={CSRF_COOKIE: CSRF}) as http:
+                if method == "GET":
+                    return await http.get(url + query)
+                bulk = url.endswith("/bulk")
+                return await http.post(url, data={
+                    "csrf": CSRF, "why": "drawn by the test", CONFIRM: "yes",
+                    "action": action if bulk else "", "decision": "approve",
+                    "target": target.wait_id if action in (
+                        "approve", "reject", "revoke_wait", "unlock_wait") else "",
+                    "pick": f"{target.run_id} waiting 1", "payload": "{}"})
+
+        @settings(max_examples=stress.examples(200), deadline=None,
+                  suppress_health_check=[HealthCheck.function_scoped_fixture])
+        @given(route=st.sampled_from(routes), role=st.sampled_from(list(Role)),
+               tenant=st.sampled_from([*TENANTS, None, "nobody"]),
+               whose=st.sampled_from(TENANTS),
+               action=st.sampled_from([*operator.ACTIONS, *BULK]),
+               query=st.sampled_from(["", "?text=secret", "?fragment=1", "?status=waiting",
+                                      "?tab=waits", "?after=0"]))
+        def check(route: tuple[str, str], role: Role, tenant: str | None, whose: str,
+                  action: str, query: str) -> None:
+            path, method = route
+            holder.ident = (None if tenant == "nobody"
+                            else Identity("drawn", frozenset({role}), tenant))
+            target = world[whose]
+            others = [world[t] for t in TENANTS if tenant not in (None, "nobody") and t != tenant]
+            before = [runner.run(_seen(store, o)) for o in others]
+            r = runner.run(request(path, method, action, target, query))
+            assert r.status_code < 500, (route, r.status_code, r.text[:300])
+            for other, was in zip(others, before, strict=True):
+                body = r.text
+                # Nothing of another tenant's run: its input, its wait, its id
+                # (unless the request's own URL named it).
+                assert other.secret not in body, (route, role, tenant, whose)
+                assert other.wait_id not in body, (route, role, tenant, whose)
+                if other is not target:
+                    assert other.run_id not in body, (route, role, tenant, whose)
+                else:
+                    assert r.status_code != 200 or "/streams/" not in path
+                assert runner.run(_seen(store, other)) == was, (route, role, tenant, whose)
+            if method == "GET" and path == "/runs/{run_id}" and tenant != "nobody":
+                sees = tenant is None or tenant == whose
+                event(f"run page seen: {sees}")
+                assert (r.status_code == 200 and target.secret in r.text) == sees
+
+        check()
+        runner.run(store.close())
