@@ -93,18 +93,20 @@ class App:
 
     def queue(self, name: str, *, concurrency: int | None = None,
               per_worker: int | None = None, rate: tuple[int, Period] | None = None,
-              priority: bool = False) -> Queue:
+              priority: bool = False, tenant: str | None = None) -> Queue:
         """Declare queue `name`: at most `concurrency` of its runs execute at
         once across every worker of the database, `per_worker` on one worker,
         and `rate=(100, "1m")` start per period. With `priority`, runs may be
-        started with a priority (lower first). Workers of this app claim the
-        queue's runs under these limits (`client.start(..., queue=name)`)."""
+        started with a priority (lower first). With `tenant`, the queue holds
+        that tenant's runs alone (a run started in it serves that tenant).
+        Workers of this app claim the queue's runs under these limits
+        (`client.start(..., queue=name)`)."""
         from stead import queues
 
         if name in self.queues:
             raise ValueError(f"queue {name!r} is declared twice")
         made = queues.define(name, concurrency=concurrency, per_worker=per_worker, rate=rate,
-                             priority=priority)
+                             priority=priority, tenant=tenant)
         self.queues[name] = made
         return made
 
@@ -181,25 +183,28 @@ class App:
 
     def schedule(
         self, cron: str, *, name: str | None = None, missed: Missed | str = Missed.ONCE,
-        grace: float = 10.0,
+        grace: float = 10.0, tenant: str | None = None,
     ) -> Callable[[Any], Workflow[Any, Any]]:
         """Start a run of the decorated workflow at every tick of `cron` (UTC;
         five fields, or six with seconds last), exactly once per tick across
         every worker of the database. The run gets the tick (ISO 8601) as its
         one argument and `schedule:<name>@<tick>` as its task id. Ticks missed
         while no worker ran: `missed="skip"` (fired only up to `grace`
-        seconds late), `"once"` (one run, for the latest) or `"all"`. Put it
+        seconds late), `"once"` (one run, for the latest) or `"all"`. With
+        `tenant`, each run serves that tenant (`stead.tenants`). Put it
         above `@app.workflow(...)`, or on a plain `async def` (registered as
         version 1)."""
-        from stead import schedules
+        from stead import schedules, tenants
 
         policy = schedules.check(cron, missed, grace)
+        tenants.check(tenant, "a schedule's tenant=")
 
         def register(target: Any) -> Workflow[Any, Any]:
             wf: Workflow[Any, Any] = target if isinstance(target, Workflow) \
                 else self.workflow()(target)
             bounds.text(name or wf.name, "a schedule's name", errors.InvalidSchedule)
-            sched = schedules.Schedule(name or wf.name, cron, wf.name, wf.version, policy, grace)
+            sched = schedules.Schedule(name or wf.name, cron, wf.name, wf.version, policy, grace,
+                                       tenant)
             if sched.name in self._schedules:
                 raise ValueError(f"schedule {sched.name!r} is registered twice")
             self._schedules[sched.name] = sched

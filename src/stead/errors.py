@@ -10,7 +10,7 @@ By where they come from:
   `DatabaseMissing`, `CorruptRecord`, `KeysUnavailable`;
 - input refused at the door: `InvalidInput`, `InvalidValue`, `EventTooLarge`,
   `TaskMismatch`, `InvalidStart`, `UnknownWorkflow`, `UnknownRun`,
-  `UnknownQueue`, `InvalidSchedule`;
+  `UnknownQueue`, `InvalidSchedule`, `InvalidTenant`;
 - workflows and the journal: `StaleLease`, `SerializationError`,
   `ResultTooLarge`, `SecretInJournal`, `NonDeterminism`, `StepError`,
   `StepTimeout`, `ScriptExhausted`, `StateConflict`, `StreamClosed`,
@@ -39,7 +39,8 @@ __all__ = [
     "CancelRequested", "ChildEnded", "ChildFailed", "CorruptRecord", "DatabaseMissing",
     "DeadlineExceeded", "EffectCompensated", "EffectFailed", "EventTooLarge", "ForkRefused",
     "GrantRefused", "GrantWidening", "InvalidCheckResult", "InvalidInput", "InvalidIntent",
-    "InvalidSchedule", "InvalidStart", "InvalidValue", "KeysUnavailable", "MigrationBlocked",
+    "InvalidSchedule", "InvalidStart", "InvalidTenant", "InvalidValue", "KeysUnavailable",
+    "MigrationBlocked",
     "MigrationRefused", "NonDeterminism", "NotAllowed", "NotStopped", "OutcomeUncertain",
     "ResultTooLarge", "RunEnded", "RunFailed", "RunMovedOn", "SchemaAhead", "SchemaBehind",
     "ScriptExhausted", "SecretInJournal", "SerializationError", "StaleLease", "StateConflict",
@@ -484,6 +485,12 @@ class InvalidSchedule(SteadError):
 
 class UnknownQueue(SteadError):
     """A run was started in a queue the app does not declare (`app.queue`)."""
+
+
+class InvalidTenant(InvalidInput):
+    """A tenant id is not one stead keeps (1 to 64 letters, digits and `_ . : @ -`,
+    starting with a letter or a digit), or a run was given a tenant its queue or
+    its parent does not have."""
 
 
 class InvalidStart(InvalidInput):

@@ -14,7 +14,7 @@ import dataclasses
 import datetime as dt
 import re
 
-from stead import bounds
+from stead import bounds, tenants
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 _PERIOD = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
@@ -29,7 +29,8 @@ class Queue:
     once across all workers, `per_worker` on any one worker, `rate` runs
     started per `period` seconds. With `priority`, runs may be started with a
     priority (lower is claimed first; 0 by default); without it, the queue is
-    first in, first out."""
+    first in, first out. With `tenant`, it holds that tenant's runs alone: a
+    run started in it without a tenant serves that one."""
 
     name: str
     concurrency: int | None = None
@@ -37,6 +38,7 @@ class Queue:
     rate: int | None = None
     period: float = 0.0
     priority: bool = False
+    tenant: str | None = None
 
     def room(self, active: int, mine: int, recent: int, limit: int) -> int:
         """How many runs a claim may lease now: at most `limit` (the worker's
@@ -62,7 +64,8 @@ def is_name(text: object) -> bool:
 
 
 def define(name: str, *, concurrency: int | None = None, per_worker: int | None = None,
-           rate: tuple[int, Period] | None = None, priority: bool = False) -> Queue:
+           rate: tuple[int, Period] | None = None, priority: bool = False,
+           tenant: str | None = None) -> Queue:
     """A checked `Queue`: `rate=(100, "1m")` is 100 starts a minute (a period
     is seconds, a `timedelta`, or a number with ms, s, m, h or d)."""
     if not is_name(name):
@@ -75,7 +78,8 @@ def define(name: str, *, concurrency: int | None = None, per_worker: int | None 
             raise ValueError(f"queue {name!r}: rate= takes (count, period), e.g. (100, '1m')")
         limit, period = rate[0], parse_period(rate[1])
         _positive(name, "rate", limit)
-    return Queue(name, concurrency, per_worker, limit, period, bool(priority))
+    tenants.check(tenant, f"queue {name!r}: tenant=")
+    return Queue(name, concurrency, per_worker, limit, period, bool(priority), tenant)
 
 
 def parse_period(value: Period) -> float:

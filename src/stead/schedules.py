@@ -89,6 +89,7 @@ class Schedule:
     version: int
     missed: Missed = Missed.ONCE
     grace: float = 10.0
+    tenant: str | None = None  # the tenant each run serves
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "missed", check(self.cron, self.missed, self.grace))
@@ -120,6 +121,7 @@ class Schedule:
             run_id=uuid.uuid4().hex, workflow=self.workflow, version=self.version,
             task_id=f"schedule:{self.name}@{text}",
             input=codec.dumps({"args": [text], "kwargs": {}}, what="a tick"),
+            tenant=self.tenant,
         )
 
 

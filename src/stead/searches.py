@@ -39,6 +39,7 @@ class RunSearch:
     version: int | None = None
     task_id: str | None = None
     queue: str | None = None
+    tenant: str | None = None
     since: float | None = None
     until: float | None = None
     text: str | None = None
@@ -50,7 +51,8 @@ class RunSearch:
         text = None if not self.text else like_escaped(self.text)
         return {
             "status": self.status, "workflow": self.workflow, "version": self.version,
-            "task_id": self.task_id, "queue": self.queue, "since": self.since,
+            "task_id": self.task_id, "queue": self.queue, "tenant": self.tenant,
+            "since": self.since,
             "until": self.until,
             "prefix": None if text is None else f"{text}%",
             "pattern": None if text is None else f"%{text}%",

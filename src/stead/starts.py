@@ -35,6 +35,7 @@ class Start:
     dedup_key: str | None = None
     intent: Intent | None = None
     deadline: dt.timedelta | float | None = None  # from when it is started
+    tenant: str | None = None
     where: str | None = None
 
 
@@ -60,6 +61,7 @@ def _line() -> type[pydantic.BaseModel]:
         dedup_key: str | None = None
         intent: dict[str, Any] | None = None
         deadline: float | None = pydantic.Field(default=None, gt=0)  # seconds from the start
+        tenant: str | None = None
 
     return _Line
 

@@ -54,6 +54,8 @@ def _shown(info: RunInfo) -> RunInfo:
               help="Its priority in the queue: lower runs first.")
 @click.option("--dedup-key", default=None,
               help="Starting it again in the queue returns the live run with this key.")
+@click.option("--tenant", default=None,
+              help="The tenant (customer) the run serves, e.g. acme.")
 @click.option("--batch", type=common.COUNT, default=1000, show_default=True,
               help="With WORKFLOW '-': runs per transaction.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the run id.")
@@ -61,7 +63,7 @@ def _shown(info: RunInfo) -> RunInfo:
 def start(ctx: click.Context, app_spec: str, workflow: str, args_json: str | None,
           kwargs_json: str | None, task_id: str | None, version: int | None,
           intent_file: str | None, queue: str | None, priority: int | None,
-          dedup_key: str | None, batch: int, quiet: bool) -> None:
+          dedup_key: str | None, tenant: str | None, batch: int, quiet: bool) -> None:
     """Start a run of WORKFLOW from MODULE:APP.
 
     ARGS_JSON is a JSON array of positional arguments, e.g. '[{"id": 4711}]'.
@@ -71,18 +73,19 @@ def start(ctx: click.Context, app_spec: str, workflow: str, args_json: str | Non
     WORKFLOW '-' reads the runs to start from stdin, one JSON object a line:
     {"workflow": "triage", "args": ["T-1"], "task_id": "ticket-T-1",
     "queue": "refunds", "priority": 5} (also kwargs, version, dedup_key,
-    intent). Every line is checked first: a bad one is named and nothing is
+    intent, tenant). Every line is checked first: a bad one is named and nothing is
     started. Prints one JSON object a line: run_id, task_id, created.
     """
     if workflow == "-":
         given = [name for name, value in (
             ("ARGS_JSON", args_json), ("--kwargs", kwargs_json), ("--task-id", task_id),
             ("--version", version), ("--intent", intent_file), ("--queue", queue),
-            ("--priority", priority), ("--dedup-key", dedup_key)) if value is not None]
+            ("--priority", priority), ("--dedup-key", dedup_key), ("--tenant", tenant))
+            if value is not None]
         if given:
             raise click.UsageError(f"with WORKFLOW '-' each line says what {given[0]} would "
                                    "(its fields: workflow, args, kwargs, task_id, version, "
-                                   "queue, priority, dedup_key, intent)")
+                                   "queue, priority, dedup_key, intent, tenant)")
         _start_lines(ctx, common.load_app(app_spec), batch, quiet)
         return
     app = common.load_app(app_spec)
@@ -95,7 +98,7 @@ def start(ctx: click.Context, app_spec: str, workflow: str, args_json: str | Non
         async with common.opened_client(common.database_url(ctx), app) as client:
             return await client.start(workflow, *args, task_id=task_id, version=version,
                                       intent=intent, queue=queue, priority=priority,
-                                      dedup_key=dedup_key, **kwargs)
+                                      dedup_key=dedup_key, tenant=tenant, **kwargs)
 
     info = _shown(common.run_async(go()))
     if quiet:
@@ -138,6 +141,7 @@ def runs() -> None:
 @click.option("--status", type=click.Choice([s.value for s in records.RunStatus]), default=None,
               help="Only runs with this status.")
 @click.option("--workflow", default=None, help="Only runs of this workflow.")
+@click.option("--tenant", default=None, help="Only runs of this tenant.")
 @click.option("--limit", type=common.COUNT, default=50, show_default=True,
               help="At most this many runs, newest first.")
 @click.option("--stranded", is_flag=True,
@@ -145,8 +149,9 @@ def runs() -> None:
 @common.grace_option
 @common.json_option
 @click.pass_context
-def runs_ls(ctx: click.Context, status: str | None, workflow: str | None, limit: int,
-            stranded: bool, grace: float, as_json: bool) -> None:
+def runs_ls(ctx: click.Context, status: str | None, workflow: str | None,
+            tenant: str | None, limit: int, stranded: bool, grace: float,
+            as_json: bool) -> None:
     """List runs, newest first (--stranded: oldest first)."""
     db = common.database_url(ctx)
     common.require_database(db)
@@ -156,7 +161,8 @@ def runs_ls(ctx: click.Context, status: str | None, workflow: str | None, limit:
     async def go() -> list[RunInfo]:
         async with common.opened_store(db) as store:
             return await listing.list_runs(store, status=status, workflow=workflow,
-                                           limit=limit, stranded=stranded, grace=grace)
+                                           limit=limit, stranded=stranded, grace=grace,
+                                           tenant=tenant)
 
     infos = common.run_async(go())
     if as_json:

@@ -40,6 +40,7 @@ class RunInfo:
     input: Any = None
     # When a worker first claimed it (None: not yet): before, it was queued.
     started_at: float | None = None
+    tenant: str | None = None  # the customer it serves (`stead.tenants`), None for none
 
     @property
     def code(self) -> str:
@@ -70,7 +71,7 @@ class RunInfo:
             parent_id=row.parent_id, deadline=row.deadline,
             cancel_requested=row.cancel_requested is not None, queue=row.queue,
             priority=row.priority, input=loads(row.input, row.run_id),
-            started_at=row.started_at,
+            started_at=row.started_at, tenant=row.tenant,
         )
 
 

@@ -9,7 +9,7 @@ import os
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-from stead import bounds, errors, records, searches
+from stead import bounds, errors, records, searches, tenants
 from stead.client import listing
 from stead.client.base import Base
 from stead.client.info import RunInfo
@@ -98,13 +98,16 @@ class Inspecting(Base):
 
     async def list_runs(self, *, status: str | None = None, workflow: str | None = None,
                         limit: int = 100, stranded: bool = False,
-                        grace: float = listing.STRANDED_AFTER) -> list[RunInfo]:
-        """Runs, newest first. `stranded=True`: only runnable runs whose
+                        grace: float = listing.STRANDED_AFTER,
+                        tenant: str | None = None) -> list[RunInfo]:
+        """Runs, newest first (with `tenant`: that tenant's alone). `stranded=True`:
+        only runnable runs whose
         version no worker has served (hosted or migrated) for `grace`
         seconds, oldest first, each with `hosted_at`; their status is
         unchanged, and a worker serving the version takes them as any other."""
         return await listing.list_runs(self.store, status=status, workflow=workflow,
-                                       limit=limit, stranded=stranded, grace=grace)
+                                       limit=limit, stranded=stranded, grace=grace,
+                                       tenant=tenant)
 
     async def lineage(self, run_id: str) -> records.Lineage:
         """Where the run came from (a fork of, or the successor of, another)
@@ -143,7 +146,8 @@ class Inspecting(Base):
     async def search_runs(
         self, *, status: str | None = None, workflow: str | None = None,
         version: int | None = None, task_id: str | None = None, queue: str | None = None,
-        since: float | None = None, until: float | None = None, text: str | None = None,
+        tenant: str | None = None, since: float | None = None, until: float | None = None,
+        text: str | None = None,
         after: searches.Cursor | None = None, limit: int = 100,
     ) -> list[RunInfo]:
         """Runs, newest first, filtered by each criterion given (`since`,
@@ -152,9 +156,11 @@ class Inspecting(Base):
         bounds.integer(limit, "limit", least=1)
         if version is not None:
             bounds.version(version)
+        tenants.check(tenant)
         rows = await self.store.search_runs(searches.RunSearch(
             status=None if status is None else _status(status), workflow=workflow,
-            version=version, task_id=task_id, queue=queue, since=since, until=until,
+            version=version, task_id=task_id, queue=queue, tenant=tenant, since=since,
+            until=until,
             text=text, after=after, limit=limit))
         return [RunInfo.from_row(r) for r in rows]
 

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from stead import arguments, bounds, codec, errors, inputs, queues, records
+from stead import arguments, bounds, codec, errors, inputs, queues, records, tenants
 from stead.app import Workflow
 from stead.client import forks, revisions
 from stead.client.base import Base
@@ -31,6 +31,7 @@ class Starting(Base):
         queue: str | None = None,
         priority: int | None = None,
         dedup_key: str | None = None,
+        tenant: str | None = None,
         **kwargs: Any,
     ) -> RunInfo:
         """Start a run of `workflow` with these arguments. With a `task_id`, a
@@ -42,10 +43,12 @@ class Starting(Base):
         of the queue holding the same `dedup_key` is returned instead. A run
         not ended `deadline` (seconds, or a timedelta) from now fails
         (`DeadlineExceeded`) at its next call boundary, a waiting one as the
-        deadline passes."""
+        deadline passes. `tenant` names the customer the run serves
+        (`stead.tenants`; a queue declared with a tenant gives its own): claims
+        share the workers fairly among tenants, and its children serve it too."""
         new = self._new_run(Start(workflow, args, kwargs, task_id=task_id, version=version,
                                   queue=queue, priority=priority, dedup_key=dedup_key,
-                                  intent=intent, deadline=deadline))
+                                  intent=intent, deadline=deadline, tenant=tenant))
         row, created = await self.store.create_run(new)
         if not created and row.task_id == new.task_id and row.workflow != new.workflow:
             raise errors.SteadError(records.task_taken(new, row))
@@ -116,6 +119,7 @@ class Starting(Base):
                 "or no task_id at all"
             )
         self._check_queue(start)
+        tenant = self._tenant(start)
         # Each positional argument under its parameter's name, when the
         # workflow's function is at hand: what a person reads the input by.
         named = None if wf is None else arguments.names(wf.fn, start.args, start.kwargs)
@@ -131,7 +135,21 @@ class Starting(Base):
             intent_by=revisions.author(None) if intent is not None else "client",
             deadline=None if seconds is None else self.store.clock.now() + seconds,
             queue=start.queue, priority=start.priority or 0, dedup_key=start.dedup_key,
+            tenant=tenant,
         )
+
+    def _tenant(self, start: Start) -> str | None:
+        """The tenant the run serves: the one given, else its queue's; a run
+        given another tenant than its queue's is refused."""
+        tenant = tenants.check(start.tenant)
+        if start.queue is None or self.app is None or start.queue not in self.app.queues:
+            return tenant
+        own = self.app.queues[start.queue].tenant
+        if own is not None and tenant is not None and tenant != own:
+            raise errors.InvalidTenant(
+                f"queue {start.queue!r} holds tenant {own!r}'s runs; a run of tenant "
+                f"{tenant!r} goes in another queue")
+        return tenant if tenant is not None else own
 
     def _check_queue(self, start: Start) -> None:
         """A queue the app declares (any name without an app), a priority only

@@ -69,6 +69,9 @@ class RunRow:
     # (see `Store.end_dead_leases`), would have run out; that holder may still
     # be alive, cut off from the database, and sending.
     prior_lease_until: float | None = None
+    # Read beside the row where a run is shown (table run_tenants): the tenant
+    # it serves, None for none. Rows a claim or a write returns leave it None.
+    tenant: str | None = None
 
     @property
     def live(self) -> bool:
@@ -103,6 +106,9 @@ class NewRun:
     queue: str | None = None
     priority: int = 0
     dedup_key: str | None = None
+    # The tenant it serves (`stead.tenants`), None for none. A run with a
+    # parent_id and no tenant of its own takes its parent's.
+    tenant: str | None = None
 
 
 def task_taken(new: NewRun, owner: RunRow) -> str:

@@ -22,18 +22,21 @@ Row = Any  # sqlite3.Row or a psycopg dict row
 
 
 # The runs columns later schemas added (intent 7, queues 12, children and
-# deadlines 13, calls in flight 14), and what a claim reads beside them (a
-# lease ended early, 29), each with what a row without it reads as.
+# deadlines 13, calls in flight 14), and what a read takes beside them (a
+# lease ended early, 29; the tenant, 35, '' for none), each with what a row
+# without it reads as.
 _LATER_RUN_COLUMNS: dict[str, Any] = {
     "intent_version": 0, "queue": None, "priority": 0, "dedup_key": None, "started_at": None,
     "parent_id": None, "deadline": None, "cancel_requested": None, "in_flight": None,
-    "prior_lease_until": None,
+    "prior_lease_until": None, "tenant": None,
 }
 
 
 def run(row: Row) -> RunRow:
     names = row.keys()  # `in` on an sqlite3.Row looks at its values, not its names
     later = {n: row[n] if n in names else default for n, default in _LATER_RUN_COLUMNS.items()}
+    if later["tenant"] == "":  # stored for a run of no tenant
+        later["tenant"] = None
     return RunRow(
         row["run_id"], row["workflow"], row["version"], row["task_id"], row["status"],
         row["input"], row["result"], row["error"], row["epoch"], row["lease_owner"],

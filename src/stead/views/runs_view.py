@@ -75,6 +75,10 @@ def render_runs(infos: Sequence[RunInfo]) -> str:
          clock_time(i.created_at), offset(i.updated_at - i.created_at)]
         for i in infos
     ]
+    if any(i.tenant is not None for i in infos):  # a tenant column only where one is named
+        header.insert(3, "tenant")
+        for row, i in zip(rows, infos, strict=True):
+            row.insert(3, i.tenant or "-")
     return "\n".join(table(header, rows, right=set()))
 
 

@@ -311,6 +311,7 @@ def render_run(
         f"run       {info.run_id}",
         f"workflow  {info.workflow}@{info.version}",
         f"task      {info.task_id or '-'}",
+        *([f"tenant    {info.tenant}"] if info.tenant else []),
         *([f"queue     {info.queue} (priority {info.priority})"] if info.queue else []),
         f"status    {info.status}",
         f"epoch     {info.epoch}" + (f"  (lease held by {info.lease_owner})"

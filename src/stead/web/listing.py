@@ -18,7 +18,7 @@ import unicodedata
 import urllib.parse
 from collections.abc import Mapping
 
-from stead import errors
+from stead import errors, tenants
 from stead.records import RunStatus
 from stead.searches import Cursor
 from stead.web import window
@@ -28,7 +28,7 @@ MOST = 500  # the largest page a URL may ask for
 TEXT = 200  # the longest filter value
 # Creation times are epoch seconds: this bounds a cursor's to year 5138.
 LATEST = 1e11
-FIELDS = ("status", "workflow", "task_id", "queue", "since", "until", "q")
+FIELDS = ("status", "workflow", "task_id", "queue", "tenant", "since", "until", "q")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +42,7 @@ class RunsQuery:
     version: int | None
     task_id: str | None
     queue: str | None
+    tenant: str | None
     since: float | None
     until: float | None
     text: str | None
@@ -109,6 +110,7 @@ def parse(query: Mapping[str, str]) -> RunsQuery:
         version=window.whole("the version after @", version, 1, 10**9) if at else None,
         task_id=values["task_id"] or None,
         queue=values["queue"] or None,
+        tenant=tenants.check(values["tenant"] or None, "tenant"),
         since=_time("since", values["since"]) if values["since"] else None,
         until=_time("until", values["until"]) if values["until"] else None,
         text=values["q"] or None,

@@ -215,8 +215,8 @@ class Dashboard:
         fragment = request.query_params.get("fragment") == "1"
         found = await self.client(request).search_runs(
             status=q.status, workflow=q.workflow, version=q.version, task_id=q.task_id,
-            queue=q.queue, since=q.since, until=q.until, text=q.text, after=q.after,
-            limit=q.limit + 1)
+            queue=q.queue, tenant=q.tenant, since=q.since, until=q.until, text=q.text,
+            after=q.after, limit=q.limit + 1)
         runs, more = found[:q.limit], len(found) > q.limit
         after = searches.Cursor(runs[-1].created_at, runs[-1].run_id) if more else None
         shown = await self.html(request, "_runs.html", runs=runs, q=q,

@@ -66,10 +66,12 @@ class Runs(StorePart):
         return run
 
     async def list_runs(
-        self, *, status: str | None = None, workflow: str | None = None, limit: int = 100
+        self, *, status: str | None = None, workflow: str | None = None, limit: int = 100,
+        tenant: str | None = None,
     ) -> list[RunRow]:
         return await self.database.read(lambda: common.read_all(
-            "list_runs", {"status": status, "workflow": workflow, "limit": limit}, _rows.run))
+            "list_runs", {"status": status, "workflow": workflow, "limit": limit,
+                          "tenant": tenant}, _rows.run))
 
     async def children(self, run_id: str, limit: int = 100) -> list[RunRow]:
         """The runs `run_id` started with `run.child`, oldest first."""

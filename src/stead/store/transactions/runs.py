@@ -56,6 +56,8 @@ def create_run(new: NewRun, now: float) -> Flow[tuple[RunRow, bool] | None]:
             return row, False
         added = yield one("insert_run", params)
         if added is not None:
+            yield from _tenant(new.run_id, new.tenant, new.parent_id)
+            added = {**added, "tenant": new.tenant}
             if new.parent_id is not None or new.deadline is not None:
                 links = {"run_id": new.run_id, "parent_id": new.parent_id,
                          "deadline": new.deadline}
@@ -71,6 +73,15 @@ def create_run(new: NewRun, now: float) -> Flow[tuple[RunRow, bool] | None]:
             break
         # A concurrent start of this task (or dedup key) won the insert: read its run.
     return None
+
+
+def _tenant(run_id: str, tenant: str | None, parent_id: str | None) -> Flow[None]:
+    """Name the tenant of the run just inserted (its row in run_tenants, made
+    by the insert's trigger, says none): `tenant`, else its parent's."""
+    if tenant is not None:
+        yield execute("set_run_tenant", {"run_id": run_id, "tenant": tenant})
+    elif parent_id is not None:
+        yield execute("inherit_tenant", {"run_id": run_id, "from_id": parent_id})
 
 
 def created(new: NewRun) -> Flow[tuple[RunRow, bool] | NotLanded | None]:
@@ -100,6 +111,12 @@ def create_runs(news: Sequence[NewRun], now: float) -> Flow[list[tuple[RunRow, b
         for row in (yield rows("insert_runs", {"runs": json.dumps(plain)})):
             run = _rows.run(row)
             inserted[run.run_id] = run
+        named = [{"run_id": n.run_id, "tenant": n.tenant} for n in news
+                 if n.tenant is not None and n.run_id in inserted]
+        if named:
+            yield execute("set_run_tenants", {"runs": json.dumps(named)})
+            inserted.update((n["run_id"], inserted[n["run_id"]].evolve(tenant=n["tenant"]))
+                            for n in named)
     made: list[tuple[RunRow, bool]] = []
     for new in news:
         if new.run_id in inserted:
@@ -142,6 +159,8 @@ def fork_run(fork: NewFork, now: float, where: str) -> Flow[RunRow]:
     if made is None or not made[1]:
         raise errors.StoreError(f"could not create the fork {fork.new.run_id}; try again")
     run_id = fork.new.run_id
+    if fork.new.tenant is None:  # a fork serves its parent's tenant
+        yield execute("inherit_tenant", {"run_id": run_id, "from_id": fork.parent_id})
     if fork.records:
         # Its first claim must load the journal (a claim at epoch 1 skips it).
         yield execute("set_epoch", {"run_id": run_id, "epoch": 1})
@@ -177,6 +196,8 @@ def continue_run(write: FencedWrite, new: NewRun, at_seq: int, now: float) -> Fl
         raise errors.StoreError(
             f"run {write.fence.run_id}: its successor could not be created (task "
             f"{new.task_id!r} has another live run); nothing was written")
+    if new.tenant is None:  # a successor serves its predecessor's tenant
+        yield execute("inherit_tenant", {"run_id": new.run_id, "from_id": write.fence.run_id})
     yield execute("insert_lineage", _rows.link_params(
         Link(new.run_id, write.fence.run_id, LineageKind.CONTINUED, at_seq, now)))
     return made[0]

@@ -127,13 +127,16 @@ SELECT created.* FROM created
 CROSS JOIN LATERAL (SELECT pg_notify('stead_work', current_schema())) AS woken;
 
 -- name: get_run
-SELECT * FROM runs WHERE run_id = %(run_id)s;
+-- The run, and the tenant it serves ('' none; no row: it ended before schema 35).
+SELECT runs.*, (SELECT t.tenant FROM run_tenants t WHERE t.run_id = runs.run_id) AS tenant
+FROM runs WHERE run_id = %(run_id)s;
 
 -- name: list_runs
-SELECT * FROM runs
-WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+SELECT runs.*, t.tenant FROM runs LEFT JOIN run_tenants t ON t.run_id = runs.run_id
+WHERE (%(status)s::text IS NULL OR runs.status = %(status)s::text)
+  AND (%(tenant)s::text IS NULL OR t.tenant = %(tenant)s::text)
   AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
-ORDER BY created_at DESC, run_id DESC
+ORDER BY runs.created_at DESC, runs.run_id DESC
 LIMIT %(limit)s;
 
 -- name: backlog
@@ -633,19 +636,20 @@ SELECT * FROM lineage WHERE parent_id = %(run_id)s ORDER BY created_at, run_id;
 -- the start of a run id, :pattern a piece of its task id or workflow (LIKE
 -- patterns whose wildcards the caller escaped). The page after a cursor (:before_at,
 -- :before_id) is the runs strictly older in (created_at, run_id) order.
-SELECT * FROM runs
-WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+SELECT runs.*, t.tenant FROM runs LEFT JOIN run_tenants t ON t.run_id = runs.run_id
+WHERE (%(status)s::text IS NULL OR runs.status = %(status)s::text)
   AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
   AND (%(version)s::integer IS NULL OR version = %(version)s::integer)
   AND (%(task_id)s::text IS NULL OR task_id = %(task_id)s::text)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(since)s::double precision IS NULL OR created_at >= %(since)s::double precision)
-  AND (%(until)s::double precision IS NULL OR created_at < %(until)s::double precision)
-  AND (%(prefix)s::text IS NULL OR run_id LIKE %(prefix)s::text ESCAPE '\'
+  AND (%(queue)s::text IS NULL OR runs.queue = %(queue)s::text)
+  AND (%(tenant)s::text IS NULL OR t.tenant = %(tenant)s::text)
+  AND (%(since)s::double precision IS NULL OR runs.created_at >= %(since)s::double precision)
+  AND (%(until)s::double precision IS NULL OR runs.created_at < %(until)s::double precision)
+  AND (%(prefix)s::text IS NULL OR runs.run_id LIKE %(prefix)s::text ESCAPE '\'
        OR task_id LIKE %(pattern)s::text ESCAPE '\' OR workflow LIKE %(pattern)s::text ESCAPE '\')
-  AND (%(before_at)s::double precision IS NULL OR created_at < %(before_at)s::double precision
-       OR (created_at = %(before_at)s::double precision AND run_id < %(before_id)s::text))
-ORDER BY created_at DESC, run_id DESC
+  AND (%(before_at)s::double precision IS NULL OR runs.created_at < %(before_at)s::double precision
+       OR (runs.created_at = %(before_at)s::double precision AND runs.run_id < %(before_id)s::text))
+ORDER BY runs.created_at DESC, runs.run_id DESC
 LIMIT %(limit)s;
 
 -- name: journal_page
@@ -1338,3 +1342,20 @@ DELETE FROM stream_token_revocations WHERE expires_at < %(now)s;
 SELECT 1 AS revoked FROM stream_token_revocations
 WHERE revoked = %(token_id)s OR (revoked = %(run_key)s AND revoked_at >= %(issued_at)s)
 LIMIT 1;
+
+-- name: set_run_tenant
+-- The tenant of a run just inserted (its insert's trigger made the row, saying none).
+UPDATE run_tenants SET tenant = %(tenant)s WHERE run_id = %(run_id)s;
+
+-- name: inherit_tenant
+-- A run just inserted serves the tenant of the run it came from (a child's
+-- parent, a fork's, a successor's predecessor).
+UPDATE run_tenants
+SET tenant = COALESCE((SELECT p.tenant FROM run_tenants p WHERE p.run_id = %(from_id)s), '')
+WHERE run_id = %(run_id)s;
+
+-- name: set_run_tenants
+-- The tenants of a batch just inserted, runs a JSON array of {run_id, tenant}.
+UPDATE run_tenants SET tenant = j.tenant
+FROM json_to_recordset(%(runs)s::json) AS j (run_id text, tenant text)
+WHERE run_tenants.run_id = j.run_id;

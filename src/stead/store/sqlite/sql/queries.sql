@@ -55,13 +55,16 @@ ON CONFLICT DO NOTHING
 RETURNING *;
 
 -- name: get_run
-SELECT * FROM runs WHERE run_id = :run_id;
+-- The run, and the tenant it serves ('' none; no row: it ended before schema 35).
+SELECT runs.*, (SELECT t.tenant FROM run_tenants t WHERE t.run_id = runs.run_id) AS tenant
+FROM runs WHERE run_id = :run_id;
 
 -- name: list_runs
-SELECT * FROM runs
-WHERE (:status IS NULL OR status = :status)
+SELECT runs.*, t.tenant FROM runs LEFT JOIN run_tenants t ON t.run_id = runs.run_id
+WHERE (:status IS NULL OR runs.status = :status)
+  AND (:tenant IS NULL OR t.tenant = :tenant)
   AND (:workflow IS NULL OR workflow = :workflow)
-ORDER BY created_at DESC, run_id DESC
+ORDER BY runs.created_at DESC, runs.run_id DESC
 LIMIT :limit;
 
 -- name: backlog
@@ -437,19 +440,20 @@ SELECT * FROM lineage WHERE parent_id = :run_id ORDER BY created_at, run_id;
 -- the start of a run id, :pattern a piece of its task id or workflow (LIKE
 -- patterns whose wildcards the caller escaped). The page after a cursor (:before_at,
 -- :before_id) is the runs strictly older in (created_at, run_id) order.
-SELECT * FROM runs
-WHERE (:status IS NULL OR status = :status)
+SELECT runs.*, t.tenant FROM runs LEFT JOIN run_tenants t ON t.run_id = runs.run_id
+WHERE (:status IS NULL OR runs.status = :status)
   AND (:workflow IS NULL OR workflow = :workflow)
   AND (:version IS NULL OR version = :version)
   AND (:task_id IS NULL OR task_id = :task_id)
-  AND (:queue IS NULL OR queue = :queue)
-  AND (:since IS NULL OR created_at >= :since)
-  AND (:until IS NULL OR created_at < :until)
-  AND (:prefix IS NULL OR run_id LIKE :prefix ESCAPE '\'
+  AND (:queue IS NULL OR runs.queue = :queue)
+  AND (:tenant IS NULL OR t.tenant = :tenant)
+  AND (:since IS NULL OR runs.created_at >= :since)
+  AND (:until IS NULL OR runs.created_at < :until)
+  AND (:prefix IS NULL OR runs.run_id LIKE :prefix ESCAPE '\'
        OR task_id LIKE :pattern ESCAPE '\' OR workflow LIKE :pattern ESCAPE '\')
-  AND (:before_at IS NULL OR created_at < :before_at
-       OR (created_at = :before_at AND run_id < :before_id))
-ORDER BY created_at DESC, run_id DESC
+  AND (:before_at IS NULL OR runs.created_at < :before_at
+       OR (runs.created_at = :before_at AND runs.run_id < :before_id))
+ORDER BY runs.created_at DESC, runs.run_id DESC
 LIMIT :limit;
 
 -- name: journal_page
@@ -1049,3 +1053,21 @@ DELETE FROM stream_token_revocations WHERE expires_at < :now;
 SELECT 1 AS revoked FROM stream_token_revocations
 WHERE revoked = :token_id OR (revoked = :run_key AND revoked_at >= :issued_at)
 LIMIT 1;
+
+-- name: set_run_tenant
+-- The tenant of a run just inserted (its insert's trigger made the row, saying none).
+UPDATE run_tenants SET tenant = :tenant WHERE run_id = :run_id;
+
+-- name: inherit_tenant
+-- A run just inserted serves the tenant of the run it came from (a child's
+-- parent, a fork's, a successor's predecessor).
+UPDATE run_tenants
+SET tenant = COALESCE((SELECT p.tenant FROM run_tenants p WHERE p.run_id = :from_id), '')
+WHERE run_id = :run_id;
+
+-- name: set_run_tenants
+-- The tenants of a batch just inserted, runs a JSON array of {run_id, tenant}.
+UPDATE run_tenants SET tenant = j.tenant
+FROM (SELECT json_extract(value, '$.run_id') AS run_id, json_extract(value, '$.tenant') AS tenant
+      FROM json_each(:runs)) AS j
+WHERE run_tenants.run_id = j.run_id;
