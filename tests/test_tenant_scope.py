@@ -20,8 +20,8 @@ app = stead.App("scoped")
 @app.workflow(version=1)
 async def ask(run: stead.Run, secret: str) -> str:
     await run.stream("answer").append(f"thinking about {secret}")
-    wait = await run.wait("approval", request={"about": secret})
-    return f"{secret}: {wait.payload}"
+    answer = await (await run.wait("approval", request={"about": secret}))
+    return f"{secret}: {answer}"
 
 
 async def _world(store: Store) -> tuple[stead.RunInfo, stead.RunInfo]:
@@ -80,7 +80,7 @@ async def test_another_tenants_runs_are_not_there(store: Store) -> None:
         with pytest.raises(stead.UnknownRun):
             await change(b_wait.wait_id)
     # Nothing of b changed.
-    assert (await store.get_run(b.run_id)).status == stead.RunStatus.WAITING
+    assert (await store.get_run(b.run_id)).status == "waiting"
     assert (await stead.Client(store, app).waits(run_id=b.run_id))[0].state == "open"
     # Operations that span every tenant are refused.
     with pytest.raises(stead.OutsideTenant):

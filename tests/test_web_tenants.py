@@ -37,9 +37,11 @@ CSRF = "c" * 43
 
 @app.workflow(version=1)
 async def ask(run: stead.Run, secret: str) -> str:
-    await run.stream("answer").append(f"thinking about {secret}")
-    wait = await run.wait("approval", request={"about": secret})
-    return f"{secret}: {wait.payload}"
+    answer = run.stream("answer")
+    await answer.append(f"thinking about {secret}")
+    await answer.close()  # a reader's response ends with it
+    decided = await (await run.wait("approval", request={"about": secret}))
+    return f"{secret}: {decided}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,15 +52,16 @@ class Tenant:
     secret: str
 
 
-async def _world(store: stead.Store) -> dict[str, Tenant]:
+async def _world(store: stead.Store, n: int = 0) -> dict[str, Tenant]:
+    """A run of each tenant waiting for a person (its task the `n`th)."""
     client = stead.Client(store, app)
     started = {t: await client.start(ask, f"{t}-secret-{t * 6}", tenant=t,
-                                     task_id=f"task-{t}") for t in TENANTS}
+                                     task_id=f"task-{t}-{n}") for t in TENANTS}
     await stead.Worker(app, store, stead.WorkerOptions(poll_interval=0.01)).run_until_idle()
     world = {}
     for t, info in started.items():
         [wait] = await client.waits(run_id=info.run_id)
-        world[t] = Tenant(info.run_id, f"task-{t}", wait.wait_id, f"{t}-secret-{t * 6}")
+        world[t] = Tenant(info.run_id, f"task-{t}-{n}", wait.wait_id, f"{t}-secret-{t * 6}")
     return world
 
 
@@ -100,6 +103,7 @@ def test_no_route_shows_or_changes_another_tenants_runs(tmp_path: Path) -> None:
         world = runner.run(_world(store))
         asgi = create_app(app, store=store, auth=holder.hook)
         routes = _routes(asgi)
+        made = [1]
         assert ("/runs/{run_id}", "GET") in routes and len(routes) >= 10
 
         async def request(path: str, method: str, action: str, target: Tenant,
@@ -129,6 +133,10 @@ def test_no_route_shows_or_changes_another_tenants_runs(tmp_path: Path) -> None:
         def check(route: tuple[str, str], role: Role, tenant: str | None, whose: str,
                   action: str, query: str) -> None:
             path, method = route
+            if any(runner.run(store.get_run(w.run_id)).status != "waiting"
+                   for w in world.values()):  # an earlier example decided them: afresh
+                world.update(runner.run(_world(store, len(made))))
+                made.append(1)
             holder.ident = (None if tenant == "nobody"
                             else Identity("drawn", frozenset({role}), tenant))
             target = world[whose]
@@ -147,10 +155,26 @@ def test_no_route_shows_or_changes_another_tenants_runs(tmp_path: Path) -> None:
                 else:
                     assert r.status_code != 200 or "/streams/" not in path
                 assert runner.run(_seen(store, other)) == was, (route, role, tenant, whose)
-            if method == "GET" and path == "/runs/{run_id}" and tenant != "nobody":
+            if method == "GET" and path == "/runs/{run_id}" and tenant != "nobody" \
+                    and not query:
                 sees = tenant is None or tenant == whose
                 event(f"run page seen: {sees}")
                 assert (r.status_code == 200 and target.secret in r.text) == sees
 
         check()
+        # And each identity's own view, drawn in full: its tenant's run (or
+        # both, with no tenant) on the run page, the runs list and the queue.
+        world.update(runner.run(_world(store, len(made))))
+        for role in Role:
+            for tenant in (*TENANTS, None):
+                holder.ident = Identity("drawn", frozenset({role}), tenant)
+                for whose, target in world.items():
+                    sees = tenant is None or tenant == whose
+                    page = runner.run(request("/runs/{run_id}", "GET", "", target, ""))
+                    assert (page.status_code == 200 and target.secret in page.text) == sees
+                    assert page.status_code == (200 if sees else 404)
+                    for listed in ("/runs", "/attention"):
+                        found = runner.run(request(listed, "GET", "", target, ""))
+                        assert found.status_code == 200
+                        assert (target.run_id in found.text) == sees, (listed, tenant, whose)
         runner.run(store.close())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import cast
 
+from stead import tenants
 from stead.app import App
 from stead.store.base import Store
 from stead.tenant_scope.scoped import Scoped
@@ -33,7 +34,7 @@ class Base:
                  tenant: str | None = None) -> None:
         if max_event_bytes < 1 or lock_wait_after < 1:
             raise ValueError("max_event_bytes and lock_wait_after must be at least 1")
-        self.tenant = tenant
+        self.tenant = tenants.check(tenant, "Client(tenant=)")
         # A scoped store has a Store's operations and applies the tenant's
         # rule to each (typed as the Store it stands for).
         self.store = store if tenant is None else cast(Store, Scoped(store, tenant))

@@ -18,9 +18,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from stead import errors
+from stead.searches import RunSearch
 from stead.tenant_scope.rules import ATTRIBUTES, RULES, Rule
 
 REMEMBERED = 10_000
+# How many of a task's runs are read to tell whose the task is.
+TASK_RUNS = 50
 
 
 def _outside(tenant: str, what: str) -> errors.OutsideTenant:
@@ -82,12 +85,14 @@ class Scoped:
         return wait is not None and await self._tenant_of(wait.run_id) == self.tenant
 
     async def _own_task(self, task_key: str) -> None:
+        """Return if the task is the tenant's: a run's own (`run:<id>`), or a
+        task whose runs (the newest `TASK_RUNS`) are all the tenant's."""
         if task_key.startswith("run:"):
             await self._own(task_key[4:])
             return
-        live = await self._store.live_run_of_task(task_key)
-        if live is None or await self._tenant_of(live.run_id) != self.tenant:
-            raise _outside(self.tenant, f"task {task_key!r} has no live run of it")
+        runs = await self._store.search_runs(RunSearch(task_id=task_key, limit=TASK_RUNS))
+        if not runs or any(r.tenant != self.tenant for r in runs):
+            raise _outside(self.tenant, f"task {task_key!r} is not the tenant's alone")
 
     def _runs_named(self, args: inspect.BoundArguments) -> list[str]:
         """The runs an operation's arguments name."""
