@@ -22,7 +22,7 @@ By where they come from:
 - effects: `EffectFailed`, `EffectCompensated`, `OutcomeUncertain`,
   `InvalidCheckResult`;
 - intent and authority: `InvalidIntent`, `GrantWidening`, `GrantRefused`,
-  `NotAllowed`, `UnknownAction`, `RunMovedOn`;
+  `NotAllowed`, `UnknownAction`, `RunMovedOn`, `OutsideTenant`;
 - workspaces: `WorkspaceError`, `WorkspaceOutsideRoot`, `WorkspaceEscape`,
   `WorkspaceUnsafe`, `WorkspaceTooLarge`, `WorkspaceChanged`,
   `WorkspaceMismatch`;
@@ -42,6 +42,7 @@ __all__ = [
     "InvalidSchedule", "InvalidStart", "InvalidTenant", "InvalidValue", "KeysUnavailable",
     "MigrationBlocked",
     "MigrationRefused", "NonDeterminism", "NotAllowed", "NotStopped", "OutcomeUncertain",
+    "OutsideTenant",
     "ResultTooLarge", "RunEnded", "RunFailed", "RunMovedOn", "SchemaAhead", "SchemaBehind",
     "ScriptExhausted", "SecretInJournal", "SerializationError", "StaleLease", "StateConflict",
     "StatusNotReached", "SteadError", "StepError", "StepTimeout", "StoreError",
