@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from stead.queues import Period, Queue
     from stead.run import Run
     from stead.schedules import Schedule
+    from stead.tenants.fair import Policy as TenantPolicy
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -90,6 +91,9 @@ class App:
         self.tools: frozenset[str] | None = None if tools is None else _tool_names(tools)
         self._schedules: dict[str, Schedule] = {}
         self.queues: dict[str, Queue] = {}
+        # The tenants' weights and limits (`tenant`, `tenants`); None: every
+        # tenant weighs one and has no limit.
+        self.tenant_policy: TenantPolicy | None = None
 
     def queue(self, name: str, *, concurrency: int | None = None,
               per_worker: int | None = None, rate: tuple[int, Period] | None = None,
@@ -109,6 +113,30 @@ class App:
                              priority=priority, tenant=tenant)
         self.queues[name] = made
         return made
+
+    def tenant(self, name: str, *, weight: int = 1, concurrency: int | None = None,
+               rate: tuple[int, Period] | None = None) -> None:
+        """Give tenant `name` its own `weight` (its share of the workers against
+        the other tenants with runs ready: 2 is twice a tenant of 1) and limits:
+        at most `concurrency` of its runs execute at once across every worker
+        of the database, and `rate=(100, "1m")` start per period. Tenants not
+        named take what `tenants(...)` says (by default: weight 1, no limit)."""
+        from stead.tenants import fair
+
+        made = fair.limits(weight=weight, concurrency=concurrency, rate=_rate(rate),
+                           what=f"tenant {name!r}")
+        self.tenant_policy = fair.with_tenant(self.tenant_policy or fair.Policy(), name, made)
+
+    def tenants(self, *, weight: int = 1, concurrency: int | None = None,
+                rate: tuple[int, Period] | None = None) -> None:
+        """The weight and limits of every tenant `tenant(...)` does not name
+        (runs started without a tenant count as one more tenant): see `tenant`."""
+        from stead.tenants import fair
+
+        made = fair.limits(weight=weight, concurrency=concurrency, rate=_rate(rate),
+                           what="every tenant")
+        named = {} if self.tenant_policy is None else dict(self.tenant_policy.named)
+        self.tenant_policy = fair.Policy(made, named)
 
     def get_queue(self, name: str) -> Queue:
         """The queue declared as `name`; `UnknownQueue` if there is none."""
@@ -294,3 +322,14 @@ def _tool_names(tools: Iterable[str]) -> frozenset[str]:
     if isinstance(tools, str) or not all(isinstance(t, str) and t for t in names):
         raise ValueError("App(tools=...) takes a list of the tools' names, non-empty strings")
     return frozenset(names)
+
+
+def _rate(rate: tuple[int, Period] | None) -> tuple[int, float] | None:
+    """A `(count, period)` rate with its period in seconds."""
+    if rate is None:
+        return None
+    from stead import queues
+
+    if not isinstance(rate, tuple) or len(rate) != 2:
+        raise ValueError("rate= takes (count, period), e.g. (100, '1m')")
+    return rate[0], queues.parse_period(rate[1])

@@ -16,12 +16,15 @@ from stead.app import App
 from stead.clock import Clock
 from stead.records import HostRole, HostRow, RunRow
 from stead.store.base import Store
+from stead.tenants import fair
 from stead.worker.options import WorkerOptions
 
 if TYPE_CHECKING:
     from stead.queues import Queue
 
 log = logging.getLogger("stead.worker")
+# Every tenant weighs one and has no limit: an app that declares none.
+_EQUAL = fair.Policy()
 
 
 class Claims:
@@ -46,6 +49,7 @@ class Claims:
         # at each heartbeat): with any, claims come in small batches (`batch`).
         self.peers = 0
         self._queue_turn = 0  # which of the app's queues the next claim starts with
+        self._tenant_turn = 0  # which tenant a tie among tenants goes to first
 
     async def heartbeats(self) -> None:
         while True:
@@ -117,7 +121,8 @@ class Claims:
 
     async def claim(self, free: int, exclude: list[str]) -> list[RunRow]:
         """Runs of the app's queues first (each under its limits), then runs
-        in no queue, up to `free`."""
+        in no queue, up to `free`, shared among tenants by the app's weights
+        and under their limits (`App.tenant`)."""
         # The versions it hosts, and those it migrates that no other live worker hosts.
         hosted, lease = self.claimable, self.options.lease_seconds
         claimed: list[RunRow] = []
@@ -126,9 +131,21 @@ class Claims:
                 claimed += await self.store.claim_queue(
                     queue, self.worker_id, hosted, lease, free - len(claimed), exclude)
         if len(claimed) < free:
-            claimed += await self.store.claim(self.worker_id, hosted, lease, free - len(claimed),
-                                              exclude=exclude)
+            claimed += await self._claim_rest(hosted, free - len(claimed), exclude)
         return claimed
+
+    async def _claim_rest(self, hosted: list[str], free: int, exclude: list[str]) -> list[RunRow]:
+        """Runs in no queue: shared fairly among tenants when more than one
+        has runs ready or a tenant has limits, else the plain claim, oldest first."""
+        lease = self.options.lease_seconds
+        policy = self.app.tenant_policy or _EQUAL
+        tenants = await self.store.ready_tenants()
+        if policy.limited or len(tenants) > 1:
+            self._tenant_turn += 1
+            return await self.store.claim_fair(policy, self.worker_id, hosted, lease, free,
+                                               exclude=exclude, turn=self._tenant_turn,
+                                               tenants=tenants)
+        return await self.store.claim(self.worker_id, hosted, lease, free, exclude=exclude)
 
     def queues(self) -> list[Queue]:
         """The app's queues, starting one further at each claim, so that a

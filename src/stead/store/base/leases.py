@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # annotations only: a store that lists runs need not build th
         WorkerLiveness,
     )
     from stead.records.fleet import Gauges
-
+    from stead.tenants.fair import Policy as TenantPolicy
 
 
 class Leases(StorePart):
@@ -68,6 +68,33 @@ class Leases(StorePart):
         `claim_queue`."""
         return await self.database.claim(
             Claim(worker_id, hosted, lease_seconds, limit, exclude))
+
+    async def ready_tenants(self) -> list[str]:
+        """The tenants with runs a claim could take ('' for runs of none), by
+        name, at most `MAX_TENANTS`: one index probe each."""
+        return await self.database.read(tx.ready_tenants)
+
+    async def claim_fair(
+        self, policy: TenantPolicy, worker_id: str, hosted: Sequence[str],
+        lease_seconds: float, limit: int, exclude: Sequence[str] = (), turn: int = 0,
+        tenants: Sequence[str] | None = None,
+    ) -> list[RunRow]:
+        """`claim`, shared fairly among the tenants with runs ready: the free
+        slots go to them by `stead.tenants.fair.shares` (weighted by `policy`,
+        each tenant under its limits, counted in the claim's transaction under
+        the limited tenants' locks, so they hold across every worker); `turn`
+        says which tenant a tie goes to first. `tenants`: what `ready_tenants`
+        just returned (None: read them here)."""
+        if tenants is None:
+            tenants = await self.ready_tenants()
+        params: dict[str, Any] = {"worker_id": worker_id, "hosted": list(hosted),
+                                  "exclude": list(exclude), "now": self.clock.now(),
+                                  "lease_now": self.database.lease_now(),
+                                  "lease_seconds": lease_seconds}
+        return await self.database.write(
+            lambda: tx.claim_fair(policy, params, limit, turn, tenants),
+            Writing(landed=lambda _: tx.fair_claimed(params)),
+        )
 
     async def claim_queue(
         self, queue: Queue, worker_id: str, hosted: Sequence[str], lease_seconds: float,

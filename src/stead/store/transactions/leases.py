@@ -3,11 +3,13 @@ heartbeats that say which workers serve which code (and which runs none serves).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from stead.store import _rows, schema_versions
 from stead.store.seam import Flow, execute, fence_params, one, rows
+from stead.tenants import fair
 
 if TYPE_CHECKING:  # for annotations; `Stranded` is imported below where one is made
     from stead.queues import Queue
@@ -52,6 +54,68 @@ def claim_queue(queue: Queue, params: dict[str, Any], limit: int) -> Flow[list[R
         return []
     taken = yield rows("claim_queue", {**params, "queue": queue.name, "limit": room})
     return sorted((_rows.run(r) for r in taken), key=lambda r: (r.priority, r.created_at))
+
+
+# The most tenants one claim weighs against each other (a skip scan reads one
+# index entry per tenant with work; past this many, the first by name).
+MAX_TENANTS = 1000
+# How many times a claim gives out again the slots a tenant could not fill.
+_ROUNDS = 3
+
+
+def ready_tenants() -> Flow[list[str]]:
+    found = yield rows("ready_tenants", {"most": MAX_TENANTS})
+    return [str(r["tenant"]) for r in found]
+
+
+def claim_fair(policy: fair.Policy, params: dict[str, Any], limit: int, turn: int,
+               tenants: Sequence[str]) -> Flow[list[RunRow]]:
+    """Lease up to `limit` runs outside any queue (params: worker_id, hosted,
+    exclude, now, lease_now, lease_seconds), shared among the tenants with
+    runs ready by `fair.shares`, each tenant's under its limits. The locks of
+    the limited ones among `tenants` (those read ready before the claim) are
+    taken first, in the order of their names, so their counts stay true until
+    the commit across every worker; a limited tenant found ready only after
+    them waits for the next claim."""
+    locked = sorted({t for t in tenants if policy.of(t).limited})
+    if locked:
+        yield execute("lock_tenants", {"tenants": locked})
+    now = params["now"]
+    read = yield rows("tenant_loads", {
+        **params, "most": MAX_TENANTS, "since": policy.default.since(now),
+        "named": list(policy.named),
+        "sinces": json.dumps({t: x.since(now) for t, x in policy.named.items()})})
+    loads = {}
+    for r in read:
+        tenant = str(r["tenant"])
+        ready = bool(r["ready"]) and (tenant in locked or not policy.of(tenant).limited)
+        loads[tenant] = fair.Load(tenant, int(r["active"]), limit if ready else 0,
+                                  int(r["recent"]))
+    claimed: list[RunRow] = []
+    for _ in range(_ROUNDS):
+        left = limit - len(claimed)
+        plan = fair.shares(left, list(loads.values()), policy, turn)
+        if not plan:
+            break
+        for tenant, wanted in plan.items():
+            got = [_rows.run(r) for r in (yield rows("claim_tenant", {
+                **params, "tenant": tenant, "limit": wanted}))]
+            claimed += got
+            was = loads[tenant]
+            # Fewer than asked: the tenant has no more ready for this worker.
+            loads[tenant] = fair.Load(tenant, was.active + len(got),
+                                      was.ready if len(got) == wanted else 0,
+                                      was.recent + len(got))
+        if len(claimed) >= limit or all(x.ready == 0 for x in loads.values()):
+            break
+    return sorted(claimed, key=lambda r: r.created_at)
+
+
+def fair_claimed(params: dict[str, Any]) -> Flow[list[RunRow]]:
+    """The read-back of a fair claim: the runs outside a queue that very claim
+    leased (none: it did not land, and claiming nothing is a fine answer)."""
+    taken = yield rows("claimed_by", params)
+    return [run for run in map(_rows.run, taken) if run.queue is None]
 
 
 def queue_claimed(queue: Queue, params: dict[str, Any]) -> Flow[list[RunRow]]:

@@ -1359,3 +1359,117 @@ WHERE run_id = %(run_id)s;
 UPDATE run_tenants SET tenant = j.tenant
 FROM json_to_recordset(%(runs)s::json) AS j (run_id text, tenant text)
 WHERE run_tenants.run_id = j.run_id;
+
+-- name: ready_tenants
+-- The tenants with runs a claim could take (runnable, or asleep until a
+-- time), at most %(most)s, by a skip scan of run_tenants_live: one index
+-- probe per tenant, however many runs each has.
+WITH RECURSIVE t (tenant) AS (
+    SELECT MIN(tenant) FROM run_tenants
+    WHERE status IN ('pending', 'running') OR (status = 'waiting' AND wake_at IS NOT NULL)
+    UNION ALL
+    SELECT (SELECT MIN(r.tenant) FROM run_tenants AS r
+            WHERE (r.status IN ('pending', 'running')
+                   OR (r.status = 'waiting' AND r.wake_at IS NOT NULL))
+              AND r.tenant > t.tenant)
+    FROM t WHERE t.tenant IS NOT NULL
+)
+SELECT tenant FROM t WHERE tenant IS NOT NULL LIMIT %(most)s;
+
+-- name: lock_tenants
+-- The claims that count a limited tenant's runs take turns (held until
+-- commit), so the counts a claim reads after it stay true until its leases
+-- commit. Taken in the order of the names, so two claims never wait on each
+-- other in a cycle.
+SELECT count(pg_advisory_xact_lock(1953391988, hashtext(current_schema() || ':' || t.tenant)))
+FROM (SELECT tenant FROM unnest(%(tenants)s::text[]) AS u (tenant) ORDER BY tenant) AS t;
+
+-- name: tenant_loads
+-- For each tenant with runs a claim could take (the skip scan of
+-- ready_tenants, at most %(most)s): its runs leased now (active), whether it
+-- has one a claim of this worker could take (ready: runnable outside a queue,
+-- or due), and its runs first claimed after its since (recent; 0 without
+-- one): the tenants in %(named)s take theirs from %(sinces)s (a JSON object),
+-- the others %(since)s. Each is a bounded read of run_tenants' indexes for
+-- that tenant alone.
+WITH RECURSIVE t (tenant) AS (
+    SELECT MIN(tenant) FROM run_tenants
+    WHERE status IN ('pending', 'running') OR (status = 'waiting' AND wake_at IS NOT NULL)
+    UNION ALL
+    SELECT (SELECT MIN(r.tenant) FROM run_tenants AS r
+            WHERE (r.status IN ('pending', 'running')
+                   OR (r.status = 'waiting' AND r.wake_at IS NOT NULL))
+              AND r.tenant > t.tenant)
+    FROM t WHERE t.tenant IS NOT NULL
+), n AS (
+    SELECT t.tenant,
+        CASE WHEN t.tenant = ANY(%(named)s::text[])
+             THEN (%(sinces)s::json ->> t.tenant)::float8
+             ELSE %(since)s::float8 END AS since
+    FROM t WHERE t.tenant IS NOT NULL LIMIT %(most)s
+)
+SELECT t.tenant,
+    (SELECT count(*) FROM run_tenants AS rt JOIN runs AS r ON r.run_id = rt.run_id
+     WHERE rt.tenant = t.tenant AND rt.status = 'running' AND r.lease_owner IS NOT NULL
+       AND r.lease_expires_at >
+           COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8
+    ) AS active,
+    (SELECT rt.run_id FROM run_tenants AS rt JOIN runs AS r ON r.run_id = rt.run_id
+     WHERE rt.tenant = t.tenant AND rt.status IN ('pending', 'running') AND rt.queue IS NULL
+       AND (r.lease_expires_at IS NULL OR r.lease_expires_at <=
+           COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8)
+       AND (r.workflow || '@' || r.version) = ANY(%(hosted)s::text[])
+       AND NOT (r.run_id = ANY(%(exclude)s::text[]))
+     ORDER BY rt.created_at LIMIT 1) IS NOT NULL
+    OR (SELECT rt.run_id FROM run_tenants AS rt JOIN runs AS r ON r.run_id = rt.run_id
+        WHERE rt.tenant = t.tenant AND rt.status = 'waiting'
+          AND rt.wake_at <= %(now)s AND rt.queue IS NULL
+          AND (r.workflow || '@' || r.version) = ANY(%(hosted)s::text[])
+          AND NOT (r.run_id = ANY(%(exclude)s::text[]))
+        ORDER BY rt.wake_at LIMIT 1) IS NOT NULL AS ready,
+    CASE WHEN t.since IS NULL THEN 0 ELSE
+        (SELECT count(*) FROM run_tenants AS rt
+         WHERE rt.tenant = t.tenant AND rt.started_at > t.since) END AS recent
+FROM n AS t;
+
+-- name: claim_tenant
+-- Lease up to %(limit)s runs of one tenant outside any queue, oldest first
+-- (due sleepers too, as in claim), read through run_tenants' indexes for that
+-- tenant alone. SKIP LOCKED as in claim. A run's first claim sets started_at.
+WITH runnable AS (
+    SELECT rt.run_id, rt.created_at FROM run_tenants AS rt
+    JOIN runs AS r ON r.run_id = rt.run_id
+    WHERE rt.tenant = %(tenant)s AND rt.status IN ('pending', 'running') AND rt.queue IS NULL
+      AND r.status IN ('pending', 'running')
+      AND (r.lease_expires_at IS NULL OR r.lease_expires_at <=
+          COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8)
+      AND (r.workflow || '@' || r.version) = ANY(%(hosted)s::text[])
+      AND NOT (r.run_id = ANY(%(exclude)s::text[]))
+    ORDER BY rt.created_at
+    LIMIT %(limit)s
+    FOR UPDATE OF r SKIP LOCKED
+), due AS (
+    SELECT rt.run_id, rt.created_at FROM run_tenants AS rt
+    JOIN runs AS r ON r.run_id = rt.run_id
+    WHERE rt.tenant = %(tenant)s AND rt.status = 'waiting' AND rt.wake_at <= %(now)s
+      AND rt.queue IS NULL AND r.status = 'waiting' AND r.wake_at <= %(now)s
+      AND (r.workflow || '@' || r.version) = ANY(%(hosted)s::text[])
+      AND NOT (r.run_id = ANY(%(exclude)s::text[]))
+    ORDER BY rt.wake_at
+    LIMIT %(limit)s
+    FOR UPDATE OF r SKIP LOCKED
+), picked AS (
+    SELECT run_id FROM (SELECT * FROM runnable UNION ALL SELECT * FROM due) AS candidates
+    ORDER BY created_at
+    LIMIT %(limit)s
+)
+UPDATE runs
+SET epoch = runs.epoch + 1, lease_owner = %(worker_id)s, lease_expires_at =
+    COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8 + %(lease_seconds)s,
+    status = 'running', wake_at = NULL, updated_at = %(now)s,
+    started_at = COALESCE(runs.started_at, %(now)s)
+FROM picked
+WHERE runs.run_id = picked.run_id
+RETURNING runs.*,
+    (SELECT e.until FROM lease_ends AS e
+     WHERE e.run_id = runs.run_id AND e.epoch = runs.epoch - 1) AS prior_lease_until;

@@ -1071,3 +1071,108 @@ UPDATE run_tenants SET tenant = j.tenant
 FROM (SELECT json_extract(value, '$.run_id') AS run_id, json_extract(value, '$.tenant') AS tenant
       FROM json_each(:runs)) AS j
 WHERE run_tenants.run_id = j.run_id;
+
+-- name: ready_tenants
+-- The tenants with runs a claim could take (runnable, or asleep until a
+-- time), at most :most, by a skip scan of run_tenants_live: one index probe
+-- per tenant, however many runs each has.
+WITH RECURSIVE t (tenant) AS (
+    SELECT MIN(tenant) FROM run_tenants
+    WHERE status IN ('pending', 'running') OR (status = 'waiting' AND wake_at IS NOT NULL)
+    UNION ALL
+    SELECT (SELECT MIN(r.tenant) FROM run_tenants AS r
+            WHERE (r.status IN ('pending', 'running')
+                   OR (r.status = 'waiting' AND r.wake_at IS NOT NULL))
+              AND r.tenant > t.tenant)
+    FROM t WHERE t.tenant IS NOT NULL
+)
+SELECT tenant FROM t WHERE tenant IS NOT NULL LIMIT :most;
+
+-- name: lock_tenants
+-- Nothing here: SQLite's single writer already runs one claim at a time.
+
+-- name: tenant_loads
+-- For each tenant with runs a claim could take (the skip scan of
+-- ready_tenants, at most :most): its runs leased now (active), whether it has
+-- one a claim of this worker could take (ready: runnable outside a queue, or
+-- due), and its runs first claimed after its since (recent; 0 without one):
+-- the tenants in :named (a JSON array) take theirs from :sinces (a JSON
+-- object), the others :since. Each is a bounded read of run_tenants' indexes
+-- for that tenant alone.
+WITH RECURSIVE t (tenant) AS (
+    SELECT MIN(tenant) FROM run_tenants
+    WHERE status IN ('pending', 'running') OR (status = 'waiting' AND wake_at IS NOT NULL)
+    UNION ALL
+    SELECT (SELECT MIN(r.tenant) FROM run_tenants AS r
+            WHERE (r.status IN ('pending', 'running')
+                   OR (r.status = 'waiting' AND r.wake_at IS NOT NULL))
+              AND r.tenant > t.tenant)
+    FROM t WHERE t.tenant IS NOT NULL
+), n AS (
+    SELECT t.tenant,
+        CASE WHEN t.tenant IN (SELECT value FROM json_each(:named))
+             THEN (SELECT s.value FROM json_each(:sinces) AS s WHERE s.key = t.tenant)
+             ELSE :since END AS since
+    FROM t WHERE t.tenant IS NOT NULL LIMIT :most
+)
+SELECT t.tenant AS tenant,
+    (SELECT count(*) FROM run_tenants AS rt INDEXED BY run_tenants_running
+     JOIN runs AS r ON r.run_id = rt.run_id
+     WHERE rt.tenant = t.tenant AND rt.status = 'running' AND r.lease_owner IS NOT NULL
+       AND r.lease_expires_at > COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0)
+    ) AS active,
+    (SELECT rt.run_id FROM run_tenants AS rt INDEXED BY run_tenants_runnable
+     JOIN runs AS r ON r.run_id = rt.run_id
+     WHERE rt.tenant = t.tenant AND rt.status IN ('pending', 'running') AND rt.queue IS NULL
+       AND (r.lease_expires_at IS NULL OR r.lease_expires_at <=
+           COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0))
+       AND (r.workflow || '@' || r.version) IN (SELECT value FROM json_each(:hosted))
+       AND r.run_id NOT IN (SELECT value FROM json_each(:exclude))
+     ORDER BY rt.created_at LIMIT 1) IS NOT NULL
+    OR (SELECT rt.run_id FROM run_tenants AS rt
+        JOIN runs AS r ON r.run_id = rt.run_id
+        WHERE rt.tenant = t.tenant AND rt.status = 'waiting' AND rt.wake_at <= :now
+          AND rt.queue IS NULL
+          AND (r.workflow || '@' || r.version) IN (SELECT value FROM json_each(:hosted))
+          AND r.run_id NOT IN (SELECT value FROM json_each(:exclude))
+        ORDER BY rt.wake_at LIMIT 1) IS NOT NULL AS ready,
+    CASE WHEN t.since IS NULL THEN 0 ELSE
+        (SELECT count(*) FROM run_tenants AS rt
+         WHERE rt.tenant = t.tenant AND rt.started_at > t.since) END AS recent
+FROM n AS t;
+
+-- name: claim_tenant
+-- Lease up to :limit runs of one tenant outside any queue, oldest first (a
+-- due sleeper by its creation too, as in claim), read through run_tenants'
+-- indexes for that tenant alone. A run's first claim sets started_at.
+UPDATE runs
+SET epoch = epoch + 1, lease_owner = :worker_id, lease_expires_at =
+    COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0) + :lease_seconds,
+    status = 'running', wake_at = NULL, updated_at = :now,
+    started_at = COALESCE(started_at, :now)
+WHERE run_id IN (
+    SELECT run_id FROM (
+        SELECT * FROM (
+            SELECT rt.run_id, rt.created_at FROM run_tenants AS rt
+            INDEXED BY run_tenants_runnable
+            JOIN runs AS r ON r.run_id = rt.run_id
+            WHERE rt.tenant = :tenant AND rt.status IN ('pending', 'running')
+              AND rt.queue IS NULL
+              AND (r.lease_expires_at IS NULL OR r.lease_expires_at <=
+                  COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0))
+              AND (r.workflow || '@' || r.version) IN (SELECT value FROM json_each(:hosted))
+              AND r.run_id NOT IN (SELECT value FROM json_each(:exclude))
+            ORDER BY rt.created_at LIMIT :limit)
+        UNION ALL
+        SELECT * FROM (
+            SELECT rt.run_id, rt.created_at FROM run_tenants AS rt
+            JOIN runs AS r ON r.run_id = rt.run_id
+            WHERE rt.tenant = :tenant AND rt.status = 'waiting' AND rt.wake_at <= :now
+              AND rt.queue IS NULL
+              AND (r.workflow || '@' || r.version) IN (SELECT value FROM json_each(:hosted))
+              AND r.run_id NOT IN (SELECT value FROM json_each(:exclude))
+            ORDER BY rt.wake_at LIMIT :limit)
+    )
+    ORDER BY created_at LIMIT :limit
+)
+RETURNING *;

@@ -1,0 +1,192 @@
+"""`python -m bench.tenants [--burst 10000] [--write]`
+
+Fair claims across tenants (issue 36), on SQLite and PostgreSQL in one run:
+one worker process (`stead.Worker`, 16 slots) runs one-step runs while this
+process starts them. Tenant B starts a run every 20 ms throughout; its claim
+latency (a run's first claim less its creation, both read from the store) is
+measured alone (no burst), then beside a burst of `--burst` runs tenant A
+starts at once, and again with the same runs started without tenants, which
+the worker claims with the plain claim, oldest first (the unfair claim).
+Throughput is the runs completed per second from the burst's start to its
+last run's end.
+
+Targets: B's p99 beside the burst within 2x of its figure alone, and the
+fair claim's throughput within 10 % of the unfair claim's. The machine is
+shared: the load average is read before and after each row. Not part of CI
+nor of `python -m bench`; with `--write` the section between the markers of
+bench/RESULTS.md is replaced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import datetime as dt
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import stead
+from bench import machine, runner
+
+BEGIN, END = "<!-- tenants: begin -->", "<!-- tenants: end -->"
+SLOTS = 16
+TRICKLE = 0.02  # seconds between two of tenant B's starts
+ALONE = 150  # B's runs measured with no burst
+
+app = stead.App("tenants_bench")
+
+
+@app.workflow()
+async def work(run: stead.Run, n: int) -> int:
+    return await run.step("work", lambda: n + 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    store: str
+    case: str
+    p50: float
+    p99: float
+    samples: int
+    throughput: float | None
+    load: str
+
+
+def _worker(url: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([runner.project_python(), "-m", "bench.tenants", "--worker", url],
+                            cwd=runner.ROOT)
+
+
+async def _serve(url: str) -> None:
+    store = await stead.open_store(url)
+    try:
+        await stead.Worker(app, store, stead.WorkerOptions(concurrency=SLOTS)).run()
+    finally:
+        await store.close()
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def _case(url: str, burst: int, tenants: bool) -> tuple[list[float], float | None]:
+    """B's claim latencies (seconds) and, with a burst, the throughput (runs/s)."""
+    store = await stead.open_store(url)
+    proc = _worker(url)
+    try:
+        client = stead.Client(store, app)
+        warm = await client.start(work, 0)
+        await client.result(warm.run_id, timeout=60)
+        a, b = ("a", "b") if tenants else (None, None)
+        began = store.clock.now()
+        burst_ids: list[str] = []
+        if burst:
+            for at in range(0, burst, 1000):
+                made = await client.start_many(
+                    [stead.Start(work, (i,), tenant=a) for i in range(at, min(burst, at + 1000))])
+                burst_ids += [m.run_id for m in made]
+        trickled: list[str] = []
+
+        async def finished() -> bool:
+            counts = await store.count_runs()
+            return counts.get(stead.records.RunStatus.COMPLETED, 0) >= 1 + len(burst_ids) + \
+                len(trickled)
+
+        while True:
+            trickled.append((await client.start(work, len(trickled), tenant=b)).run_id)
+            await asyncio.sleep(TRICKLE)
+            if len(trickled) >= ALONE and (not burst or await finished()):
+                break
+        deadline = time.monotonic() + 600
+        while not await finished():
+            if time.monotonic() > deadline:
+                raise SystemExit("bench.tenants: the runs did not complete in 600 s")
+            await asyncio.sleep(0.05)
+        latencies = []
+        for run_id in trickled:
+            row = await store.get_run(run_id)
+            assert row.started_at is not None
+            latencies.append(row.started_at - row.created_at)
+        throughput = None
+        if burst:
+            ends = [(await store.get_run(r)).updated_at for r in burst_ids + trickled]
+            throughput = (len(burst_ids) + len(trickled)) / (max(ends) - began)
+        return latencies, throughput
+    finally:
+        proc.terminate()
+        proc.wait()
+        await store.close()
+
+
+async def measure(burst: int) -> list[Row]:
+    rows = []
+    stores = ["sqlite"] + (["postgres"] if runner.pg_available() is None else [])
+    for db in stores:
+        for case, n, tenants in (("B alone", 0, True), (f"B beside A's {burst:,}, fair", burst,
+                                                        True),
+                                 (f"B beside {burst:,}, unfair (no tenants)", burst, False)):
+            before = machine.load_now()
+            with runner.scratch_dir() as scratch, runner.fresh_database(db, scratch) as url:
+                latencies, throughput = await _case(url, n, tenants)
+            rows.append(Row(db, case, statistics.median(latencies),
+                            _quantile(latencies, 0.99), len(latencies), throughput,
+                            f"{before.split(' / ')[0]} → {machine.load_now().split(' / ')[0]}"))
+            print(rows[-1], flush=True)
+    return rows
+
+
+def render(rows: list[Row], burst: int) -> str:
+    lines = [
+        BEGIN,
+        "## Fair claims across tenants (issue 36)",
+        "",
+        f"`python -m bench.tenants --burst {burst}`, {dt.date.today()}, one worker process "
+        f"({SLOTS} slots), one-step runs, tenant B starting a run every {TRICKLE * 1000:.0f} "
+        f"ms; {machine.describe(False).get('cpu', '')}, {os.cpu_count()} CPUs, shared with "
+        "other work (load average, one minute, before → after each row).",
+        "",
+        "| store | case | B's claim latency p50 | p99 | B's runs | throughput | load |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        tp = "" if r.throughput is None else f"{r.throughput:.0f} runs/s"
+        lines.append(f"| {r.store} | {r.case} | {r.p50 * 1000:.1f} ms | {r.p99 * 1000:.1f} ms "
+                     f"| {r.samples} | {tp} | {r.load} |")
+    lines.append("")
+    for db in dict.fromkeys(r.store for r in rows):
+        alone, fair, unfair = [r for r in rows if r.store == db]
+        assert fair.throughput is not None and unfair.throughput is not None
+        lines.append(
+            f"- {db}: B's p99 beside the burst is {fair.p99 / alone.p99:.2f}x its p99 alone "
+            f"(target ≤ 2x: {'met' if fair.p99 <= 2 * alone.p99 else 'missed'}); the fair "
+            f"claim's throughput is {fair.throughput / unfair.throughput:.0%} of the unfair "
+            f"claim's (target ≥ 90 %: "
+            f"{'met' if fair.throughput >= 0.9 * unfair.throughput else 'missed'}).")
+    lines.append(END)
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.tenants")
+    p.add_argument("--burst", type=int, default=10_000)
+    p.add_argument("--write", action="store_true")
+    p.add_argument("--worker", metavar="URL", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        asyncio.run(_serve(args.worker))
+        return 0
+    rows = asyncio.run(measure(args.burst))
+    text = render(rows, args.burst)
+    print(text)
+    if args.write:
+        runner.write_section(text, runner.BENCH / "RESULTS.md", BEGIN, END)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""Fair claims across tenants: weighted fair sharing of a worker's free slots.
+
+Each claim reads, for every tenant with runs that could be claimed, how many
+of its runs are leased now (`active`), how many are ready (up to the slots
+free) and how many it started within its rate's period (`recent`). `shares`
+then gives the free slots one at a time to the tenant whose leased runs per
+unit of weight, counting the slots given so far, are fewest: water-filling,
+so that over the fleet each tenant with ready work holds a share of the runs
+in flight in proportion to its weight, whatever the size of another tenant's
+backlog. A tenant's own limits (`Limits.concurrency`, `Limits.rate`) cap what
+it is given. Ties go round: `turn` moves the first tenant on at each claim.
+
+Pure: no I/O; `stead.store` calls it inside the claim's transaction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from stead import bounds, errors
+from stead.tenants import check
+
+MAX_WEIGHT = 10_000
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Limits:
+    """One tenant's weight (its share of the workers, relative to the other
+    tenants with ready work) and limits, each None for none: `concurrency`
+    runs leased at once across every worker of the database, `rate` runs
+    started per `period` seconds."""
+
+    weight: int = 1
+    concurrency: int | None = None
+    rate: int | None = None
+    period: float = 0.0
+
+    def room(self, active: int, recent: int, limit: int) -> int:
+        """How many more runs the tenant may lease now, at most `limit`."""
+        room = limit
+        if self.concurrency is not None:
+            room = min(room, self.concurrency - active)
+        if self.rate is not None:
+            room = min(room, self.rate - recent)
+        return max(room, 0)
+
+    def since(self, now: float) -> float | None:
+        """Where the rate's window starts (None: no rate, nothing to count)."""
+        return now - self.period if self.rate is not None else None
+
+    @property
+    def limited(self) -> bool:
+        return self.concurrency is not None or self.rate is not None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Policy:
+    """The weights and limits of every tenant: `named` ones, and `default`
+    for the rest (runs of no tenant count as one tenant, '')."""
+
+    default: Limits = Limits()
+    named: Mapping[str, Limits] = dataclasses.field(default_factory=dict)
+
+    def of(self, tenant: str) -> Limits:
+        return self.named.get(tenant, self.default)
+
+    @property
+    def limited(self) -> bool:
+        """Whether some tenant has a limit (then every claim counts)."""
+        return self.default.limited or any(x.limited for x in self.named.values())
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Load:
+    """What a claim reads of one tenant (see the module's docstring)."""
+
+    tenant: str
+    active: int
+    ready: int
+    recent: int = 0
+
+
+def limits(*, weight: int = 1, concurrency: int | None = None,
+           rate: tuple[int, float] | None = None, what: str = "a tenant") -> Limits:
+    """Checked `Limits`; `rate=(100, 60.0)` is 100 starts a minute (the
+    period in seconds, already parsed)."""
+    bounds.integer(weight, f"{what}: weight", least=1, most=MAX_WEIGHT)
+    if concurrency is not None:
+        bounds.integer(concurrency, f"{what}: concurrency", least=1, most=bounds.MAX_INT32)
+    count, period = None, 0.0
+    if rate is not None:
+        count, period = rate
+        bounds.integer(count, f"{what}: rate", least=1, most=bounds.MAX_INT32)
+    return Limits(weight, concurrency, count, period)
+
+
+def with_tenant(policy: Policy, tenant: str, made: Limits) -> Policy:
+    """`policy` with `tenant`'s own limits (`InvalidTenant` for a bad id)."""
+    check(tenant, "a tenant's name")
+    if tenant in policy.named:
+        raise errors.InvalidTenant(f"tenant {tenant!r} is declared twice")
+    return Policy(policy.default, {**policy.named, tenant: made})
+
+
+def shares(free: int, loads: Sequence[Load], policy: Policy, turn: int = 0) -> dict[str, int]:
+    """How many runs each tenant's claim takes, out of `free` slots: water-
+    filling by (active + given) / weight, never past a tenant's ready runs nor
+    its limits' room (see the module's docstring). Tenants given none are
+    left out."""
+    if free <= 0 or not loads:
+        return {}
+    count = len(loads)
+    start = turn % count
+    order = [loads[(start + i) % count] for i in range(count)]
+    room = {x.tenant: min(x.ready, policy.of(x.tenant).room(x.active, x.recent, free))
+            for x in order}
+    given = dict.fromkeys(room, 0)
+    rank = {x.tenant: i for i, x in enumerate(order)}
+    active = {x.tenant: x.active for x in order}
+    for _ in range(free):
+        open_ = [t for t in room if given[t] < room[t]]
+        if not open_:
+            break
+        best = min(open_, key=lambda t: ((active[t] + given[t]) / policy.of(t).weight, rank[t]))
+        given[best] += 1
+    return {t: n for t, n in given.items() if n > 0}

@@ -1,0 +1,189 @@
+"""Fair claims across tenants, on both stores: the rule (`fair.shares`, a
+property test), what a claim takes from tenants with runs ready, each
+tenant's concurrency and rate limits, and concurrent claimers that never
+take a run twice nor pass a limit. tests/test_tenant_processes.py holds the
+limits against worker processes killed with SIGKILL."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import stead
+from stead.tenants import fair
+
+app = stead.App("tenant_claims")
+
+
+@app.workflow()
+async def job(run: stead.Run, n: int) -> int:
+    return n
+
+
+HOSTED = app.hosted()
+LEASE = 30.0
+
+
+# -- the rule -------------------------------------------------------------------
+LOADS = st.lists(
+    st.tuples(st.integers(0, 30), st.integers(0, 40), st.integers(0, 30), st.integers(1, 5),
+              st.none() | st.integers(1, 30), st.none() | st.integers(1, 30)),
+    min_size=0, max_size=8)
+
+
+@given(free=st.integers(0, 40), loads=LOADS, turn=st.integers(0, 10))
+def test_shares_fill_the_fairest_first(
+    free: int, loads: list[tuple[int, int, int, int, int | None, int | None]], turn: int,
+) -> None:
+    named = {f"t{i}": fair.Limits(weight, concurrency, rate, 60.0 if rate else 0.0)
+             for i, (_, _, _, weight, concurrency, rate) in enumerate(loads)}
+    policy = fair.Policy(fair.Limits(), named)
+    given_loads = [fair.Load(f"t{i}", active, ready, recent)
+                   for i, (active, ready, recent, *_) in enumerate(loads)]
+    got = fair.shares(free, given_loads, policy, turn)
+    room = {x.tenant: min(x.ready, policy.of(x.tenant).room(x.active, x.recent, free))
+            for x in given_loads}
+    # Never past a tenant's ready runs or its limits; every slot used that can be.
+    assert all(0 < n <= room[t] for t, n in got.items())
+    assert sum(got.values()) == min(free, sum(room.values()))
+    # Water-filling: a tenant given a slot held no more per unit of weight,
+    # before that last slot, than any tenant left with room.
+    level = {x.tenant: (x.active + got.get(x.tenant, 0)) / policy.of(x.tenant).weight
+             for x in given_loads}
+    for t in got:
+        before = level[t] - 1 / policy.of(t).weight
+        for x in given_loads:
+            if got.get(x.tenant, 0) < room[x.tenant]:
+                assert before <= level[x.tenant] + 1e-9
+
+
+def test_equal_tenants_share_alike_whatever_their_backlog() -> None:
+    loads = [fair.Load("big", 0, 10_000), fair.Load("small", 0, 3)]
+    assert fair.shares(4, loads, fair.Policy()) == {"big": 2, "small": 2}
+    heavy = fair.Policy(named={"big": fair.Limits(weight=3)})
+    assert fair.shares(8, loads, heavy) == {"big": 6, "small": 2}
+    # Busy already: the idle tenant gets the slots until it catches up.
+    assert fair.shares(3, [fair.Load("big", 10, 99), fair.Load("small", 0, 5)],
+                       fair.Policy()) == {"small": 3}
+
+
+def test_bad_limits_are_refused() -> None:
+    with pytest.raises(stead.InvalidValue):
+        app.tenant("w0", weight=0)
+    with pytest.raises(stead.InvalidTenant):
+        app.tenant("no way", weight=2)
+    limited = stead.App("twice")
+    limited.tenant("acme", concurrency=2)
+    with pytest.raises(stead.InvalidTenant, match="twice"):
+        limited.tenant("acme", concurrency=3)
+
+
+# -- on a store -------------------------------------------------------------------
+async def _start(client: stead.Client, tenant: str | None, count: int) -> list[str]:
+    made = await client.start_many([stead.Start(job, (i,), tenant=tenant) for i in range(count)])
+    return [m.run_id for m in made]
+
+
+async def _tenants_of(store: stead.Store, rows: list[stead.RunRow]) -> collections.Counter[str]:
+    return collections.Counter([(await store.get_run(r.run_id)).tenant or "" for r in rows])
+
+
+async def test_a_burst_does_not_take_every_slot(store: stead.Store) -> None:
+    client = stead.Client(store, app)
+    await _start(client, "a", 200)
+    await _start(client, "b", 3)
+    first = await store.claim_fair(fair.Policy(), "w1", HOSTED, LEASE, 4)
+    assert await _tenants_of(store, first) == {"a": 2, "b": 2}
+    second = await store.claim_fair(fair.Policy(), "w1", HOSTED, LEASE, 4)
+    # b has one run left: it takes it, a the rest.
+    assert await _tenants_of(store, second) == {"a": 3, "b": 1}
+    third = await store.claim_fair(fair.Policy(), "w1", HOSTED, LEASE, 4)
+    assert await _tenants_of(store, third) == {"a": 4}
+
+
+async def test_weights_share_the_slots(store: stead.Store) -> None:
+    client = stead.Client(store, app)
+    await _start(client, "gold", 50)
+    await _start(client, None, 50)
+    policy = fair.Policy(named={"gold": fair.Limits(weight=3)})
+    taken = await store.claim_fair(policy, "w1", HOSTED, LEASE, 8)
+    assert await _tenants_of(store, taken) == {"gold": 6, "": 2}
+
+
+async def test_one_tenant_claims_as_the_plain_claim(store: stead.Store) -> None:
+    client = stead.Client(store, app)
+    ids = await _start(client, None, 5)
+    assert await store.ready_tenants() == [""]
+    taken = await store.claim_fair(fair.Policy(), "w1", HOSTED, LEASE, 10)
+    assert [r.run_id for r in taken] == ids  # oldest first, as the plain claim
+    await _start(client, "b", 1)
+    assert await store.ready_tenants() == ["", "b"]
+
+
+async def test_a_tenants_concurrency_holds_across_claims(store: stead.Store) -> None:
+    client = stead.Client(store, app)
+    await _start(client, "capped", 20)
+    await _start(client, "free", 20)
+    policy = fair.Policy(named={"capped": fair.Limits(concurrency=3)})
+    seen: collections.Counter[str] = collections.Counter()
+    for worker in ("w1", "w2", "w3"):
+        seen += await _tenants_of(store, await store.claim_fair(policy, worker, HOSTED,
+                                                                  LEASE, 5))
+    assert seen == {"capped": 3, "free": 12}
+
+
+async def test_a_tenants_rate_holds(store: stead.Store) -> None:
+    client = stead.Client(store, app)
+    await _start(client, "rated", 20)
+    policy = fair.Policy(named={"rated": fair.Limits(rate=4, period=3600.0)})
+    first = await store.claim_fair(policy, "w1", HOSTED, LEASE, 10)
+    again = await store.claim_fair(policy, "w2", HOSTED, LEASE, 10)
+    assert len(first) == 4 and again == []
+
+
+async def test_concurrent_claimers_take_each_run_once(db_url: str) -> None:
+    setup = await stead.open_store(db_url)
+    client = stead.Client(setup, app)
+    await _start(client, "a", 60)
+    await _start(client, "b", 30)
+    await _start(client, "capped", 30)
+    policy = fair.Policy(named={"capped": fair.Limits(concurrency=4)})
+    stores = [await stead.open_store(db_url) for _ in range(4)]
+
+    async def claimer(store: stead.Store, worker: str) -> list[str]:
+        got: list[str] = []
+        for _ in range(12):
+            got += [r.run_id for r in await store.claim_fair(policy, worker, HOSTED,
+                                                               LEASE, 3)]
+        return got
+
+    try:
+        taken = await asyncio.gather(*(claimer(s, f"w{i}") for i, s in enumerate(stores)))
+        every = [run for got in taken for run in got]
+        assert len(every) == len(set(every))  # no run claimed twice
+        tenants = collections.Counter([(await setup.get_run(r)).tenant for r in every])
+        assert tenants["capped"] == 4  # its limit, across four claimers
+        assert tenants["a"] + tenants["b"] == len(every) - 4
+    finally:
+        for s in stores:
+            await s.close()
+        await setup.close()
+
+
+async def test_a_worker_runs_every_tenants_runs(store: stead.Store) -> None:
+    limited = stead.App("limited_worker")
+    limited.tenant("capped", concurrency=1)
+
+    @limited.workflow()
+    async def step(run: stead.Run, n: int) -> int:
+        return await run.step("n", lambda: n * 2)
+
+    client = stead.Client(store, limited)
+    ids = [(await client.start(step, i, tenant=t)).run_id
+           for i, t in enumerate(["capped", "capped", "other", None, "capped"])]
+    await stead.Worker(limited, store).run_until_idle()
+    assert [await client.result(r) for r in ids] == [0, 2, 4, 6, 8]
