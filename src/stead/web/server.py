@@ -38,7 +38,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from stead import display, errors, operator, records, roles, searches
+from stead import bounds, display, errors, operator, records, roles, searches
 from stead.app import App
 from stead.client import Client
 from stead.store import Store, open_store
@@ -101,7 +101,7 @@ class Dashboard:
     def __init__(self, app: App | None, db_url: str | None, store: Store | None, *,
                  token: str | None, auth: security.AuthHook | None, read_only: bool,
                  public: bool, poll_seconds: float, signature_tolerance: float,
-                 proxies: frozenset[str]) -> None:
+                 proxies: frozenset[str], stream_seconds: float = streams.MAX_SECONDS) -> None:
         self.app = app
         self.db_url = db_url
         self._given = store
@@ -111,6 +111,7 @@ class Dashboard:
         self.read_only = read_only
         self.public = public
         self.poll = poll_seconds
+        self.stream_seconds = stream_seconds
         self.env = _templates()
         self.proxies = proxies
         self.logins = throttle.Throttle(*throttle.LOGIN)
@@ -295,8 +296,9 @@ class Dashboard:
         without a login; otherwise as any page is read."""
         token = streams.token_of(request)
         if token is not None:
-            return await streams.sse(self.everyone, request, token)
-        return await self.readable(lambda r: streams.sse(self.client(r), r))(request)
+            return await streams.sse(self.everyone, request, token, self.stream_seconds)
+        return await self.readable(
+            lambda r: streams.sse(self.client(r), r, seconds=self.stream_seconds))(request)
 
     # -- login -----------------------------------------------------------------------
     async def _cross_site(self, request: Request, form: Any) -> Response | None:
@@ -453,6 +455,7 @@ def create_app(
     read_only: bool = False, public: bool = False, hosts: Sequence[str] = (),
     poll_seconds: float = 2.0, max_body: int = hooks.MAX_BODY,
     signature_tolerance: float = signatures.TOLERANCE, trusted_proxies: Sequence[str] = (),
+    stream_seconds: float = streams.MAX_SECONDS,
 ) -> Starlette:
     """The dashboard and webhook as an ASGI app, over the store at `db_url`
     (opened in its lifespan) or the `store` given. Reading and acting need
@@ -464,10 +467,13 @@ def create_app(
     for `signature_tolerance` seconds around its time. Failed logins and
     webhook calls are throttled per client: the peer's address, or, from one
     of the `trusted_proxies` addresses, the client its `X-Forwarded-For`
-    names (see `web.throttle`)."""
+    names (see `web.throttle`). A stream's SSE response lasts `stream_seconds`
+    at most, then the browser reconnects from where it was."""
+    bounds.seconds(stream_seconds, "stream_seconds")
     d = Dashboard(app, db_url, store, token=token, auth=auth, read_only=read_only,
                   public=public, poll_seconds=poll_seconds,
-                  signature_tolerance=signature_tolerance, proxies=frozenset(trusted_proxies))
+                  signature_tolerance=signature_tolerance, proxies=frozenset(trusted_proxies),
+                  stream_seconds=stream_seconds)
 
     def limit(path: str) -> int:
         return max_body if path.startswith("/hooks/") or "/actions/" in path else SMALL_BODY

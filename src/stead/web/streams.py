@@ -5,8 +5,10 @@ Each entry is one event: `id:` its offset, `event:` its kind (`value`,
 A browser's `EventSource` reconnects with `Last-Event-ID`, the last offset
 it got, and is sent only what came after it (`?after=N` does the same for a
 first connection), so nothing is missed or sent twice. The response ends
-with the stream (closed, or the run ended), or after `MAX_SECONDS`, when the
-browser reconnects from where it was.
+with the stream (closed, or the run ended), or after `MAX_SECONDS`
+(`create_app(stream_seconds=)`: shorter behind a proxy that cuts idle
+connections), when the browser reconnects from where it was, `RETRY_MS`
+later (the `retry:` line each response starts with).
 
 Reading needs a logged-in operator who may see the run (unless the
 dashboard is public), or an end user's stream token for this run and stream
@@ -39,6 +41,8 @@ from stead.workflow.streams import check_name
 MAX_SECONDS = 300.0
 # How often the stream's reader asks the store for new entries, at the slowest.
 POLL = 0.25
+# How long a browser waits before it reconnects (its own default is about 3 s).
+RETRY_MS = 1000
 _HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no",
             "X-Content-Type-Options": "nosniff"}
 
@@ -57,6 +61,7 @@ async def events(client: Client, run_id: str, name: str, after: int,
                  seconds: float = MAX_SECONDS) -> AsyncIterator[bytes]:
     """The stream's entries after `after` as SSE events, for `seconds` at most."""
     entries = client.read_stream(run_id, name, after=after, poll=POLL)
+    yield f"retry: {RETRY_MS}\n\n".encode()
     try:
         async with asyncio.timeout(seconds):
             async for entry in entries:
@@ -74,7 +79,8 @@ def token_of(request: Request) -> str | None:
     return found if isinstance(found, str) else None
 
 
-async def sse(client: Client, request: Request, token: str | None = None) -> Response:
+async def sse(client: Client, request: Request, token: str | None = None,
+              seconds: float = MAX_SECONDS) -> Response:
     """The stream as SSE, for `client` (an operator's, scoped to what they
     may see) or for the holder of `token` (checked here first)."""
     run_id, name = request.path_params["run_id"], request.path_params["name"]
@@ -94,5 +100,5 @@ async def sse(client: Client, request: Request, token: str | None = None) -> Res
         return PlainTextResponse(str(exc), 400, headers=headers)
     except errors.UnknownRun:
         return PlainTextResponse(f"There is no run {run_id}.", 404, headers=headers)
-    return StreamingResponse(events(client, run_id, name, after),
+    return StreamingResponse(events(client, run_id, name, after, seconds),
                              media_type="text/event-stream", headers=headers)
