@@ -178,3 +178,31 @@ def test_no_route_shows_or_changes_another_tenants_runs(tmp_path: Path) -> None:
                         assert found.status_code == 200
                         assert (target.run_id in found.text) == sees, (listed, tenant, whose)
         runner.run(store.close())
+
+
+def _proxied(groups: str) -> Request:
+    return Request({"type": "http", "client": ("10.0.0.5", 1), "headers": [
+        (b"x-forwarded-user", b"kim"), (b"x-forwarded-groups", groups.encode())]})
+
+
+def test_sso_groups_give_roles_in_one_tenant() -> None:
+    from stead.web.proxy import sso_proxy
+
+    hook = sso_proxy(["10.0.0.5"], {"acme-ops": "operator@acme", "acme-view": "viewer@acme",
+                                    "globex-ops": ("operator", "globex"), "admins": "admin",
+                                    "readers": "viewer"})
+    assert hook(_proxied("acme-ops")) == Identity("kim", frozenset({Role.OPERATOR}), "acme")
+    both = hook(_proxied("acme-ops, acme-view"))
+    assert both == Identity("kim", frozenset({Role.OPERATOR, Role.VIEWER}), "acme")
+    # An unscoped role beside a scoped one holds in that tenant alone.
+    assert hook(_proxied("readers,acme-ops")) == Identity(
+        "kim", frozenset({Role.VIEWER, Role.OPERATOR}), "acme")
+    assert hook(_proxied("readers")) == Identity("kim", frozenset({Role.VIEWER}), None)
+    # Two tenants name nobody; an admin of no tenant sees all.
+    assert hook(_proxied("acme-ops,globex-ops")) is None
+    admin = hook(_proxied("acme-ops,admins"))
+    assert admin is not None and admin.tenant is None and Role.ADMIN in admin.roles
+    # Once a group names a tenant, an operator in no group is not let in.
+    assert hook(_proxied("strangers")) is None
+    with pytest.raises(ValueError):
+        sso_proxy(["10.0.0.5"], {"x": "operator@"})
