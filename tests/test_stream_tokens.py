@@ -189,3 +189,32 @@ async def test_the_stream_route_answers_a_token_on_both_stores_under_load(
                 for r, t in zip(run_ids, minted, strict=True)))
     for i, got in enumerate(read):
         assert f'"q{i}"' in got[2][2]
+
+
+async def test_stead_streams_revoke_takes_tokens_back(db_url: str) -> None:
+    from click.testing import CliRunner
+
+    from stead.cli import main
+
+    def revoke(*args: str, stdin: str | None = None) -> str:
+        done = CliRunner().invoke(main, ["--db", db_url, "streams", "revoke", *args],
+                                  input=stdin)
+        assert done.exit_code == 0, done.output
+        return str(done.output)
+
+    store = await stead.open_store(db_url)
+    try:
+        run_id = await _answered(store)
+        client = stead.Client(store, app)
+        by_id, by_text, by_run = [await client.stream_token(run_id) for _ in range(3)]
+        # The command runs its own event loop: in a thread of its own here.
+        assert by_id.token_id in await asyncio.to_thread(revoke, by_id.token_id)
+        await asyncio.to_thread(revoke, "-", stdin=by_text.text)
+        assert "every stream token" in await asyncio.to_thread(revoke, "--run", run_id)
+        for token in (by_id, by_text, by_run):
+            assert await client.check_stream_token(token.text, run_id, "answer") \
+                == tokens.REVOKED
+        bare = CliRunner().invoke(main, ["--db", db_url, "streams", "revoke"])
+        assert bare.exit_code != 0 and "--run RUN" in bare.output
+    finally:
+        await store.close()

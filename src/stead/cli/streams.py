@@ -13,7 +13,7 @@ from stead.cli import common
 
 @click.group("streams")
 def streams_group() -> None:
-    """Runs' durable streams, as end users read them with a stream token.
+    """End users' stream tokens: take them back before they expire.
 
     An app mints a token with `Client.stream_token(run_id, ttl=...)` and hands
     its text to a browser, which reads /runs/RUN/streams/NAME?token=TEXT from
