@@ -50,7 +50,8 @@ async def test_another_tenants_runs_are_not_there(store: Store) -> None:
     assert (await client.get(a.run_id)).run_id == a.run_id
     reads = (client.get, client.journal, client.events, client.resumes, client.lineage,
              client.intents, client.migrations, client.snapshots, client.export_run,
-             client.stream_token, client.revoke_stream_tokens, client.cancel)
+             client.stream_token, client.revoke_stream_tokens, client.cancel, client.fork,
+             client.children, client.retry)
     for read in reads:
         with pytest.raises(stead.UnknownRun):
             await read(b.run_id)  # type: ignore[operator]
@@ -104,6 +105,8 @@ async def test_a_scoped_client_decides_its_own_runs(store: Store) -> None:
     assert type(delivered).__name__ == "Accepted"
     await stead.Worker(app, store, stead.WorkerOptions(poll_interval=0.01)).run_until_idle()
     assert await client.result(a.run_id, timeout=10) == "a-secret: yes"
+    forked = await client.fork(a.run_id)
+    assert (await store.get_run(forked.run_id)).tenant == "a"
     token = await client.stream_token(a.run_id, stream="answer")
     assert await client.check_stream_token(token.text, a.run_id, "answer") is None
 

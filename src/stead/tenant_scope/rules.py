@@ -8,7 +8,9 @@ import enum
 
 class Rule(enum.StrEnum):
     # Names no run and reads nothing of any tenant's runs (the keys, the
-    # clock, the store's own lifecycle, revoking a token by its id).
+    # clock, the store's own lifecycle, revoking a token by its id, the
+    # workers), or reads what only a run's own rows name: a workspace's blobs
+    # are content-addressed, their hashes known from a snapshot's manifest.
     FREE = "free"
     # Takes the run it concerns as a parameter named `run_id` (or `run_ids`),
     # or in a row, event, fence, plan or fork it is given: each is checked
@@ -31,7 +33,7 @@ class Rule(enum.StrEnum):
 
 RULES: dict[str, Rule] = {
     **dict.fromkeys(("keyring", "close", "open", "check_schema", "wait_for_work",
-                     "revoke_stream_token", "worker_hosts", "lease_now"), Rule.FREE),
+                     "revoke_stream_token", "worker_hosts", "lease_now", "read_blobs"), Rule.FREE),
     **dict.fromkeys((
         "get_run", "children", "lineage", "load_journal", "journal_page", "journal_size",
         "journal_summaries", "list_resumes", "list_events", "get_event", "list_actions",
