@@ -61,6 +61,23 @@ def test_shares_fill_the_fairest_first(
                 assert before <= level[x.tenant] + 1e-9
 
 
+@given(free=st.integers(0, 40), loads=LOADS, keep=st.integers(0, 5))
+def test_kept_slots_go_to_tenants_with_nothing_in_flight(
+    free: int, loads: list[tuple[int, int, int, int, int | None, int | None]], keep: int,
+) -> None:
+    policy = fair.Policy(named={f"t{i}": fair.Limits(weight) for i, (*_, weight, _c, _r)
+                                in enumerate(loads)})
+    given_loads = [fair.Load(f"t{i}", active, ready, recent)
+                   for i, (active, ready, recent, *_) in enumerate(loads)]
+    got = fair.shares(free, given_loads, policy, keep=keep)
+    active = {x.tenant: x.active for x in given_loads}
+    assert sum(n for t, n in got.items() if active[t] > 0) <= max(free - keep, 0)
+    assert sum(got.values()) <= free
+    idle_room = sum(min(x.ready, free) for x in given_loads if x.active == 0)
+    # Nothing holds a tenant with no run in flight back but the slots themselves.
+    assert sum(n for t, n in got.items() if active[t] == 0) >= min(idle_room, keep, free)
+
+
 def test_equal_tenants_share_alike_whatever_their_backlog() -> None:
     loads = [fair.Load("big", 0, 10_000), fair.Load("small", 0, 3)]
     assert fair.shares(4, loads, fair.Policy()) == {"big": 2, "small": 2}
@@ -69,6 +86,10 @@ def test_equal_tenants_share_alike_whatever_their_backlog() -> None:
     # Busy already: the idle tenant gets the slots until it catches up.
     assert fair.shares(3, [fair.Load("big", 10, 99), fair.Load("small", 0, 5)],
                        fair.Policy()) == {"small": 3}
+    # The last slot kept for a tenant with nothing in flight: the busy one leaves it.
+    assert fair.shares(1, [fair.Load("big", 15, 99)], fair.Policy(), keep=1) == {}
+    assert fair.shares(1, [fair.Load("big", 15, 99), fair.Load("new", 0, 1)], fair.Policy(),
+                       keep=1) == {"new": 1}
 
 
 def test_bad_limits_are_refused() -> None:

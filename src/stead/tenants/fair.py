@@ -9,6 +9,9 @@ so that over the fleet each tenant with ready work holds a share of the runs
 in flight in proportion to its weight, whatever the size of another tenant's
 backlog. A tenant's own limits (`Limits.concurrency`, `Limits.rate`) cap what
 it is given. Ties go round: `turn` moves the first tenant on at each claim.
+A worker may keep its last slot (`keep`) for tenants with no run in flight,
+so that a newcomer beside a burst is claimed as soon as it starts instead of
+when the next run of the burst ends.
 
 Pure: no I/O; `stead.store` calls it inside the claim's transaction.
 """
@@ -103,11 +106,14 @@ def with_tenant(policy: Policy, tenant: str, made: Limits) -> Policy:
     return Policy(policy.default, {**policy.named, tenant: made})
 
 
-def shares(free: int, loads: Sequence[Load], policy: Policy, turn: int = 0) -> dict[str, int]:
+def shares(free: int, loads: Sequence[Load], policy: Policy, turn: int = 0,
+           keep: int = 0) -> dict[str, int]:
     """How many runs each tenant's claim takes, out of `free` slots: water-
     filling by (active + given) / weight, never past a tenant's ready runs nor
-    its limits' room (see the module's docstring). Tenants given none are
-    left out."""
+    its limits' room (see the module's docstring). The last `keep` slots go
+    only to tenants with no run in flight: a tenant that starts a run while
+    others' backlogs fill the workers finds a slot at once. Tenants given none
+    are left out."""
     if free <= 0 or not loads:
         return {}
     count = len(loads)
@@ -118,8 +124,11 @@ def shares(free: int, loads: Sequence[Load], policy: Policy, turn: int = 0) -> d
     given = dict.fromkeys(room, 0)
     rank = {x.tenant: i for i, x in enumerate(order)}
     active = {x.tenant: x.active for x in order}
+    busy_most = max(free - keep, 0)  # slots the tenants with runs in flight may take
     for _ in range(free):
-        open_ = [t for t in room if given[t] < room[t]]
+        busy_given = sum(n for t, n in given.items() if active[t] > 0)
+        open_ = [t for t in room if given[t] < room[t]
+                 and (active[t] == 0 or busy_given < busy_most)]
         if not open_:
             break
         best = min(open_, key=lambda t: ((active[t] + given[t]) / policy.of(t).weight, rank[t]))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("stead.worker")
 # Every tenant weighs one and has no limit: an app that declares none.
 _EQUAL = fair.Policy()
+# Once several tenants have runs ready, claims share among them this long
+# (seconds) before the worker reads again whether they still do.
+_FAIR_FOR = 0.5
 
 
 class Claims:
@@ -50,6 +54,7 @@ class Claims:
         self.peers = 0
         self._queue_turn = 0  # which of the app's queues the next claim starts with
         self._tenant_turn = 0  # which tenant a tie among tenants goes to first
+        self._fair_until = 0.0  # claims share among tenants until then (monotonic)
 
     async def heartbeats(self) -> None:
         while True:
@@ -119,10 +124,11 @@ class Claims:
             return free
         return max(1, free // (4 * (self.peers + 1)))
 
-    async def claim(self, free: int, exclude: list[str]) -> list[RunRow]:
+    async def claim(self, free: int, exclude: list[str], spare: int = 0) -> list[RunRow]:
         """Runs of the app's queues first (each under its limits), then runs
         in no queue, up to `free`, shared among tenants by the app's weights
-        and under their limits (`App.tenant`)."""
+        and under their limits (`App.tenant`). `spare`: the worker's free
+        slots beyond `free`, which this claim leaves."""
         # The versions it hosts, and those it migrates that no other live worker hosts.
         hosted, lease = self.claimable, self.options.lease_seconds
         claimed: list[RunRow] = []
@@ -131,20 +137,30 @@ class Claims:
                 claimed += await self.store.claim_queue(
                     queue, self.worker_id, hosted, lease, free - len(claimed), exclude)
         if len(claimed) < free:
-            claimed += await self._claim_rest(hosted, free - len(claimed), exclude)
+            claimed += await self._claim_rest(hosted, free - len(claimed), exclude, spare)
         return claimed
 
-    async def _claim_rest(self, hosted: list[str], free: int, exclude: list[str]) -> list[RunRow]:
+    async def _claim_rest(self, hosted: list[str], free: int, exclude: list[str],
+                          spare: int) -> list[RunRow]:
         """Runs in no queue: shared fairly among tenants when more than one
-        has runs ready or a tenant has limits, else the plain claim, oldest first."""
+        has runs ready or a tenant has limits, else the plain claim, oldest
+        first. The worker's last `WorkerOptions.tenant_headroom` slots go only
+        to tenants with no run in flight."""
         lease = self.options.lease_seconds
         policy = self.app.tenant_policy or _EQUAL
-        tenants = await self.store.ready_tenants()
-        if policy.limited or len(tenants) > 1:
+        now = time.monotonic()
+        tenants: list[str] | None = None
+        if policy.limited or now >= self._fair_until:
+            tenants = await self.store.ready_tenants()
+            if len(tenants) > 1:  # claim fairly, without asking again for a while
+                self._fair_until = now + _FAIR_FOR
+        several = now < self._fair_until
+        if policy.limited or several:
             self._tenant_turn += 1
+            keep = min(max(self.options.tenant_headroom - spare, 0), free) if several else 0
             return await self.store.claim_fair(policy, self.worker_id, hosted, lease, free,
                                                exclude=exclude, turn=self._tenant_turn,
-                                               tenants=tenants)
+                                               tenants=tenants, keep=keep)
         return await self.store.claim(self.worker_id, hosted, lease, free, exclude=exclude)
 
     def queues(self) -> list[Queue]:

@@ -167,7 +167,8 @@ class Worker:
                 if free > 0:
                     began = time.perf_counter()
                     try:
-                        claimed = await self._claims.claim(batch, [*self._active, *backing_off])
+                        claimed = await self._claims.claim(batch, [*self._active, *backing_off],
+                                                           spare=free - batch)
                         self._claim_pause = 0.0
                         meters.claimed(time.perf_counter() - began, len(claimed))
                     except errors.DatabaseMissing as exc:

@@ -40,11 +40,18 @@ class WorkerOptions:
     # How often the worker asks the store whether `stead workers drain` asked
     # it to stop (one primary-key read).
     drain_check: float = 0.5
+    # While runs of more than one tenant are ready (or a tenant has limits),
+    # this many of the worker's slots go only to tenants with no run in
+    # flight, so that a tenant starting a run beside another's backlog is
+    # claimed at once (docs/guides/platform/many-customers.md); 0: none.
+    tenant_headroom: int = 1
 
     def __post_init__(self) -> None:
         bounds.integer(self.concurrency, "WorkerOptions.concurrency", least=1,
                        most=bounds.MAX_INT32)
         bounds.integer(self.max_result_bytes, "WorkerOptions.max_result_bytes", least=1)
+        bounds.integer(self.tenant_headroom, "WorkerOptions.tenant_headroom", least=0,
+                       most=bounds.MAX_INT32)
         bounds.optional_text(self.worker_id, "WorkerOptions.worker_id")
         for name in ("lease_seconds", "poll_interval", "heartbeat", "blocked_after",
                      "presence_grace", "drain_check"):

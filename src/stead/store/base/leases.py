@@ -77,23 +77,28 @@ class Leases(StorePart):
     async def claim_fair(
         self, policy: TenantPolicy, worker_id: str, hosted: Sequence[str],
         lease_seconds: float, limit: int, exclude: Sequence[str] = (), turn: int = 0,
-        tenants: Sequence[str] | None = None,
+        tenants: Sequence[str] | None = None, keep: int = 0,
     ) -> list[RunRow]:
         """`claim`, shared fairly among the tenants with runs ready: the free
         slots go to them by `stead.tenants.fair.shares` (weighted by `policy`,
         each tenant under its limits, counted in the claim's transaction under
         the limited tenants' locks, so they hold across every worker); `turn`
-        says which tenant a tie goes to first. `tenants`: what `ready_tenants`
-        just returned (None: read them here)."""
-        if tenants is None:
+        says which tenant a tie goes to first, `keep` how many of the slots
+        only tenants with no run in flight may take. `tenants`: what
+        `ready_tenants` just returned (None: read here if some tenant has
+        limits, whose locks are taken in their order)."""
+        if tenants is None and policy.limited:  # the limited ones' locks are taken in order
             tenants = await self.ready_tenants()
         params: dict[str, Any] = {"worker_id": worker_id, "hosted": list(hosted),
                                   "exclude": list(exclude), "now": self.clock.now(),
                                   "lease_now": self.database.lease_now(),
                                   "lease_seconds": lease_seconds}
+        # Without limits nothing is counted under a lock: each tenant's claim
+        # is one statement that may commit on its own (PostgreSQL: autocommit,
+        # two round trips fewer); a lost commit reads back as `claim`'s does.
         return await self.database.write(
-            lambda: tx.claim_fair(policy, params, limit, turn, tenants),
-            Writing(landed=lambda _: tx.fair_claimed(params)),
+            lambda: tx.claim_fair(policy, params, limit, turn, tenants or (), keep),
+            Writing(landed=lambda _: tx.fair_claimed(params), one_statement=not policy.limited),
         )
 
     async def claim_queue(

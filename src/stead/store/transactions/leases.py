@@ -69,14 +69,14 @@ def ready_tenants() -> Flow[list[str]]:
 
 
 def claim_fair(policy: fair.Policy, params: dict[str, Any], limit: int, turn: int,
-               tenants: Sequence[str]) -> Flow[list[RunRow]]:
+               tenants: Sequence[str], keep: int = 0) -> Flow[list[RunRow]]:
     """Lease up to `limit` runs outside any queue (params: worker_id, hosted,
     exclude, now, lease_now, lease_seconds), shared among the tenants with
     runs ready by `fair.shares`, each tenant's under its limits. The locks of
     the limited ones among `tenants` (those read ready before the claim) are
     taken first, in the order of their names, so their counts stay true until
     the commit across every worker; a limited tenant found ready only after
-    them waits for the next claim."""
+    them waits for the next claim. `keep`: see `fair.shares`."""
     locked = sorted({t for t in tenants if policy.of(t).limited})
     if locked:
         yield execute("lock_tenants", {"tenants": locked})
@@ -94,7 +94,8 @@ def claim_fair(policy: fair.Policy, params: dict[str, Any], limit: int, turn: in
     claimed: list[RunRow] = []
     for _ in range(_ROUNDS):
         left = limit - len(claimed)
-        plan = fair.shares(left, list(loads.values()), policy, turn)
+        plan = fair.shares(left, list(loads.values()), policy, turn,
+                           max(keep - len(claimed), 0))
         if not plan:
             break
         for tenant, wanted in plan.items():
