@@ -42,6 +42,11 @@ async def test_a_scoped_client_starts_runs_of_its_tenant(store: Store) -> None:
         await client.start(ask, "z", tenant="b")
     batch = await client.start_many([stead.Start(ask, ("p",)), stead.Start(ask, ("q",))])
     assert {(await store.get_run(r.run_id)).tenant for r in batch} == {"a"}
+    # A batch names the start it refuses, and starts none of it.
+    with pytest.raises(stead.InvalidStart, match="start #0: this client is scoped to tenant"):
+        await client.start_many([stead.Start(ask, ("r",), tenant="b")])
+    with pytest.raises(stead.InvalidTenant):
+        stead.Client(store, app, tenant="not a tenant id")
 
 
 async def test_another_tenants_runs_are_not_there(store: Store) -> None:
