@@ -49,6 +49,7 @@ class Tenant:
     task_id: str
     wait_id: str
     secret: str
+    token: str  # an end user's stream token for its run's answer
 
 
 async def _world(store: stead.Store, n: int = 0) -> dict[str, Tenant]:
@@ -60,7 +61,9 @@ async def _world(store: stead.Store, n: int = 0) -> dict[str, Tenant]:
     world = {}
     for t, info in started.items():
         [wait] = await client.waits(run_id=info.run_id)
-        world[t] = Tenant(info.run_id, f"task-{t}-{n}", wait.wait_id, f"{t}-secret-{t * 6}")
+        token = await client.stream_token(info.run_id, stream="answer")
+        world[t] = Tenant(info.run_id, f"task-{t}-{n}", wait.wait_id, f"{t}-secret-{t * 6}",
+                          token.text)
     return world
 
 
@@ -107,6 +110,8 @@ def test_no_route_shows_or_changes_another_tenants_runs(db_url: str) -> None:
         async def request(path: str, method: str, action: str, target: Tenant,
                           query: str) -> httpx.Response:
             url = _fill(path, target, action)
+            other = world["b" if target is world["a"] else "a"]
+            query = query.replace("TOKEN_OF_OTHER", other.token).replace("TOKEN", target.token)
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
                                          base_url="http://127.0.0.1",
                                          cookies={CSRF_COOKIE: CSRF}) as http:
@@ -127,7 +132,8 @@ def test_no_route_shows_or_changes_another_tenants_runs(db_url: str) -> None:
                whose=st.sampled_from(TENANTS),
                action=st.sampled_from([*operator.ACTIONS, *BULK]),
                query=st.sampled_from(["", "?text=secret", "?fragment=1", "?status=waiting",
-                                      "?tab=waits", "?after=0"]))
+                                      "?tab=waits", "?after=0", "?token=TOKEN",
+                                      "?token=TOKEN_OF_OTHER"]))
         def check(route: tuple[str, str], role: Role, tenant: str | None, whose: str,
                   action: str, query: str) -> None:
             path, method = route
@@ -142,6 +148,18 @@ def test_no_route_shows_or_changes_another_tenants_runs(db_url: str) -> None:
             before = [runner.run(_seen(store, o)) for o in others]
             r = runner.run(request(path, method, action, target, query))
             assert r.status_code < 500, (route, r.status_code, r.text[:300])
+            if "token=" in query:
+                # A stream token opens its own run's stream, for anyone, and
+                # nothing else: another run's stream is 403, another route
+                # answers as it would without it.
+                opens = path.endswith("/streams/{name}") and method == "GET"
+                if opens:
+                    assert r.status_code == (200 if query == "?token=TOKEN" else 403)
+                    if query == "?token=TOKEN":
+                        return
+                elif tenant == "nobody":
+                    assert target.secret not in r.text and target.wait_id not in r.text
+                    assert r.status_code != 200 or path in ("/login", "/metrics"), route
             for other, was in zip(others, before, strict=True):
                 body = r.text
                 # Nothing of another tenant's run: its input, its wait, its id
