@@ -222,3 +222,5 @@ def test_sso_groups_give_roles_in_one_tenant() -> None:
     assert hook(_proxied("strangers")) is None
     with pytest.raises(ValueError):
         sso_proxy(["10.0.0.5"], {"x": "operator@"})
+    with pytest.raises(stead.InvalidTenant):
+        sso_proxy(["10.0.0.5"], {"x": "operator@not a tenant"})

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from stead import roles
+from stead import errors, roles, tenants
 from stead.cli import common
 
 TOKEN_ENV = "STEAD_UI_TOKEN"
@@ -32,7 +32,8 @@ def _groups(specs: tuple[str, ...]) -> dict[str, roles.Given]:
         group, _, role = spec.rpartition("=")
         try:
             held = roles.held_in(role)
-        except ValueError:
+            tenants.check(held[1], "a proxy group's tenant")
+        except (ValueError, errors.InvalidTenant):
             held = None
         if not group.strip() or held is None:
             raise click.BadParameter(

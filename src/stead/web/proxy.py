@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 
 from starlette.requests import Request
 
-from stead import roles
+from stead import roles, tenants
 from stead.roles import Role
 from stead.web.security import AuthHook, Identity
 
@@ -43,6 +43,8 @@ def sso_proxy(trusted: Iterable[str], groups: Mapping[str, roles.Given], *,
     that names the operator the proxy at one of the `trusted` addresses sent."""
     proxies = frozenset(trusted)
     given = {g.strip(): roles.held_in(r) for g, r in groups.items()}
+    for _, tenant in given.values():
+        tenants.check(tenant, "a proxy group's tenant")
     if any(tenant is not None for _, tenant in given.values()):
         default = None
 
