@@ -126,8 +126,7 @@ class Dashboard:
     def everyone(self) -> Client:
         """A client that sees every run: for what no operator asks (the
         webhook, authenticated by a wait's token; a stream token's read)."""
-        assert self.store is not None, "the dashboard's store is opened in its lifespan"
-        return Client(self.store, self.app)
+        return self.client_for(None)
 
     def client_for(self, ident: security.Identity | None) -> Client:
         """The client a request of `ident` reads and acts through: scoped to
