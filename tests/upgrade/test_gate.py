@@ -233,14 +233,16 @@ def _migrate_by_hand(url: str) -> None:
         "  0030 fleet_versions: compatible, online",
         "  0031 wait_requests: compatible, online",
         "  0035 tenants: compatible, online",
-        "4 migration(s) would be applied by `stead db migrate` (dry run: nothing changed)"]
+        "  0037 stream_token_revocations: compatible, online",
+        "5 migration(s) would be applied by `stead db migrate` (dry run: nothing changed)"]
     applied = runner.invoke(main, ["--db", url, "db", "migrate"])
     assert applied.exit_code == 0, applied.output
-    assert "schema 28 -> 35" in applied.output
+    assert "schema 28 -> 37" in applied.output
     assert "applied 0029 liveness: compatible, online" in applied.output
     assert "applied 0030 fleet_versions: compatible, online" in applied.output
     assert "applied 0031 wait_requests: compatible, online" in applied.output
     assert "applied 0035 tenants: compatible, online" in applied.output
+    assert "applied 0037 stream_token_revocations: compatible, online" in applied.output
     listed = runner.invoke(main, ["--db", url, "runs", "ls"])
     assert listed.exit_code == 0 and "approval@1" in listed.output
     [(name, compatible, by)] = restore.query(
