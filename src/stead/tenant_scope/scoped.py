@@ -40,12 +40,9 @@ class Scoped:
         self.tenant = tenant
         self._tenants: dict[str, str | None] = {}
 
-    @property
-    def unscoped(self) -> Any:
-        """The store beneath, for what a scope has no say in (closing it)."""
-        return self._store
-
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # copy, pickle and hasattr probes: not an operation
+            raise AttributeError(name)
         if name in ATTRIBUTES:
             return getattr(self._store, name)
         rule = RULES.get(name)
