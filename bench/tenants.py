@@ -1,8 +1,10 @@
-"""`python -m bench.tenants [--burst 10000] [--write]`
+"""`python -m bench.tenants [--burst 10000] [--hold SECONDS] [--write]`
 
 Fair claims across tenants (issue 36), on SQLite and PostgreSQL in one run:
 one worker process (`stead.Worker`, 16 slots) runs one-step runs while this
-process starts them. Tenant B starts a run every 20 ms throughout; its claim
+process starts them; with `--hold`, each run's step also waits that long
+(as an agent's run waits on a model), so that the slots, not the CPU, are
+what runs queue for. Tenant B starts a run every 20 ms throughout; its claim
 latency (a run's first claim less its creation, both read from the store) is
 measured alone (no burst), then beside a burst of `--burst` runs tenant A
 starts at once, and again with the same runs started without tenants, which
@@ -31,6 +33,7 @@ import time
 
 import stead
 from bench import machine, runner
+from stead.records import RunStatus
 
 BEGIN, END = "<!-- tenants: begin -->", "<!-- tenants: end -->"
 SLOTS = 16
@@ -41,8 +44,13 @@ app = stead.App("tenants_bench")
 
 
 @app.workflow()
-async def work(run: stead.Run, n: int) -> int:
-    return await run.step("work", lambda: n + 1)
+async def work(run: stead.Run, n: int, hold: float = 0.0) -> int:
+    async def step() -> int:
+        if hold:
+            await asyncio.sleep(hold)
+        return n + 1
+
+    return await run.step("work", step)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +82,8 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def _case(url: str, burst: int, tenants: bool) -> tuple[list[float], float | None]:
+async def _case(url: str, burst: int, tenants: bool,
+                hold: float) -> tuple[list[float], float | None]:
     """B's claim latencies (seconds) and, with a burst, the throughput (runs/s)."""
     store = await stead.open_store(url)
     proc = _worker(url)
@@ -88,19 +97,30 @@ async def _case(url: str, burst: int, tenants: bool) -> tuple[list[float], float
         if burst:
             for at in range(0, burst, 1000):
                 made = await client.start_many(
-                    [stead.Start(work, (i,), tenant=a) for i in range(at, min(burst, at + 1000))])
+                    [stead.Start(work, (i, hold), tenant=a)
+                     for i in range(at, min(burst, at + 1000))])
                 burst_ids += [m.run_id for m in made]
         trickled: list[str] = []
 
         async def finished() -> bool:
             counts = await store.count_runs()
-            return counts.get(stead.records.RunStatus.COMPLETED, 0) >= 1 + len(burst_ids) + \
-                len(trickled)
+            return counts.get(RunStatus.COMPLETED, 0) >= 1 + len(burst_ids) + len(trickled)
+
+        started: list[float] = []
+
+        async def burst_done() -> bool:
+            # Every run still live could be one of B's last (those started
+            # within the hold and a second): the burst has ended.
+            counts = await store.count_runs()
+            live = counts.get(RunStatus.PENDING, 0) + counts.get(RunStatus.RUNNING, 0)
+            now = time.monotonic()
+            return live <= sum(1 for t in started if now - t < hold + 1.0)
 
         while True:
-            trickled.append((await client.start(work, len(trickled), tenant=b)).run_id)
+            trickled.append((await client.start(work, len(trickled), hold, tenant=b)).run_id)
+            started.append(time.monotonic())
             await asyncio.sleep(TRICKLE)
-            if len(trickled) >= ALONE and (not burst or await finished()):
+            if len(trickled) >= ALONE and (not burst or await burst_done()):
                 break
         deadline = time.monotonic() + 600
         while not await finished():
@@ -123,7 +143,7 @@ async def _case(url: str, burst: int, tenants: bool) -> tuple[list[float], float
         await store.close()
 
 
-async def measure(burst: int) -> list[Row]:
+async def measure(burst: int, hold: float) -> list[Row]:
     rows = []
     stores = ["sqlite"] + (["postgres"] if runner.pg_available() is None else [])
     for db in stores:
@@ -132,7 +152,7 @@ async def measure(burst: int) -> list[Row]:
                                  (f"B beside {burst:,}, unfair (no tenants)", burst, False)):
             before = machine.load_now()
             with runner.scratch_dir() as scratch, runner.fresh_database(db, scratch) as url:
-                latencies, throughput = await _case(url, n, tenants)
+                latencies, throughput = await _case(url, n, tenants, hold)
             rows.append(Row(db, case, statistics.median(latencies),
                             _quantile(latencies, 0.99), len(latencies), throughput,
                             f"{before.split(' / ')[0]} → {machine.load_now().split(' / ')[0]}"))
@@ -140,15 +160,27 @@ async def measure(burst: int) -> list[Row]:
     return rows
 
 
-def render(rows: list[Row], burst: int) -> str:
+def markers(hold: float) -> tuple[str, str]:
+    """The section's markers: one section per workload."""
+    return (BEGIN, END) if not hold else (BEGIN.replace("tenants", "tenants-hold"),
+                                          END.replace("tenants", "tenants-hold"))
+
+
+def render(rows: list[Row], burst: int, hold: float) -> str:
+    begin, end = markers(hold)
+    flag = f" --hold {hold:g}" if hold else ""
+    work_is = (f"each run one step that waits {hold * 1000:.0f} ms (an agent's model call)"
+               if hold else "each run one step that returns at once (CPU-bound)")
     lines = [
-        BEGIN,
-        "## Fair claims across tenants (issue 36)",
+        begin,
+        "## Fair claims across tenants (issue 36)" + (f", runs holding {hold:g} s" if hold
+                                                      else ""),
         "",
-        f"`python -m bench.tenants --burst {burst}`, {dt.date.today()}, one worker process "
-        f"({SLOTS} slots), one-step runs, tenant B starting a run every {TRICKLE * 1000:.0f} "
-        f"ms; {machine.describe(False).get('cpu', '')}, {os.cpu_count()} CPUs, shared with "
-        "other work (load average, one minute, before → after each row).",
+        f"`python -m bench.tenants --burst {burst}{flag}`, {dt.date.today()}, one worker "
+        f"process ({SLOTS} slots), {work_is}, tenant B starting a run every "
+        f"{TRICKLE * 1000:.0f} ms; {machine.describe(False).get('cpu', '')}, "
+        f"{os.cpu_count()} CPUs, shared with other work (load average, one minute, before → "
+        "after each row).",
         "",
         "| store | case | B's claim latency p50 | p99 | B's runs | throughput | load |",
         "|---|---|---|---|---|---|---|",
@@ -167,24 +199,25 @@ def render(rows: list[Row], burst: int) -> str:
             f"claim's throughput is {fair.throughput / unfair.throughput:.0%} of the unfair "
             f"claim's (target ≥ 90 %: "
             f"{'met' if fair.throughput >= 0.9 * unfair.throughput else 'missed'}).")
-    lines.append(END)
+    lines.append(end)
     return "\n".join(lines)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(prog="python -m bench.tenants")
     p.add_argument("--burst", type=int, default=10_000)
+    p.add_argument("--hold", type=float, default=0.0)
     p.add_argument("--write", action="store_true")
     p.add_argument("--worker", metavar="URL", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         asyncio.run(_serve(args.worker))
         return 0
-    rows = asyncio.run(measure(args.burst))
-    text = render(rows, args.burst)
+    rows = asyncio.run(measure(args.burst, args.hold))
+    text = render(rows, args.burst, args.hold)
     print(text)
     if args.write:
-        runner.write_section(text, runner.BENCH / "RESULTS.md", BEGIN, END)
+        runner.write_section(text, runner.BENCH / "RESULTS.md", *markers(args.hold))
     return 0
 
 

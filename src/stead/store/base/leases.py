@@ -93,12 +93,10 @@ class Leases(StorePart):
                                   "exclude": list(exclude), "now": self.clock.now(),
                                   "lease_now": self.database.lease_now(),
                                   "lease_seconds": lease_seconds}
-        # Without limits nothing is counted under a lock: each tenant's claim
-        # is one statement that may commit on its own (PostgreSQL: autocommit,
-        # two round trips fewer); a lost commit reads back as `claim`'s does.
+        # One transaction, one commit (a commit a tenant would cost a flush each).
         return await self.database.write(
             lambda: tx.claim_fair(policy, params, limit, turn, tenants or (), keep),
-            Writing(landed=lambda _: tx.fair_claimed(params), one_statement=not policy.limited),
+            Writing(landed=lambda _: tx.fair_claimed(params)),
         )
 
     async def claim_queue(
