@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import html
-import os
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
-import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
@@ -26,16 +23,10 @@ import stead
 from stead.web import create_app
 from tests import stress
 from tests.helpers import Gate
+
+# The dashboard's browser tests find Chromium, and skip (slow, or without it), alike.
+from tests.test_web_browser import CHROMIUM, playwright_api, pytestmark  # noqa: F401
 from tests.web_app import UI_TOKEN, serving
-
-playwright_api = pytest.importorskip("playwright.async_api",
-                                     reason="playwright is not installed (pip install -e '.[dev]')")
-
-CHROMIUM = os.environ.get("STEAD_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(
-    not Path(CHROMIUM).exists(),
-    reason=f"no Chromium at {CHROMIUM}: install Debian's package (apt-get install chromium; "
-           ".ci/run does) or set STEAD_CHROMIUM")]
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "guides" / "platform" / \
     "many-customers.md"
