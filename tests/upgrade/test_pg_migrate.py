@@ -24,6 +24,9 @@ from stead.store import schema_versions
 from tests import pg, stress
 from tests.upgrade import restore
 
+# The migrations a database of schema 28 (the oldest fixture upgraded here) is missing.
+AFTER_28 = [m.version for m in schema_versions.known("postgres") if m.version > 28]
+
 ROOT = Path(__file__).resolve().parents[2]
 SLOW = stress.slow()
 
@@ -121,7 +124,7 @@ async def test_writers_wait_at_most_the_lock_timeout_while_a_migration_waits(
         writer.stop()
         await writing
         writer.conn.close()
-    assert [m.version for m in report.applied] == [29, 30, 31, 35, 36]
+    assert [m.version for m in report.applied] == AFTER_28
     assert re.search(r"migration 00(29 liveness|30 fleet_versions) waited 0.1 s for a lock",
                      caplog.text)
     assert "upgrade-test-blocker" in caplog.text
@@ -151,10 +154,10 @@ def test_processes_opening_an_older_database_at_once_migrate_it_once(old_url: st
         out, err = proc.communicate(timeout=60 * SLOW)
         assert proc.returncode == 0, err.decode()
         applied.append(int(out))
-    assert sorted(applied) == [0, 0, 0, 5]
+    assert sorted(applied) == [0, 0, 0, len(AFTER_28)]
     with _connect(old_url, "upgrade-test") as conn:
         rows = conn.execute(b"SELECT version FROM stead_schema WHERE version > 28").fetchall()
-    assert sorted(rows) == [(29,), (30,), (31,), (35,), (36,)]
+    assert sorted(rows) == [(v,) for v in AFTER_28]
 
 
 async def test_an_index_built_concurrently_is_left_valid(monkeypatch: pytest.MonkeyPatch) -> None:
