@@ -130,7 +130,12 @@ class Scoped:
                     return None
                 raise errors.UnknownRun(f"no wait {wait_id!r} of tenant {self.tenant!r}")
         elif rule is Rule.TASK:
-            await self._own_task(bound.arguments["task_key"])
+            named_task = bound.arguments.get("task_key", bound.arguments.get("task_id"))
+            await self._own_task(str(named_task))
+        elif rule is Rule.TENANT:
+            asked = bound.arguments["tenant"]
+            if asked != self.tenant:
+                raise _outside(self.tenant, f"cannot read what tenant {asked!r} holds")
         elif rule is Rule.LISTED:
             return await self._listed(method, bound)
         return await method(*bound.args, **bound.kwargs)
