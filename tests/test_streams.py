@@ -228,7 +228,8 @@ async def test_the_dashboard_serves_a_stream_as_sse_from_last_event_id(
         assert r.status_code == 303
         r = await http.get(path, headers={"Last-Event-ID": "1"})
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
-        events = [block.splitlines() for block in r.text.strip().split("\n\n")]
+        hint, *events = [block.splitlines() for block in r.text.strip().split("\n\n")]
+        assert hint == ["retry: 1000"]  # the browser reconnects a second after a drop
         assert [e[:2] for e in events] == [["id: 2", "event: value"], ["id: 3", "event: value"],
                                           ["id: 4", "event: closed"]]
         assert events[0][2].startswith('data: {"offset":2,"kind":"value","value":"two"')
@@ -340,7 +341,7 @@ async def test_reading_a_pruned_or_unknown_run_is_unknown_run_or_404(
         assert [e.value for e in await _all(client, info.run_id, "answer")] == \
             ["gone with the run"]
         assert await _all(client, info.run_id, "never-written") == []
-        assert await status(info.run_id, "never-written") == (200, "")
+        assert await status(info.run_id, "never-written") == (200, "retry: 1000\n\n")
         clock.advance(31 * DAY)
         assert (await stead.prune(fstore, 30 * DAY)).deleted == 1
         for run_id in (info.run_id, "no-such-run"):

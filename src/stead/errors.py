@@ -23,7 +23,7 @@ By where they come from:
 - effects: `EffectFailed`, `EffectCompensated`, `OutcomeUncertain`,
   `InvalidCheckResult`;
 - intent and authority: `InvalidIntent`, `GrantWidening`, `GrantRefused`,
-  `NotAllowed`, `UnknownAction`, `RunMovedOn`;
+  `NotAllowed`, `UnknownAction`, `RunMovedOn`, `OutsideTenant`;
 - workspaces: `WorkspaceError`, `WorkspaceOutsideRoot`, `WorkspaceEscape`,
   `WorkspaceUnsafe`, `WorkspaceTooLarge`, `WorkspaceChanged`,
   `WorkspaceMismatch`;
@@ -64,6 +64,7 @@ __all__ = [
     "NotAllowed",
     "NotStopped",
     "OutcomeUncertain",
+    "OutsideTenant",
     "PayloadKeyMissing",
     "PayloadUnreadable",
     "QuotaExceeded",
@@ -453,6 +454,14 @@ class RunMovedOn(SteadError):
 class NotAllowed(SteadError):
     """An operator's action needs a role the operator does not hold
     (`stead.roles`): it is refused, audited, and nothing changed."""
+
+
+class OutsideTenant(SteadError):
+    """A client scoped to one tenant (`Client(tenant=...)`, an operator of one
+    tenant on the dashboard) was asked to act beyond it: start a run of
+    another tenant, list another's runs, or use a store operation that spans
+    every tenant. Nothing was read or changed. (Another tenant's run itself
+    is not there for it: `UnknownRun`.)"""
 
 
 class UnknownAction(SteadError):

@@ -56,6 +56,8 @@ COMMANDS = {
     "runs": common.Place("runs:runs", "List, inspect and cancel runs.",
                          adds=("deploy:runs_migrate", "deploy:runs_rollback",
                                "deploy:runs_export", "deploy:runs_import")),
+    "streams": common.Place("streams:streams_group",
+                            "End users' stream tokens: take them back before they expire."),
     "start": common.Place("runs:start", "Start a run of WORKFLOW from MODULE:APP."),
     "status": common.Place("status:status", "Is the fleet healthy? The live workers (by the "
                                             "test claimers use), the queues with their depth "

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from stead import roles
+from stead import errors, roles, tenants
 from stead.cli import common
 
 TOKEN_ENV = "STEAD_UI_TOKEN"
@@ -26,16 +26,20 @@ def _auth_hook(spec: str) -> Any:
     return hook
 
 
-def _groups(specs: tuple[str, ...]) -> dict[str, roles.Role]:
-    found = {}
+def _groups(specs: tuple[str, ...]) -> dict[str, roles.Given]:
+    found: dict[str, roles.Given] = {}
     for spec in specs:
         group, _, role = spec.rpartition("=")
-        held = roles.parse([role])
-        if not group.strip() or not held:
+        try:
+            held = roles.held_in(role)
+            tenants.check(held[1], "a proxy group's tenant")
+        except (ValueError, errors.InvalidTenant):
+            held = None
+        if not group.strip() or held is None:
             raise click.BadParameter(
-                f"{spec[:80]!r}: give GROUP=ROLE, ROLE one of {', '.join(roles.Role)}",
-                param_hint="'--proxy-group'")
-        [found[group.strip()]] = held
+                f"{spec[:80]!r}: give GROUP=ROLE or GROUP=ROLE@TENANT, ROLE one of "
+                f"{', '.join(roles.Role)}", param_hint="'--proxy-group'")
+        found[group.strip()] = held
     return found
 
 
@@ -66,9 +70,11 @@ def _groups(specs: tuple[str, ...]) -> dict[str, roles.Role]:
                    "X-Forwarded-For and X-Forwarded-Proto name the client and the "
                    "scheme (failed logins count per client); repeat for more. "
                    "Requests from other addresses are not believed.")
-@click.option("--proxy-group", "proxy_groups", metavar="GROUP=ROLE", multiple=True,
-              help="The role (viewer, approver, operator, admin) a proxy group gives; "
-                   "repeat for more. An operator in no such group is a viewer.")
+@click.option("--proxy-group", "proxy_groups", metavar="GROUP=ROLE[@TENANT]", multiple=True,
+              help="The role (viewer, approver, operator, admin) a proxy group gives, "
+                   "in one tenant with @TENANT (its operators see that tenant's runs "
+                   "alone); repeat for more. An operator in no such group is a viewer, "
+                   "unless a group names a tenant: then they are not let in.")
 @click.option("--poll", type=common.Seconds(least=0.2), default=2.0, show_default=True,
               help="Seconds between live updates of a page.")
 @click.pass_context

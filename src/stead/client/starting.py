@@ -139,9 +139,15 @@ class Starting(Base):
         )
 
     def _tenant(self, start: Start) -> str | None:
-        """The tenant the run serves: the one given, else its queue's; a run
-        given another tenant than its queue's is refused."""
+        """The tenant the run serves: the one given, else the client's (a
+        client scoped to a tenant starts runs of no other), else its queue's;
+        a run given another tenant than its queue's is refused."""
         tenant = tenants.check(start.tenant)
+        if self.tenant is not None and tenant not in (None, self.tenant):
+            raise errors.OutsideTenant(
+                f"this client is scoped to tenant {self.tenant!r} and cannot start a run "
+                f"of tenant {tenant!r}; use a client scoped to that tenant")
+        tenant = tenant if tenant is not None else self.tenant
         if start.queue is None or self.app is None or start.queue not in self.app.queues:
             return tenant
         own = self.app.queues[start.queue].tenant

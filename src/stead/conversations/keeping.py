@@ -19,12 +19,15 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stead import codec, digests
 from stead.execution import Execution
 from stead.records import Record
 from stead.store.transactions.conversations import REQUEST, Part, named, request_of
+
+if TYPE_CHECKING:
+    from stead.store.transactions.spend import Settlement
 
 # Conversations remembered per run: an agent and its sub-agents.
 CHAINS = 8
@@ -139,8 +142,9 @@ class ModelCall:
     def replayed(self, addr: str) -> None:
         """Nothing rides with a replayed call: its parts are stored."""
 
-    async def commit(self, addr: str, rec: Record, started: Record) -> None:
+    async def commit(self, addr: str, rec: Record, started: Record,
+                     outcome: Settlement | None = None) -> None:
         x, parts = self._x, self._parts
         await x.write([rec], lambda batch, resume: x.store.save_model_call(
-            x.fence, batch, resume, parts), drop=started)
+            x.fence, batch, resume, parts, outcome), drop=started)
         self._keeper.stored.update(p.name for p in parts)

@@ -32,7 +32,8 @@ class Saves(Protocol):
 
     def replayed(self, addr: str) -> None: ...
 
-    async def commit(self, addr: str, rec: Record, started: Record) -> None: ...
+    async def commit(self, addr: str, rec: Record, started: Record,
+                     outcome: Settlement | None = None) -> None: ...
 
 
 def paused(name: str, what: str, changed: Sequence[str], acted: Record) -> Stop:
@@ -224,11 +225,12 @@ class Recorder:
                 self._x.unbuffer(started)
                 raise
             done = self._x.record(addr, attempt, kind, name, digest, RecordStatus.OK, payload)
-            if saves is not None:  # the files the step made ride with its result
-                await saves.commit(addr, done, started)
+            used = None if reserves is None else _used(addr, started.attempt,
+                                                         reserves.usage(value))
+            if saves is not None:  # what rides with the result (files, the request)
+                await saves.commit(addr, done, started, used)
             else:
-                await self._settled([done], started, None if reserves is None
-                                    else _used(addr, started.attempt, reserves.usage(value)))
+                await self._settled([done], started, used)
             return RecordStatus.OK, payload, attempt
 
     async def _reserve(self, spend: Spend, addr: str, started: Record) -> None:

@@ -16,17 +16,54 @@
   (`sso_proxy` believes the proxy's headers by it); the client it names counts
   in the throttles (`web.throttle`). `stead ui` then turns uvicorn's own
   reading of these headers off, which would make the client the peer.
+- **Stream tokens.** A `token` in the query string (an end user's stream
+  token, `stead.stream_tokens`: a browser's `EventSource` cannot send it in
+  a header) is taken out of the request's query string, in the scope the
+  server handed in, before anything else reads it, and kept under
+  `TOKEN_KEY` for the stream route. So the server's access log, which reads
+  that same scope when the response starts, and every log or page that shows
+  the URL, never see it.
 """
 
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Callable, Iterable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # The names a browser sends for this machine.
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
+# Where a request's stream token is kept, once out of its query string.
+TOKEN_KEY = "stead.stream_token"
+TOKEN_PARAM = "token"
+# The most fields a query string is read with for a token.
+MAX_FIELDS = 100
+
+
+def take_token(scope: Scope) -> None:
+    """Move a `token` query parameter out of `scope["query_string"]` (in
+    place: the server's own access log reads this dict) into
+    `scope[TOKEN_KEY]`. Two tokens, or a query of more than `MAX_FIELDS`
+    fields, keep none (such a query is dropped whole): the route then finds
+    no token and asks for a login."""
+    raw: bytes = scope.get("query_string", b"")
+    if not raw:
+        return
+    try:
+        pairs = urllib.parse.parse_qsl(raw.decode("latin-1"), keep_blank_values=True,
+                                       max_num_fields=MAX_FIELDS)
+    except ValueError:
+        scope["query_string"] = b""
+        return
+    given = [v for k, v in pairs if k == TOKEN_PARAM]
+    if not given:
+        return
+    kept = [(k, v) for k, v in pairs if k != TOKEN_PARAM]
+    scope["query_string"] = urllib.parse.urlencode(kept).encode("latin-1")
+    if len(given) == 1:
+        scope[TOKEN_KEY] = given[0]
 
 
 class _Overflow(Exception):
@@ -68,6 +105,7 @@ class Edge:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        take_token(scope)
         headers = dict(scope["headers"])
         peer = scope.get("client")
         if peer is not None and peer[0] in self.proxies:

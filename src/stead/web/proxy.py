@@ -6,7 +6,15 @@ The proxy sends `X-Forwarded-User` (the operator's name) and
 `X-Forwarded-Groups` (their groups, comma separated); `groups` maps a group
 to the role it gives (`stead.roles`), and an operator holds the highest role
 any of their groups gives, or `default` when none does (`None`: such an
-operator is not let in). The headers are believed only from the proxy's own
+operator is not let in).
+
+A group may give a role in one tenant (`"acme-ops": "operator@acme"`, or
+`("operator", "acme")`): an operator whose groups name a tenant is scoped to
+it (`Identity.tenant`), and sees no other tenant's runs. Groups that name
+two tenants name nobody (an identity is scoped to one), unless one of them
+gives `admin` in no tenant, which sees all. Once any group names a tenant,
+an operator in no group is not let in: a `default` viewer of every tenant
+would see them all. The headers are believed only from the proxy's own
 addresses (`trusted`): anyone else can send them too, so from any other
 address the request names nobody. Header values are bounded: a name over
 `MAX_NAME` characters, or more than `MAX_GROUPS` groups, names nobody.
@@ -18,6 +26,7 @@ from collections.abc import Iterable, Mapping
 
 from starlette.requests import Request
 
+from stead import roles, tenants
 from stead.roles import Role
 from stead.web.security import AuthHook, Identity
 
@@ -27,13 +36,17 @@ MAX_NAME = 200
 MAX_GROUPS = 200
 
 
-def sso_proxy(trusted: Iterable[str], groups: Mapping[str, Role | str], *,
+def sso_proxy(trusted: Iterable[str], groups: Mapping[str, roles.Given], *,
               default: Role | None = Role.VIEWER, user_header: str = USER_HEADER,
               groups_header: str = GROUPS_HEADER) -> AuthHook:
     """An auth hook for `create_app(auth=...)` (or `stead ui --trusted-proxy`)
     that names the operator the proxy at one of the `trusted` addresses sent."""
     proxies = frozenset(trusted)
-    given = {g.strip(): Role(r) for g, r in groups.items()}
+    given = {g.strip(): roles.held_in(r) for g, r in groups.items()}
+    for _, tenant in given.values():
+        tenants.check(tenant, "a proxy group's tenant")
+    if any(tenant is not None for _, tenant in given.values()):
+        default = None
 
     def named(request: Request) -> Identity | None:
         if request.client is None or request.client.host not in proxies:
@@ -44,11 +57,16 @@ def sso_proxy(trusted: Iterable[str], groups: Mapping[str, Role | str], *,
         theirs = [g.strip() for g in request.headers.get(groups_header, "").split(",")]
         if len(theirs) > MAX_GROUPS:
             return None
-        roles = {given[g] for g in theirs if g in given}
-        if not roles:
+        held = {given[g] for g in theirs if g in given}
+        if not held:
             if default is None:
                 return None
-            roles = {default}
-        return Identity(name, frozenset(roles))
+            held = {(default, None)}
+        if (Role.ADMIN, None) in held:
+            return Identity(name, frozenset(r for r, _ in held))
+        tenants = {t for _, t in held if t is not None}
+        if len(tenants) > 1:
+            return None
+        return Identity(name, frozenset(r for r, _ in held), next(iter(tenants), None))
 
     return named

@@ -9,6 +9,10 @@
 - **Roles.** An auth hook may return an `Identity` (a name and its roles,
   `stead.roles`) instead of a name; each action needs a role
   (`operator.Action.role`). A name alone, and a token login, hold every role.
+- **Tenants.** An `Identity` may name a `tenant`: its roles hold in that
+  tenant alone, and every run of another is invisible to it (the
+  dashboard reads through `Client(tenant=...)`). An identity without one
+  sees every tenant's runs, as before tenants.
 - **CSRF.** Every form carries the browser's CSRF token, also kept in a
   `SameSite=Strict`, `HttpOnly` cookie; a POST whose field does not match it
   (compared in constant time), or whose `Origin` is another site, is refused
@@ -43,10 +47,12 @@ EVERY_ROLE = frozenset(Role)
 @dataclasses.dataclass(frozen=True)
 class Identity:
     """Who makes a request: the operator's `name` (recorded with every
-    action) and the `roles` they hold."""
+    action), the `roles` they hold, and the `tenant` they hold them in (None:
+    every tenant)."""
 
     name: str
     roles: frozenset[Role] = EVERY_ROLE
+    tenant: str | None = None
 
 
 # An auth hook: the operator's name (holding every role) or Identity for this

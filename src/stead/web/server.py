@@ -10,6 +10,14 @@ body's size); reading a page needs a logged-in operator unless the dashboard
 is `public`. The store is opened in the app's lifespan (or handed in), and
 every read and write goes through `Client` and `stead.operator`, as any other
 face of stead does.
+
+An operator of one tenant (`Identity.tenant`) sees and acts on that tenant's
+runs alone: each request's `Client` is made once, by `Dashboard.client_for`,
+scoped to the operator's tenant (`Client(tenant=...)`, `stead.tenant_scope`),
+and every page, action, search, bulk action, stream and audit entry reads
+through it, so another tenant's runs are not there (404, left out of lists).
+A page that spans every tenant (the fleet's status) is an unscoped
+operator's alone (403).
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from stead import display, errors, operator, records, roles, searches
+from stead import bounds, display, errors, operator, records, roles, searches
 from stead.app import App
 from stead.client import Client
 from stead.store import Store, open_store
@@ -93,7 +101,7 @@ class Dashboard:
     def __init__(self, app: App | None, db_url: str | None, store: Store | None, *,
                  token: str | None, auth: security.AuthHook | None, read_only: bool,
                  public: bool, poll_seconds: float, signature_tolerance: float,
-                 proxies: frozenset[str]) -> None:
+                 proxies: frozenset[str], stream_seconds: float = streams.MAX_SECONDS) -> None:
         self.app = app
         self.db_url = db_url
         self._given = store
@@ -103,6 +111,7 @@ class Dashboard:
         self.read_only = read_only
         self.public = public
         self.poll = poll_seconds
+        self.stream_seconds = stream_seconds
         self.env = _templates()
         self.proxies = proxies
         self.logins = throttle.Throttle(*throttle.LOGIN)
@@ -114,9 +123,24 @@ class Dashboard:
         return throttle.source(request, self.proxies)
 
     @property
-    def client(self) -> Client:
+    def everyone(self) -> Client:
+        """A client that sees every run: for what no operator asks (the
+        webhook, authenticated by a wait's token; a stream token's read)."""
+        return self.client_for(None)
+
+    def client_for(self, ident: security.Identity | None) -> Client:
+        """The client a request of `ident` reads and acts through: scoped to
+        their tenant, if they have one. The one place the dashboard decides
+        whose runs a request may see."""
         assert self.store is not None, "the dashboard's store is opened in its lifespan"
-        return Client(self.store, self.app)
+        return Client(self.store, self.app, tenant=None if ident is None else ident.tenant)
+
+    @staticmethod
+    def client(request: Request) -> Client:
+        """The client `readable` (or `_acting`) made for this request."""
+        made = getattr(request.state, "client", None)
+        assert isinstance(made, Client), "a page reads through readable(); an action _acting()"
+        return made
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _: Starlette) -> AsyncIterator[None]:
@@ -171,7 +195,9 @@ class Dashboard:
         """`page`, shown only to a logged-in operator unless the dashboard is
         public; anyone else gets the login page (401)."""
         async def guarded(request: Request) -> Response:
-            if self.public or await self.guard.operator(request) is not None:
+            ident = await self.guard.identity(request)
+            if self.public or ident is not None:
+                request.state.client = self.client_for(ident)
                 return await page(request)
             return await self.render(request, "login.html", 401, failed=False, closed=True)
 
@@ -187,14 +213,14 @@ class Dashboard:
         except errors.InvalidInput as exc:
             return await self._bad_query(request, exc)
         fragment = request.query_params.get("fragment") == "1"
-        found = await self.client.search_runs(
+        found = await self.client(request).search_runs(
             status=q.status, workflow=q.workflow, version=q.version, task_id=q.task_id,
             queue=q.queue, tenant=q.tenant, since=q.since, until=q.until, text=q.text,
             after=q.after, limit=q.limit + 1)
         runs, more = found[:q.limit], len(found) > q.limit
         after = searches.Cursor(runs[-1].created_at, runs[-1].run_id) if more else None
         shown = await self.html(request, "_runs.html", runs=runs, q=q,
-                                counts=await self.client.count_runs(),
+                                counts=await self.client(request).count_runs(),
                                 next=None if after is None else q.link(after))
         if fragment and live.unchanged(request.query_params, shown):
             return Response(status_code=204, headers=_HEADERS)
@@ -204,9 +230,9 @@ class Dashboard:
     async def attention(self, request: Request) -> Response:
         fragment = request.query_params.get("fragment") == "1"
         f = queue.Filter.read(request.query_params)
-        now = self.client.store.clock.now()
+        now = self.client(request).store.clock.now()
         return await self.render(request, "_attention.html" if fragment else "attention.html",
-                                 q=await queue.read(self.client, f, now), f=f, now=now,
+                                 q=await queue.read(self.client(request), f, now), f=f, now=now,
                                  kinds=list(operator.AttentionKind), ages=queue.AGES,
                                  bulk=[operator.ACTIONS[n] for n in actions.BULK],
                                  nonce=secrets.token_urlsafe(12))
@@ -216,6 +242,11 @@ class Dashboard:
         from stead.client.listing import STRANDED_AFTER
         from stead.metrics import health
 
+        if self.client(request).tenant is not None:
+            return await self.render(request, "message.html", 403, title="Not allowed",
+                                     message="The fleet's status spans every tenant: it is "
+                                     "shown to operators who are not scoped to one.",
+                                     ok=False, run_id=None)
         assert self.store is not None
         found = await health.look(self.store, grace=STRANDED_AFTER, max_age=300.0)
         return await self.render(request, "status.html", s=found)
@@ -237,7 +268,7 @@ class Dashboard:
     async def run(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
         page = await self._page(request, lambda w: views.run_page(
-            self.client, run_id, w, views.tab_of(request.query_params)))
+            self.client(request), run_id, w, views.tab_of(request.query_params)))
         if isinstance(page, Response):
             return page
         drawn = request.query_params.get("drawn", "")[:80]
@@ -253,13 +284,20 @@ class Dashboard:
 
     async def trace(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
-        page = await self._page(request, lambda w: views.trace_page(self.client, run_id, w))
+        client = self.client(request)
+        page = await self._page(request, lambda w: views.trace_page(client, run_id, w))
         if isinstance(page, Response):
             return page
         return await self.render(request, "trace.html", t=page)
 
     async def stream(self, request: Request) -> Response:
-        return await streams.sse(self.client, request)
+        """A run's stream as SSE: to the holder of a stream token for it,
+        without a login; otherwise as any page is read."""
+        token = streams.token_of(request)
+        if token is not None:
+            return await streams.sse(self.everyone, request, token, self.stream_seconds)
+        return await self.readable(
+            lambda r: streams.sse(self.client(r), r, seconds=self.stream_seconds))(request)
 
     # -- login -----------------------------------------------------------------------
     async def _cross_site(self, request: Request, form: Any) -> Response | None:
@@ -324,6 +362,7 @@ class Dashboard:
         if ident is None:
             return values, await self.refuse(request, 401, "Log in first",
                                              "Actions need an operator: log in.", back)
+        request.state.client = self.client_for(ident)
         return values, ident
 
     async def refuse(self, request: Request, status: int, title: str, message: str,
@@ -352,7 +391,8 @@ class Dashboard:
                                      values=values, by=ident.name, why=values.get("why", ""))
         try:
             done = await operator.act(
-                self.client, name, decision, expect_status=values.get("expect_status") or None,
+                self.client(request), name, decision,
+                expect_status=values.get("expect_status") or None,
                 expect_epoch=int(epoch) if epoch else None, roles=ident.roles)
         except errors.UnknownRun:
             return await refuse(404, "No such run", f"There is no run {run_id}.")
@@ -383,11 +423,12 @@ class Dashboard:
         if not picks or not values.get("why", "").strip():
             return await self.refuse(request, 400, "Refused", "Pick the runs on the queue "
                                      "(their boxes) and say why, then send it again.", back)
-        done = await actions.bulk(self.client, name, picks, values, ident.name, ident.roles)
+        done = await actions.bulk(self.client(request), name, picks, values, ident.name,
+                                  ident.roles)
         return await self.render(request, "bulk.html", action=action, done=done, back=back)
 
     async def hook(self, request: Request) -> Response:
-        return await self.webhook.deliver(request, self.client,
+        return await self.webhook.deliver(request, self.everyone,
                                           request.path_params.get("run_id"),
                                           request.path_params.get("task_id"))
 
@@ -413,6 +454,7 @@ def create_app(
     read_only: bool = False, public: bool = False, hosts: Sequence[str] = (),
     poll_seconds: float = 2.0, max_body: int = hooks.MAX_BODY,
     signature_tolerance: float = signatures.TOLERANCE, trusted_proxies: Sequence[str] = (),
+    stream_seconds: float = streams.MAX_SECONDS,
 ) -> Starlette:
     """The dashboard and webhook as an ASGI app, over the store at `db_url`
     (opened in its lifespan) or the `store` given. Reading and acting need
@@ -424,10 +466,13 @@ def create_app(
     for `signature_tolerance` seconds around its time. Failed logins and
     webhook calls are throttled per client: the peer's address, or, from one
     of the `trusted_proxies` addresses, the client its `X-Forwarded-For`
-    names (see `web.throttle`)."""
+    names (see `web.throttle`). A stream's SSE response lasts `stream_seconds`
+    at most, then the browser reconnects from where it was."""
+    bounds.seconds(stream_seconds, "stream_seconds")
     d = Dashboard(app, db_url, store, token=token, auth=auth, read_only=read_only,
                   public=public, poll_seconds=poll_seconds,
-                  signature_tolerance=signature_tolerance, proxies=frozenset(trusted_proxies))
+                  signature_tolerance=signature_tolerance, proxies=frozenset(trusted_proxies),
+                  stream_seconds=stream_seconds)
 
     def limit(path: str) -> int:
         return max_body if path.startswith("/hooks/") or "/actions/" in path else SMALL_BODY
@@ -438,7 +483,7 @@ def create_app(
         Route("/attention", d.readable(d.attention)),
         Route("/runs/{run_id}", d.readable(d.run)),
         Route("/runs/{run_id}/trace", d.readable(d.trace)),
-        Route("/runs/{run_id}/streams/{name}", d.readable(d.stream)),
+        Route("/runs/{run_id}/streams/{name}", d.stream),
         Route("/runs/{run_id}/actions/{action}", d.act, methods=["POST"]),
         Route("/attention/actions/bulk", d.act_on_many, methods=["POST"]),
         Route("/status", d.readable(d.status)),

@@ -44,6 +44,7 @@ from stead.store.urls import display_url
 if TYPE_CHECKING:
     # For the annotations alone: a client reading runs need not load what executes them.
     from stead.execution import Execution
+    from stead.store.transactions.spend import Settlement
 
 ROOT_ENV = "STEAD_WORKSPACE_ROOT"
 DIR_ENV = "STEAD_WORKSPACE_DIR"
@@ -307,8 +308,10 @@ class StepSaves:
             if prior:
                 ws._replayed(prior[-1])
 
-    async def commit(self, addr: str, rec: Record, started: Record) -> None:
-        """Journal step record `rec` with a snapshot of each workspace it changed."""
+    async def commit(self, addr: str, rec: Record, started: Record,
+                     outcome: Settlement | None = None) -> None:
+        """Journal step record `rec` with a snapshot of each workspace it
+        changed. (`outcome` is a model call's spend settlement: a step has none.)"""
         x = self._x
         saves = []
         with x.busy():

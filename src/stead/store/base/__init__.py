@@ -4,9 +4,9 @@ change is one transaction, written once in `transactions`; every write by a
 run's holder is fenced by its epoch and raises `StaleLease` when the fence
 fails. `Store` is composed of one part per concern, a module of this package
 each (`runs`, `leases`, `journal`, `waits`, `state`, `intents`, `actions`,
-`migrations`, `retention`, `workspaces`, `payloads`, `conversations`, `spend`), over
-the transactions of the same name; this module holds what is left: opening, the
-keyring, waiting for work.
+`migrations`, `retention`, `workspaces`, `payloads`, `conversations`, `spend`,
+`stream_tokens`), over the transactions of the same name; this module holds what is
+left: opening, the keyring, waiting for work.
 docs/architecture.md draws the whole."""
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from stead.store.base.retention import Retention
 from stead.store.base.runs import Runs
 from stead.store.base.spend import Spending
 from stead.store.base.state import TaskState
+from stead.store.base.stream_tokens import StreamTokens
 from stead.store.base.waits import Waits
 from stead.store.base.workspaces import Workspaces
 from stead.store.seam import Database
@@ -63,7 +64,7 @@ def run_outside_branches(cls: type) -> None:
 
 
 class Store(Runs, Leases, Journals, Waits, TaskState, Intents, Actions, Migrations, Retention,
-            Workspaces, Payloads, Conversations, Spending, LargeBlobs):
+            Workspaces, Payloads, Conversations, Spending, StreamTokens, LargeBlobs):
     """A store's public coroutines run outside the workflow's branches: a task
     a store starts while a run awaits it (a pool waiting for a free connection,
     a group commit's flusher) must not be numbered as one of the run's

@@ -85,10 +85,13 @@ class Runs(StorePart):
         return await self.database.read(
             lambda: common.read_all("search_runs", search.params(), _rows.run))
 
-    async def count_runs(self) -> dict[RunStatus, int]:
-        """How many runs are in each status (statuses with none left out)."""
+    async def count_runs(self, *, tenant: str | None = None) -> dict[RunStatus, int]:
+        """How many runs (of `tenant`, if given) are in each status (statuses
+        with none left out)."""
         found = await self.database.read(lambda: common.read_all(
-            "count_runs_by_status", {}, lambda row: (row["status"], int(row["runs"]))))
+            "count_runs_by_status" if tenant is None else "count_tenant_runs_by_status",
+            {} if tenant is None else {"tenant": tenant},
+            lambda row: (row["status"], int(row["runs"]))))
         return {RunStatus(status): n for status, n in found}
 
     async def live_run_of_task(self, task_id: str) -> RunRow | None:

@@ -43,10 +43,14 @@ class Waits(StorePart):
         return await self.database.read(lambda: tx.wait_and_event(wait_id))
 
     async def list_waits(
-        self, *, run_id: str | None = None, state: str | None = None, limit: int = 100
+        self, *, run_id: str | None = None, state: str | None = None, limit: int = 100,
+        tenant: str | None = None,
     ) -> list[WaitRow]:
+        """Waits, oldest first: of `run_id`, in `state`, of `tenant`'s runs
+        (each given that is not None)."""
         return await self.database.read(lambda: common.read_all(
-            "list_waits", {"run_id": run_id, "state": state, "limit": limit}, _rows.wait))
+            "list_waits", {"run_id": run_id, "state": state, "limit": limit,
+                           "tenant": tenant}, _rows.wait))
 
     async def close_wait(
         self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,

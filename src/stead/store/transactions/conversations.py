@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from stead.store.seam import FencedWrite, Flow, Journal, execute, fence_params, one, rows, stale
@@ -78,16 +78,22 @@ def heads(records: Iterable[Record]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def save(write: FencedWrite, parts: Sequence[Part]) -> Flow[None]:
+def save(write: FencedWrite, parts: Sequence[Part],
+         settle: Callable[[], Flow[None]] | None = None) -> Flow[None]:
     """Store `parts` the run lacks and journal `write`, under its fence: a
     stale worker stores nothing. A part is stored with, or after, every part
-    before it in its list, so a stored name always has its whole list."""
+    before it in its list, so a stored name always has its whole list. With
+    `settle` (the call's spend reservation settled, which journals `write`
+    itself), in the same transaction."""
     if (yield one("fence", fence_params(write.fence))) is None:
         raise stale(write.fence)
     run_id = write.fence.run_id
     for p in parts:
         yield execute("insert_conversation_part", {
             "run_id": run_id, "name": p.name, "parent": p.parent, "body": p.body})
+    if settle is not None:
+        yield from settle()
+        return
     yield Journal(write, checked=True)
 
 

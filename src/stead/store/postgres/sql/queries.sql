@@ -477,6 +477,8 @@ WHERE w.wait_id = %(wait_id)s;
 SELECT w.*, q.request FROM waits w LEFT JOIN wait_requests q ON q.wait_id = w.wait_id
 WHERE (%(run_id)s::text IS NULL OR w.run_id = %(run_id)s::text)
   AND (%(state)s::text IS NULL OR w.state = %(state)s::text)
+  AND (%(tenant)s::text IS NULL OR w.run_id IN (SELECT t.run_id FROM run_tenants t
+                                                WHERE t.tenant = %(tenant)s::text))
 ORDER BY w.created_at, w.wait_id
 LIMIT %(limit)s;
 
@@ -667,6 +669,10 @@ FROM journal WHERE run_id = %(run_id)s AND kind IN ('effect', 'llm', 'workspace'
 
 -- name: count_runs_by_status
 SELECT status, COUNT(*) AS runs FROM runs GROUP BY status;
+
+-- name: count_tenant_runs_by_status
+-- One tenant's runs in each status (run_tenants keeps each run's status).
+SELECT status, COUNT(*) AS runs FROM run_tenants WHERE tenant = %(tenant)s GROUP BY status;
 
 -- name: state_since
 -- A task's versions written after :version, oldest first: what changed the
@@ -1440,6 +1446,22 @@ WHERE scope = %(scope)s AND key_id = %(old_key_id)s AND wrapped = %(old_wrapped)
 
 -- name: payload_key_counts
 SELECT key_id, count(*) AS n FROM payload_keys GROUP BY key_id ORDER BY key_id;
+
+-- name: revoke_stream_token
+-- A token (or, as 'run:<id>', every token of a run issued until now) is
+-- refused from now on; revoking again moves the time forward.
+INSERT INTO stream_token_revocations (revoked, revoked_at, expires_at)
+    VALUES (%(revoked)s, %(now)s, %(expires_at)s)
+    ON CONFLICT (revoked) DO UPDATE SET revoked_at = EXCLUDED.revoked_at,
+        expires_at = GREATEST(stream_token_revocations.expires_at, EXCLUDED.expires_at);
+
+-- name: forget_stream_revocations
+DELETE FROM stream_token_revocations WHERE expires_at < %(now)s;
+
+-- name: stream_token_revoked
+SELECT 1 AS revoked FROM stream_token_revocations
+WHERE revoked = %(token_id)s OR (revoked = %(run_key)s AND revoked_at >= %(issued_at)s)
+LIMIT 1;
 
 -- name: set_run_tenant
 -- The tenant of a run just inserted (its insert's trigger made the row, saying none).
