@@ -84,6 +84,23 @@ async def test_a_large_step_result_is_journaled_as_a_reference_and_read_back(
     assert row.result is not None and is_reference(row.result)
 
 
+async def test_a_tenants_large_values_count_against_its_stored_bytes(
+    bstore: tuple[stead.Store, Path],
+) -> None:
+    """A value kept in the blob store leaves only its reference in the
+    journal; the bytes it holds count against its tenant's quota all the same."""
+    store, _ = bstore
+    app = _app()
+    client = stead.Client(store, app)
+    await client.set_tenant_limits("acme", stored_bytes=150_000, by="ops", why="disk guard")
+    run_id = (await client.start("bulky", 100_000, tenant="acme")).run_id
+    await stead.Worker(app, store).run_until_idle()
+    assert (await client.result(run_id))["small"] == 100_000
+    with pytest.raises(errors.QuotaExceeded) as refused:
+        await client.start("bulky", 10, tenant="acme")
+    assert refused.value.quota == "stored_bytes" and refused.value.used > 200_000
+
+
 async def crashed_once(store: stead.Store, value: object) -> tuple[stead.Client, str, int]:
     """A run whose step returns `value`, then whose worker crashes; run to its
     end by a second worker. Its client, id and how often the step was called."""

@@ -44,9 +44,10 @@ CREATE TABLE spend_reservations (
     at            DOUBLE PRECISION NOT NULL,
     PRIMARY KEY (run_id, addr, attempt)
 );
--- run_bytes: the bytes a tenant's run holds in its journal payloads and
--- stream values, kept by triggers as they are inserted (a tenant's
--- stored-bytes quota sums its runs' rows); runs of no tenant are not counted.
+-- run_bytes: the bytes a tenant's run holds in its journal payloads, its
+-- stream values and the large values it keeps in the blob store (run_blobs),
+-- kept by triggers as they are inserted (a tenant's stored-bytes quota sums
+-- its runs' rows); runs of no tenant are not counted.
 CREATE TABLE run_bytes (
     run_id TEXT PRIMARY KEY REFERENCES runs (run_id) ON DELETE CASCADE,
     bytes  BIGINT NOT NULL
@@ -73,3 +74,14 @@ END
 $$;
 CREATE TRIGGER run_bytes_of_streams AFTER INSERT ON stream_entries
 FOR EACH ROW EXECUTE FUNCTION stead_run_bytes_streams();
+CREATE FUNCTION stead_run_bytes_blobs() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM run_tenants t WHERE t.run_id = NEW.run_id AND t.tenant <> '') THEN
+        INSERT INTO run_bytes (run_id, bytes) VALUES (NEW.run_id, NEW.size)
+        ON CONFLICT (run_id) DO UPDATE SET bytes = run_bytes.bytes + excluded.bytes;
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER run_bytes_of_blobs AFTER INSERT ON run_blobs
+FOR EACH ROW EXECUTE FUNCTION stead_run_bytes_blobs();
