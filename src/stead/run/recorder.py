@@ -63,10 +63,12 @@ class Recorder:
         reason: str | None = None,
         saves: workspaces.StepSaves | None = None,
         code: str | None = None,
+        arguments: Callable[[], str | None] | None = None,
     ) -> tuple[RecordStatus, str, int]:
         """Return `(status, payload, attempts)` of the call at the next address: from the
         journal if recorded, else by calling it live (with retries) and
-        journaling each attempt."""
+        journaling each attempt, with what `arguments` gives (the call's
+        arguments as shown: made only for a live call, never replayed)."""
         addr = addresses.reserve()
         prior = self._x.take(addr, kind, name, digest)
         if prior and code is not None:
@@ -114,6 +116,7 @@ class Recorder:
             from stead.policy import Action
 
             await self._judged(Action(kind, name, None, {}, reason, digest=digest))
+        shown = None if arguments is None else arguments()
         while True:
             await self._x.act()
             if gate is not None:
@@ -123,7 +126,7 @@ class Recorder:
             # meanwhile (see `Execution.in_flight`); dropped unwritten if its
             # outcome is first.
             started = self._x.record(addr, attempt, kind, name, digest, RecordStatus.STARTED,
-                                     "{}")
+                                     "{}", shown)
             self._x.buffer(started)
             began = time.perf_counter()
             try:
@@ -135,7 +138,7 @@ class Recorder:
                 payload = _error_payload(exc, retry_at)
                 await self._x.commit(
                     [self._x.record(addr, attempt, kind, name, digest, RecordStatus.ERROR,
-                                    payload)], drop=started)
+                                    payload, shown)], drop=started)
                 if retry_at is None:
                     return RecordStatus.ERROR, payload, attempt
                 await self._x.sleep_until(retry_at)
@@ -150,7 +153,8 @@ class Recorder:
             except BaseException:
                 self._x.unbuffer(started)
                 raise
-            done = self._x.record(addr, attempt, kind, name, digest, RecordStatus.OK, payload)
+            done = self._x.record(addr, attempt, kind, name, digest, RecordStatus.OK, payload,
+                                  shown)
             if saves is not None:  # the files the step made ride with its result
                 await saves.commit(addr, done, started)
             else:
