@@ -372,7 +372,7 @@ async def test_a_rows_details_show_the_conversation_that_led_to_the_approval(
     await log_in(web)
     page = (await web.get("/attention")).text
     row = page.split(f'data-run="{run.run_id}"')[1].split("</li>")[0]
-    assert "The conversation (the model's last 1 turn)" in row
+    assert "The conversation: the model's last turn</h3>" in row
     assert '<p class="said">Order o-7731 was charged twice; refund 4217.</p>' in row
     assert '<th scope="row">amount</th><td><code>4217</code></td>' in row  # its input by name
     assert "class=\"intent\"" not in row  # no intent declared: none shown

@@ -232,13 +232,15 @@ def _migrate_by_hand(url: str) -> None:
         "  0029 liveness: compatible, online",
         "  0030 fleet_versions: compatible, online",
         "  0031 wait_requests: compatible, online",
-        "3 migration(s) would be applied by `stead db migrate` (dry run: nothing changed)"]
+        "  0038 step_arguments: compatible, online",
+        "4 migration(s) would be applied by `stead db migrate` (dry run: nothing changed)"]
     applied = runner.invoke(main, ["--db", url, "db", "migrate"])
     assert applied.exit_code == 0, applied.output
-    assert "schema 28 -> 31" in applied.output
+    assert "schema 28 -> 38" in applied.output
     assert "applied 0029 liveness: compatible, online" in applied.output
     assert "applied 0030 fleet_versions: compatible, online" in applied.output
     assert "applied 0031 wait_requests: compatible, online" in applied.output
+    assert "applied 0038 step_arguments: compatible, online" in applied.output
     listed = runner.invoke(main, ["--db", url, "runs", "ls"])
     assert listed.exit_code == 0 and "approval@1" in listed.output
     [(name, compatible, by)] = restore.query(
