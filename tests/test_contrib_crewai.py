@@ -244,3 +244,50 @@ async def test_a_flow_killed_in_a_method_resumes_with_its_typed_state(
     # look_up is not run again: its output and the state it set come from the journal.
     assert await client.result(info.run_id) == "refund 4200 on 123"
     assert crewai_app.lines("nodes.log") == ["look_up", "refund", "refund"]
+
+
+async def test_a_streamed_crew_is_journaled_whole_and_replays_the_same_chunks(
+    store: stead.Store,
+) -> None:
+    """CrewAI streams each turn; stead journals the answer built from the
+    chunks, hands CrewAI chunks rebuilt from it, and a resumed crew gets the
+    same chunks without asking the model again (its deltas go to `on_text`
+    only while live)."""
+    from crewai.events.event_bus import crewai_event_bus
+    from crewai.events.types.llm_events import LLMStreamChunkEvent
+
+    app = stead.App("streamed")
+    deltas: list[str] = []
+    chunks: list[str] = []
+
+    @crewai_event_bus.on(LLMStreamChunkEvent)
+    def seen(source: Any, event: LLMStreamChunkEvent) -> None:
+        chunks.append(event.chunk)
+
+    @app.workflow(version=1)
+    async def streamed(run: stead.Run) -> str:
+        output = await sc.kickoff(run, crewai_app.crew(stream=True), {"order_id": "123"},
+                                  on_text=deltas.append)
+        return str(output.raw)
+
+    client = stead.Client(store, app)
+    info = await client.start(streamed)
+    await stead.Worker(app, store).run_until_idle()
+    assert crewai_app.lines("model.log") == ["asked (streamed)"] * 2  # waiting for approval
+    journal = await client.journal(info.run_id)
+    texts = [stead.Completion.from_json(json.loads(r.payload)).text for r in journal
+             if r.kind == RecordKind.LLM]
+    assert "".join(deltas) == "".join(texts)  # each delta, as it came
+    assert chunks == texts  # CrewAI read each answer whole, one chunk
+    [w] = await client.waits(run_id=info.run_id)
+    assert isinstance(await client.deliver(info.run_id, wait_id=w.wait_id, event_id="ok",
+                                           payload={"approved": True},
+                                           bind=json.loads(w.bind)), stead.Accepted)
+    deltas.clear()
+    chunks.clear()
+    await stead.Worker(app, store).run_until_idle()
+    assert await client.result(info.run_id) == "Refunded order 123: rf_123."
+    # the two recorded turns replayed, the same chunks, nothing asked or streamed again
+    assert crewai_app.lines("model.log") == ["asked (streamed)"] * 3
+    assert chunks[:2] == texts and len(chunks) == 3
+    assert "".join(deltas) == chunks[2]

@@ -10,7 +10,7 @@ workflow runs a CrewAI Flow (`kickoff_async`) or a Crew (`akickoff`), and
 - a Crew's model calls, sent by CrewAI's LiteLLM path (`LLM(model,
   is_litellm=True)`), are `run.llm` calls through `stead.llm.LiteLLM`: asked
   once, ever, usage and request id journaled, LiteLLM's typed answer handed
-  back to CrewAI on replay (`_models`);
+  back to CrewAI on replay, streamed where CrewAI streams (`_models`);
 - a Crew's tool calls are `run.step`s holding their results; a tool made with
   `effect_tool` is a write-ahead `run.effect` (idempotency key, `check=`),
   and with `approval=True` it first waits for a person's decision, a stead
@@ -52,6 +52,7 @@ async def kickoff(
     run: stead.Run, target: Flow[Any] | Crew, inputs: dict[str, Any] | None = None, *,
     on_approval: Callable[..., Any] | None = None,
     approval_expires_in: dt.timedelta | float | None = None,
+    on_text: Callable[[str], Any] | None = None,
 ) -> Any:
     """Run the flow or crew on `inputs`, journaled in the workflow's `run`;
     returns what CrewAI returns (a flow's last method's value as journaled, a
@@ -61,10 +62,15 @@ async def kickoff(
     idempotent effect) with the wait's request: build the link or hand the
     token over there (`wait.link(url)`, `wait.token.reveal()`). Without it the
     wait has no token, and whoever can reach the database decides (`stead
-    approve RUN --wait WAIT`)."""
+    approve RUN --wait WAIT`).
+
+    A model call CrewAI streams (`LLM(..., stream=True)`) is streamed from the
+    provider and journaled whole; `on_text` (a `run.stream(name)`, or any
+    callable) gets its text deltas as they come, live only: a replayed
+    answer sends none. CrewAI gets the same chunks live and on replay."""
     _models.install()
     session = _session.Session(run, Scope(), asyncio.get_running_loop(), on_approval,
-                               approval_expires_in)
+                               approval_expires_in, on_text)
     with _session.bound(session):
         if isinstance(target, Flow):
             _flows.journal(session, target)
