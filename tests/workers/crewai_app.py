@@ -54,7 +54,7 @@ def lines(name: str) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def _turn(messages: list[dict[str, Any]]) -> str:
+def turn(messages: list[dict[str, Any]]) -> str:
     """The clerk's next turn: the order, then the refund, then the answer."""
     said = json.dumps(messages)
     if "rf_123" in said:
@@ -73,7 +73,7 @@ class Clerk(CustomLLM):  # type: ignore[misc]
     def completion(self, model: str, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
         log("model.log", "asked")
         return litellm.mock_completion(model="clerk", messages=messages,
-                                       mock_response=_turn(messages))
+                                       mock_response=turn(messages))
 
     async def acompletion(self, model: str, messages: list[dict[str, Any]], **kwargs: Any
                           ) -> Any:
@@ -82,7 +82,7 @@ class Clerk(CustomLLM):  # type: ignore[misc]
     def streaming(self, model: str, messages: list[dict[str, Any]], **kwargs: Any
                   ) -> Iterator[GenericStreamingChunk]:
         log("model.log", "asked (streamed)")
-        words = _turn(messages).split(" ")
+        words = turn(messages).split(" ")
         for i in range(0, len(words), 3):
             if i == 3 and (folder() / "die-mid-stream").exists():
                 (folder() / "die-mid-stream").unlink()  # a few chunks arrived: the worker dies
@@ -116,6 +116,24 @@ class LookupOrder(BaseTool):
         return json.dumps({"order_id": order_id, "paid": 4200})
 
 
+def dying_lookup() -> BaseTool:
+    """The lookup, whose worker dies in-process (`tests.helpers.Crash`) the
+    first time, after the tool ran and before its result is journaled."""
+    from tests.helpers import Crash
+
+    died: list[bool] = []
+
+    class Dying(LookupOrder):
+        def _run(self, order_id: str) -> str:
+            result = super()._run(order_id)
+            if not died:
+                died.append(True)
+                raise Crash()
+            return result
+
+    return Dying()
+
+
 def refund(op: stead.Operation, order_id: str, amount: int) -> str:
     """Refund an order (the amount in cents)."""
     log("ledger.log", f"{order_id} {amount} {op.key}")
@@ -144,11 +162,14 @@ def ask_for_approval(op: stead.Operation, wait: stead.Wait[Any],
         {"wait_id": wait.wait_id, "token": wait.token.reveal(), **request}))
 
 
-def crew(lookup: BaseTool | None = None, *, stream: bool = False) -> Crew:
+def crew(lookup: BaseTool | None = None, *, stream: bool = False, llm: Any = None) -> Crew:
+    """The refund clerk's crew; its model the scripted provider through
+    LiteLLM unless `llm` is given."""
     clerk = Agent(role="refund clerk", goal="Refund paid orders when asked.",
                   backstory="You work at the shop's desk.",
                   tools=[lookup or LookupOrder(), REFUND],
-                  llm=LLM(model="scripted/clerk", is_litellm=True, stream=stream), verbose=False)
+                  llm=llm or LLM(model="scripted/clerk", is_litellm=True, stream=stream),
+                  verbose=False)
     task = Task(description="Refund order {order_id}.", expected_output="the refund id",
                 agent=clerk)
     return Crew(agents=[clerk], tasks=[task], verbose=False)
