@@ -109,6 +109,14 @@ async def _approve(procs: Procs, store: stead.Store, run_id: str, db_url: str) -
     assert again.returncode == 0 and again.stdout.startswith("Duplicate"), again.stdout
 
 
+async def _killed_after_sending(procs: Procs, store: stead.Store, run_id: str) -> None:
+    """A worker killed right after the refund went out, then one that finishes the run."""
+    (procs.tmp / "die-after-sending").touch()
+    dying = procs.start()
+    assert await procs.exit_code(dying) == KILLED, procs.output()
+    await procs.finish(store, run_id)
+
+
 async def _refunded_once(store: stead.Store, run_id: str, asked: str = "asked") -> None:
     client = stead.Client(store)
     assert await client.result(run_id) == "Refunded order 123: rf_123."
@@ -155,10 +163,7 @@ async def test_a_crew_killed_right_after_its_refund_is_not_refunded_again(
 ) -> None:
     info = await stead.Client(store).start("refund_order", "123", version=1)
     await _approve(procs, store, info.run_id, db_url)
-    (procs.tmp / "die-after-sending").touch()
-    dying = procs.start()
-    assert await procs.exit_code(dying) == KILLED, procs.output()
-    await procs.finish(store, info.run_id)
+    await _killed_after_sending(procs, store, info.run_id)
     await _refunded_once(store, info.run_id)  # the check found it: not sent again
 
 
@@ -172,12 +177,9 @@ async def test_a_streamed_crew_killed_mid_stream_asks_only_that_turn_again(
     assert crewai_app.lines("model.log") == ["asked (streamed)"]  # a few chunks came, no answer
     (procs.tmp / "model.log").unlink()  # the turn that died unanswered: asked again, once
     await _approve(procs, store, info.run_id, db_url)
-    (procs.tmp / "die-after-sending").touch()
-    dying = procs.start()
-    assert await procs.exit_code(dying) == KILLED, procs.output()
-    await procs.finish(store, info.run_id)
+    await _killed_after_sending(procs, store, info.run_id)
     await _refunded_once(store, info.run_id, "asked (streamed)")
-    # what was streamed live is in the run's stream; the journal holds each whole answer
+    # the journal holds each whole answer, built from its chunks
     journal = await stead.Client(store).journal(info.run_id)
     texts = [stead.Completion.from_json(json.loads(r.payload)).text for r in journal
              if r.kind == "llm"]
@@ -193,10 +195,7 @@ async def test_a_crew_on_openais_own_client_killed_after_its_refund_asks_no_turn
     procs.app = "tests.workers.crewai_native:app"
     info = await stead.Client(store).start("refund_order_native", "123", version=1)
     await _approve(procs, store, info.run_id, db_url)
-    (procs.tmp / "die-after-sending").touch()
-    dying = procs.start()
-    assert await procs.exit_code(dying) == KILLED, procs.output()
-    await procs.finish(store, info.run_id)
+    await _killed_after_sending(procs, store, info.run_id)
     client = stead.Client(store)
     assert await client.result(info.run_id) == "Refunded order 123: rf_123."
     assert crewai_app.lines("model.log") == ["asked (streamed)"] * 3  # each turn asked once
