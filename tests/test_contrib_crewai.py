@@ -17,6 +17,7 @@ pytest.importorskip("crewai")
 
 import litellm
 from crewai import LLM, Agent, Crew, Task
+from crewai.llms.base_llm import BaseLLM
 
 import stead
 from stead import errors
@@ -41,19 +42,11 @@ async def test_a_crew_killed_in_its_first_tool_asks_no_recorded_turn_again(
     fstore: stead.Store, clock: stead.FakeClock,
 ) -> None:
     app = stead.App("crew")
-    died: list[bool] = []
-
-    class Dying(crewai_app.LookupOrder):
-        def _run(self, order_id: str) -> str:
-            result = super()._run(order_id)
-            if not died:  # the worker dies after the tool ran, before its result is journaled
-                died.append(True)
-                raise Crash()
-            return result
+    lookup = crewai_app.dying_lookup()  # its worker dies after it ran, once
 
     @app.workflow(version=1)
     async def refund_order(run: stead.Run) -> str:
-        output = await sc.kickoff(run, crewai_app.crew(Dying()), {"order_id": "123"})
+        output = await sc.kickoff(run, crewai_app.crew(lookup), {"order_id": "123"})
         return str(output.raw)
 
     client = stead.Client(fstore, app)
@@ -103,20 +96,12 @@ async def test_a_crew_calling_tools_natively_is_journaled_the_same(
         "supports_function_calling": True, "litellm_provider": "native", "mode": "chat",
         "max_tokens": 1000, "max_input_tokens": 10000, "max_output_tokens": 1000}})
     app = stead.App("native")
-    died: list[bool] = []
-
-    class Dying(crewai_app.LookupOrder):
-        def _run(self, order_id: str) -> str:
-            result = super()._run(order_id)
-            if not died:
-                died.append(True)
-                raise Crash()
-            return result
+    lookup = crewai_app.dying_lookup()  # its worker dies after it ran, once
 
     @app.workflow(version=1)
     async def paid(run: stead.Run) -> str:
         clerk = Agent(role="clerk", goal="Look orders up.", backstory="At the desk.",
-                      tools=[Dying()], llm=LLM(model="native/clerk", is_litellm=True))
+                      tools=[lookup], llm=LLM(model="native/clerk", is_litellm=True))
         crew = Crew(agents=[clerk], tasks=[Task(description="How much was order 123 paid?",
                                                 expected_output="the amount", agent=clerk)])
         return str((await sc.kickoff(run, crew)).raw)
@@ -169,15 +154,20 @@ def test_an_effect_tool_acts_only_in_a_run_and_takes_the_operation_first() -> No
 async def test_what_stead_cannot_journal_is_refused(store: stead.Store) -> None:
     app = stead.App("refused")
 
+    class Elsewhere(BaseLLM):  # type: ignore[misc]
+        """A model client of the user's own: nothing stead knows to journal."""
+
+        def call(self, *args: Any, **kwargs: Any) -> str:
+            return "no"
+
     @app.workflow(version=1)
-    async def native(run: stead.Run) -> Any:
-        clerk = Agent(role="clerk", goal="g", backstory="b",
-                      llm=LLM(model="openai/gpt-4o-mini", api_key="sk-offline"))
+    async def other(run: stead.Run) -> Any:
+        clerk = Agent(role="clerk", goal="g", backstory="b", llm=Elsewhere(model="mine"))
         return await sc.kickoff(run, Crew(agents=[clerk], tasks=[
             Task(description="d", expected_output="e", agent=clerk)]))
 
     client = stead.Client(store, app)
-    info = await client.start(native)
+    info = await client.start(other)
     await stead.Worker(app, store).run_until_idle()
     run = await client.get(info.run_id)
     assert run.status == "failed" and "is_litellm=True" in (run.error or {})["message"]
@@ -205,17 +195,26 @@ async def test_a_flow_instance_runs_once(store: stead.Store) -> None:
     assert any(e and "kick off a new one per run" in e["message"] for e in errors_seen)
 
 
+@pytest.mark.parametrize("persisted", [False, True], ids=["plain", "persist"])
 async def test_a_flow_killed_in_a_method_resumes_with_its_typed_state(
-    fstore: stead.Store, clock: stead.FakeClock,
+    fstore: stead.Store, clock: stead.FakeClock, sdk_dir: Path, persisted: bool,
 ) -> None:
+    """With `@persist`, CrewAI saves the flow's state after each method, live
+    and on replay alike (the journal restores the state a replayed method
+    left, and CrewAI saves that): after the crash its store holds the end state."""
     from crewai.flow.flow import Flow, listen, start
+    from crewai.flow.persistence import persist
+    from crewai.flow.persistence.sqlite import SQLiteFlowPersistence
     from pydantic import BaseModel
 
     class Order(BaseModel):
+        id: str = ""
         order_id: str = ""
         paid: int = 0
 
     died: list[bool] = []
+    ids: list[str] = []
+    saved = SQLiteFlowPersistence(str(sdk_dir / "flows.db"))
 
     class Refund(Flow[Order]):
         @start()
@@ -230,13 +229,15 @@ async def test_a_flow_killed_in_a_method_resumes_with_its_typed_state(
             if not died:
                 died.append(True)
                 raise Crash()  # the worker dies mid-method
+            ids.append(self.state.id)
             return f"refund {paid} on {self.state.order_id}"
 
     app = stead.App("typed-flow")
+    flow = persist(saved)(Refund) if persisted else Refund
 
     @app.workflow(version=1)
     async def refund_flow(run: stead.Run) -> Any:
-        return await sc.kickoff(run, Refund())
+        return await sc.kickoff(run, flow())
 
     client = stead.Client(fstore, app)
     info = await client.start(refund_flow)
@@ -244,3 +245,68 @@ async def test_a_flow_killed_in_a_method_resumes_with_its_typed_state(
     # look_up is not run again: its output and the state it set come from the journal.
     assert await client.result(info.run_id) == "refund 4200 on 123"
     assert crewai_app.lines("nodes.log") == ["look_up", "refund", "refund"]
+    assert saved.load_state(ids[0]) == ({"id": ids[0], "order_id": "123", "paid": 4200}
+                                        if persisted else None)
+
+
+async def test_a_streamed_crew_is_journaled_whole_and_replays_the_same_chunks(
+    store: stead.Store,
+) -> None:
+    """CrewAI streams each turn; stead journals the answer built from the
+    chunks, hands CrewAI chunks rebuilt from it, and a resumed crew gets the
+    same chunks without asking the model again (its deltas go to `on_text`
+    only while live)."""
+    from crewai.events.event_bus import crewai_event_bus
+    from crewai.events.types.llm_events import LLMStreamChunkEvent
+
+    app = stead.App("streamed")
+    deltas: list[str] = []
+    chunks: list[str] = []
+
+    @crewai_event_bus.on(LLMStreamChunkEvent)
+    def seen(source: Any, event: LLMStreamChunkEvent) -> None:
+        chunks.append(event.chunk)
+
+    @app.workflow(version=1)
+    async def streamed(run: stead.Run) -> str:
+        output = await sc.kickoff(run, crewai_app.crew(stream=True), {"order_id": "123"},
+                                  on_text=deltas.append)
+        return str(output.raw)
+
+    client = stead.Client(store, app)
+    info = await client.start(streamed)
+    await stead.Worker(app, store).run_until_idle()
+    assert crewai_app.lines("model.log") == ["asked (streamed)"] * 2  # waiting for approval
+    journal = await client.journal(info.run_id)
+    texts = [stead.Completion.from_json(json.loads(r.payload)).text for r in journal
+             if r.kind == RecordKind.LLM]
+    assert "".join(deltas) == "".join(texts)  # each delta, as it came
+    assert chunks == texts  # CrewAI read each answer whole, one chunk
+    [w] = await client.waits(run_id=info.run_id)
+    assert isinstance(await client.deliver(info.run_id, wait_id=w.wait_id, event_id="ok",
+                                           payload={"approved": True},
+                                           bind=json.loads(w.bind)), stead.Accepted)
+    deltas.clear()
+    chunks.clear()
+    await stead.Worker(app, store).run_until_idle()
+    assert await client.result(info.run_id) == "Refunded order 123: rf_123."
+    # the two recorded turns replayed, the same chunks, nothing asked or streamed again
+    assert crewai_app.lines("model.log") == ["asked (streamed)"] * 3
+    assert chunks[:2] == texts and len(chunks) == 3
+    assert "".join(deltas) == chunks[2]
+
+
+async def test_a_crew_with_memory_is_refused_saying_why(store: stead.Store) -> None:
+    app = stead.App("remembering")
+
+    @app.workflow(version=1)
+    async def remembering(run: stead.Run) -> Any:
+        crew = crewai_app.crew()
+        crew.memory = True
+        return await sc.kickoff(run, crew)
+
+    client = stead.Client(store, app)
+    info = await client.start(remembering)
+    await stead.Worker(app, store).run_until_idle()
+    run = await client.get(info.run_id)
+    assert run.status == "failed" and "memory" in (run.error or {})["message"]

@@ -1,9 +1,11 @@
 """stead.contrib.crewai in real worker processes: a crew whose refund tool
 needs a person's approval, SIGKILLed mid-tool, while it waits for the
-approval (given later with `stead approve`), and right after the refund went
-out; a flow SIGKILLed while it waits for a person's feedback. The provider's
-log (model.log) shows each model turn asked once over every process, the
-payment service's ledger one refund, the flow's log each method run once.
+approval (given later with `stead approve`), right after the refund went
+out, and mid-stream of a streamed model turn; a flow SIGKILLed while it
+waits for a person's feedback. The provider's log (model.log) shows each
+model turn asked once over every process (a streamed turn SIGKILLed
+mid-stream is asked again, once), the payment service's ledger one refund,
+the flow's log each method run once.
 
 CrewAI pins openai and mcp releases the other extras do not take: these tests
 run in an environment of their own (`pip install -e '.[crewai,dev-crewai]'`,
@@ -39,11 +41,12 @@ class Procs:
     def __init__(self, tmp: Path, db_url: str) -> None:
         self.tmp, self.db_url = tmp, db_url
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.app = APP
 
     def start(self, *args: str) -> subprocess.Popen[bytes]:
         log = open(self.tmp / f"worker-{len(self.procs)}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
-            [sys.executable, str(SCRIPT), "--db", self.db_url, "--app", APP, *args],
+            [sys.executable, str(SCRIPT), "--db", self.db_url, "--app", self.app, *args],
             stdout=log, stderr=subprocess.STDOUT,
             env={**os.environ, "SDK_DIR": str(self.tmp), "PYTHONUNBUFFERED": "1"})
         log.close()
@@ -106,10 +109,18 @@ async def _approve(procs: Procs, store: stead.Store, run_id: str, db_url: str) -
     assert again.returncode == 0 and again.stdout.startswith("Duplicate"), again.stdout
 
 
-async def _refunded_once(store: stead.Store, run_id: str) -> None:
+async def _killed_after_sending(procs: Procs, store: stead.Store, run_id: str) -> None:
+    """A worker killed right after the refund went out, then one that finishes the run."""
+    (procs.tmp / "die-after-sending").touch()
+    dying = procs.start()
+    assert await procs.exit_code(dying) == KILLED, procs.output()
+    await procs.finish(store, run_id)
+
+
+async def _refunded_once(store: stead.Store, run_id: str, asked: str = "asked") -> None:
     client = stead.Client(store)
     assert await client.result(run_id) == "Refunded order 123: rf_123."
-    assert crewai_app.lines("model.log") == ["asked"] * 3  # each turn asked once, ever
+    assert crewai_app.lines("model.log") == [asked] * 3  # each turn asked once, ever
     assert crewai_app.lines("ledger.log") == ["123 4200 refund-123"]  # sent once, its key
     journal = await client.journal(run_id)
     assert [r.seq for r in journal] == list(range(len(journal)))
@@ -152,11 +163,48 @@ async def test_a_crew_killed_right_after_its_refund_is_not_refunded_again(
 ) -> None:
     info = await stead.Client(store).start("refund_order", "123", version=1)
     await _approve(procs, store, info.run_id, db_url)
-    (procs.tmp / "die-after-sending").touch()
-    dying = procs.start()
-    assert await procs.exit_code(dying) == KILLED, procs.output()
-    await procs.finish(store, info.run_id)
+    await _killed_after_sending(procs, store, info.run_id)
     await _refunded_once(store, info.run_id)  # the check found it: not sent again
+
+
+async def test_a_streamed_crew_killed_mid_stream_asks_only_that_turn_again(
+    procs: Procs, store: stead.Store, db_url: str,
+) -> None:
+    info = await stead.Client(store).start("refund_order_streamed", "123", version=1)
+    (procs.tmp / "die-mid-stream").touch()
+    first = procs.start()
+    assert await procs.exit_code(first) == KILLED, procs.output()
+    assert crewai_app.lines("model.log") == ["asked (streamed)"]  # a few chunks came, no answer
+    (procs.tmp / "model.log").unlink()  # the turn that died unanswered: asked again, once
+    await _approve(procs, store, info.run_id, db_url)
+    await _killed_after_sending(procs, store, info.run_id)
+    await _refunded_once(store, info.run_id, "asked (streamed)")
+    # the journal holds each whole answer, built from its chunks
+    journal = await stead.Client(store).journal(info.run_id)
+    texts = [stead.Completion.from_json(json.loads(r.payload)).text for r in journal
+             if r.kind == "llm"]
+    assert texts[-1] == "Thought: The refund went out.\nFinal Answer: Refunded order 123: rf_123."
+
+
+async def test_a_crew_on_openais_own_client_killed_after_its_refund_asks_no_turn_again(
+    procs: Procs, store: stead.Store, db_url: str,
+) -> None:
+    """CrewAI's native OpenAI client, streamed, journaled at its transport:
+    killed while it waits for the approval and right after the refund went
+    out, each turn is asked once and the refund sent once."""
+    procs.app = "tests.workers.crewai_native:app"
+    info = await stead.Client(store).start("refund_order_native", "123", version=1)
+    await _approve(procs, store, info.run_id, db_url)
+    await _killed_after_sending(procs, store, info.run_id)
+    client = stead.Client(store)
+    assert await client.result(info.run_id) == "Refunded order 123: rf_123."
+    assert crewai_app.lines("model.log") == ["asked (streamed)"] * 3  # each turn asked once
+    assert crewai_app.lines("ledger.log") == ["123 4200 refund-123"]  # sent once, its key
+    answers = [stead.Completion.from_json(json.loads(r.payload))
+               for r in await client.journal(info.run_id) if r.kind == "llm"]
+    streamed = [a for a in answers if (a.raw or {})["http"]["status"] == 200]
+    assert [a.provider for a in streamed] == ["openai"] * 3
+    assert "event-stream" in streamed[0].raw["http"]["headers"]["content-type"]
 
 
 async def test_a_flow_killed_while_waiting_for_feedback_runs_each_method_once(

@@ -3,7 +3,9 @@ person's speed: a viewer sees no forms; an approver answers an approval from
 the inbox with the keyboard alone, and from a phone; a change notice appears
 for a change the operator can see and not for the minutes left ticking; the
 arguments of a run and of an effect show their parameter names; and every
-page passes axe-core's audit with no serious or critical finding.
+page passes axe-core's audit with no serious or critical finding; a row's
+detail shows its run's context in place; and the server answers each page of
+a 20,000-record run in under 300 ms.
 Shares the driver of tests/test_web_browser.py (and skips where it does)."""
 
 from __future__ import annotations
@@ -116,6 +118,17 @@ async def polled(page: Any, times: int) -> None:
 
 def row(page: Any, run_id: str) -> Any:
     return page.locator(f"li.item[data-run='{run_id}']")
+
+
+async def opened(console: Console, who: str, roles: frozenset[Role], run_id: str
+                 ) -> tuple[Any, Any]:
+    """The inbox as `who`, once the workers settled, and the run's row, its details open."""
+    await settle(console.store)
+    page = await console.page(who, roles)
+    await page.goto(f"{console.url}/attention")
+    item = row(page, run_id)
+    await item.locator("details.detail > summary").click()
+    return page, item
 
 
 async def test_a_viewer_sees_no_forms(console: Console) -> None:
@@ -243,11 +256,7 @@ async def test_a_change_notice_appears_only_for_a_change_that_shows(console: Con
 
 async def test_arguments_show_their_names(console: Console) -> None:
     refund = await console.client.start("refund", "o-7731", task_id="order-7731")
-    await settle(console.store)
-    page = await console.page("otto", frozenset({Role.OPERATOR}))
-    await page.goto(f"{console.url}/attention")
-    item = row(page, refund.run_id)
-    await item.locator("details.detail > summary").click()
+    page, item = await opened(console, "otto", frozenset({Role.OPERATOR}), refund.run_id)
     tables = item.locator("table.named")
     # the effect's arguments, then the run's input, each by parameter name
     assert await tables.nth(0).locator("th").all_inner_texts() == ["order"]
@@ -259,6 +268,37 @@ async def test_arguments_show_their_names(console: Console) -> None:
     await page.goto(f"{console.url}/runs/{refund.run_id}")
     effect = page.locator("tr.effect td.arguments table.named")
     assert await effect.locator("th").all_inner_texts() == ["order"]
+    # a step's arguments, on the run's timeline: by name, the JSON a click away
+    shipped = await stead.Client(console.store, trace_app.app).start(
+        "quote", "o-7731", 3, gift=True)
+    await stead.Worker(trace_app.app, console.store,
+                       stead.WorkerOptions(poll_interval=0.01)).run_until_idle()
+    await page.goto(f"{console.url}/runs/{shipped.run_id}")
+    await page.locator("nav.tabs a[data-tab=timeline]").click()
+    called = page.locator("tr.step table.named").first
+    assert await called.locator("th").all_inner_texts() == ["order", "quantity", "gift"]
+    assert await called.locator("td").all_inner_texts() == ["o-7731", "3", "true"]
+    step_json = page.locator("tr.step details.json").first
+    await step_json.locator("summary").click()
+    assert '"names": [' in await step_json.locator("pre").inner_text()
+
+
+async def test_a_rows_detail_shows_its_runs_context_in_place(console: Console) -> None:
+    advised = await console.client.start("advised", "o-88", 4217, task_id="order-88")
+    lapsed = stead.Intent(goal="refund order 9", grants=[
+        stead.Grant("dispatch_refund", {"order": "9"}, expires_at=console.clock.now() - 60)])
+    paused = await console.client.start("granted", "9", intent=lapsed)
+    page, item = await opened(console, "april", frozenset({Role.APPROVER}), advised.run_id)
+    panel = item.locator("details.detail .panel")
+    # the conversation that led to the approval, without leaving the inbox
+    assert "Order o-88 was charged twice; refund 4217." in await panel.locator(
+        "article.turn p.said").inner_text()
+    other = row(page, paused.run_id)
+    await other.locator("details.detail > summary").click()
+    # the intent in force and what changed at its last resume, in place
+    assert "intent v1: refund order 9" in await other.locator("pre.intent").inner_text()
+    assert "Since its last resume (epoch 1)" in await other.inner_text()
+    await page.screenshot(path="/tmp/console-detail.png", full_page=True)
 
 
 async def test_every_page_passes_the_accessibility_audit(console: Console) -> None:
@@ -267,6 +307,7 @@ async def test_every_page_passes_the_accessibility_audit(console: Console) -> No
     await console.client.start("long_review", "62", task_id="order-62")
     await console.client.start("asking", 63)
     await console.client.start("granted", "64", intent=web_app.expired_grant())
+    await console.client.start("advised", "o-65", 65)
     done = await console.client.start("echo", "hello")
     await settle(console.store)
     await operator.act(console.client, "reconcile", operator.Decision(
@@ -274,11 +315,14 @@ async def test_every_page_passes_the_accessibility_audit(console: Console) -> No
         values={"decision": "happened", "result": '{"refund": "rf_1"}'},
         by="otto", why="seen in the bank's dashboard"))
     await settle(console.store)
-    shipped = await stead.Client(console.store, trace_app.app).start(
-        "ship", "o-9", {"city": "Lyon", "street": "12 rue de la Paix"})
+    traced = stead.Client(console.store, trace_app.app)
+    shipped = await traced.start("ship", "o-9", {"city": "Lyon", "street": "12 rue de la Paix"})
+    quoted = await traced.start("quote", "o-7731", 3, gift=True)
+    await stead.Worker(trace_app.app, console.store,
+                       stead.WorkerOptions(poll_interval=0.01)).run_until_idle()
     chat = await console.client.start("chat", "65")
     await settle(console.store)
-    pages = [
+    pages = [f"/runs/{quoted.run_id}?tab=timeline",
         "/login", "/runs", "/runs?status=completed", "/attention", "/attention?kind=approval",
         f"/runs/{done.run_id}", f"/runs/{refund.run_id}/trace", f"/runs/{shipped.run_id}",
         f"/runs/{chat.run_id}?tab=conversation",
@@ -296,3 +340,47 @@ async def test_every_page_passes_the_accessibility_audit(console: Console) -> No
             await page.add_script_tag(path=str(AXE))
             found = await page.evaluate(_AUDIT)
             assert found == [], f"{who} on {path}: {found}"
+
+
+# The server's time for a page: from the request sent to the answer's first
+# byte, as the browser's navigation timing tells it (on loopback, the server's).
+_SERVER_MS = """() => { const n = performance.getEntriesByType('navigation')[0];
+  return n.responseStart - n.requestStart; }"""
+BUDGET_MS = 300
+
+
+async def test_the_server_answers_each_page_of_a_20000_record_run_in_under_300_ms(
+    console: Console,
+) -> None:
+    run_id = await trace_app.long_run(stead.Client(console.store, trace_app.app), 20_000)
+    await console.client.start("long_review", "71", task_id="order-71")
+    await settle(console.store)
+    page = await console.page("otto", frozenset({Role.OPERATOR}))
+    took: dict[str, float] = {}
+    where: dict[str, str] = {}
+
+    async def timed(name: str) -> None:
+        took[name], where[name] = float(await page.evaluate(_SERVER_MS)), page.url
+
+    # as a person goes: the run page, each of its tabs, the timeline's last page, the inbox
+    await page.goto(f"{console.url}/runs/{run_id}")
+    await timed("overview")
+    for tab in ("timeline", "trace", "conversation", "context", "workspace", "resumes",
+                "audit"):
+        await page.locator(f"nav.tabs a[data-tab={tab}]").click()
+        await page.wait_for_load_state("load")
+        await timed(tab)
+    await page.goto(f"{console.url}/runs/{run_id}?tab=timeline&start={20_000 - 200}")
+    await timed("timeline, last page")
+    await page.goto(f"{console.url}/attention")
+    await timed("needs a human")
+    # a page once slow on a loaded box is asked again: the worst of the best of three
+    for name, ms in list(took.items()):
+        if ms >= BUDGET_MS:
+            retried = []
+            for _ in range(2):
+                await page.goto(where[name])
+                retried.append(float(await page.evaluate(_SERVER_MS)))
+            took[name] = min(ms, *retried)
+    budget = BUDGET_MS * stress.slow()
+    assert len(took) == 10 and all(ms < budget for ms in took.values()), (budget, took)

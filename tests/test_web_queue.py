@@ -356,5 +356,23 @@ async def test_a_rows_details_hold_the_runs_input_by_name_and_its_last_resume(
     page = (await web.get("/attention")).text
     row = page.split(f'data-run="{paused.run_id}"')[1].split("</li>")[0]
     assert '<th scope="row">order_id</th><td><code>9</code></td>' in row  # its input, by name
-    assert "At its last resume (epoch 1)" in row and "continue (policy none)" in row
+    assert "Since its last resume (epoch 1)" in row and "continue (policy none)" in row
     assert '<th scope="row">judged</th>' in row  # the action its policy judged
+    # Its intent is shown in the detail, not linked to.
+    assert '<pre tabindex="0" class="intent">intent v1: refund order 9' in row
+    assert "<summary>JSON</summary>" in row  # the input's JSON, one click away
+
+
+async def test_a_rows_details_show_the_conversation_that_led_to_the_approval(
+    web: httpx.AsyncClient, store: stead.Store,
+) -> None:
+    client = stead.Client(store, web_app.app)
+    run = await client.start("advised", "o-7731", 4217)
+    await settle(store)
+    await log_in(web)
+    page = (await web.get("/attention")).text
+    row = page.split(f'data-run="{run.run_id}"')[1].split("</li>")[0]
+    assert "The conversation: the model's last turn</h3>" in row
+    assert '<p class="said">Order o-7731 was charged twice; refund 4217.</p>' in row
+    assert '<th scope="row">amount</th><td><code>4217</code></td>' in row  # its input by name
+    assert "class=\"intent\"" not in row  # no intent declared: none shown

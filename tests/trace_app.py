@@ -34,6 +34,14 @@ async def ship(run: stead.Run, order: str, address: dict[str, Any]) -> Any:
 
 
 @app.workflow()
+async def quote(run: stead.Run, order: str, quantity: int, *, gift: bool = False) -> Any:
+    def price(order: str, quantity: int, gift: bool) -> dict[str, Any]:
+        return {"order": order, "total": 12 * quantity, "wrapped": gift}
+
+    return await run.step("price", price, order, quantity, gift=gift)
+
+
+@app.workflow()
 async def crashy(run: stead.Run, order: str) -> str:
     def reserve() -> str:
         return f"reserved {order}"

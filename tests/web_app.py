@@ -18,6 +18,7 @@ import httpx
 import uvicorn
 
 import stead
+from stead.llm import ScriptedModel
 
 app = stead.App("webshop")
 UI_TOKEN = "test-token-0123456789abcdef"
@@ -73,6 +74,16 @@ async def granted(run: stead.Run, order_id: str) -> str:
         return f"refunded {order}"
 
     return await run.effect("dispatch_refund", dispatch, order_id, tool="dispatch_refund")
+
+
+@app.workflow()
+async def advised(run: stead.Run, order_id: str, amount: int) -> Any:
+    """An approval a model advised on: its detail shows the model's turn."""
+    model = ScriptedModel([f"Order {order_id} was charged twice; refund {amount}."])
+    advice = await run.llm("advise", model, [{"role": "user", "content": f"order {order_id}?"}])
+    w = await run.wait("approval", bind={"order_id": order_id, "amount": amount},
+                       request={"question": advice.text})
+    return await w
 
 
 @app.workflow()

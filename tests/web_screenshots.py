@@ -5,10 +5,11 @@ It builds a small shop on a fresh database (a completed run, two refunds whose
 outcome is unknown, a review about to expire, a run paused on an expired
 grant, an approval due in two days), has an operator reconcile one of the
 refunds, and captures the runs list, "needs a human" (the other refund's
-details open) and the refund's run page at 1366x768, and the inbox and a run
-page on a 390 px wide phone; then, on a second
-app's runs, a shipment's run page (its effect's arguments by name) and the
-trace of a run that was taken over."""
+details open, then an approval a model advised on, its conversation in its
+details) and the refund's run page at 1366x768, and the inbox and a run page
+on a 390 px wide phone; then, on a second app's runs, a shipment's run page
+(its effect's arguments by name), a quote's timeline (its step's arguments
+by name) and the trace of a run that was taken over."""
 
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ async def main(out: Path) -> None:
         await client.start("granted", "9", task_id="order-9", intent=web_app.expired_grant())
         await client.start("approval", "456", task_id="order-456")
         await client.start("long_review", "789", task_id="order-789")
+        advised = await client.start("advised", "o-7731", 4217, task_id="order-7731")
         await settle(store)
         await operator.act(client, "reconcile", operator.Decision(
             run_id=refund.run_id, target=f"{refund.run_id}:0",
@@ -72,6 +74,12 @@ async def main(out: Path) -> None:
                 # the unknown refund's details: its effect's arguments by name
                 await page.click("li.item.outcome_unknown details.detail > summary")
                 await page.screenshot(path=out / "ui-attention-detail.png")
+                await page.click("li.item.outcome_unknown details.detail > summary")
+                # the approval a model advised on: the conversation in its details
+                item = page.locator(f"li.item[data-run='{advised.run_id}']")
+                await item.locator("details.detail > summary").click()
+                await item.evaluate("(el) => el.scrollIntoView({block: 'start'})")
+                await page.screenshot(path=out / "ui-attention-context.png")
                 await page.goto(f"{base}/runs")
                 await page.screenshot(path=out / "ui-runs.png")
                 await page.goto(f"{base}/runs/{refund.run_id}")
@@ -103,6 +111,7 @@ async def _traced(scratch: str, out: Path) -> None:
     shipped = await client.start("ship", "o-31", {"city": "Lyon", "street": "12 rue de la Paix"},
                                  task_id="order-31")
     crashed = await client.start("crashy", "o-32", task_id="order-32")
+    quoted = await client.start("quote", "o-33", 3, gift=True, task_id="order-33")
     await stead.Worker(trace_app.app, store).run_until_idle()  # dies in `charge`
     clock.advance(45)
     await stead.Worker(trace_app.app, store).run_until_idle()  # taken over, finished
@@ -115,6 +124,8 @@ async def _traced(scratch: str, out: Path) -> None:
             await _log_in(page, base)
             await page.goto(f"{base}/runs/{shipped.run_id}")
             await page.screenshot(path=out / "ui-run-effect.png")
+            await page.goto(f"{base}/runs/{quoted.run_id}?tab=timeline")
+            await page.screenshot(path=out / "ui-run-steps.png")
             await page.goto(f"{base}/runs/{crashed.run_id}/trace")
             await page.screenshot(path=out / "ui-trace.png")
             await browser.close()

@@ -104,6 +104,15 @@ class Secrets:
 
 _WATCHED: contextvars.ContextVar[Secrets | None] = contextvars.ContextVar(
     "stead_secrets", default=None)
+# No secrets to refuse: for text that masks them itself (`masked`).
+UNCHECKED = Secrets()
+
+
+def masked(text: str) -> str:
+    """`text` with the live secrets of the run being executed replaced by
+    `****` (see `watch`): for what is shown, not replayed."""
+    live = _WATCHED.get()
+    return text if live is None else live.mask(text)
 
 
 def watch(secrets: Secrets) -> None:

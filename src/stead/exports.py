@@ -55,7 +55,7 @@ _FROM_ONE = frozenset({"version"})
 # (None: any JSON).
 _JSON_FIELDS: dict[type, dict[str, type | None]] = {
     RunRow: {"input": dict, "result": None, "error": None, "in_flight": None},
-    Record: {"payload": None},
+    Record: {"payload": None, "arguments": dict},
     WaitRow: {"bind": dict, "schema": dict, "request": None},
     StateRow: {"data": None},
 }
@@ -81,7 +81,10 @@ class StoredRun:
         return {
             "format": FORMAT,
             "run": dataclasses.asdict(self.run),
-            "journal": [dataclasses.asdict(r) for r in self.journal],
+            # A record without a step's arguments leaves the field out, as
+            # files written before it have it.
+            "journal": [{k: v for k, v in dataclasses.asdict(r).items()
+                         if k != "arguments" or v is not None} for r in self.journal],
             "waits": [dataclasses.asdict(w) for w in self.waits],
             "state": None if self.state is None else dataclasses.asdict(self.state),
         }

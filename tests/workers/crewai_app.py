@@ -1,7 +1,8 @@
 """A stead app whose workflows run a CrewAI crew and a CrewAI Flow, offline:
 the crew's model is CrewAI's LiteLLM path to a LiteLLM provider of the test's
 own (`scripted/clerk`) that answers with LiteLLM's `mock_completion`, turn by
-turn. Everything the outside world sees is a file in $SDK_DIR: each model
+turn, streamed a few words a chunk when the crew's LLM streams. Everything the
+outside world sees is a file in $SDK_DIR: each model
 request (model.log), each tool run (tools.log), the refund service's ledger
 (ledger.log), each flow method run (nodes.log), the approval request handed to
 a person (approval.json)."""
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from crewai.flow.flow import Flow, listen, start
 from crewai.flow.human_feedback import human_feedback
 from crewai.tools import BaseTool
 from litellm import CustomLLM
+from litellm.types.utils import GenericStreamingChunk
 
 import stead
 from stead.contrib import crewai as sc
@@ -51,25 +54,50 @@ def lines(name: str) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+def turn(messages: list[dict[str, Any]]) -> str:
+    """The clerk's next turn: the order, then the refund, then the answer."""
+    said = json.dumps(messages)
+    if "rf_123" in said:
+        return "Thought: The refund went out.\nFinal Answer: Refunded order 123: rf_123."
+    if "4200" in said:
+        return ('Thought: The order was paid, refund it.\nAction: refund\n'
+                'Action Input: {"order_id": "123", "amount": 4200}')
+    return ('Thought: Look the order up first.\nAction: lookup_order\n'
+            'Action Input: {"order_id": "123"}')
+
+
 class Clerk(CustomLLM):  # type: ignore[misc]
-    """The provider: asks for the order, then the refund, then answers."""
+    """The provider: asks for the order, then the refund, then answers;
+    streamed a few words a chunk when asked to stream."""
 
     def completion(self, model: str, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
         log("model.log", "asked")
-        said = json.dumps(messages)
-        if "rf_123" in said:
-            text = "Thought: The refund went out.\nFinal Answer: Refunded order 123: rf_123."
-        elif "4200" in said:
-            text = ('Thought: The order was paid, refund it.\nAction: refund\n'
-                    'Action Input: {"order_id": "123", "amount": 4200}')
-        else:
-            text = ('Thought: Look the order up first.\nAction: lookup_order\n'
-                    'Action Input: {"order_id": "123"}')
-        return litellm.mock_completion(model="clerk", messages=messages, mock_response=text)
+        return litellm.mock_completion(model="clerk", messages=messages,
+                                       mock_response=turn(messages))
 
     async def acompletion(self, model: str, messages: list[dict[str, Any]], **kwargs: Any
                           ) -> Any:
         return self.completion(model, messages, **kwargs)
+
+    def streaming(self, model: str, messages: list[dict[str, Any]], **kwargs: Any
+                  ) -> Iterator[GenericStreamingChunk]:
+        log("model.log", "asked (streamed)")
+        words = turn(messages).split(" ")
+        for i in range(0, len(words), 3):
+            if i == 3 and (folder() / "die-mid-stream").exists():
+                (folder() / "die-mid-stream").unlink()  # a few chunks arrived: the worker dies
+                kill_process()
+            text = " ".join(words[i:i + 3]) + (" " if i + 3 < len(words) else "")
+            yield {"text": text, "tool_use": None, "is_finished": False, "finish_reason": "",
+                   "usage": None, "index": 0}
+        yield {"text": "", "tool_use": None, "is_finished": True, "finish_reason": "stop",
+               "usage": {"prompt_tokens": 12, "completion_tokens": len(words),
+                         "total_tokens": 12 + len(words)}, "index": 0}
+
+    async def astreaming(self, model: str, messages: list[dict[str, Any]], **kwargs: Any
+                         ) -> AsyncIterator[GenericStreamingChunk]:
+        for chunk in self.streaming(model, messages, **kwargs):
+            yield chunk
 
 
 litellm.custom_provider_map = [{"provider": "scripted", "custom_handler": Clerk()}]
@@ -86,6 +114,24 @@ class LookupOrder(BaseTool):
             die.unlink()
             kill_process()
         return json.dumps({"order_id": order_id, "paid": 4200})
+
+
+def dying_lookup() -> BaseTool:
+    """The lookup, whose worker dies in-process (`tests.helpers.Crash`) the
+    first time, after the tool ran and before its result is journaled."""
+    from tests.helpers import Crash
+
+    died: list[bool] = []
+
+    class Dying(LookupOrder):
+        def _run(self, order_id: str) -> str:
+            result = super()._run(order_id)
+            if not died:
+                died.append(True)
+                raise Crash()
+            return result
+
+    return Dying()
 
 
 def refund(op: stead.Operation, order_id: str, amount: int) -> str:
@@ -116,11 +162,14 @@ def ask_for_approval(op: stead.Operation, wait: stead.Wait[Any],
         {"wait_id": wait.wait_id, "token": wait.token.reveal(), **request}))
 
 
-def crew(lookup: BaseTool | None = None) -> Crew:
+def crew(lookup: BaseTool | None = None, *, stream: bool = False, llm: Any = None) -> Crew:
+    """The refund clerk's crew; its model the scripted provider through
+    LiteLLM unless `llm` is given."""
     clerk = Agent(role="refund clerk", goal="Refund paid orders when asked.",
                   backstory="You work at the shop's desk.",
                   tools=[lookup or LookupOrder(), REFUND],
-                  llm=LLM(model="scripted/clerk", is_litellm=True), verbose=False)
+                  llm=llm or LLM(model="scripted/clerk", is_litellm=True, stream=stream),
+                  verbose=False)
     task = Task(description="Refund order {order_id}.", expected_output="the refund id",
                 agent=clerk)
     return Crew(agents=[clerk], tasks=[task], verbose=False)
@@ -130,6 +179,14 @@ def crew(lookup: BaseTool | None = None) -> Crew:
 async def refund_order(run: stead.Run, order_id: str) -> str:
     output = await sc.kickoff(run, crew(), {"order_id": order_id},
                               on_approval=ask_for_approval)
+    return str(output.raw)
+
+
+@app.workflow(version=1)
+async def refund_order_streamed(run: stead.Run, order_id: str) -> str:
+    """The same crew, its model streamed: the text deltas go to a stead stream."""
+    output = await sc.kickoff(run, crew(stream=True), {"order_id": order_id},
+                              on_approval=ask_for_approval, on_text=run.stream("clerk"))
     return str(output.raw)
 
 

@@ -73,12 +73,13 @@ class Writes(Fenced, abc.ABC):
 
     # -- writes -------------------------------------------------------------
     def record(self, addr: str, attempt: int, kind: RecordKind, name: str, digest: str,
-               status: RecordStatus, payload: str) -> Record:
+               status: RecordStatus, payload: str, arguments: str | None = None) -> Record:
         if self.journal.offsets:  # the run was cut: attempts number on after the cut ones
             attempt += self.journal.offsets.get(addr, 0)
         return Record(
             seq=-1, addr=addr, attempt=attempt, kind=kind, name=name, digest=digest,
             status=status, payload=payload, epoch=self.fence.epoch, at=self.clock.now(),
+            arguments=arguments,
         )
 
     def buffer(self, rec: Record) -> None:

@@ -81,6 +81,11 @@ class Record:
     payload: str
     epoch: int
     at: float
+    # A step's arguments by parameter name, as a person reads them (JSON text,
+    # `{"args", "kwargs", "names"}`, values clipped, secrets masked: see
+    # `stead.run.steps`); None for other records and those journaled before.
+    # Shown, never replayed: a call is matched by its digest.
+    arguments: str | None = None
 
     def evolve(self, **changes: Any) -> Self:
         return dataclasses.replace(self, **changes)
@@ -89,7 +94,7 @@ class Record:
         """This record at `seq` (what every write does to every record: spelled
         out, because `dataclasses.replace` costs ~10 µs a call)."""
         return Record(seq, self.addr, self.attempt, self.kind, self.name, self.digest,
-                      self.status, self.payload, self.epoch, self.at)
+                      self.status, self.payload, self.epoch, self.at, self.arguments)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -128,10 +128,12 @@ class Recorder:
         saves: Saves | None = None,
         code: str | None = None,
         spend: Callable[[], Awaitable[Spend | None]] | None = None,
+        arguments: Callable[[], str | None] | None = None,
     ) -> tuple[RecordStatus, str, int]:
         """Return `(status, payload, attempts)` of the call at the next address: from the
         journal if recorded, else by calling it live (with retries) and
-        journaling each attempt."""
+        journaling each attempt, with what `arguments` gives (the call's
+        arguments as shown: made only for a live call, never replayed)."""
         addr = addresses.reserve()
         prior = await self._x.taken(addr, kind, name, digest)
         if prior and code is not None:
@@ -185,6 +187,7 @@ class Recorder:
             from stead.policy import Action
 
             await self._judged(Action(kind, name, None, {}, reason, digest=digest))
+        shown = None if arguments is None else arguments()
         while True:
             await self._x.act()
             if gate is not None:
@@ -194,7 +197,7 @@ class Recorder:
             # meanwhile (see `Execution.in_flight`); dropped unwritten if its
             # outcome is first.
             started = self._x.record(addr, attempt, kind, name, digest, RecordStatus.STARTED,
-                                     "{}")
+                                     "{}", shown)
             self._x.buffer(started)
             if reserves is not None:
                 await self._reserve(reserves, addr, started)
@@ -208,7 +211,7 @@ class Recorder:
                 payload = _error_payload(exc, retry_at)
                 await self._settled(
                     [self._x.record(addr, attempt, kind, name, digest, RecordStatus.ERROR,
-                                    payload)], started,
+                                    payload, shown)], started,
                     None if reserves is None else _released(addr, started.attempt))
                 if retry_at is None:
                     return RecordStatus.ERROR, payload, attempt
@@ -224,7 +227,8 @@ class Recorder:
             except BaseException:
                 self._x.unbuffer(started)
                 raise
-            done = self._x.record(addr, attempt, kind, name, digest, RecordStatus.OK, payload)
+            done = self._x.record(addr, attempt, kind, name, digest, RecordStatus.OK, payload,
+                                  shown)
             used = None if reserves is None else _used(addr, started.attempt,
                                                          reserves.usage(value))
             if saves is not None:  # what rides with the result (files, the request)

@@ -5,10 +5,22 @@ result was made in (`stead.Fingerprint`)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from stead import addresses, bounds, calls, codec, digests, errors, records, stepcode, tracing
+from stead import (
+    addresses,
+    arguments,
+    bounds,
+    calls,
+    codec,
+    digests,
+    errors,
+    records,
+    stepcode,
+    tracing,
+)
 from stead.execution import Stop
 from stead.metrics import meters
 from stead.records import RecordKind, RecordStatus
@@ -27,6 +39,10 @@ if TYPE_CHECKING:
     from stead.workflow import workspaces
 
 T = TypeVar("T")
+# What a step's record keeps of its arguments for a person: this many values,
+# each in about this many characters (`shown_arguments`).
+ARGUMENTS_SHOWN = 20
+ARGUMENT_CHARS = 200
 
 
 def _fresh(fresh: str | Fingerprint | None) -> None:
@@ -160,6 +176,7 @@ class Steps(Part):
                                   limit=self._x.max_result_bytes),
             retry or NO_RETRY, self._bound(), fresh,
             saves=saves if saves is not None and saves.spaces else None, code=code,
+            arguments=(lambda: shown_arguments(fn, args, kwargs)) if args or kwargs else None,
         )
         if status == RecordStatus.ERROR:
             self._raise(name, payload, attempts)
@@ -302,6 +319,58 @@ class Steps(Part):
                 raise Stop(halt.status, halt.error)
 
         return gate
+
+
+def _preview(value: Any, room: int) -> Any:
+    """`value` as JSON values in about `room` characters: text cut with `…`,
+    a list's or object's items until the room is spent, then how many more;
+    never encoding more of a large value than it keeps."""
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, str):
+        return value if len(value) <= room else value[:max(room - 1, 0)] + "…"
+    if isinstance(value, list | tuple | Mapping):
+        items = list(value.items()) if isinstance(value, Mapping) else list(enumerate(value))
+        kept: list[tuple[Any, Any]] = []
+        for i, (k, v) in enumerate(items):
+            if room <= 0:
+                kept.append(("…", f"{len(items) - i} more"))
+                break
+            shown = _preview(v, room)
+            room -= len(json.dumps(shown, ensure_ascii=False, default=str)) + 1
+            kept.append((k, shown))
+        if isinstance(value, Mapping):
+            return {str(k): v for k, v in kept}
+        return [f"… {v}" if k == "…" else v for k, v in kept]
+    try:  # a dataclass, a pydantic model, a datetime: its JSON form
+        text = codec.dumps(value, what="a step's argument", secrets=codec.UNCHECKED)
+    except errors.SerializationError:
+        return f"<{type(value).__qualname__}>"
+    return _preview(json.loads(text), room)
+
+
+def shown_arguments(fn: Callable[..., Any], args: Sequence[Any],
+                    kwargs: Mapping[str, Any]) -> str | None:
+    """A step's arguments as its record keeps them for a person (see
+    `Record.arguments`): `{"args", "kwargs", "names"}`, each positional value
+    named by `fn`'s signature bound at the call (`stead.arguments`), at most
+    `ARGUMENTS_SHOWN` values of `ARGUMENT_CHARS` characters each, the run's
+    live secrets masked. None when it cannot be encoded (nothing is shown)."""
+    kept_args = [_preview(v, ARGUMENT_CHARS) for v in list(args)[:ARGUMENTS_SHOWN]]
+    room = max(ARGUMENTS_SHOWN - len(kept_args), 0)
+    kept_kwargs = {str(k): _preview(v, ARGUMENT_CHARS) for k, v in list(kwargs.items())[:room]}
+    data: dict[str, Any] = {"args": kept_args, "kwargs": kept_kwargs}
+    named = arguments.names(fn, args, kwargs, skip=0)
+    if named is not None:
+        data["names"] = named[:len(kept_args)]
+    dropped = len(args) + len(kwargs) - len(kept_args) - len(kept_kwargs)
+    if dropped:
+        data["kwargs"]["…"] = f"{dropped} more"
+    try:
+        text = codec.dumps(data, what="a step's arguments", secrets=codec.UNCHECKED)
+    except errors.SerializationError:  # a NaN: shown as nothing rather than fail the step
+        return None
+    return codec.masked(text)
 
 
 async def _traced_step(name: str, call: Callable[[], Awaitable[Any]]) -> Any:

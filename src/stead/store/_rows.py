@@ -98,7 +98,7 @@ def backlog(row: Row) -> Backlog:
 def record(row: Row) -> records.Record:
     return records.Record(
         row["seq"], row["addr"], row["attempt"], row["kind"], row["name"], row["digest"],
-        row["status"], row["payload"], row["epoch"], row["at"],
+        row["status"], row["payload"], row["epoch"], row["at"], row["arguments"],
     )
 
 
@@ -150,7 +150,7 @@ def record_params(run_id: str, r: records.Record) -> dict[str, Any]:
     return {
         "run_id": run_id, "seq": r.seq, "addr": r.addr, "attempt": r.attempt,
         "kind": r.kind, "name": r.name, "digest": r.digest, "status": r.status,
-        "payload": r.payload, "epoch": r.epoch, "at": r.at,
+        "payload": r.payload, "epoch": r.epoch, "at": r.at, "arguments": r.arguments,
     }
 
 

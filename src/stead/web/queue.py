@@ -4,17 +4,19 @@ kind, each with a stable key and a version. A wait that asks something (its
 request) shows it, so the approver decides on the question, not its digest.
 
 The page is an inbox: a row says what, why, since when, until when and the
-values it is bound to, with one primary action for a person who may take
-it; the rest (the whole request, the run's input by name, the other
-actions) is in the row's detail panel. It updates itself row by row
-(`static/queue.js`): a row is keyed by what it is about (its kind, run and
-wait) and versioned by what it shows that matters to a decision (its
-status, its bound values, its request, its actions; not the minutes left,
-which tick), so a poll replaces only the rows whose version changed and that
-no operator is editing, and says what changed on one that is. An error's
-text is shown whole (a short form first, cut at a word),
-without the command-line commands it names: on the page, the forms below it
-are what decide. A run stopped on an effect whose outcome is unknown shows
+values it is bound to, with one primary action for a person who may take it;
+the rest is in the row's detail panel, shown there rather than linked: the
+whole request, the run's context (its intent, what its last resume judged
+and the diff since, the effect's or the run's arguments by name with their
+JSON one click away, the model's last turns) and the other actions. It
+updates itself row by row (`static/queue.js`): a row is keyed by what it is
+about (its kind, run and wait) and versioned by what it shows that matters
+to a decision (its status, its bound values, its request, its actions; not
+the minutes left, which tick), so a poll replaces only the rows whose
+version changed and that no operator is editing, and says what changed on
+one that is. An error's text is shown whole (a short form first, cut at a
+word), without the command-line commands it names: on the page, the forms
+below it are what decide. A run stopped on an effect whose outcome is unknown shows
 the effect's arguments, key and external id, so the operator can look it up.
 """
 
@@ -31,7 +33,8 @@ from typing import Any
 from stead import arguments, operator, roles
 from stead.client import Client
 from stead.operator import Attention, AttentionKind
-from stead.views import timeline
+from stead.records import IntentRow, Record
+from stead.views import context_view, timeline
 from stead.web import views
 from stead.workflow import waits
 
@@ -55,6 +58,8 @@ LABELS = {"approve": "Approve", "reject": "Reject", "revoke_wait": "Revoke the w
 LEFT_OUT = frozenset({("approve", "payload")})
 # How many of a row's bound values its line shows (the detail shows them all).
 BOUND_SHOWN = 3
+# How many of the model's last turns a row's detail shows (the run page has them all).
+TURNS = 4
 # What led up to a command, left dangling once it is cut: ", then", ": ".
 _DANGLING = re.compile(r"[\s,;:(`]*(?:\b(?:then|with|run|use)\b)?[\s,;:(`]*$")
 
@@ -164,6 +169,9 @@ class Row:
     about: str = ""  # why it needs a person, on the row's line
     bound: tuple[tuple[str, str], ...] = ()  # the values the wait is bound to
     inputs: tuple[tuple[str, str], ...] = ()  # the run's arguments, by name
+    inputs_json: str = ""  # the run's arguments as stored, pretty JSON
+    intent: tuple[str, ...] = ()  # the intent in force and its versions, as lines
+    conversation: tuple[views.Turn, ...] = ()  # the model's last turns
     # What its last resume judged (the intent's diff, the decision), if a
     # resume revalidated an intent: what changed since the run last went on.
     resumed: views.Revalidation | None = None
@@ -197,12 +205,24 @@ def _digest(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]
 
 
-async def _unknown(client: Client, a: Attention) -> Unknown | None:
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """What a row's detail panel shows of its run, read once per run."""
+
+    summed: list[Record]  # the effect, model-call and workspace records
+    intents: list[IntentRow]
+
+
+async def _context(client: Client, run_id: str) -> Context:
+    return Context(await client.store.journal_summaries(run_id), await client.intents(run_id))
+
+
+def _unknown(a: Attention, c: Context) -> Unknown | None:
     stop = a.run.outcome_unknown
     if stop is None:
         return None
-    views = timeline.effect_views(await client.journal(a.run.run_id))
-    external = next((v.external_id for v in views if v.key == stop.key), None)
+    effects = timeline.effect_views(c.summed)
+    external = next((v.external_id for v in effects if v.key == stop.key), None)
     return Unknown(stop.name, stop.key, stop.attempt, external, pretty(stop.arguments),
                    tuple((n, _clipped(v)) for n, v in arguments.table(stop.arguments) or ()))
 
@@ -217,14 +237,24 @@ async def _resumed(client: Client, a: Attention) -> views.Revalidation | None:
     return judged[max(judged)] if judged else None
 
 
+def _intent(c: Context, now: float) -> tuple[str, ...]:
+    if not c.intents:
+        return ()
+    return tuple(views.redact(x) for x in context_view.intent_lines(c.intents, c.summed, now))
+
+
 async def read(client: Client, f: Filter, now: float) -> Queue:
     found = await operator.needs_a_human(client)
     around = [a for a in found if f.matches(a, now, kind=False)]
     counts = {k: sum(a.kind == k for a in around) for k in AttentionKind}
     rows = []
+    contexts: dict[str, Context] = {}
     for a in around:
         if f.kind is not None and a.kind != f.kind:
             continue
+        c = contexts.get(a.run.run_id)
+        if c is None:
+            c = contexts[a.run.run_id] = await _context(client, a.run.run_id)
         summary = without_commands(a.summary)
         actions = [(x.name, t) for x, t in a.actions]
         bound = tuple(values(a.bound))
@@ -234,9 +264,12 @@ async def read(client: Client, f: Filter, now: float) -> Queue:
             key="q-" + _digest(a.kind, a.run.run_id, a.target),
             version=_digest(a.kind, a.run.status, a.run.epoch, _TICKING.sub("expires", summary),
                             a.due, actions, bound, a.asks),
-            item=a, summary=summary, brief=short(summary), unknown=await _unknown(client, a),
+            item=a, summary=summary, brief=short(summary), unknown=_unknown(a, c),
             asks="" if a.asks is None else pretty(a.asks), question=question, bound=bound,
             about=question or short(_WAIT_DETAIL.sub("", summary) if a.target
                                     else _KEYED.sub("", summary), 120),
-            inputs=_inputs(client, a), resumed=await _resumed(client, a)))
+            inputs=_inputs(client, a),
+            inputs_json="" if a.run.input is None else views.pretty(a.run.input),
+            intent=_intent(c, now), conversation=views.turns(c.summed, a.run.created_at, TURNS),
+            resumed=await _resumed(client, a)))
     return Queue(tuple(rows), counts, len(found))

@@ -140,6 +140,10 @@ class Entry:
     extra: str  # model tokens and tool calls, an effect's key, a retry's time
     resumed: ResumeRecord | None  # a takeover resumed here
     payload: str  # the whole payload, indented
+    # A step's arguments by name, and as JSON (indented), when its record
+    # keeps them (`Record.arguments`): empty for other records and old ones.
+    arguments: tuple[tuple[str, str], ...] = ()
+    arguments_json: str = ""
 
 
 def _entry(r: Record, start: float, resumed: ResumeRecord | None) -> Entry:
@@ -164,8 +168,15 @@ def _entry(r: Record, start: float, resumed: ResumeRecord | None) -> Entry:
             extra = f"key {data['key']}"
         elif data.get("retry_at") is not None:
             extra = f"retry at {when(float(data['retry_at']))}"
+    called = None
+    if r.arguments is not None:
+        try:
+            called = json.loads(r.arguments)
+        except ValueError:
+            called = None
     return Entry(r, runs_view.offset(r.at - start), clip(timeline.summary(r), CLIP),
-                 redact(extra), resumed, pretty(data) if data is not None else redact(r.payload))
+                 redact(extra), resumed, pretty(data) if data is not None else redact(r.payload),
+                 named(called), "" if called is None else pretty(called))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,6 +236,14 @@ def _conversation(entries: Sequence[Entry], calls: Sequence[transcript.Call]
         if t is not None:
             out.append(t)
     return tuple(out)
+
+
+def turns(recs: Sequence[Record], start: float, last: int | None = None) -> tuple[Turn, ...]:
+    """The model's turns among `recs` (a run created at `start`), the
+    `last` of them when given."""
+    found = [t for t in (_turn(_entry(r, start, None)) for r in recs
+                         if r.kind == RecordKind.LLM) if t is not None]
+    return tuple(found if last is None else found[-last:])
 
 
 @dataclasses.dataclass(frozen=True)

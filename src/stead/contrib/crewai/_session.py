@@ -32,6 +32,7 @@ class Session:
     loop: asyncio.AbstractEventLoop
     on_approval: Any = None
     approval_expires_in: Any = None
+    on_text: Any = None  # where a streamed model call's text deltas go, live
 
     def blocking(self, call: Coroutine[Any, Any, T]) -> T:
         """Run `call` on the workflow's loop from one of CrewAI's threads."""

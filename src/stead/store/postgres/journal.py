@@ -21,7 +21,7 @@ Q = sql_files.queries("postgres")
 def _record_row(r: Record) -> dict[str, Any]:
     return {"seq": r.seq, "addr": r.addr, "attempt": r.attempt, "kind": r.kind, "name": r.name,
             "digest": r.digest, "status": r.status, "payload": r.payload, "epoch": r.epoch,
-            "at": r.at}
+            "at": r.at, "arguments": r.arguments}
 
 
 def _resume_row(r: ResumeRecord) -> dict[str, Any]:
@@ -47,6 +47,7 @@ def fenced_query(writes: Sequence[FencedWrite]) -> tuple[str, dict[str, Any]]:
                 **fence_params(w.fence), "seq": r.seq, "addr": r.addr, "attempt": r.attempt,
                 "kind": r.kind, "name": r.name, "digest": r.digest, "status": r.status,
                 "payload": r.payload, "record_epoch": r.epoch, "at": r.at,
+                "arguments": r.arguments,
             }
         if w.resume is None and not w.records and w.finish is not None:
             end = w.finish

@@ -302,12 +302,12 @@ WITH fence AS MATERIALIZED (
     ) AS held
 ), records AS (
     INSERT INTO journal (run_id, seq, addr, attempt, kind, name, digest, status, payload,
-                         epoch, at)
+                         epoch, at, arguments)
     SELECT fence.run_id, r.seq, r.addr, r.attempt, r.kind, r.name, r.digest, r.status,
-           r.payload, r.epoch, r.at
+           r.payload, r.epoch, r.at, r.arguments
     FROM json_to_recordset(%(records)s::json)
         AS r (n int, seq bigint, addr text, attempt int, kind text, name text, digest text,
-              status text, payload text, epoch bigint, at float8)
+              status text, payload text, epoch bigint, at float8, arguments text)
     JOIN fence ON fence.n = r.n
 ), resumes AS (
     INSERT INTO resumes (run_id, epoch, worker_id, at, from_seq, code_version, reused, detail)
@@ -341,10 +341,10 @@ WITH fence AS MATERIALIZED (
     FOR NO KEY UPDATE
 )
 INSERT INTO journal (run_id, seq, addr, attempt, kind, name, digest, status, payload,
-                     epoch, at)
+                     epoch, at, arguments)
 SELECT fence.run_id, %(seq)s::bigint, %(addr)s::text, %(attempt)s::int, %(kind)s::text,
        %(name)s::text, %(digest)s::text, %(status)s::text, %(payload)s::text,
-       %(record_epoch)s::bigint, %(at)s::float8
+       %(record_epoch)s::bigint, %(at)s::float8, %(arguments)s::text
 FROM fence
 RETURNING 1 AS n;
 
@@ -363,12 +363,12 @@ RETURNING 1 AS n;
 -- `fenced_write`: records [{seq, addr, ...}], resumes [{epoch, ...}].
 WITH records AS (
     INSERT INTO journal (run_id, seq, addr, attempt, kind, name, digest, status, payload,
-                         epoch, at)
+                         epoch, at, arguments)
     SELECT %(run_id)s, r.seq, r.addr, r.attempt, r.kind, r.name, r.digest, r.status,
-           r.payload, r.epoch, r.at
+           r.payload, r.epoch, r.at, r.arguments
     FROM json_to_recordset(%(records)s::json)
         AS r (seq bigint, addr text, attempt int, kind text, name text, digest text,
-              status text, payload text, epoch bigint, at float8)
+              status text, payload text, epoch bigint, at float8, arguments text)
 )
 INSERT INTO resumes (run_id, epoch, worker_id, at, from_seq, code_version, reused, detail)
 SELECT %(run_id)s, r.epoch, r.worker_id, r.at, r.from_seq, r.code_version, r.reused,
@@ -381,9 +381,9 @@ ON CONFLICT (run_id, epoch) DO UPDATE SET detail = EXCLUDED.detail;
 -- name: insert_record
 -- One record (a human's decision on a stopped run, see resume_stopped).
 INSERT INTO journal (run_id, seq, addr, attempt, kind, name, digest, status,
-                     payload, epoch, at)
+                     payload, epoch, at, arguments)
 VALUES (%(run_id)s, %(seq)s, %(addr)s, %(attempt)s, %(kind)s, %(name)s, %(digest)s,
-        %(status)s, %(payload)s, %(epoch)s, %(at)s);
+        %(status)s, %(payload)s, %(epoch)s, %(at)s, %(arguments)s);
 
 -- name: count_records
 -- Read-back after an append whose commit status is unknown.
@@ -398,7 +398,7 @@ WHERE journal.run_id = %(run_id)s;
 SELECT 1 FROM resumes WHERE run_id = %(run_id)s AND epoch = %(epoch)s;
 
 -- name: load_journal
-SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at
+SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at, arguments
 FROM journal WHERE run_id = %(run_id)s ORDER BY seq;
 
 -- name: list_resumes
@@ -654,7 +654,7 @@ LIMIT %(limit)s;
 
 -- name: journal_page
 -- A run's records from seq :start on, in seq order: one page of its timeline.
-SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at
+SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at, arguments
 FROM journal WHERE run_id = %(run_id)s AND seq >= %(start)s ORDER BY seq LIMIT %(limit)s;
 
 -- name: journal_size
@@ -664,7 +664,7 @@ FROM journal WHERE run_id = %(run_id)s;
 -- name: journal_summaries
 -- The records a run page sums up over the whole run (its effects, model
 -- calls and workspaces), without the rest of a long journal.
-SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at
+SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at, arguments
 FROM journal WHERE run_id = %(run_id)s AND kind IN ('effect', 'llm', 'workspace') ORDER BY seq;
 
 -- name: count_runs_by_status
@@ -755,8 +755,9 @@ VALUES (%(run_id)s, %(number)s, %(from_version)s, %(to_version)s, %(old_input)s,
 
 -- name: archive_journal
 INSERT INTO journal_archive (run_id, migration, seq, addr, attempt, kind, name, digest,
-                             status, payload, epoch, at)
-SELECT run_id, %(migration)s, seq, addr, attempt, kind, name, digest, status, payload, epoch, at
+                             status, payload, epoch, at, arguments)
+SELECT run_id, %(migration)s, seq, addr, attempt, kind, name, digest, status, payload, epoch, at,
+       arguments
 FROM journal WHERE run_id = %(run_id)s;
 
 -- name: delete_journal
@@ -766,8 +767,9 @@ DELETE FROM journal WHERE run_id = %(run_id)s;
 
 -- name: restore_journal
 INSERT INTO journal (run_id, seq, addr, attempt, kind, name, digest, status, payload,
-                     epoch, at)
-SELECT run_id, seq, addr, attempt, kind, name, digest, status, payload, epoch, at
+                     epoch, at, arguments)
+SELECT run_id, seq, addr, attempt, kind, name, digest, status, payload, epoch, at,
+       arguments
 FROM journal_archive WHERE run_id = %(run_id)s AND migration = %(migration)s;
 
 -- name: set_code
@@ -817,7 +819,7 @@ ON CONFLICT (run_id, epoch) DO UPDATE SET detail = EXCLUDED.detail;
 
 -- name: load_archive
 -- A run's journal as it was before migration %(migration)s.
-SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at
+SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at, arguments
 FROM journal_archive WHERE run_id = %(run_id)s AND migration = %(migration)s ORDER BY seq;
 
 -- name: blobs_present

@@ -171,18 +171,18 @@ WHERE run_id = :run_id AND epoch = :epoch AND lease_owner = :worker_id
 -- insert_record, done only if the fence holds (`fence`): one statement fewer
 -- for a journal append. No row inserted means a stale fence.
 INSERT INTO journal (run_id, seq, addr, attempt, kind, name, digest, status,
-                     payload, epoch, at)
+                     payload, epoch, at, arguments)
 SELECT :run_id, :seq, :addr, :attempt, :kind, :name, :digest, :status,
-       :payload, :epoch, :at
+       :payload, :epoch, :at, :arguments
 WHERE EXISTS (SELECT 1 FROM runs
               WHERE run_id = :run_id AND epoch = :fence_epoch
                 AND lease_owner = :worker_id AND status = 'running');
 
 -- name: insert_record
 INSERT INTO journal (run_id, seq, addr, attempt, kind, name, digest, status,
-                     payload, epoch, at)
+                     payload, epoch, at, arguments)
 VALUES (:run_id, :seq, :addr, :attempt, :kind, :name, :digest, :status,
-        :payload, :epoch, :at);
+        :payload, :epoch, :at, :arguments);
 
 -- name: insert_resume
 INSERT INTO resumes (run_id, epoch, worker_id, at, from_seq, code_version,
@@ -200,7 +200,7 @@ WHERE run_id = :run_id AND epoch = :epoch AND lease_owner = :worker_id
   AND status = 'running';
 
 -- name: load_journal
-SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at
+SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at, arguments
 FROM journal WHERE run_id = :run_id ORDER BY seq;
 
 -- name: list_resumes
@@ -458,7 +458,7 @@ LIMIT :limit;
 
 -- name: journal_page
 -- A run's records from seq :start on, in seq order: one page of its timeline.
-SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at
+SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at, arguments
 FROM journal WHERE run_id = :run_id AND seq >= :start ORDER BY seq LIMIT :limit;
 
 -- name: journal_size
@@ -468,7 +468,7 @@ FROM journal WHERE run_id = :run_id;
 -- name: journal_summaries
 -- The records a run page sums up over the whole run (its effects, model
 -- calls and workspaces), without the rest of a long journal.
-SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at
+SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at, arguments
 FROM journal WHERE run_id = :run_id AND kind IN ('effect', 'llm', 'workspace') ORDER BY seq;
 
 -- name: count_runs_by_status
@@ -557,8 +557,9 @@ VALUES (:run_id, :number, :from_version, :to_version, :old_input, :new_input,
 
 -- name: archive_journal
 INSERT INTO journal_archive (run_id, migration, seq, addr, attempt, kind, name, digest,
-                             status, payload, epoch, at)
-SELECT run_id, :migration, seq, addr, attempt, kind, name, digest, status, payload, epoch, at
+                             status, payload, epoch, at, arguments)
+SELECT run_id, :migration, seq, addr, attempt, kind, name, digest, status, payload, epoch, at,
+       arguments
 FROM journal WHERE run_id = :run_id;
 
 -- name: delete_journal
@@ -568,8 +569,9 @@ DELETE FROM journal WHERE run_id = :run_id;
 
 -- name: restore_journal
 INSERT INTO journal (run_id, seq, addr, attempt, kind, name, digest, status, payload,
-                     epoch, at)
-SELECT run_id, seq, addr, attempt, kind, name, digest, status, payload, epoch, at
+                     epoch, at, arguments)
+SELECT run_id, seq, addr, attempt, kind, name, digest, status, payload, epoch, at,
+       arguments
 FROM journal_archive WHERE run_id = :run_id AND migration = :migration;
 
 -- name: set_code
@@ -612,7 +614,7 @@ VALUES (:wait_id, :run_id, :addr, :kind, :bind, :schema, :token_hash, :task_key,
 
 -- name: load_archive
 -- A run's journal as it was before migration :migration.
-SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at
+SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at, arguments
 FROM journal_archive WHERE run_id = :run_id AND migration = :migration ORDER BY seq;
 
 -- name: blobs_present
