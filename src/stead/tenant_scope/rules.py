@@ -47,7 +47,7 @@ RULES: dict[str, Rule] = {
         "stream_token_revoked", "cancel_requests", "export_runs", "record_action",
         "deliver", "migrate_run", "fork_run", "close_wait", "append_stream",
         "forgotten", "check_not_forgotten", "conversation_parts", "reservations",
-        "run_tenant",
+        "run_tenant", "resolve", "inlined",
     ), Rule.RUN),
     **dict.fromkeys(("get_wait", "wait_and_event", "revoke_wait", "unlock_wait"), Rule.WAIT),
     **dict.fromkeys(("read_state", "state_history", "state_version", "state_since",
