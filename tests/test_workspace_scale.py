@@ -18,9 +18,11 @@ FILES = 20_000
 # save that reads its files on the loop holds it longer than this.
 BLOCKED_AFTER = 0.4
 # The most CPU time the event loop may spend while a 20,000-file tree is
-# attached or restored: what a turn of it costs, and far below the 25-40 ms
-# that encoding and hashing the tree's manifest on it takes.
-ON_LOOP = 0.008
+# attached or restored: what a few turns of it cost on a loaded machine
+# (10.6 ms was seen beside other work, where a quiet one takes under 8), and
+# still well below the 25-40 ms that encoding and hashing the tree's manifest
+# on it takes.
+ON_LOOP = 0.015
 
 
 def _tree(root: Path) -> Path:
