@@ -14,7 +14,7 @@ By where they come from:
   `UnknownQueue`, `InvalidSchedule`, `InvalidTenant`;
 - workflows and the journal: `StaleLease`, `SerializationError`,
   `ResultTooLarge`, `SecretInJournal`, `NonDeterminism`, `StepError`,
-  `StepTimeout`, `ScriptExhausted`, `StateConflict`, `StreamClosed`,
+  `StepTimeout`, `ScriptExhausted`, `StateConflict`, `StateTooLarge`, `StreamClosed`,
   `ChildFailed`, `CancelRequested`;
 - runs seen from outside: `RunFailed`, `DeadlineExceeded`, `RunEnded`,
   `NotStopped`, `StatusNotReached`, `ForkRefused`;
@@ -81,6 +81,7 @@ __all__ = [
     "SpendRefused",
     "StaleLease",
     "StateConflict",
+    "StateTooLarge",
     "StatusNotReached",
     "SteadError",
     "StepError",
@@ -149,6 +150,24 @@ class SerializationError(SteadError):
 class ResultTooLarge(SerializationError):
     """A value to journal (a step's, effect's or model call's result) is larger
     than the limit for one journaled value (`WorkerOptions.max_result_bytes`)."""
+
+
+class StateTooLarge(ResultTooLarge):
+    """A task's new state is larger than the limit for one journaled value
+    (`WorkerOptions.max_result_bytes`; from outside a run, its default). Task
+    state is always stored inline, never by reference in the blob store: the
+    new state is made from the one in force inside the transaction that
+    locks the task, so there is no point before it commits to write a blob."""
+
+    def __init__(self, task: str, chars: int, limit: int) -> None:
+        super().__init__(
+            f"task {task}: its new state is {chars} bytes as JSON, over the limit of {limit} "
+            "for one value. Task state is stored inline, never in the blob store: keep "
+            "large data outside (a step's result, a file, a bucket) and keep a reference "
+            "to it in the state")
+        self.task = task
+        self.chars = chars
+        self.limit = limit
 
 
 class UnknownWorkflow(SteadError):

@@ -4,7 +4,9 @@
 
 It holds what replaying the run needs: the run's row (its workflow, version,
 input, status), its journal, its waits (token hashes only, never a token)
-and its task state.
+and its task state; and the conversation its model calls sent (the
+messages and parameters their records name, `stead runs show RUN
+--conversation`), so an imported run shows it as its own database did.
 
 An export comes from outside, so reading one checks all of it before
 anything uses it, and says what is wrong, naming the file: at most
@@ -13,8 +15,9 @@ anything uses it, and says what is wrong, naming the file: at most
 `MAX_NAME_CHARS` long; whole numbers between 0 and 2**63 - 1; finite times;
 statuses and kinds stead knows); the journal's
 `seq` runs 0, 1, 2... in order; every JSON text field (input, results,
-payloads, bound values, schemas, task state) is JSON of its shape, nested at
-most `MAX_DEPTH` deep; the waits belong to the run, each once; and the run's
+payloads, bound values, schemas, task state, conversation parts) is JSON of
+its shape, nested at most `MAX_DEPTH` deep; the waits belong to the run, each
+once; each conversation part's name is `PART_NAME` and appears once; and the run's
 row agrees with its journal and waits (`stead.agreement`: a run whose journal
 still waits is not stored as completed with a result nobody made).
 """
@@ -26,6 +29,7 @@ import enum
 import json
 import math
 import os
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -34,6 +38,7 @@ from typing import Any, TypeVar
 
 from stead import agreement, errors
 from stead.records import Record, RecordKind, RecordStatus, RunRow, StateRow, WaitRow
+from stead.records.histories import ConversationPart
 
 FORMAT = "stead.run/1"
 # What every sealed payload holds (see `stead.payloads`).
@@ -58,27 +63,37 @@ _JSON_FIELDS: dict[type, dict[str, type | None]] = {
     Record: {"payload": None, "arguments": dict},
     WaitRow: {"bind": dict, "schema": dict, "request": None},
     StateRow: {"data": None},
+    ConversationPart: {"body": None},
 }
+# What a conversation part's name (and parent) is: 32 hex characters of a sha256.
+PART_NAME = re.compile(r"[0-9a-f]{32}")
 _R = TypeVar("_R")
-_TOP = frozenset({"format", "run", "journal", "waits", "state"})
+_TOP = frozenset({"format", "run", "journal", "waits", "state", "conversation"})
 
 
 @dataclasses.dataclass(frozen=True)
 class StoredRun:
-    """A run as stored: its row, its journal in commit order, its waits and
-    its task state (None if the task has none)."""
+    """A run as stored: its row, its journal in commit order, its waits, its
+    task state (None if the task has none) and the parts of the conversation
+    its model calls sent."""
 
     run: RunRow
     journal: tuple[Record, ...]
     waits: tuple[WaitRow, ...] = ()
     state: StateRow | None = None
+    conversation: tuple[ConversationPart, ...] = ()
 
     @property
     def code(self) -> str:
         return f"{self.run.workflow}@{self.run.version}"
 
     def to_json(self) -> dict[str, Any]:
+        # A run with no conversation kept leaves the field out, as files
+        # written before it have it.
+        conversation = {"conversation": [dataclasses.asdict(p) for p in self.conversation]
+                        } if self.conversation else {}
         return {
+            **conversation,
             "format": FORMAT,
             "run": dataclasses.asdict(self.run),
             # A record without a step's arguments leaves the field out, as
@@ -115,10 +130,14 @@ class StoredRun:
                           for i, w in enumerate(_list(data, "waits", optional=True)))
             state = None if data.get("state") is None else _row(StateRow, data["state"],
                                                                  "the task state")
+            conversation = tuple(
+                _row(ConversationPart, p, f"conversation part {i}")
+                for i, p in enumerate(_list(data, "conversation", optional=True)))
             _consistent(run, journal, waits, state)
+            _parts_consistent(conversation)
         except (KeyError, TypeError, ValueError) as exc:
             raise errors.InvalidInput(f"{source}: {exc}") from exc
-        return cls(run, journal, waits, state)
+        return cls(run, journal, waits, state, conversation)
 
     @classmethod
     def loads(cls, text: str, *, source: str = "the export") -> StoredRun:
@@ -328,3 +347,16 @@ def _consistent(run: RunRow, journal: tuple[Record, ...], waits: tuple[WaitRow, 
     if problem is not None:
         raise ValueError(f"{problem}. A run's row must agree with its journal and waits: "
                          "export the run again from its database (stead runs export RUN)")
+
+
+def _parts_consistent(parts: tuple[ConversationPart, ...]) -> None:
+    """Each part named as stead names one (and its parent too), each name once."""
+    seen: set[str] = set()
+    for i, p in enumerate(parts):
+        for what, name in (("name", p.name), ("parent", p.parent)):
+            if name is not None and PART_NAME.fullmatch(name) is None:
+                raise ValueError(f"conversation part {i}'s {what} is {_shown(name)}, not 32 "
+                                 "hex characters")
+        if p.name in seen:
+            raise ValueError(f"conversation part {i} repeats name {p.name!r}")
+        seen.add(p.name)

@@ -13,7 +13,7 @@ from stead.client import revisions
 from stead.client.base import Base
 from stead.client.info import RunInfo
 from stead.exports import StoredRun
-from stead.records import MigrationRow
+from stead.records import ConversationPart, MigrationRow
 
 if TYPE_CHECKING:
     from stead import dryrun
@@ -50,8 +50,9 @@ class Migrating(Base):
     """How `Client` moves a run to another version or another database."""
 
     async def export_run(self, run_id: str) -> StoredRun:
-        """The run's history (row, journal, waits, task state): `dumps()` it
-        to a file for `stead replay-check --from` or `import_run`."""
+        """The run's history (row, journal, waits, task state, and the
+        conversation its model calls sent): `dumps()` it to a file for
+        `stead replay-check --from` or `import_run`."""
         from stead import takeover
 
         row = await self.store.get_run(run_id)
@@ -59,18 +60,24 @@ class Migrating(Base):
         # Large values are read back in place of their references: the export
         # stands alone, wherever it is imported.
         run, journal = await self.store.inlined(stored.run, stored.journal)
-        return dataclasses.replace(stored, run=run, journal=journal)
+        parts = await self.store.conversation_parts(run_id)
+        conversation = tuple(ConversationPart(p.name, p.parent, p.body)
+                             for _, p in sorted(parts.items()))
+        return dataclasses.replace(stored, run=run, journal=journal,
+                                   conversation=conversation)
 
     async def import_run(self, stored: StoredRun) -> RunInfo:
         """Store a run exported from another database (no lease; the task
-        state only if the task has none here). Checked whole first, as an
+        state only if the task has none here; its conversation with it, so
+        `stead runs show RUN --conversation` reads as it did there). Checked whole first, as an
         export read from a file is (`StoredRun.checked`): `InvalidInput` if it
         is not a valid export, or its id (or a live run of its task) exists;
         either way nothing of it is stored."""
         stored = stored.checked()
         row = await self.store.import_run(stored.run.evolve(lease_owner=None,
                                                             lease_expires_at=None),
-                                          stored.journal, stored.waits, stored.state)
+                                          stored.journal, stored.waits, stored.state,
+                                          stored.conversation)
         return RunInfo.from_row(row)
 
     async def migrate(self, run_id: str, *, to: int, by: str | None = None,

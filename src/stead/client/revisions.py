@@ -16,7 +16,7 @@ from typing import Any
 from stead import bounds, codec, errors
 from stead.intent import Grant, Intent
 from stead.records import IntentRow, RunRow, StateRow
-from stead.workflow.state import Facts, merge_patch
+from stead.workflow.state import OUTSIDE_LIMIT, Facts, merge_patch, state_text
 
 
 def author(by: str | None) -> str:
@@ -148,4 +148,4 @@ class StateEdit:
         if facts.version != self.expect_version:
             raise errors.StateConflict(task_key, self.expect_version, facts.version)
         patch = codec.loads(codec.dumps(dict(self.patch), what="the state patch"))
-        return codec.dumps(merge_patch(facts.data, patch), what="state")
+        return state_text(merge_patch(facts.data, patch), task_key, OUTSIDE_LIMIT)

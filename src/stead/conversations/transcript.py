@@ -7,7 +7,8 @@ costs only that call's new messages, so reading a whole run is linear in
 what it stores, as storing it was. A call whose request was not kept
 (`App(keep_conversation=False)`, a record older than schema 34) shows its
 answer alone; one whose parts are not stored here (its task was forgotten,
-or the run was imported from an export, which does not carry them) says so.
+or the run was imported from an export written before exports carried
+them) says so.
 """
 
 from __future__ import annotations

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         WorkerLiveness,
     )
     from stead.records.histories import (
+        ConversationPart,
         FindingKind,
         MigrationPlan,
         MigrationRow,
@@ -101,7 +102,8 @@ if TYPE_CHECKING:
 _MODULES: dict[str, tuple[str, ...]] = {
     "fleet": ("Backlog", "HostRole", "HostRow", "Liveness", "Missed", "Presence", "ScheduleRow",
               "Stranded", "WorkerLiveness"),
-    "histories": ("FindingKind", "MigrationPlan", "MigrationRow", "NewFork", "RunExport"),
+    "histories": ("ConversationPart", "FindingKind", "MigrationPlan", "MigrationRow", "NewFork",
+                  "RunExport"),
     "journal": ("KINDS", "RECORD_STATUSES", "Boundary", "Fence", "Record", "RecordKind",
                 "RecordStatus", "SnapshotRow"),
     "resumes": ("EffectReplay", "ResumeClass", "ResumeDetails", "ResumeRecord", "StaleCause",
@@ -125,6 +127,7 @@ __all__ = [
     "ActionRow",
     "Backlog",
     "Boundary",
+    "ConversationPart",
     "DeliveryContext",
     "EffectReplay",
     "EventRow",

@@ -15,6 +15,18 @@ from stead.records.waits import EventRow, WaitRow
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ConversationPart:
+    """A message (or a model call's request parameters) a run's model calls
+    sent, as an export carries it: its name, the name of the message before
+    it (None: a conversation's first, or parameters), its JSON text (see
+    `stead.store.transactions.conversations`)."""
+
+    name: str
+    parent: str | None
+    body: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class NewFork:
     """A fork to create: the run `new` with the first `at_seq` records of run
     `parent_id`'s journal (`records`, as the fork replays them), its open
@@ -86,6 +98,8 @@ class RunExport:
     waits: tuple[WaitRow, ...]
     events: tuple[EventRow, ...]
     intents: tuple[IntentRow, ...]
+    # The messages and parameters its model calls sent, by name.
+    conversation: tuple[ConversationPart, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -95,4 +109,5 @@ class RunExport:
             "waits": [dataclasses.asdict(w) for w in self.waits],
             "events": [dataclasses.asdict(e) for e in self.events],
             "intents": [dataclasses.asdict(i) for i in self.intents],
+            "conversation": [dataclasses.asdict(p) for p in self.conversation],
         }

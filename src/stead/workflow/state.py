@@ -19,6 +19,19 @@ if TYPE_CHECKING:
     # For the annotations alone: a client reading runs need not load what executes them.
     from stead.execution import Execution
 
+# The largest task state written from outside a run (`Client.set_state`): the
+# default of a worker's `max_result_bytes`, which bounds a run's.
+OUTSIDE_LIMIT = 16 * 1024 * 1024
+
+
+def state_text(data: Any, task_key: str, limit: int) -> str:
+    """The JSON text of a task's new state; `StateTooLarge` if it is longer
+    than `limit` (task state stays inline: see `errors.StateTooLarge`)."""
+    text = codec.dumps(data, what="state")
+    if len(text) > limit:
+        raise errors.StateTooLarge(task_key, len(text), limit)
+    return text
+
 
 @dataclasses.dataclass(frozen=True)
 class Facts:
@@ -101,7 +114,7 @@ class TaskState:
                     {"type": "StateConflict", "expected": expect_version,
                      "actual": facts.version}, what="a conflict")
             data = merge_patch(facts.data, patch_json)
-            return (codec.dumps(data, what="state"), RecordStatus.OK,
+            return (state_text(data, self.task_key, self._x.max_result_bytes), RecordStatus.OK,
                     codec.dumps({"version": facts.version + 1, "data": data}, what="state"))
 
         placeholder = self._x.record(

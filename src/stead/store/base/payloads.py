@@ -131,6 +131,10 @@ def _sealed_export(sealer: Sealer,
             w = dataclasses.replace(w, request=(yield from _sealing.seal(
                 sealer, w.request, where(What.REQUEST), made)))
         waits.append(w)
+    conversation = []
+    for p in stored.conversation:
+        conversation.append(dataclasses.replace(p, body=(yield from _sealing.seal(
+            sealer, p.body, where(What.CONVERSATION), made))))
     state = stored.state
     if state is not None:
         data = yield from _sealing.seal(sealer, state.data,
@@ -143,7 +147,7 @@ def _sealed_export(sealer: Sealer,
             wrapped[scope] = {"key_id": str(row["key_id"]), "wrapped": str(row["wrapped"])}
     return dataclasses.replace(stored, run=dataclasses.replace(run, **changes),
                                journal=tuple(journal), waits=tuple(waits),
-                               state=state), wrapped
+                               state=state, conversation=tuple(conversation)), wrapped
 
 
 def _has_sealed(data: Any) -> bool:
@@ -180,12 +184,14 @@ def _opened_json(sealer: Sealer, data: Any, carried: dict[str, Any]) -> Flow[Any
                                                          keys)
     journal = yield from _opened_rows(sealer, data.get("journal"), "payload", run_id, keys)
     waits = yield from _opened_rows(sealer, data.get("waits"), "request", run_id, keys)
+    parts = {} if data.get("conversation") is None else {"conversation": (
+        yield from _opened_rows(sealer, data["conversation"], "body", run_id, keys))}
     state = data.get("state")
     if isinstance(state, dict) and envelope.is_sealed(state.get("data")):
         state = dict(state)
         state["data"] = yield from _sealing.open_value(
             sealer, state["data"], "data", f"task:{state.get('task_key')}", keys)
-    return {**data, "run": run, "journal": journal, "waits": waits, "state": state}
+    return {**data, "run": run, "journal": journal, "waits": waits, "state": state, **parts}
 
 
 def _opened_rows(sealer: Sealer, found: Any, column: str, run_id: Any,

@@ -12,7 +12,7 @@ from stead.store.seam import Writing
 from stead.store.transactions import retention as tx
 
 if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
-    from stead.records import Record, RunExport, RunRow, StateRow, WaitRow
+    from stead.records import ConversationPart, Record, RunExport, RunRow, StateRow, WaitRow
 
 
 class Retention(StorePart):
@@ -60,12 +60,14 @@ class Retention(StorePart):
             lambda: _rejections.dropped(_rejections.UNKNOWN if run_id is None else run_id))
 
     async def import_run(self, run: RunRow, journal: Sequence[Record],
-                         waits: Sequence[WaitRow], state: StateRow | None = None) -> RunRow:
+                         waits: Sequence[WaitRow], state: StateRow | None = None,
+                         conversation: Sequence[ConversationPart] = ()) -> RunRow:
         """Store a run exported from another database, with its journal,
-        waits and task state (kept only if the task has none here).
-        `InvalidInput` if its id, or a live run of its task, exists."""
+        waits, task state (kept only if the task has none here) and the
+        parts of its model calls' conversation. `InvalidInput` if its id, or
+        a live run of its task, exists."""
         where = self.database.display
         return await self.database.write(
-            lambda: tx.import_run(run, journal, waits, state, where),
+            lambda: tx.import_run(run, journal, waits, state, where, conversation),
             Writing(landed=lambda _: tx.imported(run)),
         )

@@ -11,7 +11,7 @@ from stead.store import _rows
 from stead.store.seam import NOT_LANDED, Flow, NotLanded, execute, one, rows
 
 if TYPE_CHECKING:  # for annotations; imported below where one is made
-    from stead.records import Record, RunExport, RunRow, StateRow, WaitRow
+    from stead.records import ConversationPart, Record, RunExport, RunRow, StateRow, WaitRow
 
 
 def prunable(cutoff: float, limit: int, run_ids: Sequence[str] | None = None
@@ -26,7 +26,7 @@ def export_runs(run_ids: Sequence[str]) -> Flow[list[RunExport]]:
     """Everything stored of each run."""
     # A history's records are imported where one is made: a store that only
     # lists runs never builds them (see `stead.records`).
-    from stead.records import RunExport
+    from stead.records import ConversationPart, RunExport
 
     out = []
     for run_id in run_ids:
@@ -42,6 +42,10 @@ def export_runs(run_ids: Sequence[str]) -> Flow[list[RunExport]]:
             events=tuple(_rows.event(r) for r in (yield rows(
                 "list_events", {**key, "limit": 1_000_000}))),
             intents=tuple(_rows.intent(r) for r in (yield rows("list_intents", key))),
+            conversation=tuple(sorted(
+                (ConversationPart(str(r["name"]), None if r["parent"] is None
+                                  else str(r["parent"]), str(r["body"]))
+                 for r in (yield rows("conversation_parts", key))), key=lambda p: p.name)),
         ))
     return out
 
@@ -64,10 +68,12 @@ def delete_runs(cutoff: float, run_ids: Sequence[str]) -> Flow[list[str]]:
 
 
 def import_run(run: RunRow, journal: Sequence[Record], waits: Sequence[WaitRow],
-               state: StateRow | None, where: str) -> Flow[RunRow]:
+               state: StateRow | None, where: str,
+               conversation: Sequence[ConversationPart] = ()) -> Flow[RunRow]:
     """Store a run exported from another database: its row (no lease), its
-    journal, its waits, and its task state if the task has none here.
-    Refused if a run with its id exists."""
+    journal, its waits, its task state if the task has none here, and the
+    parts of its model calls' conversation (sealed, with encryption on, as
+    the run's own). Refused if a run with its id exists."""
     params = {name: getattr(run, name) for name in (
         "run_id", "workflow", "version", "task_id", "status", "input", "result", "error",
         "epoch", "created_at", "updated_at", "wake_at")}
@@ -85,6 +91,9 @@ def import_run(run: RunRow, journal: Sequence[Record], waits: Sequence[WaitRow],
         if w.request is not None:
             yield execute("insert_wait_request", {"wait_id": w.wait_id, "run_id": run.run_id,
                                                   "request": w.request})
+    for p in conversation:
+        yield execute("insert_conversation_part", {
+            "run_id": run.run_id, "name": p.name, "parent": p.parent, "body": p.body})
     if state is not None:
         yield execute("lock_state", {"task_key": state.task_key})
         if (yield one("read_state", {"task_key": state.task_key})) is None:
