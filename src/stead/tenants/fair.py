@@ -111,9 +111,10 @@ def shares(free: int, loads: Sequence[Load], policy: Policy, turn: int = 0,
     """How many runs each tenant's claim takes, out of `free` slots: water-
     filling by (active + given) / weight, never past a tenant's ready runs nor
     its limits' room (see the module's docstring). The last `keep` slots go
-    only to tenants with no run in flight: a tenant that starts a run while
-    others' backlogs fill the workers finds a slot at once. Tenants given none
-    are left out."""
+    only to tenants with no run in flight, one each (a tenant given a slot by
+    this claim has one in flight): a tenant that starts a run while others'
+    backlogs fill the workers finds a slot at once, even when the backlog's
+    runs all ended just before. Tenants given none are left out."""
     if free <= 0 or not loads:
         return {}
     count = len(loads)
@@ -124,13 +125,17 @@ def shares(free: int, loads: Sequence[Load], policy: Policy, turn: int = 0,
     given = dict.fromkeys(room, 0)
     rank = {x.tenant: i for i, x in enumerate(order)}
     active = {x.tenant: x.active for x in order}
-    busy_most = max(free - keep, 0)  # slots the tenants with runs in flight may take
+    shared = 0  # slots given that any tenant could take
     for _ in range(free):
-        busy_given = sum(n for t, n in given.items() if active[t] > 0)
+        # A kept slot goes to a tenant with nothing in flight, counting what
+        # this claim gave it: at most one each, so a backlog whose runs all
+        # ended just before the claim does not take the slot a newcomer needs.
         open_ = [t for t in room if given[t] < room[t]
-                 and (active[t] == 0 or busy_given < busy_most)]
+                 and (shared < free - keep or active[t] + given[t] == 0)]
         if not open_:
             break
         best = min(open_, key=lambda t: ((active[t] + given[t]) / policy.of(t).weight, rank[t]))
+        if shared < free - keep:
+            shared += 1
         given[best] += 1
     return {t: n for t, n in given.items() if n > 0}
