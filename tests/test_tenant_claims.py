@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import time
 
 import pytest
 from hypothesis import given
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 import stead
 from stead.tenants import fair
+from stead.worker.claims import Claims
 
 app = stead.App("tenant_claims")
 
@@ -145,6 +147,21 @@ async def test_a_backlog_with_nothing_in_flight_leaves_the_kept_slot(
     late = await _start(client, "b", 1)  # b starts a run beside the burst: a slot waits
     taken = await store.claim_fair(fair.Policy(), "w1", HOSTED, LEASE, 1, keep=1)
     assert [r.run_id for r in taken] == late
+
+
+async def test_a_worker_keeps_the_headroom_while_a_tenant_is_between_runs(
+        store: stead.Store) -> None:
+    client = stead.Client(store, app)
+    await _start(client, "a", 40)
+    claims = Claims(app, store, store.clock, "w1", stead.WorkerOptions(concurrency=16),
+                    stop_for=lambda *_: None)
+    # Several tenants had runs ready a moment ago: b's last run ended, its
+    # next is not started yet. a alone has runs ready, and leaves b a slot.
+    claims._several_at = time.monotonic()
+    assert len(await claims.claim(16, [])) == 15
+    # Long after: a tenant alone takes every slot.
+    claims._fair_until = claims._several_at = 0.0
+    assert len(await claims.claim(16, [])) == 16
 
 
 async def test_weights_share_the_slots(store: stead.Store) -> None:
