@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import time
 
 import pytest
 from hypothesis import given
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 import stead
 from stead.tenants import fair
+from stead.worker.claims import Claims
 
 app = stead.App("tenant_claims")
 
@@ -71,11 +73,18 @@ def test_kept_slots_go_to_tenants_with_nothing_in_flight(
                    for i, (active, ready, recent, *_) in enumerate(loads)]
     got = fair.shares(free, given_loads, policy, keep=keep)
     active = {x.tenant: x.active for x in given_loads}
-    assert sum(n for t, n in got.items() if active[t] > 0) <= max(free - keep, 0)
     assert sum(got.values()) <= free
-    idle_room = sum(min(x.ready, free) for x in given_loads if x.active == 0)
+    weight = {x.tenant: policy.of(x.tenant).weight for x in given_loads}
+    level = {t: (active[t] + got.get(t, 0)) / weight[t] for t in active}
+    for t, n in got.items():
+        others = max((v for u, v in level.items() if u != t), default=0.0)
+        if active[t] > 0 and level[t] > others:
+            # The busiest tenant with runs in flight takes no kept slot.
+            assert n <= max(free - keep, 0)
+    served_idle = sum(1 for t in got if active[t] == 0)
+    idle = sum(1 for x in given_loads if x.active == 0 and x.ready > 0)
     # Nothing holds a tenant with no run in flight back but the slots themselves.
-    assert sum(n for t, n in got.items() if active[t] == 0) >= min(idle_room, keep, free)
+    assert served_idle >= min(idle, keep, free)
 
 
 def test_equal_tenants_share_alike_whatever_their_backlog() -> None:
@@ -90,6 +99,15 @@ def test_equal_tenants_share_alike_whatever_their_backlog() -> None:
     assert fair.shares(1, [fair.Load("big", 15, 99)], fair.Policy(), keep=1) == {}
     assert fair.shares(1, [fair.Load("big", 15, 99), fair.Load("new", 0, 1)], fair.Policy(),
                        keep=1) == {"new": 1}
+    # A backlog whose runs all ended just before the claim has nothing in
+    # flight either: it takes one kept slot at most, and leaves the other.
+    assert fair.shares(16, [fair.Load("big", 0, 10_000)], fair.Policy(), keep=1) == {"big": 15}
+    assert fair.shares(16, [fair.Load("big", 0, 10_000), fair.Load("new", 0, 1)],
+                       fair.Policy(), keep=1) == {"big": 14, "new": 1}
+    # A tenant far below its share (its runs started one by one while the
+    # burst filled the slots) takes the kept slot too.
+    assert fair.shares(1, [fair.Load("big", 13, 99), fair.Load("few", 2, 1)], fair.Policy(),
+                       keep=1) == {"few": 1}
 
 
 def test_bad_limits_are_refused() -> None:
@@ -124,6 +142,33 @@ async def test_a_burst_does_not_take_every_slot(store: stead.Store) -> None:
     assert await _tenants_of(store, second) == {"a": 3, "b": 1}
     third = await store.claim_fair(fair.Policy(), "w1", HOSTED, LEASE, 4)
     assert await _tenants_of(store, third) == {"a": 4}
+
+
+async def test_a_backlog_with_nothing_in_flight_leaves_the_kept_slot(
+        store: stead.Store) -> None:
+    client = stead.Client(store, app)
+    await _start(client, "a", 100)
+    # Every slot free and a's runs all ended: a takes all but the kept one.
+    first = await store.claim_fair(fair.Policy(), "w1", HOSTED, LEASE, 16, keep=1)
+    assert await _tenants_of(store, first) == {"a": 15}
+    late = await _start(client, "b", 1)  # b starts a run beside the burst: a slot waits
+    taken = await store.claim_fair(fair.Policy(), "w1", HOSTED, LEASE, 1, keep=1)
+    assert [r.run_id for r in taken] == late
+
+
+async def test_a_worker_keeps_the_headroom_while_a_tenant_is_between_runs(
+        store: stead.Store) -> None:
+    client = stead.Client(store, app)
+    await _start(client, "a", 40)
+    claims = Claims(app, store, store.clock, "w1", stead.WorkerOptions(concurrency=16),
+                    stop_for=lambda *_: None)
+    # Several tenants had runs ready a moment ago: b's last run ended, its
+    # next is not started yet. a alone has runs ready, and leaves b a slot.
+    claims._several_at = time.monotonic()
+    assert len(await claims.claim(16, [])) == 15
+    # Long after: a tenant alone takes every slot.
+    claims._fair_until = claims._several_at = 0.0
+    assert len(await claims.claim(16, [])) == 16
 
 
 async def test_weights_share_the_slots(store: stead.Store) -> None:

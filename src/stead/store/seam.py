@@ -141,7 +141,9 @@ class Writing(Generic[T]):
     """How a write goes. `landed` reads back a write whose commit went
     unacknowledged (without it the flow must be safe to run twice).
     `one_statement`: the flow writes with its last statement alone, which may
-    commit on its own. `releases`: the write gives up that run's lease.
+    commit on its own (or with statements each of which may: a fair claim
+    without limits, whose `landed` reads back those that did). `releases`:
+    the write gives up that run's lease.
     `reads_files`: the flow reads files (`OffLoop`): SQLite runs it on its
     thread rather than inline on the event loop."""
 

@@ -9,9 +9,9 @@ so that over the fleet each tenant with ready work holds a share of the runs
 in flight in proportion to its weight, whatever the size of another tenant's
 backlog. A tenant's own limits (`Limits.concurrency`, `Limits.rate`) cap what
 it is given. Ties go round: `turn` moves the first tenant on at each claim.
-A worker may keep its last slot (`keep`) for tenants with no run in flight,
-so that a newcomer beside a burst is claimed as soon as it starts instead of
-when the next run of the burst ends.
+A worker may keep its last slot (`keep`) for tenants with no run in flight or
+fewer per weight than another tenant, so that a newcomer beside a burst is
+claimed as soon as it starts instead of when the next run of the burst ends.
 
 Pure: no I/O; `stead.store` calls it inside the claim's transaction.
 """
@@ -111,9 +111,11 @@ def shares(free: int, loads: Sequence[Load], policy: Policy, turn: int = 0,
     """How many runs each tenant's claim takes, out of `free` slots: water-
     filling by (active + given) / weight, never past a tenant's ready runs nor
     its limits' room (see the module's docstring). The last `keep` slots go
-    only to tenants with no run in flight: a tenant that starts a run while
-    others' backlogs fill the workers finds a slot at once. Tenants given none
-    are left out."""
+    only to tenants with no run in flight (a tenant given a slot by this
+    claim has one) or that would still hold no more runs per weight than
+    another tenant (`_may_keep`): a tenant that starts a run while others'
+    backlogs fill the workers finds a slot at once. Tenants given none are
+    left out."""
     if free <= 0 or not loads:
         return {}
     count = len(loads)
@@ -124,13 +126,31 @@ def shares(free: int, loads: Sequence[Load], policy: Policy, turn: int = 0,
     given = dict.fromkeys(room, 0)
     rank = {x.tenant: i for i, x in enumerate(order)}
     active = {x.tenant: x.active for x in order}
-    busy_most = max(free - keep, 0)  # slots the tenants with runs in flight may take
+    weight = {t: policy.of(t).weight for t in room}
+    shared = 0  # slots given that any tenant could take
     for _ in range(free):
-        busy_given = sum(n for t, n in given.items() if active[t] > 0)
-        open_ = [t for t in room if given[t] < room[t]
-                 and (active[t] == 0 or busy_given < busy_most)]
+        open_ = [t for t in room if given[t] < room[t]]
+        if shared >= free - keep:
+            open_ = [t for t in open_ if _may_keep(t, active, given, weight)]
         if not open_:
             break
-        best = min(open_, key=lambda t: ((active[t] + given[t]) / policy.of(t).weight, rank[t]))
+        best = min(open_, key=lambda t: ((active[t] + given[t]) / weight[t], rank[t]))
+        if shared < free - keep:
+            shared += 1
         given[best] += 1
     return {t: n for t, n in given.items() if n > 0}
+
+
+def _may_keep(tenant: str, active: Mapping[str, int], given: Mapping[str, int],
+              weight: Mapping[str, int]) -> bool:
+    """Whether `tenant` may take a kept slot: it has nothing in flight,
+    counting what this claim gave it, or taking the slot leaves it with no
+    more runs per weight than another tenant holds. A backlog whose runs all
+    ended just before the claim does not take the slot a newcomer needs, and
+    a tenant far below its share (its runs started one by one while a burst
+    filled the slots) is not made to wait for the burst's runs to end."""
+    held = active[tenant] + given[tenant]
+    if held == 0:
+        return True
+    most = max(((active[t] + given[t]) / weight[t] for t in active if t != tenant), default=0.0)
+    return (held + 1) / weight[tenant] <= most

@@ -17,7 +17,7 @@ from stead.app import App
 from stead.clock import Clock
 from stead.records import HostRole, HostRow, RunRow
 from stead.store.base import Store
-from stead.tenants import fair
+from stead.tenants import NONE, fair
 from stead.worker.options import WorkerOptions
 
 if TYPE_CHECKING:
@@ -29,6 +29,10 @@ _EQUAL = fair.Policy()
 # Once several tenants have runs ready, claims share among them this long
 # (seconds) before the worker reads again whether they still do.
 _FAIR_FOR = 0.5
+# Claims share on while one tenant (not runs of none) has runs ready this
+# long (seconds) after several last had: a tenant whose runs each end before
+# its next starts is between runs, not gone, and keeps its headroom.
+_FAIR_LINGER = 5.0
 
 
 class Claims:
@@ -55,6 +59,7 @@ class Claims:
         self._queue_turn = 0  # which of the app's queues the next claim starts with
         self._tenant_turn = 0  # which tenant a tie among tenants goes to first
         self._fair_until = 0.0  # claims share among tenants until then (monotonic)
+        self._several_at = -_FAIR_LINGER  # when several tenants last had runs ready
 
     async def heartbeats(self) -> None:
         while True:
@@ -143,9 +148,10 @@ class Claims:
     async def _claim_rest(self, hosted: list[str], free: int, exclude: list[str],
                           spare: int) -> list[RunRow]:
         """Runs in no queue: shared fairly among tenants when more than one
-        has runs ready or a tenant has limits, else the plain claim, oldest
-        first. The worker's last `WorkerOptions.tenant_headroom` slots go only
-        to tenants with no run in flight."""
+        has runs ready (or had, within `_FAIR_LINGER`, and a tenant still
+        has) or a tenant has limits, else the plain claim, oldest first. The
+        worker's last `WorkerOptions.tenant_headroom` slots go only to
+        tenants with no run in flight."""
         lease = self.options.lease_seconds
         policy = self.app.tenant_policy or _EQUAL
         now = time.monotonic()
@@ -153,6 +159,9 @@ class Claims:
         if policy.limited or now >= self._fair_until:
             tenants = await self.store.ready_tenants()
             if len(tenants) > 1:  # claim fairly, without asking again for a while
+                self._fair_until = now + _FAIR_FOR
+                self._several_at = now
+            elif tenants != [NONE] and now < self._several_at + _FAIR_LINGER:
                 self._fair_until = now + _FAIR_FOR
         several = now < self._fair_until
         if policy.limited or several:

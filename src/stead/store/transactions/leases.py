@@ -94,8 +94,9 @@ def claim_fair(policy: fair.Policy, params: dict[str, Any], limit: int, turn: in
     claimed: list[RunRow] = []
     for _ in range(_ROUNDS):
         left = limit - len(claimed)
-        plan = fair.shares(left, list(loads.values()), policy, turn,
-                           max(keep - len(claimed), 0))
+        # Each round keeps `keep` slots: a tenant given runs in a round before
+        # counts as one with runs in flight.
+        plan = fair.shares(left, list(loads.values()), policy, turn, keep)
         if not plan:
             break
         for tenant, wanted in plan.items():
