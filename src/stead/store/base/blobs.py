@@ -58,12 +58,10 @@ class LargeBlobs(StorePart):
         if found is None:
             return text
         ref, large = found
-        key = None
+        needed, key = self._key_at_hand(ref, run_id)
         sealer = self.database.sealer
-        if ref.codec == references.SEALED and sealer is not None:
-            key = sealer.known(run_id)
-            if key is None:
-                key = await self.database.read(lambda: _sealing.key_of(sealer, run_id, None))
+        if needed and key is None and sealer is not None:
+            key = await self.database.read(lambda: _sealing.key_of(sealer, run_id, None))
         held = key
 
         def read() -> str:
@@ -79,15 +77,20 @@ class LargeBlobs(StorePart):
         if found is None:
             return text
         ref, large = found
-        key = None
-        sealer = self.database.sealer
-        if ref.codec == references.SEALED and sealer is not None:
-            key = sealer.known(run_id)
-            if key is None:
-                raise errors.PayloadUnreadable(
-                    f"the data key of {run_id} is not at hand to open its large value "
-                    f"{ref.sha256}")
+        needed, key = self._key_at_hand(ref, run_id)
+        if needed and key is None:
+            raise errors.PayloadUnreadable(
+                f"the data key of {run_id} is not at hand to open its large value "
+                f"{ref.sha256}")
         return self._opened(ref, large.get(ref), Where(run_id, what), key)
+
+    def _key_at_hand(self, ref: Reference, run_id: str) -> tuple[bool, DataKey | None]:
+        """Whether opening `ref` takes run `run_id`'s data key (it is sealed
+        and this store seals), and that key if the sealer holds it already."""
+        sealer = self.database.sealer
+        if ref.codec != references.SEALED or sealer is None:
+            return False, None
+        return True, sealer.known(run_id)
 
     async def inlined(self, run: RunRow, journal: Sequence[Record]
                       ) -> tuple[RunRow, tuple[Record, ...]]:
