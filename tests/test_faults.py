@@ -83,6 +83,53 @@ async def test_a_full_disk_stops_the_attempt_and_the_run_completes_once_it_is_go
     assert done.epoch == 3  # two attempts left for takeover, the third completed
 
 
+class FullDiskAtRelease(FullDisk):
+    """As FullDisk, and the release that follows the failed attempt fails as
+    well, `release_failures` times: the run stays leased to its worker."""
+
+    def __init__(self, inner: stead.Store, failures: int, release_failures: int) -> None:
+        super().__init__(inner, failures)
+        self.release_failures = release_failures
+        self.releases_refused = 0
+
+    async def release(self, fence: Fence) -> None:
+        if self.release_failures > 0:
+            self.release_failures -= 1
+            self.releases_refused += 1
+            raise translate(sqlite3.OperationalError("database or disk is full"), "stead.db")
+        await self.inner.release(fence)
+
+
+async def test_a_release_that_fails_is_made_again_and_the_worker_is_not_idle_before(
+    store: stead.Store,
+) -> None:
+    """A worker working until idle does not stop beside a run it let go of but
+    could not release (it would sit `running` until its lease ran out): it
+    releases it once the store takes writes again, and finishes it."""
+    app = stead.App("t")
+    calls = Calls()
+
+    def prepare() -> str:
+        calls.hit("prepare")
+        return "ready"
+
+    @app.workflow()
+    async def wf(run: stead.Run) -> str:
+        return await run.step("prepare", prepare)
+
+    full = FullDiskAtRelease(store, failures=1, release_failures=3)
+    client = stead.Client(full, app)
+    info = await client.start(wf)
+    # The lease is far longer than the test: only the release can free the run.
+    options = stead.WorkerOptions(poll_interval=0.01, store_backoff=0.05, lease_seconds=600)
+    await asyncio.wait_for(stead.Worker(app, full, options).run_until_idle(), 60)
+    done = await client.get(info.run_id)
+    assert full.releases_refused == 3
+    assert done.status == "completed" and done.result == "ready", done
+    assert done.epoch == 2  # released by its worker, then claimed again
+    assert calls == {"prepare": 2}
+
+
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 4 MB tmpfs, where the machine lets a test mount one (root in a

@@ -6,7 +6,6 @@ more can be written."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import traceback
@@ -147,6 +146,13 @@ async def incompatible(
     }))
 
 
-async def release_quietly(store: Store, fence: Fence) -> None:
-    with contextlib.suppress(errors.SteadError, asyncio.CancelledError):
+async def release_quietly(store: Store, fence: Fence) -> bool:
+    """Give the run back, if the store lets us; False only if it could not be
+    reached (the lease is still this worker's), for the caller to try again."""
+    try:
         await asyncio.shield(store.release(fence))
+    except errors.StoreUnavailable:
+        return False
+    except (errors.SteadError, asyncio.CancelledError):
+        pass  # refused for good, or no longer ours: nothing to try again
+    return True

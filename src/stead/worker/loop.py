@@ -30,7 +30,7 @@ from stead.metrics.meters import Takeover
 from stead.records import Backlog, Fence, RunRow, RunStatus
 from stead.store import local_work, seam
 from stead.store.base import Store
-from stead.worker import attempts, chores, claims, idle, leases
+from stead.worker import attempts, chores, claims, idle, leases, leftovers
 from stead.worker.leases import LeaseKeeper
 from stead.worker.options import WorkerOptions
 from stead.worker.standing import Standing
@@ -86,7 +86,8 @@ class Worker:
         # Its offer to take runs straight from deliveries made in this process
         # (`local_work`), made when its loop starts.
         self._taker: local_work.Taker | None = None
-        self._releasing: set[asyncio.Task[None]] = set()  # runs handed to it as it stopped
+        self._releasing: set[asyncio.Task[bool]] = set()  # runs handed to it as it stopped
+        self._leftovers = leftovers.Leftovers()
         self._drain_asked = False  # `stead workers drain` asked it to stop
 
     # -- public -------------------------------------------------------------
@@ -159,6 +160,8 @@ class Worker:
         try:
             while not self._stopping.is_set():
                 await self._fire_schedules()
+                if self._leftovers:
+                    await self._leftovers.release(self.store)
                 pending = self._taker.pending  # slots deliveries reserved, not yet handed
                 free = self.options.concurrency - len(self._active) - pending
                 batch = self._claims.batch(free)
@@ -191,7 +194,7 @@ class Worker:
                     await self._idle(False)
                     continue
                 if (finished is not None and not claimed and not backing_off and not pending
-                        and await self._ask(finished)):
+                        and not self._leftovers and await self._ask(finished)):
                     return
                 # Fewer than asked for (or none): the store has nothing more
                 # for now. Claiming again at once would only find that out
@@ -438,7 +441,8 @@ class Worker:
             self._back_off(row.run_id)
             if execution is not None:
                 await execution.calls_settled()
-            await attempts.release_quietly(self.store, fence)
+            if not await attempts.release_quietly(self.store, fence):
+                self._leftovers.keep(fence)
         except asyncio.CancelledError:
             await attempts.release_quietly(self.store, fence)
             raise
