@@ -162,15 +162,14 @@ async def _saved(x: Execution, keeper: Keeper, parts: list[Part], rec: Record,
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Said:
-    """An SDK's model call, in the shape stead's own calls keep: `messages()`
-    the list it sends (Chat Completions messages: system, user, assistant
-    with its `tool_calls`, tool), made only when the call is asked live;
-    `params` its parameters (model, settings, tools); `answer(result)` what
-    the step's result says as a completion's JSON does (`text`,
-    `tool_calls` of `id`, `name`, `arguments`, `usage`)."""
+    """An SDK's model call, in the shape stead's own calls keep, each part
+    made only when the call is asked live: `request()` the list of messages
+    it sends (Chat Completions messages: system, user, assistant with its
+    `tool_calls`, tool) and its parameters (model, settings, tools);
+    `answer(result)` what the step's result says, as a completion's JSON
+    does (`text`, `tool_calls` of `id`, `name` and `arguments`, `usage`)."""
 
-    messages: Callable[[], Sequence[Any]]
-    params: Mapping[str, Any]
+    request: Callable[[], tuple[Sequence[Any], Mapping[str, Any]]]
     answer: Callable[[Any], Mapping[str, Any]]
 
 
@@ -185,12 +184,14 @@ class StepCall:
         self._keeper = keeper
         self._said = said
         self._sent: list[Any] = []
+        self._params: Mapping[str, Any] = {}
         self._parts: list[Part] = []
 
     def sending(self) -> None:
-        """The live attempt starts: the list as it is sent."""
+        """The live attempt starts: the request as it is sent."""
         if self._keeper is not None:
-            self._sent = list(self._said.messages())
+            messages, self._params = self._said.request()
+            self._sent = list(messages)
 
     def encode(self, data: Any) -> Any:
         """`data` (the step's result) with the answer, and the request."""
@@ -198,7 +199,7 @@ class StepCall:
             return data
         answer = dict(self._said.answer(data))
         if self._keeper is not None:
-            answer[REQUEST], self._parts = self._keeper.request(self._sent, self._said.params)
+            answer[REQUEST], self._parts = self._keeper.request(self._sent, self._params)
         return {**data, MODEL: answer}
 
     def replayed(self, addr: str) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from stead.payloads import is_forgotten
