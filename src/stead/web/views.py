@@ -31,7 +31,7 @@ from stead.records import (
     StateRow,
     WaitRow,
 )
-from stead.store.transactions.conversations import answer_of
+from stead.store.transactions.conversations import MODEL, answer_of
 from stead.store.transactions.payloads import Forgotten
 from stead.views import context_view, runs_view, spend_view, timeline, workspace_view
 from stead.web import trace, window
@@ -155,16 +155,19 @@ def _entry(r: Record, start: float, resumed: ResumeRecord | None) -> Entry:
         data = None
     extra = ""
     if isinstance(data, dict):
-        if r.kind == RecordKind.LLM:
-            usage = data.get("usage") or {}
-            calls = [str(c.get("name")) for c in data.get("tool_calls") or []
+        # A model call's answer, or the one a step holding an SDK's model call keeps.
+        said = data if r.kind == RecordKind.LLM else data.get(MODEL) \
+            if r.kind == RecordKind.STEP else None
+        if isinstance(said, dict):
+            usage = said.get("usage") or {}
+            calls = [str(c.get("name")) for c in said.get("tool_calls") or []
                      if isinstance(c, dict)]
             extra = (f"tokens {usage.get('input_tokens', 0)} in / "
                      f"{usage.get('output_tokens', 0)} out")
             if calls:
                 extra += "; tool calls: " + ", ".join(calls)
-            if data.get("reason"):
-                extra += f"; reason: {data['reason']}"
+            if said.get("reason"):
+                extra += f"; reason: {said['reason']}"
         elif r.kind == RecordKind.EFFECT and data.get("key"):
             extra = f"key {data['key']}"
         elif data.get("retry_at") is not None:
