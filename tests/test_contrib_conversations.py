@@ -244,3 +244,18 @@ async def test_a_journal_written_before_the_conversation_was_kept_replays(
     assert result["answer"] == ANSWER  # replayed: the digests are the step's, as before
     assert len(lines("model.log")) == 2
     assert await transcript.read(store, info.run_id) == []
+
+
+async def test_a_fork_copies_the_parts_its_prefix_names(store: stead.Store) -> None:
+    from tests.workers import agents_app
+
+    client = stead.Client(store, agents_app.app)
+    info = await client.start(agents_app.weather, "Paris")
+    await stead.Worker(agents_app.app, store).run_until_idle()
+    first, _ = await transcript.read(store, info.run_id)
+    # The fork keeps the first model call and the tool results, not the second call.
+    seq = max(r.seq for r in await client.journal(info.run_id) if MODEL in r.payload)
+    fork = await client.fork(info.run_id, at=seq)
+    assert await transcript.read(store, fork.run_id) == [
+        dataclasses.replace(first, record=(await client.journal(fork.run_id))[0])]
+    assert len(await store.conversation_parts(fork.run_id)) == first.sent + 1
