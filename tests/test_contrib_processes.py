@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import stead
+from stead.conversations import transcript
 from stead.records import ResumeClass
 from tests import stress
 from tests.workers import agents_app
@@ -74,6 +75,16 @@ def _stead(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
                           timeout=DEADLINE)
 
 
+async def kept_once(store: stead.Store, run_id: str) -> None:
+    """The weather agent's two model calls, its worker killed between them:
+    the second sent the first's messages and three more (the assistant's
+    tool calls, their results), and each message is stored once."""
+    first, second = await transcript.read(store, run_id)
+    assert [first.kept, second.kept] == [transcript.Kept.YES] * 2
+    assert (second.earlier, second.sent) == (first.sent, first.sent + 3)
+    assert len(await store.conversation_parts(run_id)) == second.sent + 1  # and the params
+
+
 async def _finish(procs: Procs, store: stead.Store, app: str, run_id: str) -> None:
     fresh = procs.start(app)
     assert await procs.exit_code(fresh) == 0, procs.output()
@@ -123,6 +134,7 @@ async def test_killed_after_the_first_tool_result_resumes_without_rerunning(
     # the two results are reused (the records count also temperature's started marker,
     # if the forecast's commit carried it)
     assert resume.epoch == 2 and resume.details.classes == {"reuse": 2}
+    await kept_once(store, info.run_id)
 
 
 async def test_an_approval_through_the_cli_while_no_worker_lives_runs_the_tool_once(

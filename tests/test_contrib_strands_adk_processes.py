@@ -18,7 +18,7 @@ import pytest
 
 import stead
 from stead.records import ResumeClass
-from tests.test_contrib_processes import DEADLINE, Procs
+from tests.test_contrib_processes import DEADLINE, Procs, kept_once
 from tests.workers import agents_app
 from tests.workers.procs import KILLED, wait_until
 
@@ -78,6 +78,7 @@ async def test_killed_mid_tool_a_fresh_worker_asks_and_runs_nothing_recorded_aga
         assert ran.count("temperature") == 1  # in flight at the kill: finished once, after it
         [resume] = await client.resumes(info.run_id)
         assert resume.epoch == 2 and resume.details.classes["reuse"] == 2
+        await kept_once(store, info.run_id)
     finally:
         procs.stop_all()
 

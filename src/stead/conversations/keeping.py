@@ -11,6 +11,11 @@ message is stored as its canonical JSON with the run's wait tokens masked,
 so what the journal refuses to hold (`codec.Secrets`) is not kept here
 either. What is stored never enters the call's digest: replay matches as it
 did before the conversation was kept.
+
+An SDK's model call (`stead.contrib`) is a step holding the SDK's answer:
+`Said` says, in the shape stead's own calls keep, what it sent and what its
+answer says, and `StepCall` keeps both in the step's payload under `MODEL`
+(see `stead.store.transactions.conversations`).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from stead import codec, digests
 from stead.execution import Execution
 from stead.records import Record
-from stead.store.transactions.conversations import REQUEST, Part, named, request_of
+from stead.store.transactions.conversations import MODEL, REQUEST, Part, named, request_of
 
 if TYPE_CHECKING:
     from stead.store.transactions.spend import Settlement
@@ -144,7 +149,71 @@ class ModelCall:
 
     async def commit(self, addr: str, rec: Record, started: Record,
                      outcome: Settlement | None = None) -> None:
-        x, parts = self._x, self._parts
-        await x.write([rec], lambda batch, resume: x.store.save_model_call(
-            x.fence, batch, resume, parts, outcome), drop=started)
-        self._keeper.stored.update(p.name for p in parts)
+        await _saved(self._x, self._keeper, self._parts, rec, started, outcome)
+
+
+async def _saved(x: Execution, keeper: Keeper, parts: list[Part], rec: Record,
+                 started: Record, outcome: Settlement | None) -> None:
+    """Journal `rec` and store `parts` in one fenced transaction."""
+    await x.write([rec], lambda batch, resume: x.store.save_model_call(
+        x.fence, batch, resume, parts, outcome), drop=started)
+    keeper.stored.update(p.name for p in parts)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Said:
+    """An SDK's model call, in the shape stead's own calls keep, each part
+    made only when the call is asked live: `request()` the list of messages
+    it sends (Chat Completions messages: system, user, assistant with its
+    `tool_calls`, tool) and its parameters (model, settings, tools);
+    `answer(result)` what the step's result says, as a completion's JSON
+    does (`text`, `tool_calls` of `id`, `name` and `arguments`, `usage`)."""
+
+    request: Callable[[], tuple[Sequence[Any], Mapping[str, Any]]]
+    answer: Callable[[Any], Mapping[str, Any]]
+
+
+class StepCall:
+    """One live SDK model call's step: `encode` adds the answer as
+    `Said.answer` reads it under `MODEL`, and the request too when the
+    conversation is kept (a `keeper`), whose parts `commit` then stores with
+    the step's record (the `saves` of `Recorder.call`)."""
+
+    def __init__(self, x: Execution, keeper: Keeper | None, said: Said) -> None:
+        self._x = x
+        self._keeper = keeper
+        self._said = said
+        self._sent: list[Any] = []
+        self._params: Mapping[str, Any] = {}
+        self._parts: list[Part] = []
+
+    def sending(self) -> None:
+        """The live attempt starts: the request as it is sent."""
+        if self._keeper is not None:
+            messages, self._params = self._said.request()
+            self._sent = list(messages)
+
+    def encode(self, data: Any) -> Any:
+        """`data` (the step's result) with the answer, and the request."""
+        if not isinstance(data, dict):  # nothing to add a key to: the result as it is
+            return data
+        answer = dict(self._said.answer(data))
+        if self._keeper is not None:
+            answer[REQUEST], self._parts = self._keeper.request(self._sent, self._params)
+        return {**data, MODEL: answer}
+
+    def replayed(self, addr: str) -> None:
+        """Nothing rides with a replayed call: its parts are stored."""
+
+    async def commit(self, addr: str, rec: Record, started: Record,
+                     outcome: Settlement | None = None) -> None:
+        assert self._keeper is not None  # a `saves` only when the conversation is kept
+        await _saved(self._x, self._keeper, self._parts, rec, started, outcome)
+
+
+def model_of(data: Any) -> tuple[Any, dict[str, Any] | None]:
+    """A step's decoded result without what `StepCall` added, and that."""
+    if isinstance(data, dict) and isinstance(data.get(MODEL), dict):
+        rest = dict(data)
+        return rest, rest.pop(MODEL)
+    return data, None

@@ -16,13 +16,18 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from stead.payloads import is_forgotten
 from stead.records import Record, RecordKind, RecordStatus
 from stead.store import Store
-from stead.store.transactions.conversations import Part, request_of
+from stead.store.transactions.conversations import (
+    MODEL,
+    Part,
+    answer_of,
+    request_of,
+)
 
 
 class Kept(enum.StrEnum):
@@ -64,17 +69,22 @@ def _decoded(text: str) -> Any:
 
 def calls(records: Iterable[Record], parts: Mapping[str, Part]) -> list[Call]:
     """The model calls among `records` (in seq order) that answered, each
-    with what it sent that no call before it had."""
+    with what it sent that no call before it had: `run.llm`'s, and the steps
+    holding an SDK's model calls."""
     shown: set[str] = set()
     out = []
     for r in records:
-        if r.kind != RecordKind.LLM or r.status != RecordStatus.OK:
+        if r.status != RecordStatus.OK or r.kind not in (RecordKind.LLM, RecordKind.STEP):
             continue
         if is_forgotten(r.payload):  # its task was forgotten (`stead tasks forget`)
-            out.append(Call(r, Kept.GONE, 0, 0, (), None, {}))
+            if r.kind == RecordKind.LLM:  # a step's no longer says it was a model call
+                out.append(Call(r, Kept.GONE, 0, 0, (), None, {}))
             continue
-        data = _decoded(r.payload)
-        answer = data if isinstance(data, dict) else {}
+        # A model call's record, or the step of an SDK's model call (`stead.contrib`).
+        found = answer_of(r.kind, r.status, r.payload)
+        if found is None and r.kind == RecordKind.STEP:
+            continue
+        answer = found if found is not None else {}
         request = request_of(answer)
         if request is None:
             out.append(Call(r, Kept.NO, 0, 0, (), None, answer))
@@ -101,13 +111,13 @@ def calls(records: Iterable[Record], parts: Mapping[str, Part]) -> list[Call]:
     return out
 
 
-async def read(store: Store, run_id: str, records: Sequence[Record] | None = None
-               ) -> list[Call]:
-    """Run `run_id`'s model calls, turn by turn (`records`: its journal's,
-    when the caller has read them; else read here)."""
-    if records is None:
-        records = await store.journal_summaries(run_id)
-    if not any(r.kind == RecordKind.LLM for r in records):
+async def read(store: Store, run_id: str) -> list[Call]:
+    """Run `run_id`'s model calls, turn by turn: its answered model calls and
+    steps (`Store.journal_model_calls`), the steps holding an SDK's model
+    calls among them."""
+    records = await store.journal_model_calls(run_id)
+    if not any(r.kind == RecordKind.LLM or (r.kind == RecordKind.STEP and MODEL in r.payload)
+               for r in records):
         return []
     return calls(records, await store.conversation_parts(run_id))
 

@@ -158,28 +158,8 @@ class Steps(Part):
             fresh = None
         elif reads is not None:
             await self._fingerprint(name, Fingerprint(), reads, by_default=True)
-        code = stepcode.digest(fn)
-        digest = stepcode.coded(digests.contracted(
-            self._x.digests.call(RecordKind.STEP, name, args, kwargs), contract), code)
-
-        async def call() -> Any:
-            if timeout is None:
-                return await calls.invoke(fn, args, kwargs, inline=True)
-            async with asyncio.timeout(timeout):  # no task of its own: not a branch
-                return await calls.invoke(fn, args, kwargs)
-
-        status, payload, attempts = await self._recorder.call(
-            RecordKind.STEP, name, digest,
-            # Traced only when tracing is on: the plain path adds no frame.
-            (lambda: _traced_step(name, call)) if tracing.enabled() else call,
-            lambda v: codec.dumps(v, what=f"the result of step {name!r}",
-                                  limit=self._x.max_result_bytes),
-            retry or NO_RETRY, self._bound(), fresh,
-            saves=saves if saves is not None and saves.spaces else None, code=code,
-            arguments=(lambda: shown_arguments(fn, args, kwargs)) if args or kwargs else None,
-        )
-        if status == RecordStatus.ERROR:
-            self._raise(name, payload, attempts)
+        payload = await self._recorded(name, fn, args, kwargs, retry, fresh, contract, timeout,
+                                       saves if saves is not None and saves.spaces else None)
         rtype = codec.return_type(fn)
         try:
             return codec.decode(payload, rtype)
@@ -193,6 +173,69 @@ class Steps(Part):
                 "run.", expected=f"step {name!r} returning what it journaled",
                 actual=f"step {name!r} returning {rtype!r}",
             )) from exc
+
+    async def _recorded(
+        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...],
+        kwargs: dict[str, Any], retry: Retry | None, fresh: str | None,
+        contract: str | None, timeout: float | None, saves: recorder.Saves | None,
+        kept: keeping.StepCall | None = None,
+    ) -> str:
+        """The payload of step `name`: journaled, or made and journaled now
+        (with what `kept` adds to an SDK's model call); its error raised."""
+        code = stepcode.digest(fn)
+        digest = stepcode.coded(digests.contracted(
+            self._x.digests.call(RecordKind.STEP, name, args, kwargs), contract), code)
+
+        async def call() -> Any:
+            if kept is not None:
+                kept.sending()
+            if timeout is None:
+                return await calls.invoke(fn, args, kwargs, inline=True)
+            async with asyncio.timeout(timeout):  # no task of its own: not a branch
+                return await calls.invoke(fn, args, kwargs)
+
+        def encode(v: Any) -> str:
+            return codec.dumps(v if kept is None else kept.encode(v),
+                               what=f"the result of step {name!r}",
+                               limit=self._x.max_result_bytes)
+
+        status, payload, attempts = await self._recorder.call(
+            RecordKind.STEP, name, digest,
+            # Traced only when tracing is on: the plain path adds no frame.
+            (lambda: _traced_step(name, call)) if tracing.enabled() else call,
+            encode, retry or NO_RETRY, self._bound(), fresh, saves=saves, code=code,
+            arguments=(lambda: shown_arguments(fn, args, kwargs)) if args or kwargs else None,
+        )
+        if status == RecordStatus.ERROR:
+            self._raise(name, payload, attempts)
+        return payload
+
+    async def model_step(self, name: str, fn: Callable[..., Any], *args: Any,
+                         said: keeping.Said) -> Any:
+        """`step(name, fn, *args)` for a model call an SDK makes (what
+        `stead.contrib`'s integrations journal; `fn` returns a JSON object):
+        the step's record also keeps what `said` reads of the call, as a
+        model call's record does: its answer, and its request unless
+        `App(keep_conversation=False)` (stored once per message, with the
+        record). `stead runs show RUN --conversation` and the run page show
+        it. The step's digest is unchanged: a journal written without it
+        replays, and shows no request. In a run with a workspace attached,
+        the step keeps its snapshots instead of the request."""
+        from stead.conversations import keeping
+
+        spaces = self._saves if self._saves is not None and self._saves.spaces else None
+        keeper = None
+        if self._x.keep_conversation and spaces is None:
+            if self._keeper is None:
+                self._keeper = keeping.Keeper(self._x.secrets.mask, self._x.max_result_bytes)
+            keeper = self._keeper
+        kept = keeping.StepCall(self._x, keeper, said)
+        payload = await self._recorded(name, fn, args, {}, None, None, None, None,
+                                       kept if keeper is not None else spaces, kept)
+        data, model = keeping.model_of(codec.loads(payload))
+        if model is not None and self._keeper is not None:
+            self._keeper.known(model)
+        return data
 
     async def llm(
         self, name: str, model: Model, messages: Sequence[Mapping[str, Any]], *,

@@ -40,7 +40,8 @@ RULES: dict[str, Rule] = {
                      "prices"), Rule.FREE),
     **dict.fromkeys((
         "get_run", "children", "lineage", "load_journal", "journal_page", "journal_size",
-        "journal_summaries", "list_resumes", "list_events", "get_event", "list_actions",
+        "journal_summaries", "journal_model_calls", "list_resumes", "list_events", "get_event",
+        "list_actions",
         "list_intents", "latest_intent", "list_migrations", "archived_journal",
         "list_snapshots", "read_stream", "cancel_run", "request_cancel", "resume_stopped",
         "end_stopped", "rollback_run", "revise_intent", "revoke_run_stream_tokens",

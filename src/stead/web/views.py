@@ -31,6 +31,7 @@ from stead.records import (
     StateRow,
     WaitRow,
 )
+from stead.store.transactions.conversations import MODEL, answer_of
 from stead.store.transactions.payloads import Forgotten
 from stead.views import context_view, runs_view, spend_view, timeline, workspace_view
 from stead.web import trace, window
@@ -154,16 +155,19 @@ def _entry(r: Record, start: float, resumed: ResumeRecord | None) -> Entry:
         data = None
     extra = ""
     if isinstance(data, dict):
-        if r.kind == RecordKind.LLM:
-            usage = data.get("usage") or {}
-            calls = [str(c.get("name")) for c in data.get("tool_calls") or []
+        # A model call's answer, or the one a step holding an SDK's model call keeps.
+        said = data if r.kind == RecordKind.LLM else data.get(MODEL) \
+            if r.kind == RecordKind.STEP else None
+        if isinstance(said, dict):
+            usage = said.get("usage") or {}
+            calls = [str(c.get("name")) for c in said.get("tool_calls") or []
                      if isinstance(c, dict)]
             extra = (f"tokens {usage.get('input_tokens', 0)} in / "
                      f"{usage.get('output_tokens', 0)} out")
             if calls:
                 extra += "; tool calls: " + ", ".join(calls)
-            if data.get("reason"):
-                extra += f"; reason: {data['reason']}"
+            if said.get("reason"):
+                extra += f"; reason: {said['reason']}"
         elif r.kind == RecordKind.EFFECT and data.get("key"):
             extra = f"key {data['key']}"
         elif data.get("retry_at") is not None:
@@ -196,12 +200,15 @@ class Turn:
 
 
 def _turn(e: Entry) -> Turn | None:
-    if e.record.kind != RecordKind.LLM:
-        return None
-    try:
-        data = json.loads(e.record.payload)
-    except ValueError:
-        return None
+    """The turn of a model call's record, or of a step holding an SDK's model
+    call (`stead.contrib`); None for any other record."""
+    r = e.record
+    data = answer_of(r.kind, r.status, r.payload) if r.kind == RecordKind.STEP else None
+    if r.kind == RecordKind.LLM:
+        try:
+            data = json.loads(r.payload)
+        except ValueError:
+            return None
     if not isinstance(data, dict):
         return None
     calls = []
@@ -242,7 +249,7 @@ def turns(recs: Sequence[Record], start: float, last: int | None = None) -> tupl
     """The model's turns among `recs` (a run created at `start`), the
     `last` of them when given."""
     found = [t for t in (_turn(_entry(r, start, None)) for r in recs
-                         if r.kind == RecordKind.LLM) if t is not None]
+                         if r.kind in (RecordKind.LLM, RecordKind.STEP)) if t is not None]
     return tuple(found if last is None else found[-last:])
 
 
@@ -343,7 +350,7 @@ async def run_page(client: Client, run_id: str, shown: window.Window,
     entries = tuple(_entry(r, info.created_at, marks.get(r.seq)) for r in page)
     turns = tuple(t for t in map(_turn, entries) if t is not None)
     if tab == "conversation":
-        turns = _conversation(entries, await transcript.read(client.store, run_id, summed))
+        turns = _conversation(entries, await transcript.read(client.store, run_id))
     return RunPage(
         run=info, input=pretty_json(row.input), inputs=named(info.input, workflow_fn(client, info)),
         tab=tab, turns=turns,

@@ -22,8 +22,9 @@ from google.adk.models.llm_response import LlmResponse
 from pydantic_core import to_jsonable_python
 
 from stead import calls, errors
+from stead.contrib import _conversation as conv
 from stead.contrib._scope import json_digest
-from stead.contrib.google_adk import _session
+from stead.contrib.google_adk import _conversation, _session
 from stead.contrib.google_adk._session import Session
 
 
@@ -79,6 +80,23 @@ async def answer(session: Session, agent_name: str, request: LlmRequest) -> LlmR
                                                                 by_alias=True)
         return data
 
+    def sent() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        config = request.config
+        contents = [c.model_dump(mode="json", exclude_none=True) for c in request.contents]
+        tools = [d.model_dump(mode="json", exclude_none=True)
+                 for t in (config.tools or [] if config is not None else [])
+                 for d in (getattr(t, "function_declarations", None) or [])]
+        params: dict[str, Any] = {"model": model.model,
+                                  "tools": tools or sorted(request.tools_dict)}
+        if config is not None:
+            params["config"] = config.model_dump(mode="json", exclude_none=True, exclude={
+                "system_instruction", "tools", "http_options"})
+        return (_conversation.messages(None if config is None else config.system_instruction,
+                                       contents),
+                conv.jsonable({k: v for k, v in params.items() if v not in (None, [], {})}))
+
+    said = conv.Said(sent, lambda data: _conversation.answer(data, model.model))
     with scope.at("m:" + key):
-        data = await session.run.step(f"model {model.model}", ask, _request(model, request))
+        data = await session.run.model_step(f"model {model.model}", ask,
+                                            _request(model, request), said=said)
     return LlmResponse.model_validate(data)

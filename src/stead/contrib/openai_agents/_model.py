@@ -14,8 +14,9 @@ from openai.types.responses import Response, ResponseCompletedEvent
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 from pydantic_core import to_jsonable_python
 
+from stead.contrib import _conversation as conv
 from stead.contrib._scope import Scope, json_digest
-from stead.contrib.openai_agents import _responses
+from stead.contrib.openai_agents import _conversation, _responses
 from stead.contrib.openai_agents._session import Session
 
 
@@ -23,6 +24,17 @@ def model_name(model: Model) -> str:
     """What enters a model call's digest and record name: its model id if it has one."""
     named = getattr(model, "model", None)
     return named if isinstance(named, str) and named else type(model).__name__
+
+
+def _tool(tool: Any) -> dict[str, Any]:
+    """A tool (or a handoff) as the model is told of it: its name, and its
+    description and parameters when it has them."""
+    found = {"name": getattr(tool, "name", None) or getattr(tool, "tool_name", None),
+             "description": getattr(tool, "description", None)
+             or getattr(tool, "tool_description", None),
+             "parameters": getattr(tool, "params_json_schema", None)
+             or getattr(tool, "input_json_schema", None)}
+    return {k: v for k, v in found.items() if v is not None}
 
 
 def _type_name(value: Any) -> str:
@@ -73,9 +85,23 @@ class JournaledModel(Model):
                 conversation_id=conversation_id, prompt=prompt)
             return _responses.dump(response)
 
+        def sent() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+            params = {
+                "model": self.model, "settings": {k: v for k, v in model_settings.to_json_dict(
+                    ).items() if v is not None},
+                "tools": [_tool(t) for t in tools],
+                "handoffs": [_tool(h) for h in handoffs],
+                "output": None if output_schema is None else output_schema.name(),
+                "previous_response_id": previous_response_id,
+                "conversation_id": conversation_id, "prompt": prompt}
+            return (_conversation.messages(system_instructions, input),
+                    conv.jsonable({k: v for k, v in params.items() if v not in (None, [])}))
+
+        said = conv.Said(sent, lambda data: _conversation.answer(data, self.model))
         scope: Scope = self._session.scope
         with scope.at("m:" + scope.next("model")):
-            data = await self._session.run.step(f"model {self.model}", ask, request)
+            data = await self._session.run.model_step(f"model {self.model}", ask, request,
+                                                      said=said)
         return _responses.load(data)
 
     async def stream_response(  # the same parameters as get_response

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic_ai.durable_exec import (
     DurableOperationId,
     JournalCallableOperationBackend,
+    ModelRequestId,
     ToolsetCallToolId,
     ToolsetValidateToolArgumentsId,
     record_durable_unit,
@@ -22,7 +23,7 @@ from pydantic_ai.durable_exec import (
 from pydantic_ai.tools import RunContext
 
 from stead.contrib._scope import safe_key
-from stead.contrib.pydantic_ai import _binding
+from stead.contrib.pydantic_ai import _binding, _conversation
 
 
 def _tool_call(operation_id: DurableOperationId, cache_key: tuple[object, ...]
@@ -67,8 +68,11 @@ class Backend(JournalCallableOperationBackend[None]):
             key, digested, name = call[0], (call[1],), call[2] or name
         else:
             key = "o:" + binding.scope.next(name)
+        said = _conversation.said(operation_id, cache_key) \
+            if isinstance(operation_id, ModelRequestId) else None
         with binding.scope.at(key):
-            result = await binding.run.step(name, live, *digested)
+            result = await (binding.run.step(name, live, *digested) if said is None
+                            else binding.run.model_step(name, live, said=said))
         # pydantic-ai's instrumentation leaves out the spans and token metrics
         # of work that was only replayed (see `replay_scope` in `run`).
         record_durable_unit(executed=bool(ran))

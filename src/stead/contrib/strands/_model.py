@@ -16,8 +16,9 @@ from pydantic_core import to_jsonable_python
 from strands.middleware import InvokeModelContext, MiddlewareNext, ModelStopReason
 from strands.types.events import TypedEvent
 
+from stead.contrib import _conversation as conv
 from stead.contrib._scope import json_digest
-from stead.contrib.strands import _session
+from stead.contrib.strands import _conversation, _session
 from stead.contrib.strands._relay import Finished, Relay
 
 
@@ -85,8 +86,17 @@ async def journaled(context: InvokeModelContext,
             raise RuntimeError(f"model {name!r} ended its stream without a stop reason")
         return dump(final)
 
+    def sent() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        params = {"model": name, "tools": list(context.tool_specs),
+                  "tool_choice": context.tool_choice,
+                  "output": None if context.structured_output_model is None
+                  else context.structured_output_model.__name__}
+        return (_conversation.messages(context.system_prompt, context.messages),
+                conv.jsonable({k: v for k, v in params.items() if v not in (None, [])}))
+
+    said = conv.Said(sent, lambda data: _conversation.answer(data, name))
     scope = session.scope
     with scope.at("m:" + scope.next("model")):
-        task = relay.start(session.run.step(f"model {name}", ask, request))
+        task = relay.start(session.run.model_step(f"model {name}", ask, request, said=said))
     async for event in _session.guarded(session, relay.events(task)):
         yield load(event.value) if isinstance(event, Finished) else event

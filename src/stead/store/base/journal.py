@@ -50,6 +50,13 @@ class Journals(StorePart):
         return await self.database.read(lambda: common.read_all(
             "journal_summaries", {"run_id": run_id}, _rows.record))
 
+    async def journal_model_calls(self, run_id: str) -> list[Record]:
+        """The journal's answered model calls and steps, by seq: what a run's
+        conversation is read from (`stead.conversations.transcript`), the
+        steps holding an SDK's model calls included."""
+        return await self.database.read(lambda: common.read_all(
+            "journal_model_calls", {"run_id": run_id}, _rows.record))
+
     async def append(
         self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None = None
     ) -> None:

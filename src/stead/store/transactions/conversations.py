@@ -11,6 +11,11 @@ characters) of its canonical JSON after the name of the message before it
 (its `parent`), so a name stands for the whole list up to it, and a
 conversation that only grows shares every part of the last call's list:
 each call adds its new messages and a record of fixed size.
+
+A model call an SDK makes through one of stead's integrations
+(`stead.contrib`) is journaled as a step holding the SDK's own answer; that
+step's payload keeps, under `MODEL`, what a model call's record keeps: the
+answer's text, tool calls and usage, and the `REQUEST`.
 """
 
 from __future__ import annotations
@@ -28,6 +33,10 @@ if TYPE_CHECKING:  # annotations only: a store that lists runs need not build th
 
 # The key of a model call's payload that names its request's parts.
 REQUEST = "request"
+# The key of a step's payload under which an SDK's model call keeps its
+# answer as a model call's record holds it (see the module's docstring).
+MODEL = "stead_model"
+_MODEL_TEXT = f'"{MODEL}"'
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -61,18 +70,31 @@ def request_of(payload: Mapping[str, Any]) -> dict[str, Any] | None:
     return found
 
 
+def answer_of(kind: str, status: str, payload: str) -> dict[str, Any] | None:
+    """The answer a record holds as a model call's record does (its text,
+    tool calls, usage, and `REQUEST` when kept): an answered model call's
+    payload, or what an SDK's model call keeps in its step's under `MODEL`.
+    None for any other record (a step's payload is decoded only when its
+    text names `MODEL`)."""
+    if status != "ok" or kind not in ("llm", "step") or (
+            kind == "step" and _MODEL_TEXT not in payload):
+        return None
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        return None
+    if kind == "step":
+        data = data.get(MODEL) if isinstance(data, dict) else None
+    return data if isinstance(data, dict) else None
+
+
 def heads(records: Iterable[Record]) -> list[str]:
     """The parts the model calls among `records` name: each request's last
     message and its parameters (the messages before a head follow from it)."""
     found: list[str] = []
     for r in records:
-        if r.kind != "llm" or r.status != "ok":
-            continue
-        try:
-            data = json.loads(r.payload)
-        except ValueError:
-            continue
-        request = request_of(data) if isinstance(data, dict) else None
+        data = answer_of(r.kind, r.status, r.payload)
+        request = request_of(data) if data is not None else None
         if request is not None:
             found += [request["params"], *([request["head"]] if request["head"] else [])]
     return list(dict.fromkeys(found))

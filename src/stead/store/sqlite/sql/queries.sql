@@ -471,6 +471,12 @@ FROM journal WHERE run_id = :run_id;
 SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at, arguments
 FROM journal WHERE run_id = :run_id AND kind IN ('effect', 'llm', 'workspace') ORDER BY seq;
 
+-- name: journal_model_calls
+-- The records a run's conversation is read from: its answered model calls,
+-- and its steps, among which those holding an SDK's model calls.
+SELECT seq, addr, attempt, kind, name, digest, status, payload, epoch, at, arguments
+FROM journal WHERE run_id = :run_id AND kind IN ('llm', 'step') AND status = 'ok' ORDER BY seq;
+
 -- name: count_runs_by_status
 SELECT status, COUNT(*) AS runs FROM runs GROUP BY status;
 
