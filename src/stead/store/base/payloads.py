@@ -12,7 +12,7 @@ from stead import errors
 from stead.payloads import envelope
 from stead.payloads.codec import WrappedKey
 from stead.payloads.envelope import What, Where
-from stead.store import _large, _sealing
+from stead.store import _large, _large_state, _sealing
 from stead.store.base.part import StorePart
 from stead.store.seam import Flow, Writing, one
 from stead.store.transactions import payloads as tx
@@ -47,9 +47,11 @@ class Payloads(StorePart):
         if sealer is not None:
             for scope in [*done.runs, *(f"task:{key}" for key in done.task_keys)]:
                 sealer.drop(scope)
-        if self.large is not None and done.runs:
-            # Their large values' blobs too (sealed or not): no reference names them now.
-            await _large.drop(self.database, self.large, done.runs)
+        owners = [*done.runs, *(_large_state.owner(key) for key in done.task_keys)]
+        if self.large is not None and owners:
+            # Their large values' blobs too, the task states' included (sealed or
+            # not): no reference names them now.
+            await _large.drop(self.database, self.large, owners)
         return done
 
     async def forgotten(self, run_id: str) -> tx.Forgotten | None:
