@@ -209,3 +209,69 @@ async def test_a_tenants_large_state_counts_against_its_stored_bytes(
     # The state's blob and the journal's (its update and its read record hold
     # the same text: one blob), each 300 KB.
     assert refused.value.quota == "stored_bytes" and refused.value.used > 600_000
+
+
+@pytest.fixture
+def data_keys(backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PostgreSQL test's own key file with a data key to seal with (an
+    SQLite file makes its own beside it)."""
+    if backend == "postgres":
+        path = tmp_path / "keys"
+        stead.keys.add_key(path)
+        stead.keys.rotate(path)
+        monkeypatch.setenv(stead.keys.KEY_FILE_ENV, str(path))
+
+
+@pytest.mark.parametrize("sealed", [True, False])
+async def test_a_sealed_state_s_blob_holds_no_clear_text_and_forgetting_shreds_it(
+        db_url: str, tmp_path: Path, data_keys: None, sealed: bool) -> None:
+    where = tmp_path / "blobs"
+    store = await stead.open_store(db_url, blobs=str(where), inline_bytes=INLINE,
+                                   payloads=sealed)
+    try:
+        client = stead.Client(store)
+        notes = {"contact": "alice@example.com " * 1000}
+        await client.set_state("cust-1", notes, expect_version=0, why="crm import")
+        [blob] = where.rglob("*/*")
+        assert (b"alice@example.com" in blob.read_bytes()) is not sealed
+        [v1] = await store.state_history("cust-1")
+        ref = Reference.of(v1.data)
+        assert ref is not None and ref.codec == ("sealed" if sealed else "json")
+        assert (await client.task_state("cust-1")).data == notes
+        # Reopened (a new process: no key held), it still reads back.
+        await store.close()
+        store = await stead.open_store(db_url, blobs=str(where), inline_bytes=INLINE,
+                                       payloads=sealed)
+        client = stead.Client(store)
+        assert (await client.task_state("cust-1")).data == notes
+        await client.forget("cust-1", why="erasure request", by="dpo")
+        assert _blobs(where) == []
+        assert (await client.task_state("cust-1")).data == {}
+    finally:
+        await store.close()
+
+
+async def test_a_fork_seeds_a_large_state_by_reference_and_exports_carry_the_value(
+        bstore: tuple[stead.Store, Path], tmp_path: Path) -> None:
+    store, where = bstore
+    client, run_id = await _grown(store, [6000])
+    fork = await client.fork(run_id)
+    key = f"run:{fork.run_id}"
+    [seed] = await store.state_history(key)
+    assert is_reference(seed.data)
+    assert (await client.task_state(key)).data == {"notes": "n" * 6000}
+    await stead.Worker(_app([6000]), store).run_until_idle()
+    assert (await client.result(fork.run_id))[-1] == "read v1:6000"
+    # An export carries the state's value, as it carries the journal's.
+    stored = await client.export_run(run_id)
+    assert stored.state is not None and stored.state.data == '{"notes":"' + "n" * 6000 + '"}'
+    assert not any(is_reference(r.payload) for r in stored.journal)
+    other = await stead.open_store(f"sqlite:///{tmp_path / 'other.db'}", blobs="")
+    try:
+        await stead.Client(other).import_run(stored)
+        assert (await stead.Client(other).task_state("t-1")).data == {"notes": "n" * 6000}
+    finally:
+        await other.close()
+    # Forgetting the task forgets its forks' states too, and their blobs.
+    done = await client.forget("t-1", why="erasure request", by="dpo")
+    assert key in done.task_keys and _blobs(where) == []

@@ -3,14 +3,15 @@ successor, a schedule's ticks), finding them, and their lineage."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from stead import errors
 from stead.records import RunStatus
-from stead.store import _rows
+from stead.store import _large_state, _rows
 from stead.store.base.part import StorePart
-from stead.store.seam import FencedWrite, Finish, Writing
+from stead.store.seam import FencedWrite, Finish, Flow, Writing
 from stead.store.transactions import common
 from stead.store.transactions import runs as tx
 
@@ -101,12 +102,32 @@ class Runs(StorePart):
 
     async def fork_run(self, fork: NewFork) -> RunRow:
         """Create the fork (see `NewFork`) and link it to its parent, in one
-        transaction. `UnknownRun` if the parent is gone."""
+        transaction. `UnknownRun` if the parent is gone. A task state over
+        the inline limit is seeded by reference: its blob is written first,
+        under the fork's own task key, and owned by it in the transaction."""
         where = self.database.display
+        seeded = fork.state
+        if seeded is None:
+            return await self.database.write(
+                lambda: tx.fork_run(fork, self.clock.now(), where),
+                Writing(landed=lambda _: tx.linked(fork.new.run_id)))
+        data, ref, sealing = await _large_state.stored(self.database, self.large,
+                                                       seeded.task_key, seeded.data)
+        fork = dataclasses.replace(fork, state=dataclasses.replace(seeded, data=data))
+
+        def forking() -> Flow[RunRow]:
+            now = self.clock.now()
+            made = yield from tx.fork_run(fork, now, where)
+            if ref is not None:
+                scope = _large_state.owner(seeded.task_key)
+                if not (yield from _large_state.key_unchanged(sealing, scope)):
+                    raise errors.StoreError(f"the task state of {scope} was forgotten while "
+                                            "the fork was made; nothing was written")
+                yield from _large_state.own(seeded.task_key, fork.new.run_id, (ref,), now)
+            return made
+
         return await self.database.write(
-            lambda: tx.fork_run(fork, self.clock.now(), where),
-            Writing(landed=lambda _: tx.linked(fork.new.run_id)),
-        )
+            forking, Writing(landed=lambda _: tx.linked(fork.new.run_id)))
 
     async def continue_run(
         self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,
