@@ -211,17 +211,6 @@ async def test_a_tenants_large_state_counts_against_its_stored_bytes(
     assert refused.value.quota == "stored_bytes" and refused.value.used > 600_000
 
 
-@pytest.fixture
-def data_keys(backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A PostgreSQL test's own key file with a data key to seal with (an
-    SQLite file makes its own beside it)."""
-    if backend == "postgres":
-        path = tmp_path / "keys"
-        stead.keys.add_key(path)
-        stead.keys.rotate(path)
-        monkeypatch.setenv(stead.keys.KEY_FILE_ENV, str(path))
-
-
 @pytest.mark.parametrize("sealed", [True, False])
 async def test_a_sealed_state_s_blob_holds_no_clear_text_and_forgetting_shreds_it(
         db_url: str, tmp_path: Path, data_keys: None, sealed: bool) -> None:
