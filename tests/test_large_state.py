@@ -264,3 +264,25 @@ async def test_a_fork_seeds_a_large_state_by_reference_and_exports_carry_the_val
     # Forgetting the task forgets its forks' states too, and their blobs.
     done = await client.forget("t-1", why="erasure request", by="dpo")
     assert key in done.task_keys and _blobs(where) == []
+
+
+@pytest.mark.parametrize("sealed", [True, False])
+async def test_a_fork_replays_its_parent_s_large_state_records_after_the_parent_is_pruned(
+        db_url: str, tmp_path: Path, data_keys: None, sealed: bool) -> None:
+    """The fork's journal copies its parent's records, references included:
+    the fork owns their blobs (sealed again under its own key when payloads
+    are sealed), so it replays them after its parent is pruned."""
+    where = tmp_path / "blobs"
+    clock = stead.FakeClock()
+    store = await stead.open_store(db_url, clock=clock, lease_clock=clock, blobs=str(where),
+                                   inline_bytes=INLINE, payloads=sealed)
+    try:
+        client, run_id = await _grown(store, [6000], task_id="t-6")
+        fork = await client.fork(run_id, at=1)  # its update record, not its read
+        clock.advance(10 * 86400)
+        assert await store.prune(clock.now(), [run_id]) == [run_id]
+        await stead.Worker(_app([6000]), store).run_until_idle()
+        assert await client.result(fork.run_id) == ["v1:6000", "read v1:6000"]
+        assert (await store.collect_blobs(grace=0, dry_run=True)).orphans == []
+    finally:
+        await store.close()
