@@ -4,7 +4,10 @@ the blob store first, durably, and commits their references together with a
 `run_blobs` row per blob (which run owns it), in one transaction. Pruning
 deletes the rows of the runs it deletes and then the blobs no run owns any
 more; the collector (`collect`) deletes blobs no row names, once older than
-its grace (a write in flight has not committed its reference yet)."""
+its grace (a write in flight has not committed its reference yet). A task
+state's blobs are owned the same way by `task:<task key>`
+(`store._large_state`); a fork owns the blobs of the records it copies
+(`adopted`)."""
 
 from __future__ import annotations
 
