@@ -10,13 +10,16 @@ change that lost its race leaves only an orphan `stead blobs gc` removes."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 import stead
 from stead import errors
+from stead.cli import main
 from stead.client import revisions
 from stead.payloads.blobs import BlobStore
 from stead.payloads.references import LargeValues, Reference, is_reference
@@ -286,3 +289,21 @@ async def test_a_fork_replays_its_parent_s_large_state_records_after_the_parent_
         assert (await store.collect_blobs(grace=0, dry_run=True)).orphans == []
     finally:
         await store.close()
+
+
+async def test_the_command_line_shows_a_large_state_and_its_history_s_sizes(
+        bstore: tuple[stead.Store, Path], db_url: str) -> None:
+    store, where = bstore
+    big = {"doc": "d" * 9000}
+    await stead.Client(store).set_state("t-7", big, expect_version=0, why="import")
+    env = {"STEAD_BLOBS": str(where), "STEAD_INLINE_BYTES": str(INLINE)}
+    out = await asyncio.to_thread(
+        CliRunner().invoke, main, ["--db", db_url, "state", "show", "t-7", "--json"], env=env)
+    assert out.exit_code == 0, out.output
+    shown = json.loads(out.output)
+    assert shown["data"] == big and shown["version"] == 1
+    [version] = shown["history"]
+    assert version["data"]["size"] == 9010 and version["data"]["$blob"] in _blobs(where)
+    out = await asyncio.to_thread(
+        CliRunner().invoke, main, ["--db", db_url, "state", "show", "t-7"], env=env)
+    assert out.exit_code == 0 and '"doc": "ddd' in out.output
