@@ -307,3 +307,20 @@ async def test_the_command_line_shows_a_large_state_and_its_history_s_sizes(
     out = await asyncio.to_thread(
         CliRunner().invoke, main, ["--db", db_url, "state", "show", "t-7"], env=env)
     assert out.exit_code == 0 and '"doc": "ddd' in out.output
+
+
+async def test_a_store_without_its_blob_store_refuses_a_state_kept_by_reference(
+        bstore: tuple[stead.Store, Path], db_url: str) -> None:
+    store, _ = bstore
+    await stead.Client(store).set_state("t-8", {"doc": "d" * 9000}, expect_version=0,
+                                        why="import")
+    blind = await stead.open_store(db_url, blobs="")
+    try:
+        client = stead.Client(blind)
+        with pytest.raises(errors.StoreError, match="opened without one"):
+            await client.task_state("t-8")
+        with pytest.raises(errors.StoreError, match="opened without one"):
+            await client.set_state("t-8", {"n": 1}, expect_version=1, why="count")
+    finally:
+        await blind.close()
+    assert (await stead.Client(store).task_state("t-8")).version == 1

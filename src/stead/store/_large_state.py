@@ -140,10 +140,7 @@ async def resolve(database: Database, large: LargeValues | None, task_key: str,
     if ref is None:
         return text
     if large is None:
-        raise errors.StoreError(
-            f"the state of task {task_key} is kept in a blob store ({ref.sha256}, {ref.size} "
-            "bytes) and this store was opened without one: open it with blobs=URL "
-            "(STEAD_BLOBS) naming the blob store it was written to")
+        raise no_blob_store(task_key, ref)
     scope = owner(task_key)
     sealer = database.sealer
     key: DataKey | None = None
@@ -163,6 +160,14 @@ async def resolve(database: Database, large: LargeValues | None, task_key: str,
         return sealer.unseal(text, Where(scope, What.STATE), key)
 
     return await asyncio.to_thread(read)
+
+
+def no_blob_store(task_key: str, ref: Reference | None) -> errors.StoreError:
+    held = "" if ref is None else f" ({ref.sha256}, {ref.size} bytes)"
+    return errors.StoreError(
+        f"the state of task {task_key} is kept in a blob store{held} and this store was "
+        "opened without one: open it with blobs=URL (STEAD_BLOBS) naming the blob store "
+        "it was written to")
 
 
 async def resolved(database: Database, large: LargeValues | None,

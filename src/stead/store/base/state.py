@@ -86,7 +86,8 @@ class TaskState(StorePart):
         is still the one read; else it starts over (a blob of the attempt
         that lost is an orphan `stead blobs gc` removes)."""
         large = self.large
-        assert large is not None
+        if large is None:  # only a state kept by reference comes here
+            raise _large_state.no_blob_store(task_key, None)
         seal = await self._large_seal(write.fence.run_id)
         for _ in range(_large_state.ATTEMPTS):
             seen = await self._stored_state(task_key)
@@ -126,6 +127,8 @@ class TaskState(StorePart):
                                  None if large is None else large.inline_bytes), how)
         if isinstance(done, StateRow):
             return done
+        if large is None:  # only a state kept by reference comes here
+            raise _large_state.no_blob_store(task_key, None)
         for _ in range(_large_state.ATTEMPTS):
             seen = await self._stored_state(task_key)
             data = change(await _large_state.resolved(self.database, large, seen))

@@ -51,10 +51,11 @@ Updated = tuple[StateRow | None, "Record"] | Large | _large_state.Moved
 Set = StateRow | Large | _large_state.Moved
 
 
-def _kept_outside(inline: int | None, current: StateRow | None) -> bool:
+def _kept_outside(current: StateRow | None) -> bool:
     """Whether the state in force is kept by reference (it cannot be read
-    back inside the transaction: the store reads it first)."""
-    return inline is not None and current is not None and references.is_reference(current.data)
+    back inside the transaction: the store reads it first, or says it has no
+    blob store to read it from)."""
+    return current is not None and references.is_reference(current.data)
 
 
 def _over(inline: int | None, *texts: str | None) -> bool:
@@ -81,7 +82,7 @@ def update_state(
     yield execute("lock_state", {"task_key": task_key})
     row = yield one("read_state", {"task_key": task_key})
     current = None if row is None else _rows.state(row)
-    if _kept_outside(inline, current):
+    if _kept_outside(current):
         return LARGE
     data, status, payload = change(current)
     if _over(inline, data, payload):
@@ -149,7 +150,7 @@ def set_state(task_key: str, change: OutsideChange, author: str, why: str,
     yield execute("lock_state", {"task_key": task_key})
     row = yield one("read_state", {"task_key": task_key})
     current = None if row is None else _rows.state(row)
-    if _kept_outside(inline, current):
+    if _kept_outside(current):
         return LARGE
     data = change(current)
     if _over(inline, data):
