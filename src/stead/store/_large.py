@@ -7,7 +7,7 @@ more; the collector (`collect`) deletes blobs no row names, once older than
 its grace (a write in flight has not committed its reference yet). A task
 state's blobs are owned the same way by `task:<task key>`
 (`store._large_state`); a fork owns the blobs of the records it copies
-(`adopted`)."""
+(`store._large_forks`)."""
 
 from __future__ import annotations
 
@@ -19,14 +19,11 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from stead.payloads import references
-from stead.payloads.envelope import What, Where
-from stead.store import _sealing
+from stead.payloads.envelope import What
 from stead.store.seam import Database, FencedWrite, Flow, Journal, Writing, execute, rows
 
 if TYPE_CHECKING:
     from stead.payloads.references import LargeValues, Reference
-    from stead.payloads.sealer import DataKey, Sealer
-    from stead.records import Record
 
 log = logging.getLogger("stead.store")
 # Hashes asked about per query.
@@ -154,38 +151,3 @@ def still_orphan(large: LargeValues, sha256: str, grace: float) -> bool:
     at = large.blobs.write_time(sha256)
     return at is not None and at <= time.time() - grace
 
-
-async def adopted(database: Database, large: LargeValues, records: Sequence[Record],
-                  from_run: str, seal: Seal | None) -> tuple[list[Record], list[Reference]]:
-    """`records` copied from run `from_run` (a fork's prefix), for a run that
-    will own their blobs: each reference kept, except a sealed one (bound to
-    `from_run`'s key), whose value is opened and sealed again with `seal`
-    into a blob of its own; and the references."""
-    out: list[Record] = []
-    refs: list[Reference] = []
-    sealer = database.sealer
-    key: DataKey | None = None
-    for r in records:
-        ref = references.Reference.of(r.payload)
-        if ref is None:
-            out.append(r)
-            continue
-        if ref.codec == references.SEALED and sealer is not None and seal is not None:
-            if key is None:
-                key = await database.read(lambda: _sealing.key_of(sealer, from_run, None))
-                if key is None:
-                    raise _sealing.forgotten(from_run)
-            ref = await asyncio.to_thread(_sealed_again, large, sealer, ref, from_run, key,
-                                          seal)
-            r = r.evolve(payload=ref.text())
-        out.append(r)
-        refs.append(ref)
-    return out, refs
-
-
-def _sealed_again(large: LargeValues, sealer: Sealer, ref: Reference, from_run: str,
-                  key: DataKey, seal: Seal) -> Reference:
-    """The journal value `ref` names, sealed for `from_run` with `key`, sealed
-    again with `seal` into a blob of its own (blocking)."""
-    text = sealer.unseal(large.get(ref), Where(from_run, What.JOURNAL), key)
-    return put(large, text, What.JOURNAL, seal)

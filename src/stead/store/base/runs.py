@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from stead import errors
 from stead.payloads import references
 from stead.records import RunStatus
-from stead.store import _large, _large_state, _rows
+from stead.store import _large, _large_forks, _large_state, _rows
 from stead.store.base.part import StorePart
 from stead.store.seam import FencedWrite, Finish, Flow, Writing
 from stead.store.transactions import common
@@ -114,7 +114,7 @@ class Runs(StorePart):
         refs: list[Reference] = []
         if large is not None and any(references.is_reference(r.payload) for r in fork.records):
             seal = await self._large_seal(fork.new.run_id)
-            copied, refs = await _large.adopted(self.database, large, fork.records,
+            copied, refs = await _large_forks.adopted(self.database, large, fork.records,
                                                 fork.parent_id, seal)
             fork = dataclasses.replace(fork, records=tuple(copied))
         seeded = fork.state
