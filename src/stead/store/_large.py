@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from stead.payloads import references
 from stead.payloads.envelope import What
-from stead.store.seam import Database, FencedWrite, Flow, Journal, Writing, execute, rows
+from stead.store.seam import FencedWrite, Flow, Journal, execute, rows
 
 if TYPE_CHECKING:
     from stead.payloads.references import LargeValues, Reference
@@ -92,16 +92,6 @@ def disowned(run_ids: Sequence[str]) -> Flow[list[str]]:
     held = yield from blobs_of(run_ids)
     yield execute("delete_run_blobs", {"run_ids": list(run_ids)})
     return held
-
-
-async def drop(database: Database, large: LargeValues, run_ids: Sequence[str]) -> int:
-    """Delete the large values of `run_ids` (their task was forgotten): their
-    rows, then the blobs no other run owns; how many blobs."""
-    held = await database.write(lambda: disowned(run_ids), Writing())
-    if not held:
-        return 0
-    owners = await database.read(lambda: owned(held))
-    return await delete_unowned(large, held, owners)
 
 
 def owned(hashes: Sequence[str]) -> Flow[set[str]]:
