@@ -91,6 +91,18 @@ def db_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iter
 
 
 @pytest.fixture
+def data_keys(backend: str, db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PostgreSQL test's own key file with a data key to seal payloads with
+    (an SQLite file makes its own beside it); after `db_url`, whose key file
+    it replaces."""
+    if backend == "postgres":
+        path = tmp_path / "keys"
+        stead.keys.add_key(path)
+        stead.keys.rotate(path)
+        monkeypatch.setenv(stead.keys.KEY_FILE_ENV, str(path))
+
+
+@pytest.fixture
 def pg_keys(shared_key_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Workers and clients on PostgreSQL (in this process and in the ones it
     starts) sign and check wait tokens with the shared key file."""

@@ -276,17 +276,6 @@ async def test_a_large_event_payload_is_kept_by_reference_and_received_whole(
     assert _blobs(where) == []
 
 
-@pytest.fixture
-def data_keys(backend: str, db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A PostgreSQL test's own key file with a data key (an SQLite file makes
-    its own beside it)."""
-    if backend == "postgres":
-        path = tmp_path / "keys"
-        stead.keys.add_key(path)
-        stead.keys.rotate(path)
-        monkeypatch.setenv(stead.keys.KEY_FILE_ENV, str(path))
-
-
 @pytest.mark.parametrize("sealed", [True, False])
 async def test_sealed_blobs_hold_no_clear_text_and_forgetting_deletes_them(
     db_url: str, tmp_path: Path, data_keys: None, sealed: bool,

@@ -81,3 +81,47 @@ async def test_a_kill_between_blob_and_reference_leaves_an_orphan_gc_removes(
                 proc.kill()
             proc.wait()
         await store.close()
+
+
+async def test_a_kill_between_a_state_s_blob_and_its_commit_leaves_an_orphan_gc_removes(
+    db_url: str, tmp_path: Path,
+) -> None:
+    """The same for a large task state: the first worker dies once the new
+    state's blob is durable, before the transaction that locks the task; the
+    state is still unwritten, the blob an orphan; the second worker writes
+    its own state, which reads back, and gc removes only the orphan."""
+    blobs = tmp_path / "blobs"
+    store = await stead.open_store(db_url, blobs=str(blobs), inline_bytes=INLINE)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        client = stead.Client(store, large_app.app)
+        run_id = (await client.start("stateful", 100_000, task_id="doc-1")).run_id
+        first = _worker(tmp_path, db_url, blobs, "a", kill=True)
+        procs.append(first)
+        assert first.wait(timeout=DEADLINE) == KILLED
+        [orphan] = _files(blobs)
+        assert await store.read_state("doc-1") is None  # no reference without its blob
+        assert (await store.collect_blobs(grace=0, dry_run=True)).orphans == [orphan]
+
+        second = _worker(tmp_path, db_url, blobs, "b", kill=False)
+        procs.append(second)
+
+        async def ended() -> bool:
+            return (await client.get(run_id)).done
+
+        await wait_until("the run to complete on the second worker", ended)
+        result = await client.result(run_id)
+        assert result["version"] == 1 and result["size"] == 100_000 + 37
+        facts = await client.task_state("doc-1")
+        assert facts.data == {"doc": f"{result['stamp']}:" + "s" * 100_000}
+        # The second worker's state and journal record are owned; the first's state is not.
+        assert orphan in _files(blobs) and len(_files(blobs)) == 3
+        done = await store.collect_blobs(grace=0)
+        assert done.orphans == [orphan] and orphan not in _files(blobs)
+        assert (await client.task_state("doc-1")).data == facts.data
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        await store.close()

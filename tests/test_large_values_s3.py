@@ -1,6 +1,7 @@
 """Large values in S3 (moto's standalone server on loopback, s3fs as
 fsspec's backend), on both stores: written before their references commit,
-replayed, sealed, deleted with their run, and orphans collected."""
+replayed, sealed, deleted with their run, and orphans collected; a task
+state too, deleted by forgetting its task."""
 
 from __future__ import annotations
 
@@ -72,3 +73,18 @@ async def test_gc_collects_an_orphan_in_s3(s3store: tuple[stead.Store, BlobStore
     done = await store.collect_blobs(grace=0)
     assert done.orphans == [orphan] and _names(blobs) == [owned]
     assert await client.result(run_id) == 9000
+
+
+async def test_a_large_task_state_goes_to_s3_and_forgetting_deletes_it(
+    s3store: tuple[stead.Store, BlobStore],
+) -> None:
+    store, blobs = s3store
+    client = stead.Client(store)
+    big = {"doc": "s" * 20_000}
+    await client.set_state("t-s3", big, expect_version=0, why="import")
+    [v1] = await store.state_history("t-s3")
+    ref = Reference.of(v1.data)
+    assert ref is not None and _names(blobs) == [ref.sha256]
+    assert (await client.task_state("t-s3")).data == big
+    await client.forget("t-s3", why="erasure request", by="dpo")
+    assert _names(blobs) == []

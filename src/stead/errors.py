@@ -153,18 +153,18 @@ class ResultTooLarge(SerializationError):
 
 
 class StateTooLarge(ResultTooLarge):
-    """A task's new state is larger than the limit for one journaled value
-    (`WorkerOptions.max_result_bytes`; from outside a run, its default). Task
-    state is always stored inline, never by reference in the blob store: the
-    new state is made from the one in force inside the transaction that
-    locks the task, so there is no point before it commits to write a blob."""
+    """A task's new state is larger than the hard cap for one journaled value
+    (`WorkerOptions.max_result_bytes`; from outside a run, its default). A
+    state over the inline limit (`STEAD_INLINE_BYTES`) but under the cap is
+    kept in the blob store by reference; one over the cap is refused before
+    anything is written, the state left at the version it was."""
 
     def __init__(self, task: str, chars: int, limit: int) -> None:
         super().__init__(
             f"task {task}: its new state is {chars} bytes as JSON, over the limit of {limit} "
-            "for one value. Task state is stored inline, never in the blob store: keep "
-            "large data outside (a step's result, a file, a bucket) and keep a reference "
-            "to it in the state")
+            "for one value; the state was not changed. Keep large data outside the state "
+            "(a step's result, a file, a bucket) and a reference to it in the state, or "
+            "raise the limit (WorkerOptions.max_result_bytes)")
         self.task = task
         self.chars = chars
         self.limit = limit

@@ -1,4 +1,4 @@
-"""`stead blobs gc`: delete the large values' blobs no run owns (orphans of
+"""`stead blobs gc`: delete the large values' blobs no run or task state owns (orphans of
 a write whose reference never committed, or of a prune that stopped before
 deleting them), once older than a grace (see `stead.payloads`)."""
 
@@ -25,7 +25,7 @@ def blobs_group() -> None:
                    "committed its reference yet.")
 @click.pass_context
 def gc(ctx: click.Context, dry_run: bool, grace: float) -> None:
-    """Find the blobs no run owns and are older than the grace, and delete
+    """Find the blobs no run or task state owns that are older than the grace, and delete
     them (with --dry-run, list them). Owned blobs go with their runs
     (`stead db prune`)."""
     url = common.database_url(ctx)

@@ -14,6 +14,8 @@ from stead.client import forks, revisions
 from stead.client.base import Base
 from stead.client.info import RunInfo
 from stead.intent import Intent
+from stead.payloads import references
+from stead.payloads.envelope import What
 from stead.starts import Start
 
 
@@ -207,7 +209,11 @@ class Starting(Base):
             row = await self.store.get_wait(wait_id)
             if row is not None:
                 opened[wait_id] = row
-        version = forks.state_seen(kept)
+        # A state record over the inline limit is journaled by reference: read back.
+        version = forks.state_seen([
+            r.evolve(payload=await self.store.resolve(r.payload, run_id, What.JOURNAL))
+            if r.kind == records.RecordKind.STATE and references.is_reference(r.payload) else r
+            for r in kept])
         state = None
         if version > 0:
             state = await self.store.state_version(forks.task_key(parent), version)

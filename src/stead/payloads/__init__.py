@@ -36,9 +36,10 @@ before sealing, so the reference is sealed like any value.
 Large values: a payload over the inline limit (`references.INLINE_BYTES`) is
 written to the blob store (`blobs`: a directory or an fsspec URL) and
 stored as a reference (`references.Reference`), with a `run_blobs` row
-naming its run (`stead.store._large`). With sealing on, the blob's bytes
-are the value sealed under its run's data key, so a forgotten run's blobs
-are unreadable too.
+naming its run (`stead.store._large`; a task state's: `task:<task key>`,
+`stead.store._large_state`). With sealing on, the blob's bytes are the value
+sealed under its run's data key (a task state's: its task's), so a forgotten
+run's blobs are unreadable too.
 
 Erasure: a scope's data key is kept wrapped in the `payload_keys` table.
 Forgetting a task destroys the wrapped keys of its runs: every payload

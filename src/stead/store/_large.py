@@ -4,7 +4,10 @@ the blob store first, durably, and commits their references together with a
 `run_blobs` row per blob (which run owns it), in one transaction. Pruning
 deletes the rows of the runs it deletes and then the blobs no run owns any
 more; the collector (`collect`) deletes blobs no row names, once older than
-its grace (a write in flight has not committed its reference yet)."""
+its grace (a write in flight has not committed its reference yet). A task
+state's blobs are owned the same way by `task:<task key>`
+(`store._large_state`); a fork owns the blobs of the records it copies
+(`store._large_forks`)."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from stead.payloads import references
 from stead.payloads.envelope import What
-from stead.store.seam import Database, FencedWrite, Flow, Journal, Writing, execute, rows
+from stead.store.seam import FencedWrite, Flow, Journal, execute, rows
 
 if TYPE_CHECKING:
     from stead.payloads.references import LargeValues, Reference
@@ -91,16 +94,6 @@ def disowned(run_ids: Sequence[str]) -> Flow[list[str]]:
     return held
 
 
-async def drop(database: Database, large: LargeValues, run_ids: Sequence[str]) -> int:
-    """Delete the large values of `run_ids` (their task was forgotten): their
-    rows, then the blobs no other run owns; how many blobs."""
-    held = await database.write(lambda: disowned(run_ids), Writing())
-    if not held:
-        return 0
-    owners = await database.read(lambda: owned(held))
-    return await delete_unowned(large, held, owners)
-
-
 def owned(hashes: Sequence[str]) -> Flow[set[str]]:
     """Which of `hashes` some run owns."""
     found: set[str] = set()
@@ -147,3 +140,4 @@ def still_orphan(large: LargeValues, sha256: str, grace: float) -> bool:
     (blocking)."""
     at = large.blobs.write_time(sha256)
     return at is not None and at <= time.time() - grace
+

@@ -26,7 +26,8 @@ OUTSIDE_LIMIT = 16 * 1024 * 1024
 
 def state_text(data: Any, task_key: str, limit: int) -> str:
     """The JSON text of a task's new state; `StateTooLarge` if it is longer
-    than `limit` (task state stays inline: see `errors.StateTooLarge`)."""
+    than `limit`, the hard cap (under it, one over the inline limit goes to
+    the blob store: see `store._large_state`)."""
     text = codec.dumps(data, what="state")
     if len(text) > limit:
         raise errors.StateTooLarge(task_key, len(text), limit)

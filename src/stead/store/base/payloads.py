@@ -12,7 +12,7 @@ from stead import errors
 from stead.payloads import envelope
 from stead.payloads.codec import WrappedKey
 from stead.payloads.envelope import What, Where
-from stead.store import _large, _sealing
+from stead.store import _large, _large_state, _sealing
 from stead.store.base.part import StorePart
 from stead.store.seam import Flow, Writing, one
 from stead.store.transactions import payloads as tx
@@ -41,15 +41,27 @@ class Payloads(StorePart):
         and destroy its runs' data keys (the audit stays: runs, steps,
         effects, decisions, who and when)."""
         sealer = self.database.sealer
-        done = await self.database.write(
-            lambda: tx.forget(task_id, by, why, self.clock.now(), sealer is not None),
-            Writing())
+        large = self.large
+
+        def forgetting() -> Flow[tuple[tx.Forgetting, list[str]]]:
+            done = yield from tx.forget(task_id, by, why, self.clock.now(), sealer is not None)
+            if large is None:
+                return done, []
+            # Their large values' blobs too, the task states' included (sealed or
+            # not): no reference names them now. Their rows go in this
+            # transaction, so a crash before the blobs are deleted leaves
+            # orphans `stead blobs gc` removes, never blobs still owned.
+            held = yield from _large.disowned(
+                [*done.runs, *(_large_state.owner(key) for key in done.task_keys)])
+            return done, held
+
+        done, held = await self.database.write(forgetting, Writing())
         if sealer is not None:
             for scope in [*done.runs, *(f"task:{key}" for key in done.task_keys)]:
                 sealer.drop(scope)
-        if self.large is not None and done.runs:
-            # Their large values' blobs too (sealed or not): no reference names them now.
-            await _large.drop(self.database, self.large, done.runs)
+        if large is not None and held:
+            owners = await self.database.read(lambda: _large.owned(held))
+            await _large.delete_unowned(large, held, owners)
         return done
 
     async def forgotten(self, run_id: str) -> tx.Forgotten | None:

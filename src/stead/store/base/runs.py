@@ -3,18 +3,21 @@ successor, a schedule's ticks), finding them, and their lineage."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from stead import errors
+from stead.payloads import references
 from stead.records import RunStatus
-from stead.store import _rows
+from stead.store import _large, _large_forks, _large_state, _rows
 from stead.store.base.part import StorePart
-from stead.store.seam import FencedWrite, Finish, Writing
+from stead.store.seam import FencedWrite, Finish, Flow, Writing
 from stead.store.transactions import common
 from stead.store.transactions import runs as tx
 
 if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
+    from stead.payloads.references import Reference
     from stead.records import (
         Fence,
         Link,
@@ -101,12 +104,42 @@ class Runs(StorePart):
 
     async def fork_run(self, fork: NewFork) -> RunRow:
         """Create the fork (see `NewFork`) and link it to its parent, in one
-        transaction. `UnknownRun` if the parent is gone."""
+        transaction. `UnknownRun` if the parent is gone. With a blob store,
+        the fork owns the blobs its copied records name (a sealed one sealed
+        again under its own key first), so it replays them once its parent
+        is pruned; and a task state over the inline limit is seeded by
+        reference, its blob written first under the fork's own task key."""
         where = self.database.display
+        large = self.large
+        refs: list[Reference] = []
+        if large is not None and any(references.is_reference(r.payload) for r in fork.records):
+            seal = await self._large_seal(fork.new.run_id)
+            copied, refs = await _large_forks.adopted(self.database, large, fork.records,
+                                                fork.parent_id, seal)
+            fork = dataclasses.replace(fork, records=tuple(copied))
+        seeded = fork.state
+        state_ref, sealing = None, None
+        if seeded is not None:
+            data, state_ref, sealing = await _large_state.stored(self.database, large,
+                                                                 seeded.task_key, seeded.data)
+            fork = dataclasses.replace(fork, state=dataclasses.replace(seeded, data=data))
+        made_fork = fork
+
+        def forking() -> Flow[RunRow]:
+            now = self.clock.now()
+            made = yield from tx.fork_run(made_fork, now, where)
+            yield from _large.own(made_fork.new.run_id, refs, now)
+            if seeded is not None and state_ref is not None:
+                scope = _large_state.owner(seeded.task_key)
+                if not (yield from _large_state.key_unchanged(sealing, scope)):
+                    raise errors.StoreError(f"the task state of {scope} was forgotten while "
+                                            "the fork was made; nothing was written")
+                yield from _large_state.own(seeded.task_key, made_fork.new.run_id, (state_ref,),
+                                            now)
+            return made
+
         return await self.database.write(
-            lambda: tx.fork_run(fork, self.clock.now(), where),
-            Writing(landed=lambda _: tx.linked(fork.new.run_id)),
-        )
+            forking, Writing(landed=lambda _: tx.linked(made_fork.new.run_id)))
 
     async def continue_run(
         self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,

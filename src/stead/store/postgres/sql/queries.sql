@@ -1761,6 +1761,7 @@ FROM run_tenants t JOIN run_bytes b ON b.run_id = t.run_id WHERE t.tenant = %(te
 -- large values (see stead/payloads/references.py) -----------------------------
 -- name: own_blob
 -- The run owns the blob its reference names (in the reference's transaction).
+-- A run_id of `task:<task key>` is a task's state (store/_large_state.py).
 INSERT INTO run_blobs (run_id, sha256, size, at) VALUES (%(run_id)s, %(sha256)s, %(size)s, %(at)s)
 ON CONFLICT (run_id, sha256) DO NOTHING;
 
