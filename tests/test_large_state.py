@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -23,6 +24,8 @@ from stead.cli import main
 from stead.client import revisions
 from stead.payloads.blobs import BlobStore
 from stead.payloads.references import LargeValues, Reference, is_reference
+from stead.store.seam import Writing
+from stead.store.transactions import leases as leases_tx
 
 INLINE = 4096
 
@@ -324,3 +327,33 @@ async def test_a_store_without_its_blob_store_refuses_a_state_kept_by_reference(
     finally:
         await blind.close()
     assert (await stead.Client(store).task_state("t-8")).version == 1
+
+
+async def test_a_large_state_stays_inline_while_a_worker_of_an_older_release_is_live(
+        bstore: tuple[stead.Store, Path]) -> None:
+    """A 0.3.0 process reads a state kept by reference as the reference: while
+    one heartbeats on the database a large state is kept inline, as 0.3.0
+    kept it; once it has stopped, the next large state goes by reference."""
+    store, where = bstore
+    now = store.clock.now() if store.clock is not None else time.time()
+    release_0_3 = ("0.3.0", 38)
+    await store.database.write(lambda: leases_tx.heartbeat(
+        "old-host:1:abc", [("grow@1", "worker")], now, now - 3600, None, now + 600,
+        release_0_3), Writing())
+    client = stead.Client(store)
+    big = {"doc": "d" * 50_000}
+    facts = await client.set_state("t-7", big, expect_version=0, why="import")
+    assert facts.data == big
+    [v1] = await store.state_history("t-7")
+    assert not is_reference(v1.data) and json.loads(v1.data) == big
+    assert _blobs(where) == []
+    # Through a run too (its journal's record may still go by reference).
+    await _grown(store, [6000], task_id="t-8")
+    assert (await store.state_history("t-8"))[0].data == '{"notes":"' + "n" * 6000 + '"}'
+    # The old worker stops: a large state goes to the blob store again.
+    await store.host_stopped("old-host:1:abc")
+    await client.set_state("t-7", {"n": 1}, expect_version=1, why="count")
+    latest = (await store.state_history("t-7"))[0]
+    ref = Reference.of(latest.data)
+    assert ref is not None and ref.sha256 in _blobs(where)
+    assert (await client.task_state("t-7")).data == {**big, "n": 1}

@@ -43,11 +43,20 @@ from stead.store.seam import Database, Flow, Writing, one
 if TYPE_CHECKING:
     from stead.payloads.references import LargeValues
     from stead.payloads.sealer import DataKey, Sealer
-    from stead.records import StateRow
+    from stead.records import HostRow, StateRow
 
 # How many times a large change starts over when the state moved between its
 # read and its transaction, before it gives up (each costs a blob write).
 ATTEMPTS = 8
+
+# The first schema whose code reads a task state kept by reference. A process
+# of an older release (0.3.0 needs schema 38) would take the reference for the
+# state itself, and a worker of one would merge its change into it: while one
+# is live on the database, a large state stays inline, as those releases kept
+# it (up to the hard cap), and goes by reference once the fleet has moved on.
+READ_FROM_SCHEMA = 39
+# A heartbeat that says no `live_until` is taken for live this long.
+_LIVE_FOR = 60.0
 
 
 def owner(task_key: str) -> str:
@@ -107,11 +116,24 @@ async def put(database: Database, large: LargeValues, task_key: str,
     return await asyncio.to_thread(sealed_put), sealing
 
 
+def older_readers(hosts: Sequence[HostRow], now: float) -> list[str]:
+    """The live workers among `hosts` whose release cannot read a task state
+    kept by reference (a heartbeat without a schema is of a release before
+    0.2.0)."""
+    return sorted({
+        h.worker_id for h in hosts
+        if h.stopped_at is None
+        and (h.live_until if h.live_until is not None else h.seen_at + _LIVE_FOR) > now
+        and (h.schema_version is None or h.schema_version < READ_FROM_SCHEMA)})
+
+
 async def stored(database: Database, large: LargeValues | None, task_key: str,
-                 text: str) -> tuple[str, Reference | None, Sealing | None]:
+                 text: str, *, outside: bool = True,
+                 ) -> tuple[str, Reference | None, Sealing | None]:
     """What a state row keeps of the state `text`: the text itself, or, over
-    the inline limit, its reference once its blob is durable."""
-    if large is None or not large.outside(text):
+    the inline limit and where the fleet reads references (`outside`), its
+    reference once its blob is durable."""
+    if large is None or not outside or not large.outside(text):
         return text, None, None
     ref, sealing = await put(database, large, task_key, text)
     return ref.text(), ref, sealing

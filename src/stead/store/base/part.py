@@ -3,12 +3,16 @@ written against: the database its transactions run on, and the clock."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from stead.clock import Clock
 from stead.payloads.envelope import What, Where
-from stead.store import _large, _sealing
+from stead.store import _large, _large_state, _sealing
 from stead.store.seam import Database, Writing
+from stead.store.transactions import leases as leases_tx
+
+log = logging.getLogger("stead.store")
 
 if TYPE_CHECKING:
     from stead.payloads.references import LargeValues
@@ -42,3 +46,18 @@ class StorePart:
             return sealer.seal(text, Where(run_id, what), held)
 
         return seal
+
+    async def _states_outside(self) -> bool:
+        """Whether a task state over the inline limit may be kept by reference
+        now: not while a worker of a release that cannot read one is live on
+        the database (see `_large_state.READ_FROM_SCHEMA`). Asked only for a
+        state that is large, so the common write pays nothing for it."""
+        hosts = await self.database.read(lambda: leases_tx.hosts(1000))
+        older = _large_state.older_readers(hosts, self.clock.now())
+        if older:
+            log.warning(
+                "a task state over the inline limit is kept inline: %d live worker(s) of an "
+                "older release cannot read one kept by reference (%s%s); it goes to the blob "
+                "store once they are gone", len(older), ", ".join(older[:3]),
+                " ..." if len(older) > 3 else "")
+        return not older

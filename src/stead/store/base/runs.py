@@ -120,8 +120,10 @@ class Runs(StorePart):
         seeded = fork.state
         state_ref, sealing = None, None
         if seeded is not None:
-            data, state_ref, sealing = await _large_state.stored(self.database, large,
-                                                                 seeded.task_key, seeded.data)
+            outside = large is not None and large.outside(seeded.data) and \
+                await self._states_outside()
+            data, state_ref, sealing = await _large_state.stored(
+                self.database, large, seeded.task_key, seeded.data, outside=outside)
             fork = dataclasses.replace(fork, state=dataclasses.replace(seeded, data=data))
         made_fork = fork
 

@@ -89,12 +89,14 @@ class TaskState(StorePart):
         if large is None:  # only a state kept by reference comes here
             raise _large_state.no_blob_store(task_key, None)
         seal = await self._large_seal(write.fence.run_id)
+        outside = await self._states_outside()
         for _ in range(_large_state.ATTEMPTS):
             seen = await self._stored_state(task_key)
             current = await _large_state.resolved(self.database, large, seen)
             data, status, payload = change(current)
             stored, ref, sealing = (None, None, None) if data is None else (
-                await _large_state.stored(self.database, large, task_key, data))
+                await _large_state.stored(self.database, large, task_key, data,
+                                          outside=outside))
             last = write.records[-1].evolve(status=status, payload=payload)
             plain = dataclasses.replace(write, records=[*write.records[:-1], last])
             by_ref, journal_refs = await _large.referenced(large, plain, seal)
@@ -129,11 +131,12 @@ class TaskState(StorePart):
             return done
         if large is None:  # only a state kept by reference comes here
             raise _large_state.no_blob_store(task_key, None)
+        outside = await self._states_outside()
         for _ in range(_large_state.ATTEMPTS):
             seen = await self._stored_state(task_key)
             data = change(await _large_state.resolved(self.database, large, seen))
             stored, ref, sealing = await _large_state.stored(self.database, large, task_key,
-                                                             data)
+                                                             data, outside=outside)
             made = tx.Referenced(seen, stored, () if ref is None else (ref,), (), sealing)
             found = await self._commit_set(task_key, made, author, why)
             if isinstance(found, StateRow):
