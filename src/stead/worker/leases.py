@@ -255,6 +255,7 @@ class LeaseKeeper:
                 f: ask() for f, ask in sources.items() if ask is not None})) if extend else []
             if extend:
                 self.standing.renewed(sent)
+                meters.renewed(len(fences) - len(lost), len(lost))
             self._renewal_failed = False
             held = [f.run_id for f in fences if f not in lost]
             cancelled = await self._on(store, store.cancel_requests(held)) \
