@@ -57,16 +57,18 @@ class Sizes:
     fleet: tuple[int, ...]  # workers in the sweep
     fleet_processes: int
     fleet_concurrency: int
-    warmup: float  # seconds before the sweep's window
+    # Seconds before the sweep's window: longer than a heartbeat (10 s), after which
+    # each worker knows how many others are live (see stead/worker/leases.py).
+    warmup: float
     window: float
     backlog_rate: int  # runs/s the sweep's backlog is sized for
     reps: int
 
 
 FULL = Sizes(processes=8, concurrency=32, runs=6000, recovery_runs=3000, fleet=(8, 25, 50, 100), fleet_processes=4,
-             fleet_concurrency=4, warmup=3.0, window=15.0, backlog_rate=600, reps=3)
+             fleet_concurrency=4, warmup=11.0, window=15.0, backlog_rate=600, reps=3)
 QUICK = Sizes(processes=8, concurrency=32, runs=2000, recovery_runs=1500, fleet=(8, 25, 50, 100), fleet_processes=4,
-              fleet_concurrency=4, warmup=2.0, window=6.0, backlog_rate=600, reps=1)
+              fleet_concurrency=4, warmup=11.0, window=6.0, backlog_rate=600, reps=1)
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -244,6 +246,7 @@ def drain(url: str, runs: int, *, processes: int, concurrency: int,
         "renewed_per_s": sum(r["marks"][-1]["renewed"] - r["marks"][0]["renewed"]
                              for r in found) / seconds,
     }
+    out["cpu_ms_per_run"] = (out["pg_cores"] + out["worker_cores"]) * seconds * 1000 / runs
     shares = [sum(n for _, _, n in claims) for r in found for claims in r["claims"].values()]
     out.update(claimed=shares, jain=jain(shares),
                min_share=min(shares) / sum(shares), max_share=max(shares) / sum(shares))
@@ -301,7 +304,7 @@ def steady(url: str, workers: int, sizes: Sizes, backlog: int,
         claims += [(ms, n) for c in r["claims"].values() for at, ms, n in c if start <= at < stop]
     done = sum(1 for r in found for t in r["finished_at"]
                if r["marks"][1]["at"] <= t < r["marks"][-1]["at"])
-    return {
+    cells: dict[str, Any] = {
         "workers": sum(counts), "load": load0, "connections": most,
         "dry": left <= 0,  # the backlog ran out: the rates are a floor
         "claims_per_s": len(claims) / window,
@@ -318,6 +321,9 @@ def steady(url: str, workers: int, sizes: Sizes, backlog: int,
         / window,
         "box_cores": (box1[0] - box0[0]) / (box1[1] - box0[1]) * CORES,
     }
+    cpu = (cells["pg_cores"] + cells["worker_cores"]) * window * 1000
+    cells["cpu_ms_per_run"] = cpu / done if done else float("nan")
+    return cells
 
 
 # -- repetitions and the report ----------------------------------------------------------------

@@ -154,8 +154,8 @@ def _zero(m: _Meters) -> None:
         m.takeovers.add(0, {"cause": str(cause)})
     for outcome in EffectOutcome:
         m.effects.add(0, {"outcome": str(outcome)})
-    for outcome in ("renewed", "lost"):
-        m.renewals.add(0, {"outcome": outcome})
+    for renewal in ("renewed", "lost"):
+        m.renewals.add(0, {"outcome": renewal})
     for kind in STORE_ERRORS:
         m.store_errors.add(0, {"kind": kind})
     m.resumes.add(0)
