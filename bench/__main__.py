@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fleet", action="store_true",
                         help="the many-workers mode alone (PostgreSQL): 8 worker processes x "
                              "concurrency 32, recovery from a SIGKILL, and a simulated fleet "
-                             "of 8 to 100 workers; 3 repetitions (~10 min; --quick 1, ~3)")
+                             "of 8 to 100 workers; 3 repetitions (~25 min on a loaded 2-core "
+                             "box; --quick: 1, ~6)")
     args = parser.parse_args(argv)
     if args.fleet:
         return fleet.main(["--write", "--quick"] if args.quick else ["--write"])

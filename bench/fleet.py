@@ -36,7 +36,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from bench import common, machine, runner
@@ -65,10 +64,12 @@ class Sizes:
     reps: int
 
 
-FULL = Sizes(processes=8, concurrency=32, runs=6000, recovery_runs=3000, fleet=(8, 25, 50, 100), fleet_processes=4,
-             fleet_concurrency=4, warmup=11.0, window=15.0, backlog_rate=600, reps=3)
-QUICK = Sizes(processes=8, concurrency=32, runs=2000, recovery_runs=1500, fleet=(8, 25, 50, 100), fleet_processes=4,
-              fleet_concurrency=4, warmup=11.0, window=6.0, backlog_rate=600, reps=1)
+FULL = Sizes(processes=8, concurrency=32, runs=6000, recovery_runs=3000,
+             fleet=(8, 25, 50, 100), fleet_processes=4, fleet_concurrency=4, warmup=11.0,
+             window=15.0, backlog_rate=600, reps=3)
+QUICK = Sizes(processes=8, concurrency=32, runs=2000, recovery_runs=1500,
+              fleet=(8, 25, 50, 100), fleet_processes=4, fleet_concurrency=4, warmup=11.0,
+              window=6.0, backlog_rate=600, reps=1)
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -381,6 +382,9 @@ def markdown(found: dict[str, Any], info: dict[str, Any], argv: str) -> str:
     rec = [r["recovery"] for r in reps]
     steps = [ms for d in drains for ms in d["step_ms"]]
     runs_s = _median([d["runs_per_s"] for d in drains])
+    # CPU of the database's backends and the workers per run: what a core
+    # gives stead when it has the core to itself, however loaded the box.
+    cpu_ms = _median([d["cpu_ms_per_run"] for d in drains])
     out = [BEGIN, "## Many workers on one PostgreSQL (`python -m bench --fleet`)", "",
            f"`{argv}`: {len(reps)} repetition(s), each load on a fresh database, the median "
            f"of them. Machine: {info['nproc']} cores ({info['cpu']}), PostgreSQL "
@@ -392,18 +396,19 @@ def markdown(found: dict[str, Any], info: dict[str, Any], argv: str) -> str:
            f"{sizes['runs']:,} runs of {STEPS} steps",
            "", "| rep | load | runs/s | steps/s | step p50 / p99 | claims per worker: "
            "min / max share, Jain | leases renewed/s | PG / workers / box cores | "
-           "connections |", "|---|---|---|---|---|---|---|---|---|"]
+           "CPU per run | connections |", "|---|---|---|---|---|---|---|---|---|---|"]
     for i, d in enumerate(drains):
         out.append(
             f"| {i + 1} | {d['load']:.2f} | {d['runs_per_s']:.0f} | {d['steps_per_s']:.0f} | "
             f"{pct(d['step_ms'], 0.5):.1f} / {pct(d['step_ms'], 0.99):.1f} ms | "
             f"{d['min_share']:.1%} / {d['max_share']:.1%}, {d['jain']:.3f} | "
             f"{d['renewed_per_s']:.1f} | {d['pg_cores']:.2f} / {d['worker_cores']:.2f} / "
-            f"{d['box_cores']:.2f} | {d['connections']} |")
+            f"{d['box_cores']:.2f} | {d['cpu_ms_per_run']:.1f} ms | {d['connections']} |")
     out += [f"| **median** | | **{runs_s:.0f}** | "
             f"**{_median([d['steps_per_s'] for d in drains]):.0f}** | "
             f"**{pct(steps, 0.5):.1f} / {pct(steps, 0.99):.1f} ms** (all reps' steps) | "
-            f"Jain {_median([d['jain'] for d in drains]):.3f} | | | |", "",
+            f"Jain {_median([d['jain'] for d in drains]):.3f} | | | "
+            f"**{cpu_ms:.1f} ms** | |", "",
             f"Recovery ({sizes['recovery_runs']:,} runs, one of the {sizes['processes']} workers "
             "SIGKILLed once a "
             "third were done): SIGKILL → another worker's first live step on one of its runs "
@@ -440,7 +445,10 @@ def markdown(found: dict[str, Any], info: dict[str, Any], argv: str) -> str:
             f"| stead (this run) | {runs_s:.0f} runs/s ({STEPS} steps each) | "
             f"{sizes['processes']} x {sizes['concurrency']} workers "
             f"and PostgreSQL on one {info['nproc']}-core box, shared | **{per_core:.0f}** "
-            "(of the whole box, database and workers) |"]
+            "(of the whole box, database and workers) |",
+            f"| stead, per CPU-second it used | {cpu_ms:.1f} ms of CPU per run (the "
+            "database's backends and the workers) | the same run | "
+            f"**{1000 / cpu_ms:.0f}** |"]
     for name, figure, rate, cores, setup in PEERS:
         out.append(f"| {name} | {figure} | {setup} | {rate / cores:.0f} (of the database "
                    "alone) |")

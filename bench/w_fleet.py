@@ -21,9 +21,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from bench import common
-
 import stead
+from bench import common
 from stead.metrics import meters
 from stead.records import RunRow
 from stead.testing import DelegatingStore
@@ -35,7 +34,9 @@ NOTE = "a small agent step's state: " + "x" * 100
 # What ran live in this process: (run id, step) -> when the step function
 # began; the workflow pops it to tell a live step from a replayed one.
 _live: dict[tuple[str, int], float] = {}
-# Each run's first live step in this process (the takeover's first step).
+# Each run's first live step in this process (a takeover's first step), or
+# its end if it had none left (the killed worker ran its last step and died
+# before it recorded the run's end: the takeover replays all and ends it).
 first_live: dict[str, float] = {}
 # Each live step, as the workflow saw it (call to durable return): (when it
 # returned, milliseconds).
@@ -58,7 +59,9 @@ async def fleet_run(run: stead.Run, state: dict[str, Any]) -> dict[str, Any]:
         if _live.pop((run.id, i), None) is not None:
             t1 = common.now()
             steps.append((t1, (t1 - t0) * 1000))
-    finished_at.append(common.now())
+    end = common.now()
+    first_live.setdefault(run.id, end)
+    finished_at.append(end)
     return state
 
 
