@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from bench import contention, machine, mixed, peers, profiles, report, runner, workloads
+from bench import contention, fleet, machine, mixed, peers, profiles, report, runner, workloads
 from bench.workloads import PG, SQLITE, Context
 
 METHOD = """\
@@ -112,7 +112,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="the mixed-load mode alone: step, replay, wake-up and takeover "
                              "quiet and beside a test-suite-like load, 3 interleaved "
                              "repetitions, targets judged in each (~25 min; --quick ~12)")
+    parser.add_argument("--fleet", action="store_true",
+                        help="the many-workers mode alone (PostgreSQL): 8 worker processes x "
+                             "concurrency 32, recovery from a SIGKILL, and a simulated fleet "
+                             "of 8 to 100 workers; 3 repetitions (~25 min on a loaded 2-core "
+                             "box; --quick: 1, ~6)")
     args = parser.parse_args(argv)
+    if args.fleet:
+        return fleet.main(["--write", "--quick"] if args.quick else ["--write"])
 
     started = time.perf_counter()
     only = [w.strip() for w in args.only.split(",") if w.strip()] or list(workloads.WORKLOADS)

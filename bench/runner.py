@@ -128,8 +128,11 @@ class Child:
         self.lines: list[tuple[str, Any]] = []
         self._cond = threading.Condition()
         self._stderr: list[str] = []
-        threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True).start()
-        threading.Thread(target=self._drain, args=(self.proc.stderr,), daemon=True).start()
+        self._readers = [
+            threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True),
+            threading.Thread(target=self._drain, args=(self.proc.stderr,), daemon=True)]
+        for reader in self._readers:
+            reader.start()
 
     def _read(self, stream: TextIO) -> None:
         for line in stream:
@@ -177,6 +180,16 @@ class Child:
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=30)
+
+    def close(self) -> None:
+        """Kill it if it still runs, and close its pipes once read to the end."""
+        self.kill()
+        for reader in self._readers:
+            reader.join(10)
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):  # a stdin whose reader is gone
+                    pipe.close()
 
     def finish(self, timeout: float) -> dict[str, Any]:
         result: dict[str, Any] = self.wait_for("RESULT", timeout)[0]

@@ -69,6 +69,32 @@ def test_the_watch_ends_for_holders_no_longer_listed() -> None:
 
 
 # -- Standing: no new call while the worker is not sure --------------------------------
+async def test_in_a_larger_fleet_each_worker_looks_for_dead_holders_less_often(
+        sqlite_url: str) -> None:
+    from stead.worker import leases
+
+    store = await stead.open_store(sqlite_url)
+    try:
+        def looks(peers: int) -> list[float]:
+            keeper = leases.LeaseKeeper(store, 30.0, on_lost=lambda _: None,
+                                        fleet=lambda: peers)
+            return [keeper._next_look() for _ in range(2000)]
+
+        # A small fleet: every worker looks every quarter second, as ever.
+        for peers in (0, 1, 3):
+            assert set(looks(peers)) == {0.25}
+        assert leases.LeaseKeeper(store, 30.0, on_lost=lambda _: None)._next_look() == 0.25
+        # A hundred workers: each looks about every 100/16 s, at a random point
+        # of that interval, so the fleet still looks about 16 times a second.
+        found = looks(99)
+        every = 100 / 16
+        assert all(0.5 * every <= t <= 1.5 * every for t in found)
+        assert len(set(found)) > 1000  # spread, not in step
+        assert 14 < 100 / (sum(found) / len(found)) < 18
+    finally:
+        await store.close()
+
+
 async def test_a_worker_is_sure_of_its_leases_only_while_present_and_renewed() -> None:
     standing = Standing(lease_seconds=3.0)
     standing.bind(asyncio.get_running_loop())

@@ -270,6 +270,38 @@ async def test_a_live_model_call_counts_its_tokens_and_a_replayed_one_none(
     assert value(found, "stead_call_duration_seconds_count", kind="llm") == 1
 
 
+async def test_each_lease_a_renewal_extends_is_counted(
+        store: stead.Store, exposition: Exposition) -> None:
+    app = stead.App("renewals")
+    release = asyncio.Event()
+
+    async def hold() -> str:
+        await release.wait()
+        return "done"
+
+    @app.workflow()
+    async def held(run: stead.Run) -> str:
+        return str(await run.step("hold", hold))
+
+    client = stead.Client(store, app)
+    runs = [await client.start(held) for _ in range(2)]
+    # A 0.6 s lease is renewed every 0.2 s: a few renewals of both leases.
+    worker = stead.Worker(app, store, stead.WorkerOptions(lease_seconds=0.6))
+    working = asyncio.create_task(worker.run_until_idle())
+    deadline = time.monotonic() + 30
+    while value(samples(exposition.render()), "stead_lease_renewals_total",
+                outcome="renewed") < 4:
+        assert time.monotonic() < deadline, "no renewals counted"
+        await asyncio.sleep(0.05)
+    release.set()
+    await working
+    for info in runs:
+        assert await client.result(info.run_id) == "done"
+    # Renewals went through: none found its lease lost.
+    assert value(samples(exposition.render()), "stead_lease_renewals_total",
+                 outcome="lost") == 0
+
+
 def test_a_metrics_port_in_use_is_one_clear_error(sqlite_url: str) -> None:
     import socket
 

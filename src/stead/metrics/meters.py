@@ -83,6 +83,7 @@ class _Meters:
     tokens: Counter
     effects: Counter
     takeovers: Counter
+    renewals: Counter
     resumes: Counter
     refusals: Counter
     store_errors: Counter
@@ -115,6 +116,9 @@ def _build(meter: Meter, latency: Latency | None) -> _Meters:
                        "Tokens of live model calls (type: input, output); replays count none"),
         effects=counter("stead.effects", "{effect}", "Effect outcomes journaled, by outcome"),
         takeovers=counter("stead.takeovers", "{run}", "Leases moved off a worker, by cause"),
+        renewals=counter("stead.lease.renewals", "{lease}",
+                         "Leases a worker's renewals extended (outcome: renewed) or found "
+                         "lost (outcome: lost)"),
         resumes=counter("stead.resumes", "{run}",
                         "Claims of a run that an earlier attempt had held"),
         refusals=counter("stead.fencing.refusals", "{write}",
@@ -150,6 +154,8 @@ def _zero(m: _Meters) -> None:
         m.takeovers.add(0, {"cause": str(cause)})
     for outcome in EffectOutcome:
         m.effects.add(0, {"outcome": str(outcome)})
+    for renewal in ("renewed", "lost"):
+        m.renewals.add(0, {"outcome": renewal})
     for kind in STORE_ERRORS:
         m.store_errors.add(0, {"kind": kind})
     m.resumes.add(0)
@@ -201,6 +207,15 @@ def effect(outcome: EffectOutcome) -> None:
 def takeover(cause: Takeover, runs: int = 1) -> None:
     if _M is not None and runs > 0:
         _M.takeovers.add(runs, {"cause": str(cause)})
+
+
+def renewed(renewed: int, lost: int) -> None:
+    """One renewal of a worker's leases: how many it extended, how many it
+    found lost (see `stead.worker.leases`)."""
+    if _M is not None:
+        _M.renewals.add(renewed, {"outcome": "renewed"})
+        if lost:
+            _M.renewals.add(lost, {"outcome": "lost"})
 
 
 def resumed() -> None:

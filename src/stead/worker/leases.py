@@ -44,6 +44,7 @@ import contextlib
 import logging
 import math
 import os
+import random
 import sys
 import threading
 import time
@@ -73,8 +74,15 @@ _CANCEL_CHECK = 1.0
 _MACHINERY = (os.path.dirname(asyncio.__file__),
               os.path.dirname(os.path.dirname(__file__)))
 # How often it looks for leases held by workers that have died (see
-# store/_holders.py), which end then rather than run out.
+# store/_holders.py), which end then rather than run out: every quarter
+# second in a small fleet. Each look reads every holder, so in a larger one
+# each worker looks less often, the fleet as a whole about _FLEET_LOOKS times
+# a second (see `LeaseKeeper._next_look`): a death is still seen as soon,
+# by whichever worker looks first, and the looks cost the database and the
+# workers what a fleet of four costs, not a share growing with the square of
+# the fleet (bench/RESULTS.md, the many-workers section).
 _DEAD_CHECK = 0.25
+_FLEET_LOOKS = 16.0
 # How often it looks whether its presence lock is still held: a dropped
 # connection is found and the lock taken back within this, well inside the
 # grace a claimer gives a holder whose lock it finds free.
@@ -95,8 +103,12 @@ class LeaseKeeper:
         on_cancel: Callable[[list[str]], None] | None = None,
         worker_id: str | None = None, on_freed: Callable[[], None] | None = None,
         standing: Standing | None = None, presence_grace: float = processes.PRESENCE_GRACE,
+        fleet: Callable[[], int] | None = None,
     ) -> None:
         self._store = store
+        # How many live workers look for dead holders beside this one (read
+        # from this keeper's thread; None: as if alone).
+        self._fleet = fleet
         # Whether the worker is sure it holds its leases (told here; see
         # stead/worker/standing.py), and how long another worker's presence
         # lock must stay free before this one takes it for dead.
@@ -228,12 +240,23 @@ class LeaseKeeper:
                 if time.monotonic() >= looked and not halt.is_set():
                     twin = await self._end_dead(twin)
                     # Sooner if a holder's grace ends before the next look.
-                    looked = min(time.monotonic() + _DEAD_CHECK,
+                    looked = min(time.monotonic() + self._next_look(),
                                  self._store_for(twin).absences_end(self._grace) or math.inf)
         finally:
             if twin is not None:
                 with contextlib.suppress(errors.SteadError):
                     await twin.close()
+
+    def _next_look(self) -> float:
+        """Seconds until the next look for dead holders: `_DEAD_CHECK` while
+        the fleet looks no more than `_FLEET_LOOKS` times a second so; past
+        that, each worker's share of those looks, at a random point of its
+        interval so that workers started together do not look together."""
+        workers = 1 + (self._fleet() if self._fleet is not None else 0)
+        every = workers / _FLEET_LOOKS
+        if every <= _DEAD_CHECK:
+            return _DEAD_CHECK
+        return random.uniform(0.5, 1.5) * every
 
     async def _renew(self, twin: Store | None, *, extend: bool = True) -> Store | None:
         """Renew the leases held (unless not `extend`), and hand the worker
@@ -255,6 +278,7 @@ class LeaseKeeper:
                 f: ask() for f, ask in sources.items() if ask is not None})) if extend else []
             if extend:
                 self.standing.renewed(sent)
+                meters.renewed(len(fences) - len(lost), len(lost))
             self._renewal_failed = False
             held = [f.run_id for f in fences if f not in lost]
             cancelled = await self._on(store, store.cancel_requests(held)) \

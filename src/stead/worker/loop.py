@@ -66,19 +66,20 @@ class Worker:
             suspend_after=self.options.suspend_after, keyring=self.store.keyring,
             max_result_bytes=self.options.max_result_bytes, standing=standing,
         )
+        # What it claims, and how much at a time.
+        self._claims = claims.Claims(app, store, self.clock, self.id, self.options,
+                                     stop_for=self._stop_for)
         self._leases = LeaseKeeper(store, self.options.lease_seconds, on_lost=self._lost,
                                    blocked_after=self.options.blocked_after,
                                    on_cancel=self._cancel_requested,
                                    worker_id=self.id, on_freed=self._wake.set,
                                    standing=standing,
-                                   presence_grace=self.options.presence_grace)
+                                   presence_grace=self.options.presence_grace,
+                                   fleet=lambda: self._claims.peers)
         # Runs this worker leaves alone for a while after a store error: run id
         # -> (until when, by loop time; the pause the next error starts).
         self._backoff: dict[str, tuple[float, float]] = {}
         self._claim_pause = 0.0
-        # What it claims, and how much at a time.
-        self._claims = claims.Claims(app, store, self.clock, self.id, self.options,
-                                     stop_for=self._stop_for)
         # Each schedule's next tick as last read: firing is tried once it is due.
         self._next_ticks: dict[str, float] = {}
         # What stopped the worker by itself (a missing key): raised once it drained.
