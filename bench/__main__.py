@@ -112,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="the mixed-load mode alone: step, replay, wake-up and takeover "
                              "quiet and beside a test-suite-like load, 3 interleaved "
                              "repetitions, targets judged in each (~25 min; --quick ~12)")
+    parser.add_argument("--baseline", default="",
+                        help="with --mixed: also run stead's rows with the source of this "
+                             "checkout (e.g. a worktree of main), taking turns with this "
+                             "tree's, for a before/after in one run")
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
@@ -130,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.mixed:
         argv_text = "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv)
         return mixed.main(dbs, args.quick, not args.no_peers, _output(args.output),
-                          argv_text, log)
+                          argv_text, log, baseline=args.baseline or None)
     if args.contention:
         argv_text = "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv)
         return contention.main(dbs, args.quick, not args.no_peers, _output(args.output),
