@@ -256,7 +256,7 @@ def section(result: dict[str, Any], dbs: list[str], argv: str, started: str,
     systems: tuple[str, ...] = ("stead", "langgraph", "dbos")
     if result.get("baseline"):
         systems = ("stead", BASE, "langgraph", "dbos")
-    out = [BEGIN, "## 11. mixed load (quiet and beside a test-suite-like load, one run)", "",
+    out = [BEGIN, "## Mixed load: quiet and beside a test-suite-like load, one run (issue 40)", "",
            f"Written by `{argv}` on {started} in {minutes:.1f} min, at "
            f"{runner_rev()}. *Mixed* is the same workload while {result['cores']} load "
            "processes (one per core: a CPU burst of Python, 8 small files written and "
