@@ -117,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
                              "concurrency 32, recovery from a SIGKILL, and a simulated fleet "
                              "of 8 to 100 workers; 3 repetitions (~25 min on a loaded 2-core "
                              "box; --quick: 1, ~6)")
+    parser.add_argument("--baseline", default="",
+                        help="with --mixed: also run stead's rows with the source of this "
+                             "checkout (e.g. a worktree of main), taking turns with this "
+                             "tree's, for a before/after in one run")
     args = parser.parse_args(argv)
     if args.fleet:
         return fleet.main(["--write", "--quick"] if args.quick else ["--write"])
@@ -137,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.mixed:
         argv_text = "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv)
         return mixed.main(dbs, args.quick, not args.no_peers, _output(args.output),
-                          argv_text, log)
+                          argv_text, log, baseline=args.baseline or None)
     if args.contention:
         argv_text = "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv)
         return contention.main(dbs, args.quick, not args.no_peers, _output(args.output),

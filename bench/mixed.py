@@ -32,6 +32,7 @@ from bench.workloads import PG, SQLITE, Context
 
 BEGIN, END = "<!-- mixed: begin -->", "<!-- mixed: end -->"
 LOADS = ("quiet", "mixed")
+BASE = "stead_base"  # stead at the baseline's source (`--baseline`)
 
 # One load process: CPU, fsync and process churn, in a fixed order, until its
 # parent (the bench) is gone, so a bench killed outright leaves nothing behind.
@@ -111,20 +112,27 @@ Found = dict[tuple[int, str, str, str], dict[str, float]]
 
 def _one(ctx: Context, db: str, size: Sizes, peers: list[str],
          log: Callable[[str], None]) -> dict[str, dict[str, float]]:
-    """Every row once, for one database and one load."""
+    """Every row once, for one database and one load; stead's rows also
+    with the baseline's source when there is one, the two taking turns."""
     rows: dict[str, dict[str, float]] = {}
+    steads = ["stead", BASE] if BASE in ctx.systems else ["stead"]
     sync = rows.setdefault("sync step (µs)", {})
-    for key in ["stead", *peers]:
+    for key in [*steads, *peers]:
         out = ctx.run(key, db, workload="seq", n=size.steps)
         sync[key] = out["seconds"] / size.steps * 1e6
-    parts = ctx.run("stead", db, workload="seq_parts", n=size.steps)
-    rows["async step (µs)"] = {"stead": float(parts["async_step_us"])}
-    replay = workloads._recover_once(ctx, "stead", db, size.replay_steps)
-    rows["replay of 1,000 steps (ms)"] = {"stead": replay["replay"] * 1000}
-    takeover = workloads._recover_once(ctx, "stead", db, size.replay_steps,
-                                       lease=workloads.DEFAULT_LEASE)
-    rows["SIGKILL → first live step, default lease (s)"] = {"stead": takeover["takeover"]}
-    waits = {"stead": workloads._waits_stead(ctx, db, size.waiting_runs, size.deliveries)}
+    waits: dict[str, dict[str, Any]] = {}
+    for key in steads:
+        # The workloads below know stead by its key: the baseline stands in for it.
+        as_stead = dataclasses.replace(ctx, systems={**ctx.systems, "stead": ctx.systems[key]})
+        parts = as_stead.run("stead", db, workload="seq_parts", n=size.steps)
+        rows.setdefault("async step (µs)", {})[key] = float(parts["async_step_us"])
+        replay = workloads._recover_once(as_stead, "stead", db, size.replay_steps)
+        rows.setdefault("replay of 1,000 steps (ms)", {})[key] = replay["replay"] * 1000
+        takeover = workloads._recover_once(as_stead, "stead", db, size.replay_steps,
+                                           lease=workloads.DEFAULT_LEASE)
+        rows.setdefault("SIGKILL → first live step, default lease (s)", {})[key] = \
+            takeover["takeover"]
+        waits[key] = workloads._waits_stead(as_stead, db, size.waiting_runs, size.deliveries)
     if "langgraph" in peers:
         waits["langgraph"] = workloads._waits_langgraph(ctx, db, size.waiting_runs,
                                                         size.deliveries)
@@ -135,14 +143,32 @@ def _one(ctx: Context, db: str, size: Sizes, peers: list[str],
     return rows
 
 
+def _baseline_system(baseline: Path, scratch: Path) -> runner.System:
+    """stead's workload scripts (this tree's bench) run on the baseline
+    checkout's source, in this tree's interpreter."""
+    src = baseline.resolve() / "src"
+    if not (src / "stead").is_dir():
+        raise runner.BenchError(f"no stead source at {src}")
+    wrapper = scratch / "python-baseline"
+    wrapper.write_text("#!/bin/sh\n"
+                       f'PYTHONPATH="{src}${{PYTHONPATH:+:$PYTHONPATH}}" '
+                       f'exec "{runner.project_python()}" "$@"\n')
+    wrapper.chmod(0o755)
+    subprocess.run([str(wrapper), "-m", "compileall", "-q", "-j", "0", str(src)],
+                   check=True, capture_output=True)
+    return runner.System(BASE, "stead before", "bench.w_stead", str(wrapper))
+
+
 def measure(dbs: list[str], reps: int, quick: bool, peers: list[str],
-            log: Callable[[str], None]) -> dict[str, Any]:
+            log: Callable[[str], None], baseline: Path | None = None) -> dict[str, Any]:
     systems = runner.systems()
     cores = os.cpu_count() or 1
     size = sizes(quick)
     found: Found = {}
     loads: dict[tuple[int, str], tuple[str, str]] = {}
     with runner.scratch_dir() as scratch:
+        if baseline is not None:
+            systems[BASE] = _baseline_system(baseline, scratch)
         ctx = Context(dbs=dbs, systems=systems, peers=peers, quick=quick,
                       scratch=scratch, log=log)
         for rep in range(reps):
@@ -155,7 +181,8 @@ def measure(dbs: list[str], reps: int, quick: bool, peers: list[str],
                             found[(rep, load, db, label)] = vals
                     loads[(rep, load)] = (before, machine.load_now())
     return {"found": found, "loads": loads, "reps": reps, "cores": cores,
-            "size": dataclasses.asdict(size)}
+            "size": dataclasses.asdict(size),
+            "baseline": None if baseline is None else _rev(baseline)}
 
 
 @dataclasses.dataclass
@@ -226,8 +253,10 @@ def section(result: dict[str, Any], dbs: list[str], argv: str, started: str,
             minutes: float) -> str:
     found: Found = result["found"]
     reps = result["reps"]
-    systems = ("stead", "langgraph", "dbos")
-    out = [BEGIN, "## 11. mixed load (quiet and beside a test-suite-like load, one run)", "",
+    systems: tuple[str, ...] = ("stead", "langgraph", "dbos")
+    if result.get("baseline"):
+        systems = ("stead", BASE, "langgraph", "dbos")
+    out = [BEGIN, "## Mixed load: quiet and beside a test-suite-like load, one run (issue 40)", "",
            f"Written by `{argv}` on {started} in {minutes:.1f} min, at "
            f"{runner_rev()}. *Mixed* is the same workload while {result['cores']} load "
            "processes (one per core: a CPU burst of Python, 8 small files written and "
@@ -237,8 +266,12 @@ def section(result: dict[str, Any], dbs: list[str], argv: str, started: str,
            "at the start and end of each half:", ""]
     for (rep, load), (before, after) in sorted(result["loads"].items()):
         out.append(f"- repetition {rep + 1}, {load}: {before} → {after}")
-    out += ["", "Figures per repetition (`r1 / r2 / r3`):", "",
-            "| figure | db | load | " + " | ".join(systems) + " |",
+    names = {BASE: f"stead before ({result.get('baseline')})"}
+    out += ["", "Figures per repetition (`r1 / r2 / r3`)"
+            + (f"; *stead before* is the same workloads on the source at {result['baseline']}, "
+               "taking turns with stead's in each cell" if result.get("baseline") else "")
+            + ":", "",
+            "| figure | db | load | " + " | ".join(names.get(s, s) for s in systems) + " |",
             "|---|---|---|" + "---|" * len(systems)]
     labels = list(dict.fromkeys(k[3] for k in found))
     for label in labels:
@@ -262,20 +295,25 @@ def section(result: dict[str, Any], dbs: list[str], argv: str, started: str,
 
 
 def runner_rev() -> str:
-    proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=runner.ROOT,
+    return _rev(runner.ROOT)
+
+
+def _rev(tree: Path) -> str:
+    proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree,
                           capture_output=True, text=True, check=False)
     return proc.stdout.strip() or "?"
 
 
 def main(dbs: list[str], quick: bool, peers: bool, output: Path, argv: str,
-         log: Callable[[str], None]) -> int:
+         log: Callable[[str], None], baseline: str | None = None) -> int:
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     t0 = time.perf_counter()
     if PG in dbs and runner.pg_available():
         log(f"skipping PostgreSQL: {runner.pg_available()}")
         dbs = [d for d in dbs if d != PG]
     peer_keys = ["langgraph", "dbos"] if peers else []
-    result = measure(dbs, 3, quick, peer_keys, log)
+    result = measure(dbs, 3, quick, peer_keys, log,
+                     None if baseline is None else Path(baseline))
     text = section(result, dbs, argv, started, (time.perf_counter() - t0) / 60)
     runner.write_section(text, output, BEGIN, END)
     log(text)

@@ -76,6 +76,9 @@ async def test_doctor_says_a_sigkilled_worker_is_dead_by_the_claimers_test(
 ) -> None:
     procs = {w: workers.start("--lease", "30", "--worker-id", w) for w in ("one", "two")}
     await wait_until("both workers to start", lambda: _recorded(store, "one", "two"))
+    # Heard from too: a worker's first heartbeat follows its lease keeper's
+    # first look for dead holders.
+    await wait_until("both workers to claim", lambda: _two_worker_processes(store))
     run_id = (await stead.Client(store).start("slow", version=1)).run_id
     await wait_until("a worker to take the run",
                      lambda: workers.step_names(run_id)["gated"] == 1)
@@ -148,6 +151,27 @@ async def test_only_the_leases_of_dead_holders_end_early(
     assert await store.end_dead_leases("claimer") == []
     # The old holder is fenced off: its epoch lost the run.
     assert await store.renew([Fence(dead_run, 1, "dead")], 30.0) == [Fence(dead_run, 1, "dead")]
+
+
+async def test_a_worker_started_after_a_holder_died_takes_its_run_at_its_first_claim(
+    store: stead.Store, db_url: str
+) -> None:
+    """The lease keeper ends the dead holders' leases before the worker's
+    first claim: that claim takes the run, not one after a wake-up."""
+    from stead.worker.leases import LeaseKeeper
+
+    dead_run = await _leased_to(store, "dead")
+    _recorded_by_a_process_that_ended(db_url, "dead", stead.SystemClock().now())
+    keeper = LeaseKeeper(store, 30.0, on_lost=lambda fences: None, worker_id="heir",
+                         on_freed=lambda: None)
+    await keeper.start()
+    try:
+        # No sleep, no second look: the keeper's start has ended the lease.
+        taken = await store.claim("heir", ["w@1"], 30.0, 10, exclude=[])
+        assert [r.run_id for r in taken] == [dead_run]
+        assert taken[0].epoch == 2
+    finally:
+        await keeper.stop()
 
 
 async def test_on_postgres_a_holder_is_dead_once_its_presence_lock_is_free(

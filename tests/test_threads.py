@@ -240,3 +240,67 @@ async def test_inline_calls_hold_while_other_threads_schedule_callbacks_on_the_l
         stop.set()
         sys.setswitchinterval(interval)
         pusher.join()
+
+
+async def test_a_quick_function_that_computes_past_quick_goes_back_to_a_thread() -> None:
+    busy = False
+
+    def step() -> str:
+        if busy:  # CPU, no sleep: slow by its own work
+            until = time.thread_time() + threads.QUICK * 4
+            while time.thread_time() < until:
+                pass
+        return threading.current_thread().name
+
+    here = threading.current_thread().name
+    for _ in range(threads.QUICK_CALLS + 1):
+        await threads.call(step, (), {}, inline=True)
+    busy = True
+    assert await threads.call(step, (), {}, inline=True) == here
+    busy = False
+    again = [await threads.call(step, (), {}, inline=True) for _ in range(threads.QUICK_CALLS + 2)]
+    assert all(name != here for name in again)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or sys.platform != "linux",
+                    reason="pins the process to one core; per-thread usage is Linux's")
+async def test_a_quick_function_preempted_by_another_process_stays_on_the_loop() -> None:
+    """On a loaded machine a quick call now and then spans another process's
+    time slice: the wall clock says slow, but it neither blocked nor computed.
+    Here a busy process shares this one's only core, so the scheduler
+    preempts the loop thread many times while the calls run; each call must
+    still run inline once proven quick."""
+    import subprocess
+
+    core = min(os.sched_getaffinity(0))
+    was = os.sched_getaffinity(0)
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(hog.pid, {core})
+        os.sched_setaffinity(0, {core})
+
+        def quick(i: int) -> int:
+            return threading.get_ident()
+
+        here = threading.get_ident()
+        for i in range(threads.QUICK_CALLS + 1):
+            await threads.call(quick, (i,), {}, inline=True)
+        preempted_before = _involuntary()
+        began = time.perf_counter()
+        ran = [await threads.call(quick, (i,), {}, inline=True) for i in range(3_000)]
+        # The scheduler did share the core, many times, while the calls ran.
+        assert time.perf_counter() - began > 0.02
+        assert _involuntary() - preempted_before >= 5
+    finally:
+        os.sched_setaffinity(0, was)
+        hog.kill()
+        hog.wait()
+    assert ran.count(here) == len(ran)
+
+
+def _involuntary() -> int:
+    with open(f"/proc/self/task/{threading.get_native_id()}/status") as status:
+        for line in status:
+            if line.startswith("nonvoluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    return 0

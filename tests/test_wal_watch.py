@@ -95,3 +95,52 @@ async def test_an_idle_waiter_returns_once_another_connection_commits(
     finally:
         await store.close()
         await other.close()
+
+
+async def test_a_poke_is_heard_and_leaves_the_wal_as_it_was(tmp_path: Path) -> None:
+    conn, path = _wal_file(tmp_path)
+    conn.execute("INSERT INTO t VALUES (1)")
+    watch = wal_watch.open_watch(path)
+    assert watch is not None
+    try:
+        wal = Path(path + "-wal")
+        before = wal.read_bytes()
+        assert not await watch.written(0.01)
+        wal_watch.poke(path)
+        assert await watch.written(5.0)
+        assert wal.read_bytes() == before  # its times, nothing else
+        assert conn.execute("SELECT x FROM t").fetchall() == [(1,)]
+        wal_watch.poke(str(tmp_path / "none.db"))  # no -wal: nothing to tell, no error
+        wal_watch.poke(":memory:")
+    finally:
+        watch.close()
+        conn.close()
+
+
+async def test_a_delivery_pokes_the_wal_once_its_commit_shows(tmp_path: Path) -> None:
+    """A delivery (a write that sends NOTIFY on PostgreSQL) touches the
+    -wal's times after its commit: by then another connection sees it."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    store = await stead.open_store(url)
+    other = await stead.open_store(url)
+    try:
+        app = stead.App("w")
+
+        @app.workflow()
+        async def wf(run: stead.Run) -> str:
+            return str(await (await run.wait("approval", token=False)))
+
+        run_id = (await stead.Client(other, app).start(wf)).run_id
+        await stead.Worker(app, other).run_until_idle()  # to its wait
+        wal = Path(f"{tmp_path}/s.db-wal")
+        seen = store.database._db.data_version()
+        touched = wal.stat().st_atime_ns
+        await asyncio.sleep(0.02)
+        verdict = await stead.Client(other, app).deliver(
+            run_id, event_id="e", kind="approval", payload={"ok": True})
+        assert isinstance(verdict, stead.Accepted)
+        assert wal.stat().st_atime_ns > touched  # writes leave the access time alone
+        assert store.database._db.data_version() != seen
+    finally:
+        await store.close()
+        await other.close()

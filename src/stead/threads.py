@@ -18,6 +18,15 @@ sends the function back to the threads for good, and after an inline call
 the caller yields to the loop once, so signals and I/O are still served
 between steps.
 
+A call is slow when it took `QUICK` or more of the wall clock *and* either
+blocked (the thread slept in the kernel: a voluntary context switch) or used
+that much CPU. A call the scheduler merely preempted is not: on a loaded
+machine a two-microsecond function now and then spans another process's
+time slice, and judged by the wall clock alone it would send a quick
+function to the threads for good, each of its steps then paying two
+wake-ups that each wait for a core (`_slow`; where the kernel cannot say per
+thread, the wall clock decides alone).
+
 The threads are daemons: a sync step still running when the process exits is
 cut off like a crash (its record was never written, so it runs again on
 takeover), and the worker already waits for effects in flight before it lets
@@ -31,6 +40,7 @@ import contextlib
 import contextvars
 import os
 import queue
+import sys
 import threading
 import time
 import weakref
@@ -52,6 +62,32 @@ _NEVER = -1
 _quick: weakref.WeakKeyDictionary[Callable[..., Any], int] = weakref.WeakKeyDictionary()
 
 _Answer = tuple[asyncio.Future[Any], Any, BaseException | None]
+# A thread's CPU time and voluntary context switches so far, or None where
+# the kernel does not count them per thread (Linux does: RUSAGE_THREAD).
+_Usage = tuple[float, int] | None
+
+if sys.platform == "linux":
+    import resource
+
+    def _usage() -> _Usage:
+        # The CPU time from the thread's clock, which the kernel brings up to
+        # date when asked; rusage's times lag by up to a scheduler tick.
+        return time.thread_time(), resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
+else:
+    def _usage() -> _Usage:
+        return None
+
+
+def _slow(started: float, before: _Usage) -> bool:
+    """Whether a call begun at `started` (perf_counter), in this thread, with
+    `before` its usage then, was slow: `QUICK` or more of the wall clock,
+    spent blocked or computing, not waiting for a core."""
+    if time.perf_counter() - started < QUICK:
+        return False
+    after = _usage()
+    if before is None or after is None:
+        return True
+    return after[1] > before[1] or after[0] - before[0] >= QUICK
 
 
 class _Mailbox:
@@ -124,13 +160,14 @@ class _Pool:
             mailbox, fut, context, fn, args, kwargs = self._jobs.get()
             value: Any = None
             try:
+                before = _usage()
                 started = time.perf_counter()
                 value = context.run(fn, *args, **kwargs)
-                took = time.perf_counter() - started
+                slow = _slow(started, before)
             except BaseException as exc:  # handed to the awaiting task, whatever it is
                 mailbox.post((fut, None, exc))
             else:
-                mailbox.post((fut, (value, took), None))
+                mailbox.post((fut, (value, slow), None))
             del mailbox, fut, context, fn, args, kwargs, value  # hold nothing while idle
             with self._lock:
                 self._free += 1
@@ -179,15 +216,16 @@ async def call(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str,
     fut: asyncio.Future[Any] = loop.create_future()
     _pool.submit((_mailbox(loop), fut, contextvars.copy_context(), fn, args, kwargs))
     try:
-        value, took = await fut
+        value, slow = await fut
     except BaseException:
         _note(fn, seen, quick=False)
         raise
-    _note(fn, seen, quick=took < QUICK)
+    _note(fn, seen, quick=not slow)
     return value
 
 
 def _inline(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    before = _usage()
     started = time.perf_counter()
     # The function sees no running loop, as in a thread: `asyncio.run` and
     # libraries that refuse to run inside a loop behave the same either way.
@@ -199,7 +237,7 @@ def _inline(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, An
         raise RuntimeError(f"{type(exc).__name__} raised by a function in a thread") from exc
     finally:
         asyncio.events._set_running_loop(loop)
-        if time.perf_counter() - started >= QUICK:
+        if _slow(started, before):
             _note(fn, QUICK_CALLS, quick=False, never=True)
 
 

@@ -22,7 +22,10 @@ connection dropped), and every quarter second ends the leases of other workers
 it can tell have died (on this machine their process gone; anywhere their
 presence lock free, untaken, for `presence_grace`: see store/_holders.py),
 then wakes its worker: a SIGKILLed worker's runs are taken over within about
-two seconds, not after their lease. Holders it cannot judge keep their leases
+two seconds, not after their lease. The first of those looks (with the
+presence lock's first take and the thread's own connection) is made before
+the keeper's `start` returns, so a worker started after another died takes
+its runs with its first claim. Holders it cannot judge keep their leases
 until they run out.
 
 A worker is not sure it holds its own leases while its presence lock is lost,
@@ -196,6 +199,7 @@ class LeaseKeeper:
         except Exception:  # the thread must end, and say why
             log.exception("the lease keeper stopped")
         finally:
+            self._post(_settle, ready)  # stopped before its first look: let the worker on
             self._post(_settle, self._finished)
 
     def _post(self, fn: Callable[..., object], *args: object) -> bool:
@@ -210,14 +214,26 @@ class LeaseKeeper:
     async def _keep(self, ready: asyncio.Future[None]) -> None:
         self._own_loop = asyncio.get_running_loop()
         halt = self._halt = asyncio.Event()
-        self._post(_settle, ready)
         twin: Store | None = None
         interval = self._lease / 3
         due = time.monotonic() + interval
         asked = time.monotonic() + _CANCEL_CHECK
-        looked = time.monotonic()  # at once: a worker may start to take a dead one's runs
-        present = time.monotonic()
+        looked = present = time.monotonic()
         try:
+            if self._worker_id is not None:
+                # Before the worker's first claim, not beside it: the twin's
+                # connection, the presence lock, and the leases of the dead
+                # ended, so that claim already takes a dead worker's runs
+                # (no wake-up, no second claim), and none of this work (each
+                # statement a hand-off of the interpreter's lock between
+                # threads, a wait for a core each on a loaded machine) falls
+                # into the replay of the first run claimed.
+                twin = await self._keep_presence(twin)
+                present = time.monotonic() + _PRESENCE_CHECK
+                twin = await self._end_dead(twin, wake=False)
+                looked = min(time.monotonic() + _DEAD_CHECK,
+                             self._store_for(twin).absences_end(self._grace) or math.inf)
+            self._post(_settle, ready)
             while not halt.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(halt.wait(), _TICK)
@@ -334,8 +350,9 @@ class LeaseKeeper:
     def _store_for(self, twin: Store | None) -> Store:
         return twin if twin is not None else self._store
 
-    async def _end_dead(self, twin: Store | None) -> Store | None:
-        """End the leases of holders found dead, and wake the worker if any."""
+    async def _end_dead(self, twin: Store | None, *, wake: bool = True) -> Store | None:
+        """End the leases of holders found dead, and wake the worker if any
+        (unless not `wake`: it has not claimed yet)."""
         if self._worker_id is None:
             return twin
         if twin is None:
@@ -350,7 +367,7 @@ class LeaseKeeper:
         if gone:
             meters.takeover(Takeover.DEAD_WORKER, len(gone))
             log.info("ended the leases of %d dead worker(s): %s", len(gone), ", ".join(gone))
-            if self._on_freed is not None:
+            if self._on_freed is not None and wake:
                 self._post(self._on_freed)
         return twin
 

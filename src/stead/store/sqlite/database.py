@@ -96,6 +96,7 @@ class SQLiteDatabase(seam.Database):
         result = await self._db.call(transact, inline=not how.reads_files)
         if wakes:
             self._local.notify()
+            wal_watch.poke(self.path)
         return result
 
     async def journal(self, write: seam.FencedWrite, landed: seam.Landed[None]) -> None:
@@ -152,6 +153,10 @@ class SQLiteDatabase(seam.Database):
             if self._wal is None:
                 await asyncio.sleep(pause)
             elif await self._wal.written(pause):
+                # A commit that may make a run claimable says so once it shows
+                # (`wal_watch.poke`): looked at once, it has.
+                if self._db.data_version() != seen:
+                    return
                 # A commit writes its frames to the -wal before it shows in
                 # data_version: if it does not show yet, it will in a moment.
                 # Looked for closely only after a quiet spell: while the file

@@ -7,6 +7,15 @@ often, and deciding by it: the descriptor only says "look now"), so a
 delivery from another process wakes it within the commit instead of within
 the next look. Where inotify is missing (not Linux, a loop that cannot watch
 descriptors) `open_watch` gives None and the worker polls as before.
+
+A commit's frames reach the `-wal` before its sync, and it shows to other
+connections only after: on a machine whose disk is busy with others'
+syncs, the sync outlasts the close look that follows a write (`until`),
+and the commit would be noticed at the next poll. So a commit that may make
+a run claimable (a delivery, a start: the writes that send NOTIFY on
+PostgreSQL) then touches the `-wal`'s times (`poke`): an attribute change,
+which SQLite neither makes nor reads there, that the watch hears once the
+commit shows.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import time
 from collections.abc import Callable
 
 _IN_MODIFY = 0x2
+_IN_ATTRIB = 0x4
 _IN_NONBLOCK = os.O_NONBLOCK
 _IN_CLOEXEC = os.O_CLOEXEC
 
@@ -117,8 +127,19 @@ def open_watch(db_path: str) -> WalWatch | None:
         return None
     if fd < 0:
         return None
-    wd = int(libc.inotify_add_watch(fd, os.fsencode(db_path + "-wal"), _IN_MODIFY))
+    wd = int(libc.inotify_add_watch(fd, os.fsencode(db_path + "-wal"),
+                                    _IN_MODIFY | _IN_ATTRIB))
     if wd < 0:  # no -wal yet, or no inotify watches left: poll
         os.close(fd)
         return None
     return WalWatch(fd)
+
+
+def poke(db_path: str) -> None:
+    """Tell the watches of other processes that a commit to `db_path` which
+    may make a run claimable has shown (see the module's docstring): the
+    `-wal`'s times set to now, nothing written, nothing synced."""
+    if db_path == ":memory:" or not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError):  # no -wal, or not ours to touch: they poll
+        os.utime(db_path + "-wal")
