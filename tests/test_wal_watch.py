@@ -95,3 +95,32 @@ async def test_an_idle_waiter_returns_once_another_connection_commits(
     finally:
         await store.close()
         await other.close()
+
+
+async def test_a_commit_between_two_waits_wakes_the_second_at_once(tmp_path: Path) -> None:
+    """A run started after one wait ended and before the next began (while
+    the worker claimed, after the claim's read) is news to the next wait: it
+    returns for it at once, not at the next commit or its timeout."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    store = await stead.open_store(url)
+    other = await stead.open_store(url)
+    try:
+        app = stead.App("w")
+
+        @app.workflow()
+        async def wf(run: stead.Run) -> int:
+            return 1
+
+        await stead.Client(other, app).start(wf)
+        await store.database.wait_for_work(0.01)  # ended: what the next wait counts from
+        await stead.Client(other, app).start(wf)  # as if during the claim in between
+        began = time.monotonic()
+        await asyncio.wait_for(store.database.wait_for_work(60.0), 50.0)
+        assert time.monotonic() - began < 30.0
+        # Nothing since: the wait after it waits (here until its short timeout).
+        began = time.monotonic()
+        await store.database.wait_for_work(0.3)
+        assert time.monotonic() - began >= 0.3
+    finally:
+        await store.close()
+        await other.close()
