@@ -55,9 +55,6 @@ class SQLiteDatabase(seam.Database):
         self._group = GroupCommit(self._db)
         self._wal: wal_watch.WalWatch | None = None
         self._wal_tried = False
-        # The file's data_version as the last `wait_for_work` ended (None
-        # before the first): later commits are news to the next wait.
-        self._seen: int | None = None
         self.local = self._local = local_work.signal(
             f"sqlite:{id(self)}" if self.path == ":memory:" else
             f"sqlite:{os.path.realpath(self.path)}")
@@ -146,28 +143,12 @@ class SQLiteDatabase(seam.Database):
         reading it touches no disk: a look every 10 ms costs microseconds, and
         the worker's claim query runs only when something changed (or at the
         poll, for timers that came due). Where the `-wal` can be watched
-        (`wal_watch`), a write to it brings the next look forward to at once.
-
-        A commit is news if it came after the last wait ended, not after this
-        one began: the worker claims between two waits, and a run started
-        while that claim ran (after its read) must wake this wait at once
-        rather than wait for the next commit or the poll."""
-        seen = self._seen if self._seen is not None else self._db.data_version()
-        try:
-            await self._wait_for_commit(seen, timeout)
-        finally:
-            # What the next wait counts from: read as this one ends, before
-            # the claim that follows reads the file.
-            self._seen = self._db.data_version()
-
-    async def _wait_for_commit(self, seen: int | None, timeout: float) -> None:
-        """Return once `data_version` is no longer `seen`, or after `timeout`."""
+        (`wal_watch`), a write to it brings the next look forward to at once."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        seen = self._db.data_version()
         if seen is None:
             await asyncio.sleep(timeout)
-            return
-        if self._db.data_version() != seen:
             return
         if not self._wal_tried:
             self._wal_tried = True
