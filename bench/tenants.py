@@ -1,4 +1,4 @@
-"""`python -m bench.tenants [--burst 10000] [--hold SECONDS] [--write]`
+"""`python -m bench.tenants [--burst 10000] [--hold SECONDS] [--before REF] [--write]`
 
 Fair claims across tenants (issue 36), on SQLite and PostgreSQL in one run:
 one worker process (`stead.Worker`, 16 slots) runs one-step runs while this
@@ -10,7 +10,10 @@ measured alone (no burst), then beside a burst of `--burst` runs tenant A
 starts at once, and again with the same runs started without tenants, which
 the worker claims with the plain claim, oldest first (the unfair claim).
 Throughput is the runs completed per second from the burst's start to its
-last run's end.
+last run's end. With `--before REF`, each row is measured twice in turn: by
+a worker running stead's code at the git ref REF (checked out in a scratch
+worktree) and by one running this checkout's, so a change is judged before
+and after in one run, under the same load.
 
 Targets: B's p99 beside the burst within 2x of its figure alone, and the
 fair claim's throughput within 10 % of the unfair claim's. The machine is
@@ -23,13 +26,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import stead
 from bench import machine, runner
@@ -62,11 +69,29 @@ class Row:
     samples: int
     throughput: float | None
     load: str
+    code: str = ""  # with --before: "before (REF)" or "after"
 
 
-def _worker(url: str) -> subprocess.Popen[bytes]:
+def _worker(url: str, src: Path | None) -> subprocess.Popen[bytes]:
+    """The worker process; with `src`, importing stead from there."""
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(src), str(runner.ROOT)])
     return subprocess.Popen([runner.project_python(), "-m", "bench.tenants", "--worker", url],
-                            cwd=runner.ROOT)
+                            cwd=runner.ROOT, env=env)
+
+
+@contextlib.contextmanager
+def _checkout(ref: str) -> Iterator[Path]:
+    """stead's source at git ref `ref`, in a scratch worktree removed after."""
+    folder = Path(tempfile.mkdtemp(prefix="stead-bench-before-")) / "tree"
+    subprocess.run(["git", "-C", str(runner.ROOT), "worktree", "add", "--detach", "--quiet",
+                    str(folder), ref], check=True)
+    try:
+        yield folder / "src"
+    finally:
+        subprocess.run(["git", "-C", str(runner.ROOT), "worktree", "remove", "--force",
+                        str(folder)], check=False)
 
 
 async def _serve(url: str) -> None:
@@ -82,11 +107,12 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def _case(url: str, burst: int, tenants: bool,
-                hold: float) -> tuple[list[float], float | None]:
-    """B's claim latencies (seconds) and, with a burst, the throughput (runs/s)."""
+async def _case(url: str, burst: int, tenants: bool, hold: float,
+                src: Path | None = None) -> tuple[list[float], float | None]:
+    """B's claim latencies (seconds) and, with a burst, the throughput (runs/s),
+    of a worker running stead from `src` (None: this checkout)."""
     store = await stead.open_store(url)
-    proc = _worker(url)
+    proc = _worker(url, src)
     try:
         client = stead.Client(store, app)
         warm = await client.start(work, 0)
@@ -143,20 +169,25 @@ async def _case(url: str, burst: int, tenants: bool,
         await store.close()
 
 
-async def measure(burst: int, hold: float) -> list[Row]:
+async def measure(burst: int, hold: float,
+                  codes: list[tuple[str, Path | None]] | None = None) -> list[Row]:
+    """Every row, on each store; `codes`: the code each row is measured
+    with, in turn (label, stead's source; None: this checkout)."""
     rows = []
     stores = ["sqlite"] + (["postgres"] if runner.pg_available() is None else [])
     for db in stores:
         for case, n, tenants in (("B alone", 0, True), (f"B beside A's {burst:,}, fair", burst,
                                                         True),
                                  (f"B beside {burst:,}, unfair (no tenants)", burst, False)):
-            before = machine.load_now()
-            with runner.scratch_dir() as scratch, runner.fresh_database(db, scratch) as url:
-                latencies, throughput = await _case(url, n, tenants, hold)
-            rows.append(Row(db, case, statistics.median(latencies),
-                            _quantile(latencies, 0.99), len(latencies), throughput,
-                            f"{before.split(' / ')[0]} → {machine.load_now().split(' / ')[0]}"))
-            print(rows[-1], flush=True)
+            for code, src in codes or [("", None)]:
+                before = machine.load_now()
+                with runner.scratch_dir() as scratch, runner.fresh_database(db, scratch) as url:
+                    latencies, throughput = await _case(url, n, tenants, hold, src)
+                rows.append(Row(db, case, statistics.median(latencies),
+                                _quantile(latencies, 0.99), len(latencies), throughput,
+                                f"{before.split(' / ')[0]} → "
+                                f"{machine.load_now().split(' / ')[0]}", code))
+                print(rows[-1], flush=True)
     return rows
 
 
@@ -166,9 +197,10 @@ def markers(hold: float) -> tuple[str, str]:
                                           END.replace("tenants", "tenants-hold"))
 
 
-def render(rows: list[Row], burst: int, hold: float) -> str:
+def render(rows: list[Row], burst: int, hold: float, before: str | None = None) -> str:
     begin, end = markers(hold)
-    flag = f" --hold {hold:g}" if hold else ""
+    flag = (f" --hold {hold:g}" if hold else "") + (f" --before {before}" if before else "")
+    codes = list(dict.fromkeys(r.code for r in rows))
     work_is = (f"each run one step that waits {hold * 1000:.0f} ms (an agent's model call)"
                if hold else "each run one step that returns at once (CPU-bound)")
     lines = [
@@ -182,19 +214,22 @@ def render(rows: list[Row], burst: int, hold: float) -> str:
         f"{os.cpu_count()} CPUs, shared with other work (load average, one minute, before → "
         "after each row).",
         "",
-        "| store | case | B's claim latency p50 | p99 | B's runs | throughput | load |",
-        "|---|---|---|---|---|---|---|",
+        "| store | case | " + ("code | " if before else "") +
+        "B's claim latency p50 | p99 | B's runs | throughput | load |",
+        "|---|---|---|---|---|---|---|" + ("---|" if before else ""),
     ]
     for r in rows:
         tp = "" if r.throughput is None else f"{r.throughput:.0f} runs/s"
-        lines.append(f"| {r.store} | {r.case} | {r.p50 * 1000:.1f} ms | {r.p99 * 1000:.1f} ms "
+        lines.append(f"| {r.store} | {r.case} | " + (f"{r.code} | " if before else "") +
+                     f"{r.p50 * 1000:.1f} ms | {r.p99 * 1000:.1f} ms "
                      f"| {r.samples} | {tp} | {r.load} |")
     lines.append("")
-    for db in dict.fromkeys(r.store for r in rows):
-        alone, fair, unfair = [r for r in rows if r.store == db]
+    for db, code in ((db, code) for db in dict.fromkeys(r.store for r in rows) for code in codes):
+        alone, fair, unfair = [r for r in rows if r.store == db and r.code == code]
         assert fair.throughput is not None and unfair.throughput is not None
         lines.append(
-            f"- {db}: B's p99 beside the burst is {fair.p99 / alone.p99:.2f}x its p99 alone "
+            f"- {db}{f', {code}' if code else ''}: B's p99 beside the burst is "
+            f"{fair.p99 / alone.p99:.2f}x its p99 alone "
             f"(target ≤ 2x: {'met' if fair.p99 <= 2 * alone.p99 else 'missed'}); the fair "
             f"claim's throughput is {fair.throughput / unfair.throughput:.0%} of the unfair "
             f"claim's (target ≥ 90 %: "
@@ -207,14 +242,21 @@ def main() -> int:
     p = argparse.ArgumentParser(prog="python -m bench.tenants")
     p.add_argument("--burst", type=int, default=10_000)
     p.add_argument("--hold", type=float, default=0.0)
+    p.add_argument("--before", metavar="REF",
+                   help="also measure each row with stead's code at this git ref, in turn")
     p.add_argument("--write", action="store_true")
     p.add_argument("--worker", metavar="URL", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         asyncio.run(_serve(args.worker))
         return 0
-    rows = asyncio.run(measure(args.burst, args.hold))
-    text = render(rows, args.burst, args.hold)
+    if args.before:
+        with _checkout(args.before) as src:
+            rows = asyncio.run(measure(args.burst, args.hold,
+                                       [(f"before ({args.before})", src), ("after", None)]))
+    else:
+        rows = asyncio.run(measure(args.burst, args.hold))
+    text = render(rows, args.burst, args.hold, args.before)
     print(text)
     if args.write:
         runner.write_section(text, runner.BENCH / "RESULTS.md", *markers(args.hold))

@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+from typing import Any
 
 import pytest
 
 import stead
+from stead.records import RunRow
+from stead.testing import DelegatingStore
 
 
 async def _wait_for(pred, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
@@ -214,3 +217,61 @@ async def test_the_worker_log_shows_a_suspended_runs_wake_up_in_iso(
     [line] = [r.getMessage() for r in caplog.records if "suspended until" in r.getMessage()]
     at = line.split("until ", 1)[1].split(" or ", 1)[0]
     assert info.run_id in line and dt.datetime.fromisoformat(at).tzinfo == dt.UTC
+
+
+async def test_a_run_ending_while_the_worker_claims_frees_its_slot_at_once(
+        store: stead.Store) -> None:
+    """A run that ends while the worker claims (its slot counted busy) wakes
+    the worker as soon as the claim is over: a run started meanwhile is
+    claimed then, not at the next poll, even when the store brings no news."""
+    app = stead.App("t")
+    gate = asyncio.Event()
+
+    @app.workflow()
+    async def held(run: stead.Run) -> str:
+        await gate.wait()
+        return "held"
+
+    @app.workflow()
+    async def quick(run: stead.Run, name: str) -> str:
+        return name
+
+    client = stead.Client(store, app)
+    first = await client.start(held)
+    ends = await client.start(quick, "ends")
+
+    class Orchestrated(DelegatingStore):
+        """Claims as the store does; the claim after `ends` is done lets
+        `first` end and starts `later`, both before it returns. Waits for
+        work are polls: no news of work from the store."""
+
+        later: str | None = None
+
+        async def claim(self, *args: Any, **kwargs: Any) -> list[RunRow]:
+            taken = await self.inner.claim(*args, **kwargs)
+            if self.later is None and (await self.inner.get_run(ends.run_id)).status == "completed":
+                gate.set()
+                await _wait_for(lambda: _ended(self.inner, first.run_id), 30.0)
+                await asyncio.sleep(0.05)  # the worker's own bookkeeping of the end
+                self.later = (await client.start(quick, "later")).run_id
+            return taken
+
+        async def wait_for_work(self, timeout: float) -> None:
+            await asyncio.sleep(timeout)
+
+    wrapped = Orchestrated(store)
+    worker = stead.Worker(app, wrapped, stead.WorkerOptions(concurrency=2, poll_interval=60.0))
+    working = asyncio.create_task(worker.run())
+    try:
+        await _wait_for(lambda: _later_ended(wrapped), 30.0)
+    finally:
+        worker.stop()
+        await working
+
+
+async def _ended(store: stead.Store, run_id: str) -> bool:
+    return (await store.get_run(run_id)).status == "completed"
+
+
+async def _later_ended(store: Any) -> bool:
+    return store.later is not None and await _ended(store.inner, store.later)

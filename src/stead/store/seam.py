@@ -261,6 +261,11 @@ class Database(abc.ABC):
         This default sleeps (workers poll)."""
         await asyncio.sleep(timeout)
 
+    def holding(self, run_ids: Sequence[str]) -> None:
+        """A claim of this process just leased `run_ids`: their attempts are
+        about to write. This default does nothing with them."""
+        del run_ids
+
     async def keep_presence(self, worker_id: str) -> Presence:
         """Hold (or take again) a lock that lives as long as this worker's
         session, which claimers anywhere can see freed when it dies. This

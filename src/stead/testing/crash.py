@@ -165,6 +165,9 @@ class CrashingDatabase(seam.Database):
     async def wait_for_work(self, timeout: float) -> None:
         await self.inner.wait_for_work(timeout)
 
+    def holding(self, run_ids: Sequence[str]) -> None:
+        self.inner.holding(run_ids)
+
     def _before(self, write: seam.FencedWrite) -> int | None:
         """Count the write; its number, or None if the point does not count it."""
         if not self.point.counts(write.records):

@@ -160,6 +160,10 @@ class Worker:
         watching = asyncio.create_task(self._drain_watch(), name=f"stead drain watch {self.id}")
         try:
             while not self._stopping.is_set():
+                # Cleared before the free slots are counted, not when the loop
+                # goes idle: a run that ends while this claim is made (its
+                # slot not counted free) wakes the next `_idle` at once.
+                self._wake.clear()
                 await self._fire_schedules()
                 if self._leftovers:
                     await self._leftovers.release(self.store)
@@ -252,9 +256,9 @@ class Worker:
 
     async def _idle(self, wait_for_runs: bool) -> None:
         """Wait for a run to finish, a stop, news of work from the store, or the
-        next poll."""
-        self._wake.clear()
-        if self._stopping.is_set():  # stop() came while we claimed: its wake was cleared
+        next poll (or at once if one came since the loop counted its free
+        slots)."""
+        if self._stopping.is_set():
             return
         timeout = None if wait_for_runs and self._active else self.options.poll_interval
         waiters: set[asyncio.Task[Any]] = {asyncio.create_task(self._wake.wait())}

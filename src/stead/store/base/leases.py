@@ -68,6 +68,7 @@ class Leases(StorePart):
         `claim_queue`."""
         taken = await self.database.claim(
             Claim(worker_id, hosted, lease_seconds, limit, exclude))
+        self.database.holding([r.run_id for r in taken])
         sealer = self.database.sealer
         if sealer is None or not taken:
             return taken
@@ -103,11 +104,13 @@ class Leases(StorePart):
         # LOCKED on PostgreSQL: no BEGIN nor COMMIT, two round trips fewer;
         # a claim that gives nothing writes nothing); the read-back finds
         # whichever of them landed.
-        return await self.database.write(
+        taken = await self.database.write(
             lambda: tx.claim_fair(policy, params, limit, turn, tenants or (), keep),
             Writing(landed=lambda _: tx.fair_claimed(params),
                     one_statement=not policy.limited),
         )
+        self.database.holding([r.run_id for r in taken])
+        return taken
 
     async def claim_queue(
         self, queue: Queue, worker_id: str, hosted: Sequence[str], lease_seconds: float,
@@ -124,10 +127,12 @@ class Leases(StorePart):
         # A read first: an idle worker's poll takes no lock and commits nothing.
         if not await self.queue_ready(queue, hosted, exclude):
             return []
-        return await self.database.write(
+        taken = await self.database.write(
             lambda: tx.claim_queue(queue, params, limit),
             Writing(landed=lambda _: tx.queue_claimed(queue, params)),
         )
+        self.database.holding([r.run_id for r in taken])
+        return taken
 
     async def queue_ready(
         self, queue: Queue, hosted: Sequence[str], exclude: Sequence[str] = (),

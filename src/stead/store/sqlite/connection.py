@@ -11,7 +11,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 from urllib.parse import parse_qs, unquote, urlparse
 
@@ -316,6 +316,15 @@ class Connector:
             for other in [k for k, at in writers.items() if at < horizon]:
                 del writers[other]
         return not writers or (run_id is not None and len(writers) == 1)
+
+    def writing(self, run_ids: Iterable[str]) -> None:
+        """Runs this process just leased: they are about to write, so count
+        them as writing (each stays counted for `_ALONE_WINDOW` after its
+        last write, or until `done_writing`). One run alone still commits
+        inline."""
+        now = time.monotonic()
+        for run_id in run_ids:
+            self._writers[run_id] = now
 
     def done_writing(self, run_id: str) -> None:
         """Run `run_id` gave its lease up: it writes no more."""

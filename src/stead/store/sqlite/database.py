@@ -14,6 +14,7 @@ import json
 import os
 import re
 import sqlite3
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from stead import errors
@@ -128,6 +129,13 @@ class SQLiteDatabase(seam.Database):
             return sorted(taken, key=lambda r: r.created_at)
 
         return await self._db.call(op)
+
+    def holding(self, run_ids: Sequence[str]) -> None:
+        """Runs just claimed count as writing from now on (see
+        `Connector.alone`): a batch's first writes share the store thread's
+        commits instead of each holding the event loop through its sync, while
+        the worker has other runs to drive and claims to make."""
+        self._db.writing(run_ids)
 
     async def wait_for_work(self, timeout: float) -> None:
         """Return soon after anyone (another process, this one) commits to the
