@@ -252,3 +252,26 @@ async def test_retention_drops_a_day_whole_and_keeps_a_day_with_a_live_run(
         assert _one(db_url, f"SELECT count(DISTINCT run_id) FROM journal_d{day1}") == 1
     else:
         assert report.days == 0
+
+
+async def test_a_day_made_late_takes_in_the_runs_that_came_before_it(pg_url: str) -> None:
+    clock = stead.FakeClock()
+    clock.t = D0 + 40 * DAY  # no partition made for this day
+    store = await stead.open_store(pg_url, clock=clock, lease_clock=clock)
+    try:
+        run_id = (await stead.Client(store, app).start(three, 1)).run_id
+        # A worker whose clock says another day makes that day's partitions, not this one's.
+        other = stead.FakeClock()
+        other.t = D0
+        await stead.Worker(app, store, stead.WorkerOptions(poll_interval=0.01),
+                           clock=other).run_until_idle()
+        day = dt.datetime.fromtimestamp(clock.t, dt.UTC).strftime("%Y%m%d")
+        assert _one(pg_url, f"SELECT to_regclass('journal_d{day}')") is None
+        assert _one(pg_url, "SELECT count(*) FROM journal_dated_other") >= 3
+        assert await store.add_days(clock.t, ahead=0)
+        assert _one(pg_url, "SELECT count(*) FROM journal_dated_other") == 0
+        assert _one(pg_url, f"SELECT count(*) FROM journal_d{day} "
+                            f"WHERE run_id = '{run_id}'") >= 3
+        assert [r.seq for r in await store.load_journal(run_id)][:3] == [0, 1, 2]
+    finally:
+        await store.close()
