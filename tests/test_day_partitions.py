@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import io
+import json
 import threading
 import time
 import uuid
@@ -19,6 +21,7 @@ import pytest
 
 import stead
 from stead import run_ids
+from stead.retention import json_lines
 from stead.store import schema_versions, sql_files
 from tests import pg
 
@@ -236,8 +239,12 @@ async def test_retention_drops_a_day_whole_and_keeps_a_day_with_a_live_run(
         assert _one(db_url, f"SELECT count(*) FROM journal_d{day0}") >= 20 * 3
         assert _one(db_url, "SELECT count(*) FROM journal_legacy") == 0
     clock.t = D0 + 4 * DAY
-    report = await stead.prune(store, 2 * DAY)
-    assert report.deleted == 25
+    out = io.StringIO()
+    report = await stead.prune(store, 2 * DAY, export=json_lines(out))
+    assert report.deleted == report.exported == 25
+    # Each run written out once, before it went (day 1's too, though its day was kept).
+    written = [json.loads(line)["run"]["run_id"] for line in out.getvalue().splitlines()]
+    assert sorted(written) == sorted(first + second)
     for run_id in first + second:
         with pytest.raises(stead.errors.UnknownRun):
             await store.get_run(run_id)

@@ -53,6 +53,13 @@ async def _inlined(store: Store, found: RunExport) -> RunExport:
     return dataclasses.replace(found, run=run, journal=journal)
 
 
+async def _exported(store: Store, ids: list[str]) -> list[RunExport]:
+    runs = await store.export_runs(ids)
+    if store.large is not None:  # the blobs go with the runs: the export keeps values
+        runs = [await _inlined(store, r) for r in runs]
+    return runs
+
+
 @dataclasses.dataclass(frozen=True)
 class PruneReport:
     """What a prune did: `matched` runs could be deleted (with `dry_run`, all
@@ -105,14 +112,17 @@ async def prune(
     await store.add_days(store.clock.now())
     matched = deleted = batches = exported = days = 0
     longest = 0.0
+    # Runs written out for a day that then kept one of its runs (it changed
+    # meanwhile): not again below.
+    written: set[str] = set()
     for day in await store.ended_days(cutoff):
         if export is not None:
             ids = await store.day_ids(day)
+            if len(await store.prunable(cutoff, len(ids) or 1, ids)) != len(ids):
+                continue  # a run of that day is kept: its prunable runs go one by one below
             for at in range(0, len(ids), batch):
-                runs = await store.export_runs(ids[at:at + batch])
-                if store.large is not None:
-                    runs = [await _inlined(store, r) for r in runs]
-                export(runs)
+                export(await _exported(store, ids[at:at + batch]))
+            written.update(ids)
         gone = await store.prune_day(cutoff, day)
         if gone is None:
             continue  # a run of that day is kept: its prunable runs go one by one below
@@ -131,11 +141,9 @@ async def prune(
             break
         matched += len(ids)
         if export is not None:
-            runs = await store.export_runs(ids)
-            if store.large is not None:  # the blobs go with the runs: the export keeps values
-                runs = [await _inlined(store, r) for r in runs]
+            runs = await _exported(store, [i for i in ids if i not in written])
             export(runs)
-            exported += len(runs)
+            exported += len(runs) + sum(i in written for i in ids)
         gone = await store.prune(cutoff, ids)
         deleted += len(gone)
         batches += 1

@@ -21,10 +21,11 @@ if TYPE_CHECKING:  # annotations only: a store that lists runs need not build th
 class Retention(StorePart):
     """The `Store`'s operations on what leaves a database and what comes in."""
 
-    async def prunable(self, cutoff: float, limit: int) -> list[str]:
+    async def prunable(self, cutoff: float, limit: int,
+                       run_ids: Sequence[str] | None = None) -> list[str]:
         """Up to `limit` finished runs last changed before `cutoff` that may be
-        deleted, oldest first (see `prune`)."""
-        return await self.database.read(lambda: tx.prunable(cutoff, limit))
+        deleted (of `run_ids`, if given), oldest first (see `prune`)."""
+        return await self.database.read(lambda: tx.prunable(cutoff, limit, run_ids))
 
     async def export_runs(self, run_ids: Sequence[str]) -> list[RunExport]:
         """Everything stored of each of `run_ids`."""
