@@ -252,7 +252,8 @@ async def test_retention_drops_a_day_whole_and_keeps_a_day_with_a_live_run(
     assert await store.load_journal(live.run_id) != []
     if postgres:
         # Day 0: every run prunable, its partitions gone whole, under a short lock.
-        assert report.days == 1 and 0 < report.longest_drop < 1.0
+        # (A schema handed on by an earlier test may hold its empty days too: they go as well.)
+        assert report.days >= 1 and 0 < report.longest_drop < 1.0
         assert _one(db_url, f"SELECT to_regclass('journal_d{day0}')") is None
         assert _one(db_url, f"SELECT to_regclass('events_d{day0}')") is None
         # Day 1 keeps its live run: its partition stays, its finished runs went row by row.
