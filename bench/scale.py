@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import sys
@@ -35,6 +36,7 @@ from stead.store import sql_files
 
 STEAD = runner.System("stead", "stead", "bench.w_scale", runner.project_python())
 DBOS = runner.System("dbos", "DBOS", "bench.w_dbos", runner.peers_python())
+LATENCY_N = 200  # single starts, and run pages, timed
 DELIVER_GAP = 0.02  # seconds between deliveries: each is judged alone
 BEGIN, END = "<!-- scale run: begin -->", "<!-- scale run: end -->"
 CONCURRENCY = 64  # the queue's, for stead and DBOS alike
@@ -116,7 +118,8 @@ def measure_stead(db: str, size: int, args: argparse.Namespace, scratch: Path,
     with runner.fresh_database(db, scratch) as url:
         log(f"stead {db} {size:,}: seeding")
         seed = runner.run(STEAD, {"workload": "seed", "url": url, "size": size,
-                                  "checkpoint": not args.no_checkpoint}, timeout=7200)
+                                  "checkpoint": not args.no_checkpoint, "days": args.days},
+                          timeout=7200)
         log(f"  seeded in {seed['f_seconds'] + seed['w_seconds']:.1f} s "
             f"(+{seed['analyze_seconds']:.1f} s analyze), {seed['bytes'] / 1e6:.0f} MB")
         starts = runner.run(STEAD, {"workload": "starts", "url": url, "runs": args.runs})
@@ -148,6 +151,15 @@ def measure_stead(db: str, size: int, args: argparse.Namespace, scratch: Path,
         finally:
             for w in workers:
                 w.kill()
+        latency = runner.run(STEAD, {"workload": "latency", "url": url, "n": LATENCY_N,
+                                     "run_ids": sample_runs(db, url, LATENCY_N)}, timeout=900)
+        log(f"  start p50 {latency['start']['p50']:.1f} ms, run page p50 "
+            f"{latency['page']['p50']:.1f} ms")
+        pruned = None
+        if db == "postgres":
+            pruned = runner.run(STEAD, {"workload": "prune_day", "url": url}, timeout=7200)
+            log(f"  retention of day {pruned['day']}: {pruned['deleted']:,} runs in "
+                f"{pruned['seconds']:.1f} s, drop held its lock {pruned['longest_drop']:.3f} s")
         wake_ms = [(woke[r] - sent[r]) * 1000 for r in sent if r in woke]
         call_ms = [(returned[r] - sent[r]) * 1000 for r in sent]
         resume_ms = [(woke[r] - returned[r]) * 1000 for r in sent if r in woke]
@@ -161,9 +173,37 @@ def measure_stead(db: str, size: int, args: argparse.Namespace, scratch: Path,
         "wake_p50": pct(wake_ms, 0.5), "wake_p99": pct(wake_ms, 0.99), "woken": len(wake_ms),
         "wake_call_p50": pct(call_ms, 0.5), "wake_call_p99": pct(call_ms, 0.99),
         "wake_resume_p50": pct(resume_ms, 0.5), "wake_resume_p99": pct(resume_ms, 0.99),
+        "start_p50": latency["start"]["p50"], "start_p99": latency["start"]["p99"],
+        "page_p50": latency["page"]["p50"], "page_p99": latency["page"]["p99"],
+        "pruned": pruned,
+        "prune_seconds": pruned["seconds"] if pruned else 0.0,
+        "prune_lock_ms": pruned["longest_drop"] * 1000 if pruned else 0.0,
+        "prune_runs": pruned["deleted"] if pruned else 0,
         "plans": plans,
         "server_io": {k: io_after[k] - io_before[k] for k in io_after},
     }
+
+
+def sample_runs(db: str, url: str, n: int) -> list[str]:
+    """`n` seeded finished runs taken at random, for their run pages."""
+    if db != "postgres":
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(common.sqlite_path(url))) as conn:
+            return [r[0] for r in conn.execute(
+                "SELECT run_id FROM runs WHERE status = 'completed' AND run_id LIKE 'f%' "
+                "ORDER BY random() LIMIT ?", (n,))]
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT run_id FROM runs TABLESAMPLE SYSTEM (1) "
+                            "WHERE status = 'completed' AND queue = 'bench' "
+                            "AND run_id LIKE '%%a' LIMIT %s", (n,)).fetchall()
+        if len(rows) < n:  # a small database: a 1% sample holds too few
+            rows = conn.execute("SELECT run_id FROM runs WHERE status = 'completed' "
+                                "AND run_id LIKE '%%a' ORDER BY random() LIMIT %s",
+                                (n,)).fetchall()
+        return [r[0] for r in rows]
 
 
 def server_io(db: str, url: str) -> dict[str, float]:
@@ -275,11 +315,17 @@ ROWS = (  # key, label, digits, higher is better
     ("wake_p99", "deliver → next step p99 (ms)", 1, False),
     ("runs_per_s", "runs/s executing started runs (3 steps each)", 0, True),
     ("starts_per_s", "starts/s with start_many (batches of 1,000)", 0, True),
+    ("start_p50", "start latency p50 (ms, one `client.start` at a time)", 1, False),
+    ("start_p99", "start latency p99 (ms)", 1, False),
+    ("page_p50", "run page p50 (ms, `run_page` of a seeded run)", 1, False),
+    ("page_p99", "run page p99 (ms)", 1, False),
 )
 EXTRA = (  # measured and merged like ROWS, reported in the notes under the table
     ("idle_p50", "", 1, False),
     ("wake_call_p50", "", 1, False), ("wake_call_p99", "", 1, False),
     ("wake_resume_p50", "", 1, False), ("wake_resume_p99", "", 1, False),
+    ("prune_seconds", "", 1, False), ("prune_lock_ms", "", 1, False),
+    ("prune_runs", "", 0, False),
 )
 
 
@@ -341,6 +387,15 @@ def section(found: dict[str, Any], args: argparse.Namespace, seconds: float) -> 
                   + ("" if b["seed"].get("checkpoint_seconds") is None else
                                f" and a CHECKPOINT ({b['seed']['checkpoint_seconds']:.1f} s "
                                f"at {large:,} runs)") + ".",
+                  *([] if db != "postgres" else [
+                      f"- retention of the oldest seeded day (its runs all finished), "
+                      f"`stead.prune` after the measurements: at {small:,} runs "
+                      f"{fmt(a['prune_runs'])} runs deleted in {cell(a, 'prune_seconds', 1)} s, "
+                      f"the day's partitions dropped in a transaction of "
+                      f"{cell(a, 'prune_lock_ms', 1)} ms (its wait for the lock included); at "
+                      f"{large:,} runs {fmt(b['prune_runs'])} runs in "
+                      f"{cell(b, 'prune_seconds', 1)} s, the drop {cell(b, 'prune_lock_ms', 1)} "
+                      "ms (target < 1 s of lock)."]),
                   f"- claims that found the queue empty: p50 {fmt(b['idle_p50'], 1)} ms "
                   f"({b['idle_claims']} of them) at {large:,} runs.",
                   "- deliver → next step, split into the delivery's own call (the event "
@@ -374,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--repeat", type=int, default=1,
                    help="take the sizes in turn this many times; report medians")
+    p.add_argument("--days", type=int, default=10,
+                   help="the days the seeded finished runs started over")
     p.add_argument("--no-dbos", action="store_true")
     p.add_argument("--no-checkpoint", action="store_true",
                    help="measure right after the bulk load, its WAL not yet checkpointed")

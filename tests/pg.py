@@ -210,7 +210,8 @@ class _Pool:
         if not self._tables:
             self._tables = [str(r[0]) for r in conn.execute(
                 b"SELECT c.relname FROM pg_class AS c JOIN pg_namespace AS n "
-                b"ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r' "
+                b"ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind IN ('r', 'p') "
+                b"AND NOT c.relispartition "
                 b"ORDER BY c.relname", (name,))]
         row = conn.execute(_SHAPE.encode(), {"schema": name, "tables": self._tables}).fetchone()
         return None if row is None or row[0] is None or ":-" in str(row[0]) else str(row[0])

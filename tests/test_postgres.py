@@ -522,7 +522,7 @@ async def test_a_migration_that_needs_a_session_refuses_through_a_transaction_po
     from stead.store.postgres import migrate
     from stead.store.postgres.pooler import ScopedConn
 
-    [concurrent] = [m for m in schema_versions.known("postgres") if not m.transaction]
+    concurrent = next(m for m in schema_versions.known("postgres") if not m.transaction)
     target = pg_connection.parse_url(pg_url)
     conn = await ScopedConn.connect(target.conninfo, **target.kwargs)
     try:

@@ -7,6 +7,13 @@ failed, cancelled, revalidation_failed) last changed before the cutoff, whose
 parent, if any, has ended too, and with no effect whose outcome is unknown.
 A live run, or one stopped for a person, is never touched.
 
+On PostgreSQL the journal and the events are partitioned by the day a run
+started (`postgres/sql/0041_day_partitions.sql`): a day that ended before
+the cutoff and whose runs may all be deleted goes first and whole (its
+partitions emptied with the runs, then dropped under a moment's lock);
+the rest (a day with a run still kept, runs of the old id shape, SQLite)
+is deleted run by run.
+
 Rejected events received before the cutoff are deleted too, of any run,
 live or not, and of runs that do not exist (see `stead.store._rejections`):
 they decide nothing later, and anyone could have sent them.
@@ -46,6 +53,13 @@ async def _inlined(store: Store, found: RunExport) -> RunExport:
     return dataclasses.replace(found, run=run, journal=journal)
 
 
+async def _exported(store: Store, ids: list[str]) -> list[RunExport]:
+    runs = await store.export_runs(ids)
+    if store.large is not None:  # the blobs go with the runs: the export keeps values
+        runs = [await _inlined(store, r) for r in runs]
+    return runs
+
+
 @dataclasses.dataclass(frozen=True)
 class PruneReport:
     """What a prune did: `matched` runs could be deleted (with `dry_run`, all
@@ -61,6 +75,10 @@ class PruneReport:
     exported: int
     dry_run: bool
     rejected: int = 0
+    # Days whose partitions were dropped whole, and the longest any drop's
+    # transaction took (seconds, its wait for the lock included).
+    days: int = 0
+    longest_drop: float = 0.0
 
 
 def json_lines(out: IO[str]) -> Callable[[list[RunExport]], None]:
@@ -91,18 +109,41 @@ async def prune(
         found = await store.prunable(cutoff, 2**62)
         return PruneReport(cutoff, len(found), 0, 0, 0, True,
                            await store.prunable_rejected(cutoff))
-    matched = deleted = batches = exported = 0
+    await store.add_days(store.clock.now())
+    matched = deleted = batches = exported = days = 0
+    longest = 0.0
+    # Runs written out for a day that then kept one of its runs (it changed
+    # meanwhile): not again below.
+    written: set[str] = set()
+    for day in await store.ended_days(cutoff):
+        if export is not None:
+            ids = await store.day_ids(day)
+            if len(await store.prunable(cutoff, len(ids) or 1, ids)) != len(ids):
+                continue  # a run of that day is kept: its prunable runs go one by one below
+            for at in range(0, len(ids), batch):
+                export(await _exported(store, ids[at:at + batch]))
+            written.update(ids)
+        gone = await store.prune_day(cutoff, day)
+        if gone is None:
+            continue  # a run of that day is kept: its prunable runs go one by one below
+        matched += len(gone)
+        deleted += len(gone)
+        exported += len(gone) if export is not None else 0
+        batches += 1
+        with contextlib.suppress(errors.StoreUnavailable):  # kept empty: dropped next time
+            took = await store.drop_day(day)
+            if took is not None:
+                days += 1
+                longest = max(longest, took)
     while True:
         ids = await store.prunable(cutoff, batch)
         if not ids:
             break
         matched += len(ids)
         if export is not None:
-            runs = await store.export_runs(ids)
-            if store.large is not None:  # the blobs go with the runs: the export keeps values
-                runs = [await _inlined(store, r) for r in runs]
+            runs = await _exported(store, [i for i in ids if i not in written])
             export(runs)
-            exported += len(runs)
+            exported += len(runs) + sum(i in written for i in ids)
         gone = await store.prune(cutoff, ids)
         deleted += len(gone)
         batches += 1
@@ -114,4 +155,5 @@ async def prune(
         rejected += gone_events
         if gone_events < batch:
             break
-    return PruneReport(cutoff, matched, deleted, batches, exported, False, rejected)
+    return PruneReport(cutoff, matched, deleted, batches, exported, False, rejected, days,
+                       longest)

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import uuid
 from typing import TYPE_CHECKING
 
-from stead import bounds, codec, errors
+from stead import bounds, codec, errors, run_ids
 from stead.records import Missed, NewRun, ScheduleRow
 
 if TYPE_CHECKING:
@@ -118,7 +117,7 @@ class Schedule:
         """The run a tick starts."""
         text = tick_text(tick)
         return NewRun(
-            run_id=uuid.uuid4().hex, workflow=self.workflow, version=self.version,
+            run_id=run_ids.new(tick), workflow=self.workflow, version=self.version,
             task_id=f"schedule:{self.name}@{text}",
             input=codec.dumps({"args": [text], "kwargs": {}}, what="a tick"),
             tenant=self.tenant,

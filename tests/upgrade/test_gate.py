@@ -126,6 +126,12 @@ def test_each_migration_declares_what_it_does_to_a_live_fleet() -> None:
     assert index.statements() == ["DROP INDEX CONCURRENTLY IF EXISTS i;",
                                   "CREATE INDEX CONCURRENTLY i ON t (a);"]
     assert "CONCURRENTLY" not in index.in_one_transaction()
+    # A dollar-quoted body is one statement, its inner semicolons and all.
+    block = schema_versions.parse(41, "x", "-- upgrade: compatible online no-transaction\n"
+                                           "DO $$\nBEGIN\n    -- why\n    SELECT 1;\n"
+                                           "    SELECT 2;\nEND\n$$;\nSELECT 3;\n")
+    assert block.statements() == ["DO $$\nBEGIN\n    SELECT 1;\n    SELECT 2;\nEND\n$$;",
+                                  "SELECT 3;"]
     for dialect in ("sqlite", "postgres"):
         known = schema_versions.known(dialect)  # parses every header, or raises
         assert known[-1].version == schema_versions.latest()

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from stead import codec, errors, keys
+from stead import codec, errors, keys, run_ids
 from stead.records import (
     IntentRow,
     NewFork,
@@ -120,7 +120,7 @@ def plan(
     after them): `opened` holds the parent's wait
     rows by wait id (for the waits `kept` leaves open), `state` the task state
     `kept` last saw, `intent` the parent's intent in force."""
-    fork_id = uuid.uuid4().hex
+    fork_id = run_ids.new(now)
     fork_key = f"run:{fork_id}"
     short = cut_short(kept, rest)
     records = [_uncounted(r) if r.seq in short else r for r in kept]

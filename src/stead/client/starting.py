@@ -4,11 +4,10 @@ forked from a prefix of another's journal (`fork`)."""
 from __future__ import annotations
 
 import datetime as dt
-import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from stead import arguments, bounds, codec, errors, inputs, queues, records, tenants
+from stead import arguments, bounds, codec, errors, inputs, queues, records, run_ids, tenants
 from stead.app import Workflow
 from stead.client import forks, revisions
 from stead.client.base import Base
@@ -129,7 +128,7 @@ class Starting(Base):
         if wf is not None:
             inputs.check(wf, payload)
         return records.NewRun(
-            run_id=uuid.uuid4().hex, workflow=name, version=wf_version,
+            run_id=run_ids.new(self.store.clock.now()), workflow=name, version=wf_version,
             task_id=task_id, input=payload,
             intent=None if intent is None else intent.anchored(self.store.clock.now()).dumps(),
             intent_why=(intent.reason if intent is not None and intent.reason

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import uuid as _uuid
 from typing import Any, NoReturn
 
-from stead import bounds, codec, records
+from stead import bounds, codec, records, run_ids
 from stead.execution import Continued
 from stead.run.base import Part
 from stead.workflow import children
@@ -55,7 +54,7 @@ class Runs(Part):
                            what=f"the input of workflow {self.workflow!r}")
         if x.check_input is not None:
             x.check_input(text)
-        successor = _uuid.uuid4().hex
+        successor = run_ids.new(x.clock.now())
         intent = self._inherited_intent()
         new = records.NewRun(
             run_id=successor, workflow=self.workflow, version=self.version,

@@ -110,10 +110,23 @@ class Migration:
 
     def statements(self) -> list[str]:
         """A `no-transaction` migration's statements, one by one, without
-        their comments."""
-        return ["\n".join(line for line in part.splitlines()
-                          if line.strip() and not line.lstrip().startswith("--")) + ";"
-                for part in _STATEMENT_END.split(self.script) if _code(part)]
+        their comments. A line ending in `;` ends a statement, unless it is
+        inside a dollar-quoted body (`DO $$ ... $$;` runs as one statement,
+        in one transaction)."""
+        found: list[str] = []
+        lines: list[str] = []
+        quoted = False
+        for line in self.script.splitlines():
+            if not line.strip() or line.lstrip().startswith("--"):
+                continue
+            lines.append(line.rstrip())
+            quoted ^= line.count("$$") % 2 == 1
+            if not quoted and _STATEMENT_END.search(line):
+                found.append("\n".join(lines))
+                lines = []
+        if _code("\n".join(lines)):
+            found.append("\n".join(lines) + ";")
+        return found
 
     def in_one_transaction(self) -> str:
         """The script as it runs inside a transaction: for a database created

@@ -33,6 +33,9 @@ _FAIR_FOR = 0.5
 # long (seconds) after several last had: a tenant whose runs each end before
 # its next starts is between runs, not gone, and keeps its headroom.
 _FAIR_LINGER = 5.0
+# How often a worker makes the coming days' journal partitions (PostgreSQL):
+# they are made days ahead, so one worker of a fleet doing it hourly is plenty.
+_DAYS_EVERY = 3600.0
 
 
 class Claims:
@@ -60,6 +63,7 @@ class Claims:
         self._tenant_turn = 0  # which tenant a tie among tenants goes to first
         self._fair_until = 0.0  # claims share among tenants until then (monotonic)
         self._several_at = -_FAIR_LINGER  # when several tenants last had runs ready
+        self._days_at: float | None = None  # when this worker last made the coming days
 
     async def heartbeats(self) -> None:
         while True:
@@ -92,7 +96,22 @@ class Claims:
                 live_for=3 * self.options.heartbeat)
         except errors.StoreError as exc:
             log.warning("worker %s could not send its heartbeat: %s", self.worker_id, exc)
+        await self.make_days()
         await self.check_schema()
+
+    async def make_days(self) -> None:
+        """Make the journal's partitions of today and the coming days
+        (PostgreSQL), hourly. A day no one made in time still takes its runs
+        (in `journal_dated_other`, moved into the day's partition when made)."""
+        now = self.clock.now()
+        if self._days_at is not None and abs(now - self._days_at) < _DAYS_EVERY:
+            return
+        try:
+            await self.store.add_days(now)
+            self._days_at = now
+        except errors.StoreError as exc:
+            log.warning("worker %s could not make the coming days' partitions: %s",
+                        self.worker_id, exc)
 
     async def check_schema(self) -> None:
         """Stop claiming once the database was migrated past what this

@@ -24,16 +24,12 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from stead import addresses, codec, errors
+from stead import addresses, codec, errors, run_ids
 from stead.execution import Execution
 from stead.records import TERMINAL, NewRun, Record, RecordKind, RecordStatus, RunRow, RunStatus
-
-# Child ids are uuid5 of the parent and the call address in this namespace.
-_NAMESPACE = uuid.UUID("5e1d2c0a-9b7f-4c2e-8d1a-3f6b0c9e7a21")
 
 
 class Target(Protocol):
@@ -51,7 +47,7 @@ class Target(Protocol):
 
 def child_id(parent_id: str, addr: str) -> str:
     """The id of the child the call at `addr` of run `parent_id` starts."""
-    return uuid.uuid5(_NAMESPACE, f"{parent_id}/{addr}").hex
+    return run_ids.child(parent_id, addr)
 
 
 def _failure(name: str, payload: Mapping[str, Any]) -> errors.ChildFailed:

@@ -3,12 +3,15 @@ rejected events, exporting runs, and importing one exported elsewhere."""
 
 from __future__ import annotations
 
+import datetime as dt
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from stead.store import _large, _rejections
 from stead.store.base.part import StorePart
 from stead.store.seam import Writing
+from stead.store.transactions import days as days_tx
 from stead.store.transactions import retention as tx
 
 if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
@@ -18,10 +21,11 @@ if TYPE_CHECKING:  # annotations only: a store that lists runs need not build th
 class Retention(StorePart):
     """The `Store`'s operations on what leaves a database and what comes in."""
 
-    async def prunable(self, cutoff: float, limit: int) -> list[str]:
+    async def prunable(self, cutoff: float, limit: int,
+                       run_ids: Sequence[str] | None = None) -> list[str]:
         """Up to `limit` finished runs last changed before `cutoff` that may be
-        deleted, oldest first (see `prune`)."""
-        return await self.database.read(lambda: tx.prunable(cutoff, limit))
+        deleted (of `run_ids`, if given), oldest first (see `prune`)."""
+        return await self.database.read(lambda: tx.prunable(cutoff, limit, run_ids))
 
     async def export_runs(self, run_ids: Sequence[str]) -> list[RunExport]:
         """Everything stored of each of `run_ids`."""
@@ -43,6 +47,45 @@ class Retention(StorePart):
             owners = await self.database.read(lambda: _large.owned(held))
             await _large.delete_unowned(large, held, owners)
         return deleted
+
+    async def add_days(self, now: float, ahead: int = 2) -> bool:
+        """Make the journal's and the events' partitions of the day of `now`
+        (UTC) and the `ahead` days after it, where missing (PostgreSQL; on
+        SQLite nothing). False: another process is making them."""
+        today = dt.datetime.fromtimestamp(now, dt.UTC).date()
+        wanted = [today + dt.timedelta(days=i) for i in range(ahead + 1)]
+        return await self.database.write(lambda: days_tx.add_days(wanted), Writing())
+
+    async def ended_days(self, cutoff: float) -> list[days_tx.Day]:
+        """The days with partitions that ended before `cutoff`, oldest first."""
+        return await self.database.read(lambda: days_tx.ended_days(cutoff))
+
+    async def day_ids(self, day: days_tx.Day) -> list[str]:
+        """The runs of `day`'s range."""
+        return await self.database.read(lambda: days_tx.day_ids(day))
+
+    async def prune_day(self, cutoff: float, day: days_tx.Day) -> list[str] | None:
+        """Delete the runs of `day` if every one may be pruned, emptying its
+        partitions whole (see `transactions.days.empty_day`); the runs
+        deleted, None if some run of the day is kept."""
+        large = self.large
+        if large is None:
+            return await self.database.write(lambda: days_tx.empty_day(cutoff, day), Writing())
+        ids = await self.day_ids(day)
+        held = await self.database.read(lambda: _large.blobs_of(ids))
+        deleted = await self.database.write(lambda: days_tx.empty_day(cutoff, day), Writing())
+        if held and deleted is not None:
+            owners = await self.database.read(lambda: _large.owned(held))
+            await _large.delete_unowned(large, held, owners)
+        return deleted
+
+    async def drop_day(self, day: days_tx.Day, lock_timeout: float = 1.0) -> float | None:
+        """Drop the emptied partitions of `day`: the seconds its transaction
+        held the lock on journal and events, None if the day is not empty."""
+        t0 = time.monotonic()
+        dropped = await self.database.write(lambda: days_tx.drop_day(day, lock_timeout),
+                                            Writing())
+        return time.monotonic() - t0 if dropped else None
 
     async def prune_rejected(self, cutoff: float, limit: int) -> int:
         """Delete up to `limit` rejected events received before `cutoff`, of

@@ -1775,3 +1775,31 @@ DELETE FROM run_blobs WHERE run_id = ANY(%(run_ids)s::text[]);
 -- name: owned_blobs
 -- Which of `hashes` some run owns.
 SELECT DISTINCT sha256 FROM run_blobs WHERE sha256 = ANY(%(hashes)s::text[]);
+
+-- == day partitions of the journal and the events (0041_day_partitions.sql) ==
+-- name: add_day
+-- Make one day's partitions if missing (false: another process is making them).
+SELECT stead_add_day(%(day)s::date) AS made;
+
+-- name: partition_days
+-- The days with partitions that ended before :before (seconds), oldest first.
+SELECT day, lo, hi FROM stead_days()
+WHERE extract(epoch FROM day + 1) <= %(before)s
+ORDER BY day;
+
+-- name: day_runs
+-- The runs of one day's range, locked: none is revived (a retry, a resume)
+-- while the day is judged and emptied.
+SELECT run_id FROM runs WHERE run_id >= %(lo)s AND run_id < %(hi)s
+ORDER BY run_id
+FOR UPDATE;
+
+-- name: empty_day
+SELECT stead_empty_day(%(day)s::date);
+
+-- name: drop_day
+-- A moment's lock on journal and events, given up after lock_timeout.
+SELECT set_config('lock_timeout', %(lock_timeout)s, true), stead_drop_day(%(day)s::date) AS dropped;
+
+-- name: day_run_ids
+SELECT run_id FROM runs WHERE run_id >= %(lo)s AND run_id < %(hi)s;

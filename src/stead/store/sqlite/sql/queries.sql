@@ -1475,3 +1475,11 @@ DELETE FROM run_blobs WHERE run_id IN (SELECT value FROM json_each(:run_ids));
 -- name: owned_blobs
 -- Which of `hashes` some run owns.
 SELECT DISTINCT sha256 FROM run_blobs WHERE sha256 IN (SELECT value FROM json_each(:hashes));
+
+-- == day partitions of the journal and the events: PostgreSQL only ==
+-- name: add_day
+-- name: partition_days
+-- name: day_runs
+-- name: empty_day
+-- name: drop_day
+-- name: day_run_ids

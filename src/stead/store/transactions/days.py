@@ -1,0 +1,77 @@
+"""The journal's and the events' day partitions (PostgreSQL, see
+`postgres/sql/0041_day_partitions.sql`; on SQLite every query here is empty
+and each flow finds nothing to do): made ahead of the runs that fill them,
+and dropped whole once every run of the day may be pruned."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Sequence
+
+from stead.store.seam import Flow, execute, one, rows
+from stead.store.transactions import retention
+
+# What a day's runs leave behind besides their journal and events, deleted
+# with the runs (their rows are one or a few per run, not one per step).
+_BESIDE = ("delete_resumes", "delete_wait_requests", "delete_waits", "delete_intents",
+           "delete_migrations", "delete_journal_archive", "delete_lineage",
+           "delete_snapshots", "delete_operator_actions", "delete_rejected_tally",
+           "delete_streams", "delete_run_blobs", "delete_payload_keys",
+           "delete_conversation_parts", "delete_runs")
+
+
+@dataclasses.dataclass(frozen=True)
+class Day:
+    """One day's partitions: the run ids from `lo` to before `hi`."""
+
+    day: dt.date
+    lo: str
+    hi: str
+
+
+def add_days(days: Sequence[dt.date]) -> Flow[bool]:
+    """Make the partitions of `days` that are missing; False if another
+    process is making them now (it makes the same)."""
+    made = True
+    for day in days:
+        row = yield one("add_day", {"day": day})
+        made = made and (row is None or bool(row["made"]))
+    return made
+
+
+def ended_days(before: float) -> Flow[list[Day]]:
+    """The days with partitions that ended before `before`, oldest first."""
+    found = yield rows("partition_days", {"before": before})
+    return [Day(r["day"], str(r["lo"]), str(r["hi"])) for r in found or ()]
+
+
+def day_ids(day: Day) -> Flow[list[str]]:
+    """The runs of `day`'s range."""
+    found = yield rows("day_run_ids", {"lo": day.lo, "hi": day.hi})
+    return [str(r["run_id"]) for r in found or ()]
+
+
+def empty_day(cutoff: float, day: Day) -> Flow[list[str] | None]:
+    """If every run of `day` may be pruned (as `retention.delete_runs`
+    judges), delete them, their journal and events by emptying the day's
+    partitions; the runs deleted. None: some run of the day is kept (its
+    rows wait for the per-run prune, or a later day's)."""
+    found = yield rows("day_runs", {"lo": day.lo, "hi": day.hi})
+    ids = [str(r["run_id"]) for r in found or ()]
+    keep = (yield from retention.prunable(cutoff, len(ids), ids)) if ids else []
+    if len(keep) != len(ids):
+        return None
+    yield execute("empty_day", {"day": day.day})
+    if ids:
+        for query in _BESIDE:
+            yield execute(query, {"run_ids": ids})
+    return ids
+
+
+def drop_day(day: Day, lock_timeout: float) -> Flow[bool]:
+    """Drop an emptied day's partitions, waiting at most `lock_timeout`
+    seconds for the lock on journal and events; False if it is not empty."""
+    row = yield one("drop_day", {"day": day.day,
+                                 "lock_timeout": f"{max(1, round(lock_timeout * 1000))}ms"})
+    return row is None or bool(row["dropped"])
