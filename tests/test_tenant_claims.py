@@ -252,4 +252,4 @@ async def test_a_worker_runs_every_tenants_runs(store: stead.Store) -> None:
     ids = [(await client.start(step, i, tenant=t)).run_id
            for i, t in enumerate(["capped", "capped", "other", None, "capped"])]
     await stead.Worker(limited, store).run_until_idle()
-    assert [await client.result(r) for r in ids] == [0, 2, 4, 6, 8]
+    assert [await client.result(r, timeout=5) for r in ids] == [0, 2, 4, 6, 8]

@@ -269,6 +269,52 @@ async def test_a_run_ending_while_the_worker_claims_frees_its_slot_at_once(
         await working
 
 
+async def test_run_until_idle_claims_again_after_a_run_ends_during_its_last_claim(
+        store: stead.Store) -> None:
+    """A run that ends while the worker's claim finds nothing (its tenant at
+    its limit) frees the tenant's next run: working until idle, the worker
+    claims again rather than stop beside it."""
+    app = stead.App("t")
+    app.tenant("capped", concurrency=1)
+    gate = asyncio.Event()
+
+    @app.workflow()
+    async def held(run: stead.Run) -> str:
+        await gate.wait()
+        return "held"
+
+    @app.workflow()
+    async def quick(run: stead.Run) -> str:
+        return "quick"
+
+    client = stead.Client(store, app)
+    first = await client.start(held, tenant="capped")
+    second = await client.start(quick, tenant="capped")
+    other = await client.start(quick, tenant="other")
+
+    class EndsDuringClaim(DelegatingStore):
+        """The claim that finds nothing once `other` is done (`first` holds
+        its tenant's one slot) lets `first` end before it returns."""
+
+        async def _then(self, taken: list[RunRow]) -> list[RunRow]:
+            if not taken and not gate.is_set() and await _ended(self.inner, other.run_id):
+                gate.set()
+                await _wait_for(lambda: _ended(self.inner, first.run_id), 30.0)
+                await asyncio.sleep(0.05)  # the worker's own bookkeeping of the end
+            return taken
+
+        async def claim_fair(self, *args: Any, **kwargs: Any) -> list[RunRow]:
+            return await self._then(await self.inner.claim_fair(*args, **kwargs))
+
+        async def claim(self, *args: Any, **kwargs: Any) -> list[RunRow]:
+            return await self._then(await self.inner.claim(*args, **kwargs))
+
+    wrapped = EndsDuringClaim(store)
+    await asyncio.wait_for(stead.Worker(app, wrapped).run_until_idle(), 60)
+    assert gate.is_set()
+    assert (await store.get_run(second.run_id)).status == "completed"
+
+
 async def _ended(store: stead.Store, run_id: str) -> bool:
     return (await store.get_run(run_id)).status == "completed"
 

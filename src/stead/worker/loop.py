@@ -198,8 +198,12 @@ class Worker:
                     # next poll, so that a burst of runs spreads across the fleet.
                     await self._idle(False)
                     continue
+                # A run that ended while the claim was made (its slot, or its
+                # tenant's or queue's, not free to that claim) set the wake:
+                # claim again before asking whether anything is left.
                 if (finished is not None and not claimed and not backing_off and not pending
-                        and not self._leftovers and await self._ask(finished)):
+                        and not self._leftovers and not self._wake.is_set()
+                        and await self._ask(finished)):
                     return
                 # Fewer than asked for (or none): the store has nothing more
                 # for now. Claiming again at once would only find that out
