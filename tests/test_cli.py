@@ -21,6 +21,7 @@ from click.testing import CliRunner, Result
 
 import stead
 import stead.store
+from stead import run_ids
 from stead.cli import COMMANDS, common, main
 from stead.records import Fence
 from stead.views import runs_view, timeline
@@ -178,7 +179,7 @@ def test_start_with_kwargs_then_worker_until_idle_completes_the_run(
     out = ok(db_url, "start", f"{app_module}:app", "greet", '["bob"]',
              "--kwargs", '{"punctuation": "?"}', "--version", "1", "-q")
     run_id = out.strip()
-    assert len(run_id) == 32 and "\n" not in run_id
+    assert run_ids.dated(run_id) and "\n" not in run_id
 
     ok(db_url, "worker", f"{app_module}:app", "--until-idle", "--poll", "0.05")
     info = query(db_url, lambda c: c.get(run_id))

@@ -80,7 +80,7 @@ def test_refund_demo_keep_leaves_what_runs_show_and_the_ledger_can_read(tmp_path
     keep = tmp_path / "kept demo"  # a space in the path survives the URL
     out = demo("--keep", str(keep))
     assert out.returncode == 0, out.stdout + out.stderr
-    hint = re.search(r"stead --db (\S+) runs show ([0-9a-f]{32})", out.stdout)
+    hint = re.search(r"stead --db (\S+) runs show ([0-9a-f]+)\b", out.stdout)
     assert hint is not None, out.stdout
     db_url, run_id = hint.groups()
     assert (keep / "stead.db").exists() and (keep / "worker-A.log").exists()

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 import stead
+from stead import run_ids
 from stead.records import RunStatus
 from stead.web import create_app, sign_webhook
 from stead.workflow.waits import sign as sign_token
@@ -66,11 +67,11 @@ async def test_the_pages_show_runs_counts_and_what_needs_a_human(
     assert runs.status_code == 200
     assert "outcome_unknown 1" in runs.text and "completed 1" in runs.text
     only = await web.get("/runs", params={"status": "completed"})
-    assert unknown.run_id[:12] not in only.text
+    assert run_ids.short(unknown.run_id) not in only.text
     by_task = await web.get("/runs", params={"task_id": "order-7", "workflow": "refund@1"})
-    assert unknown.run_id[:12] in by_task.text
+    assert run_ids.short(unknown.run_id) in by_task.text
     attention = await web.get("/attention")
-    assert "outcome_unknown" in attention.text and unknown.run_id[:12] in attention.text
+    assert "outcome_unknown" in attention.text and run_ids.short(unknown.run_id) in attention.text
     assert "Reconcile the effect" in attention.text
     page = await web.get(f"/runs/{unknown.run_id}")
     assert "dispatch_refund" in page.text and f"{unknown.run_id}:" in page.text  # its key

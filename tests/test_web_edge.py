@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from starlette.types import ASGIApp, Message
 
 import stead
+from stead import run_ids
 from stead.records import EventRow, Judgement, RunStatus
 from stead.store.base import Judge
 from stead.testing import DelegatingStore
@@ -373,11 +374,11 @@ async def test_reading_needs_a_login_unless_the_dashboard_is_public(
         closed = await web.get(url)
         assert closed.status_code == 401 and run_id not in closed.text, url
     assert (await _log_in(web)).status_code == 303
-    assert run_id[:12] in (await web.get("/runs")).text
+    assert run_ids.short(run_id) in (await web.get("/runs")).text
     public = create_app(web_app.app, store=store, public=True)
     async with _http(public) as http:
         shown = await http.get("/runs")
-        assert shown.status_code == 200 and run_id[:12] in shown.text
+        assert shown.status_code == 200 and run_ids.short(run_id) in shown.text
     nobody = create_app(web_app.app, store=store)  # no token, no hook, not public
     async with _http(nobody) as http:
         r = await http.get("/runs")

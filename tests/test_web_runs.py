@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 import stead
+from stead import run_ids
 from stead.web import create_app, views
 from tests import trace_app
 
@@ -52,8 +53,11 @@ async def test_the_runs_list_filters_searches_and_pages_with_the_filters_kept(
     await _settle(store)
     searched = await web.get("/runs", params={"q": "order-3"})
     assert _listed(searched.text) == [ships[3].run_id]
-    by_prefix = await web.get("/runs", params={"q": ships[1].run_id[:10]})
+    by_prefix = await web.get("/runs", params={"q": ships[1].run_id[:30]})
     assert _listed(by_prefix.text) == [ships[1].run_id]
+    # What the list shows of a run id finds it too (every dated id begins alike).
+    by_shown = await web.get("/runs", params={"q": run_ids.short(ships[1].run_id)[:8]})
+    assert _listed(by_shown.text) == [ships[1].run_id]
     assert _listed((await web.get("/runs", params={"queue": "slow"})).text) == [queued.run_id]
     assert _listed((await web.get("/runs", params={"workflow": "long@1"})).text) == [
         queued.run_id]
@@ -122,7 +126,7 @@ async def test_the_run_page_shows_every_value_whole_on_demand(
     assert re.search(r'<ol class="history"><li><span class="phase intent">intent</span> '
                      r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ \(attempt 1, epoch 1\)", html)
     # The short run id, whole on hover and copyable.
-    assert f'<code title="{run.run_id}">{run.run_id[:12]}…</code>' in html
+    assert f'<code title="{run.run_id}">{run_ids.short(run.run_id)}…</code>' in html
     assert "<script" not in html.split("</head>")[1]  # nothing inline: the CSP holds
 
 

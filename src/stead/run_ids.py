@@ -34,6 +34,7 @@ END = "0000000000008"  # the first id past every dated one
 _MS = 12
 _RANDOM = 15
 LENGTH = len(PREFIX) + _MS + _RANDOM
+TIME_DIGITS = _MS  # the hex digits of a dated id's time, after its prefix
 # Children of runs with an id of the old shape: uuid5 of the parent and the
 # call address in this namespace.
 _NAMESPACE = uuid.UUID("5e1d2c0a-9b7f-4c2e-8d1a-3f6b0c9e7a21")
@@ -50,6 +51,16 @@ def child(parent_id: str, addr: str) -> str:
         return uuid.uuid5(_NAMESPACE, f"{parent_id}/{addr}").hex
     tail = hashlib.sha256(f"stead child\x00{parent_id}\x00{addr}".encode()).hexdigest()
     return parent_id[:len(PREFIX) + _MS] + tail[:_RANDOM]
+
+
+def short(text: str, width: int = 12) -> str:
+    """What a screen shows of a run id, or of an id made from one (an
+    effect's key): every dated run id begins alike, with its prefix and then
+    its time to the millisecond, so for one the random part that follows is
+    shown; for any other id its first `width` characters."""
+    if len(text) >= LENGTH and text.startswith(PREFIX):
+        return text[len(PREFIX) + _MS:][:width]
+    return text[:width]
 
 
 def dated(run_id: str) -> bool:

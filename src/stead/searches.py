@@ -12,7 +12,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from stead import run_ids
 from stead.records import RunStatus
+
+# Any time of a dated run id, as a LIKE pattern: the characters between its
+# prefix and the random part a screen shows.
+TIME = "_" * run_ids.TIME_DIGITS
 
 
 def like_escaped(text: str) -> str:
@@ -55,6 +60,8 @@ class RunSearch:
             "since": self.since,
             "until": self.until,
             "prefix": None if text is None else f"{text}%",
+            # What a screen shows of a dated run id (`run_ids.short`) finds it too.
+            "shown": None if text is None else f"{run_ids.PREFIX}{TIME}{text}%",
             "pattern": None if text is None else f"%{text}%",
             "before_at": None if self.after is None else self.after.at,
             "before_id": None if self.after is None else self.after.run_id,

@@ -38,7 +38,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from stead import bounds, display, errors, operator, records, roles, searches
+from stead import bounds, display, errors, operator, records, roles, run_ids, searches
 from stead.app import App
 from stead.client import Client
 from stead.store import Store, open_store
@@ -89,7 +89,8 @@ def _templates() -> jinja2.Environment:
                              finalize=_shown)
     env.filters.update(named=views.named, clip=views.clip, clip_json=views.clip_json,
                        when=views.when, pretty=views.pretty, pretty_json=views.pretty_json,
-                       replay_words=timeline.replay_words, state_version=timeline.state_version)
+                       replay_words=timeline.replay_words, state_version=timeline.state_version,
+                       short_id=run_ids.short)
     env.globals.update(left=views.left, age=views.age, label=queue.label, tabs=views.TABS,
                        paged=views.PAGED, left_out=queue.LEFT_OUT, bound_shown=queue.BOUND_SHOWN,
                        statuses=list(records.RunStatus))

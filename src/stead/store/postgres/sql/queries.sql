@@ -646,6 +646,7 @@ WHERE (%(status)s::text IS NULL OR runs.status = %(status)s::text)
   AND (%(since)s::double precision IS NULL OR runs.created_at >= %(since)s::double precision)
   AND (%(until)s::double precision IS NULL OR runs.created_at < %(until)s::double precision)
   AND (%(prefix)s::text IS NULL OR runs.run_id LIKE %(prefix)s::text ESCAPE '\'
+       OR runs.run_id LIKE %(shown)s::text ESCAPE '\'
        OR task_id LIKE %(pattern)s::text ESCAPE '\' OR workflow LIKE %(pattern)s::text ESCAPE '\')
   AND (%(before_at)s::double precision IS NULL OR runs.created_at < %(before_at)s::double precision
        OR (runs.created_at = %(before_at)s::double precision AND runs.run_id < %(before_id)s::text))

@@ -437,7 +437,7 @@ SELECT * FROM lineage WHERE parent_id = :run_id ORDER BY created_at, run_id;
 
 -- name: search_runs
 -- The dashboard's runs list: each filter applies when given. :prefix matches
--- the start of a run id, :pattern a piece of its task id or workflow (LIKE
+-- the start of a run id, :shown the part of a dated one a screen shows, :pattern a piece of its task id or workflow (LIKE
 -- patterns whose wildcards the caller escaped). The page after a cursor (:before_at,
 -- :before_id) is the runs strictly older in (created_at, run_id) order.
 SELECT runs.*, t.tenant FROM runs LEFT JOIN run_tenants t ON t.run_id = runs.run_id
@@ -450,6 +450,7 @@ WHERE (:status IS NULL OR runs.status = :status)
   AND (:since IS NULL OR runs.created_at >= :since)
   AND (:until IS NULL OR runs.created_at < :until)
   AND (:prefix IS NULL OR runs.run_id LIKE :prefix ESCAPE '\'
+       OR runs.run_id LIKE :shown ESCAPE '\'
        OR task_id LIKE :pattern ESCAPE '\' OR workflow LIKE :pattern ESCAPE '\')
   AND (:before_at IS NULL OR runs.created_at < :before_at
        OR (runs.created_at = :before_at AND runs.run_id < :before_id))
