@@ -43,7 +43,7 @@ from stead.store.seam import Database, Flow, Writing, one
 if TYPE_CHECKING:
     from stead.payloads.references import LargeValues
     from stead.payloads.sealer import DataKey, Sealer
-    from stead.records import HostRow, StateRow
+    from stead.records import StateRow
 
 # How many times a large change starts over when the state moved between its
 # read and its transaction, before it gives up (each costs a blob write).
@@ -55,8 +55,6 @@ ATTEMPTS = 8
 # is live on the database, a large state stays inline, as those releases kept
 # it (up to the hard cap), and goes by reference once the fleet has moved on.
 READ_FROM_SCHEMA = 39
-# A heartbeat that says no `live_until` is taken for live this long.
-_LIVE_FOR = 60.0
 
 
 def owner(task_key: str) -> str:
@@ -114,17 +112,6 @@ async def put(database: Database, large: LargeValues, task_key: str,
         return large.put(sealer.seal(text, where, sealing.key), references.SEALED)
 
     return await asyncio.to_thread(sealed_put), sealing
-
-
-def older_readers(hosts: Sequence[HostRow], now: float) -> list[str]:
-    """The live workers among `hosts` whose release cannot read a task state
-    kept by reference (a heartbeat without a schema is of a release before
-    0.2.0)."""
-    return sorted({
-        h.worker_id for h in hosts
-        if h.stopped_at is None
-        and (h.live_until if h.live_until is not None else h.seen_at + _LIVE_FOR) > now
-        and (h.schema_version is None or h.schema_version < READ_FROM_SCHEMA)})
 
 
 async def stored(database: Database, large: LargeValues | None, task_key: str,

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 from stead.clock import Clock
 from stead.payloads.envelope import What, Where
-from stead.store import _large, _large_state, _sealing
+from stead.store import _large, _large_state, _sealing, schema_versions
 from stead.store.seam import Database, Writing
-from stead.store.transactions import leases as leases_tx
+from stead.store.transactions import common
 
 log = logging.getLogger("stead.store")
 
@@ -52,8 +52,10 @@ class StorePart:
         now: not while a worker of a release that cannot read one is live on
         the database (see `_large_state.READ_FROM_SCHEMA`). Asked only for a
         state that is large, so the common write pays nothing for it."""
-        hosts = await self.database.read(lambda: leases_tx.hosts(1000))
-        older = _large_state.older_readers(hosts, self.clock.now())
+        now = self.clock.now()
+        live = await self.database.read(lambda: common.read_all(
+            "live_worker_versions", {"now": now}, schema_versions.live_worker))
+        older = [w.worker_id for w in live if w.older_than(_large_state.READ_FROM_SCHEMA)]
         if older:
             log.warning(
                 "a task state over the inline limit is kept inline: %d live worker(s) of an "
