@@ -283,3 +283,65 @@ async def test_a_day_made_late_takes_in_the_runs_that_came_before_it(pg_url: str
         assert [r.seq for r in await store.load_journal(run_id)][:3] == [0, 1, 2]
     finally:
         await store.close()
+
+
+
+_gate: dict[str, asyncio.Event] = {}
+
+
+async def held(i: int) -> int:
+    _gate["entered"].set()
+    await _gate["go"].wait()
+    return i
+
+
+@app.workflow(version=1)
+async def gated(run: stead.Run, i: int) -> int:
+    return await run.step("held", held, i)
+
+
+async def test_a_write_routed_while_its_day_is_attached_is_made_not_refused(
+        pg_url: str) -> None:
+    """A journal row routed to `journal_dated_other` while another session
+    attaches its day's partition is refused by the server (the default
+    partition's bounds changed under it): nothing was written, and the same
+    write, made again, lands in the new partition. It is retried, not taken
+    for bad data that fails the run."""
+    import psycopg
+
+    _gate.update(entered=asyncio.Event(), go=asyncio.Event())
+    clock = stead.FakeClock()
+    clock.t = D0 + 60 * DAY  # no partition made for this day
+    day = dt.datetime.fromtimestamp(clock.t, dt.UTC).date()
+    schema = pg.query_param(pg_url, "schema")
+    store = await stead.open_store(pg_url, clock=clock, lease_clock=clock)
+    try:
+        run_id = (await stead.Client(store, app).start(gated, 1)).run_id
+        other = stead.FakeClock()  # the worker makes other days' partitions
+        other.t = D0
+        worker = asyncio.create_task(stead.Worker(
+            app, store, stead.WorkerOptions(poll_interval=0.01), clock=other,
+        ).run_until_idle())
+        await asyncio.wait_for(_gate["entered"].wait(), 30)
+        with psycopg.connect(pg.URL) as maker:
+            maker.execute(f'SET search_path = "{schema}"'.encode())
+            assert maker.execute(b"SELECT stead_add_day(%s)", (day,)).fetchone() == (True,)
+            # The day is attached, not committed: the step's result routes to
+            # journal_dated_other and waits there for the maker's lock.
+            _gate["go"].set()
+            for _ in range(500):
+                waiting = _one(pg_url, "SELECT count(*) FROM pg_locks l JOIN pg_class c "
+                                       "ON c.oid = l.relation WHERE NOT l.granted AND "
+                                       "c.relname = 'journal_dated_other'")
+                if waiting:
+                    break
+                await asyncio.sleep(0.02)
+            assert waiting, "the step's write never waited on the default partition"
+            maker.commit()
+        await asyncio.wait_for(worker, 30)
+        assert (await store.get_run(run_id)).status == "completed"
+        assert _one(pg_url, f"SELECT count(*) FROM journal_d{day:%Y%m%d} "
+                            f"WHERE run_id = '{run_id}'") >= 1
+        assert _one(pg_url, "SELECT count(*) FROM journal_dated_other") == 0
+    finally:
+        await store.close()

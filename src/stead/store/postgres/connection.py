@@ -177,16 +177,37 @@ def rejected(exc: psycopg.Error) -> bool:
     with no equivalent, a NUL, a number out of range) or a broken integrity
     constraint (class 23), told by the server or by the driver before
     sending: the same write fails again, however often it is tried."""
-    return isinstance(exc, psycopg.DataError | psycopg.IntegrityError) or (
-        (exc.sqlstate or "")[:2] in _REJECTED)
+    return not rerouted(exc) and (
+        isinstance(exc, psycopg.DataError | psycopg.IntegrityError)
+        or (exc.sqlstate or "")[:2] in _REJECTED)
+
+
+def rerouted(exc: psycopg.Error) -> bool:
+    """A row routed to a default partition (`journal_dated_other`,
+    `events_dated_other`) while another session attached the day's partition
+    its key belongs to (`stead_add_day`): once the attach commits, the server
+    checks the row against the default partition's new bounds and refuses
+    it. Nothing was written; the same statement, run again, is routed to the
+    new partition. A check violation like any other, told by the relation."""
+    return (isinstance(exc, pg_errors.CheckViolation)
+            and (exc.diag.table_name or "").endswith("_dated_other")
+            and "partition constraint" in str(exc))
+
+
+def refused(exc: psycopg.Error) -> bool:
+    """The server answered that it rolled the transaction back (a conflict:
+    deadlock, serialization failure, a row rerouted): it did not commit,
+    and the connection is sound."""
+    return isinstance(exc, pg_errors.TransactionRollback) or rerouted(exc)
 
 
 def retryable(exc: psycopg.Error) -> bool:
     """Lost connections, a server starting or shutting down, deadlocks and
-    serialization failures, stale prepared statements: the transaction did
-    not commit, try again."""
+    serialization failures, stale prepared statements, a row routed to a
+    partition that changed under it: the transaction did not commit, try
+    again."""
     return (isinstance(exc, psycopg.OperationalError) and not _permanent(exc)) \
-        or replanned(exc)
+        or replanned(exc) or rerouted(exc)
 
 
 def replanned(exc: psycopg.Error) -> bool:
@@ -373,11 +394,10 @@ class Connector:
                         f"unreachable for {self.retry_for:g} s ({self._why(exc)}); nothing was "
                         "written that was not confirmed, try again"
                     ) from exc
-                if not isinstance(exc, pg_errors.TransactionRollback):
+                if not refused(exc):
                     await self._purge()
                 delay = min(backoff(attempt), left)
-                seam.retried("conflict" if isinstance(exc, pg_errors.TransactionRollback)
-                                   else "connection")
+                seam.retried("conflict" if refused(exc) else "connection")
                 log.warning("PostgreSQL at %s: %s; retrying in %.2f s",
                             self.target.display, self._why(exc), delay)
                 attempt += 1

@@ -24,7 +24,6 @@ import dataclasses
 import logging
 
 import psycopg
-from psycopg import errors as pg_errors
 from psycopg import pq
 
 from stead import errors
@@ -34,6 +33,7 @@ from stead.store.postgres.connection import (
     Conn,
     Connector,
     Verify,
+    refused,
     replanned,
     retryable,
     translate,
@@ -157,7 +157,7 @@ class GroupCommit:
         if isinstance(exc, psycopg.Error) and retryable(exc):
             # Lost connection: the statement may have committed, unless the
             # server said it rolled back or it was never sent.
-            unknown = sent and not isinstance(exc, pg_errors.TransactionRollback)
+            unknown = sent and not refused(exc)
             log.warning("PostgreSQL at %s: %s; making %d write(s) one by one%s",
                         self._db.target.display, exc, len(batch),
                         ", reading back first" if unknown else "")
