@@ -345,3 +345,59 @@ async def test_a_write_routed_while_its_day_is_attached_is_made_not_refused(
         assert _one(pg_url, "SELECT count(*) FROM journal_dated_other") == 0
     finally:
         await store.close()
+
+
+async def test_a_long_transaction_delays_neither_retention_nor_the_fleet(pg_url: str) -> None:
+    """Someone's long transaction reads the journal (an analyst's query, an
+    export): dropping a day, or making one, must queue for its lock only
+    for its lock_timeout, once, not for the store's whole retry window (each
+    wait holds every query queued behind it); the prune reports the day
+    kept, drops it once the transaction has ended, and the worker tries
+    making days again later."""
+    import psycopg
+
+    clock = stead.FakeClock()
+    clock.t = D0 + 80 * DAY
+    schema = pg.query_param(pg_url, "schema")
+    store = await stead.open_store(pg_url, clock=clock, lease_clock=clock)
+    try:
+        await store.add_days(clock.t)
+        await _finished(store, 3)
+        clock.t += 4 * DAY
+        with psycopg.connect(pg.URL) as reader:
+            reader.execute(f'SET search_path = "{schema}"'.encode())
+            reader.execute(b"SELECT count(*) FROM journal").fetchone()  # holds its locks
+            # The fleet reads and writes on meanwhile: no call of it waits long.
+            live = (await stead.Client(store, app).start(waiting)).run_id
+            slowest = 0.0
+            pruned = False
+
+            async def fleet() -> None:
+                nonlocal slowest
+                i = 0
+                while not pruned:
+                    t = time.monotonic()
+                    await store.load_journal(live)
+                    slowest = max(slowest, time.monotonic() - t)
+                    i += 1
+                    await asyncio.sleep(0.01)
+
+            beside = asyncio.create_task(fleet())
+            t0 = time.monotonic()
+            report = await stead.prune(store, 2 * DAY)
+            took = time.monotonic() - t0
+            pruned = True
+            await beside
+            assert report.deleted == 3 and report.days == 0  # emptied, kept until next time
+            assert took < 5, f"the prune waited {took:.1f} s behind a long transaction"
+            assert slowest < 2.5, f"a journal read waited {slowest:.1f} s behind the prune"
+            t0 = time.monotonic()
+            with pytest.raises(stead.errors.StoreUnavailable, match="gave up waiting"):
+                await store.add_days(clock.t + 30 * DAY)
+            assert time.monotonic() - t0 < 3
+            reader.rollback()
+        report = await stead.prune(store, 2 * DAY)
+        assert report.days >= 1
+        assert await store.add_days(clock.t + 30 * DAY)
+    finally:
+        await store.close()

@@ -109,7 +109,8 @@ async def prune(
         found = await store.prunable(cutoff, 2**62)
         return PruneReport(cutoff, len(found), 0, 0, 0, True,
                            await store.prunable_rejected(cutoff))
-    await store.add_days(store.clock.now())
+    with contextlib.suppress(errors.StoreUnavailable):  # a chore: the workers make them too
+        await store.add_days(store.clock.now())
     matched = deleted = batches = exported = days = 0
     longest = 0.0
     # Runs written out for a day that then kept one of its runs (it changed
@@ -123,18 +124,26 @@ async def prune(
             for at in range(0, len(ids), batch):
                 export(await _exported(store, ids[at:at + batch]))
             written.update(ids)
-        gone = await store.prune_day(cutoff, day)
+        try:
+            gone = await store.prune_day(cutoff, day)
+        except errors.StoreUnavailable:
+            # A long transaction reads the journal (its lock was not had in
+            # time): it holds the other days as well, and each would wait as
+            # long. Their runs go one by one below; the days, at the next prune.
+            break
         if gone is None:
             continue  # a run of that day is kept: its prunable runs go one by one below
         matched += len(gone)
         deleted += len(gone)
         exported += len(gone) if export is not None else 0
         batches += 1
-        with contextlib.suppress(errors.StoreUnavailable):  # kept empty: dropped next time
+        try:
             took = await store.drop_day(day)
-            if took is not None:
-                days += 1
-                longest = max(longest, took)
+        except errors.StoreUnavailable:
+            break  # kept empty, dropped next time; the same holds the days after it
+        if took is not None:
+            days += 1
+            longest = max(longest, took)
     while True:
         ids = await store.prunable(cutoff, batch)
         if not ids:

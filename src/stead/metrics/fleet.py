@@ -120,6 +120,9 @@ class Fleet:
               self._waits)
         gauge("stead.waits.expiring", "{wait}", "Open waits that expire within the hour",
               self._expiring)
+        gauge("stead.journal.days_ahead", "{day}",
+              "Days after today (UTC) whose journal partitions are made (PostgreSQL); "
+              "-1: today's is missing", self._days_ahead)
 
     async def refresh(self, store: Store, *, grace: float) -> None:
         """Read the store for the next collection; on a store error the gauges
@@ -201,3 +204,7 @@ class Fleet:
 
     def _expiring(self, _options: CallbackOptions) -> Iterable[Observation]:
         return [] if self.latest is None else [self._obs(self.latest.gauges.waits_expiring)]
+
+    def _days_ahead(self, _options: CallbackOptions) -> Iterable[Observation]:
+        days = None if self.latest is None else self.latest.gauges.days_ahead
+        return [] if days is None else [self._obs(days)]

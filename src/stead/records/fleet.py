@@ -145,3 +145,7 @@ class Gauges:
     queues: tuple[QueueDepth, ...]
     waits_open: int
     waits_expiring: int
+    # PostgreSQL: how many days after today (UTC), one after another, have
+    # their journal partitions made (2 when the workers keep them, -1 when
+    # today's is missing: its runs go to journal_dated_other). None: SQLite.
+    days_ahead: int | None = None

@@ -36,6 +36,8 @@ _FAIR_LINGER = 5.0
 # How often a worker makes the coming days' journal partitions (PostgreSQL):
 # they are made days ahead, so one worker of a fleet doing it hourly is plenty.
 _DAYS_EVERY = 3600.0
+# After a failed try, the next one (seconds).
+_DAYS_AGAIN = 60.0
 
 
 class Claims:
@@ -110,8 +112,11 @@ class Claims:
             await self.store.add_days(now)
             self._days_at = now
         except errors.StoreError as exc:
-            log.warning("worker %s could not make the coming days' partitions: %s",
-                        self.worker_id, exc)
+            # Tried again in a minute, not at every heartbeat: each try may
+            # queue for a lock behind a long transaction (for its lock_timeout).
+            self._days_at = now - _DAYS_EVERY + _DAYS_AGAIN
+            log.warning("worker %s could not make the coming days' partitions (tried again "
+                        "in %g s): %s", self.worker_id, _DAYS_AGAIN, exc)
 
     async def check_schema(self) -> None:
         """Stop claiming once the database was migrated past what this

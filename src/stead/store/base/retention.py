@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from stead.store import _large, _rejections
 from stead.store.base.part import StorePart
-from stead.store.seam import Writing
+from stead.store.seam import Flow, Writing
 from stead.store.transactions import days as days_tx
 from stead.store.transactions import retention as tx
 
@@ -48,13 +48,17 @@ class Retention(StorePart):
             await _large.delete_unowned(large, held, owners)
         return deleted
 
-    async def add_days(self, now: float, ahead: int = 2) -> bool:
+    async def add_days(self, now: float, ahead: int = 2, lock_timeout: float = 0.5) -> bool:
         """Make the journal's and the events' partitions of the day of `now`
         (UTC) and the `ahead` days after it, where missing (PostgreSQL; on
-        SQLite nothing). False: another process is making them."""
+        SQLite nothing). False: another process is making them.
+        `StoreUnavailable` at once if a lock was not had within `lock_timeout`
+        seconds (a long transaction holds the journal): nothing was made,
+        try later."""
         today = dt.datetime.fromtimestamp(now, dt.UTC).date()
         wanted = [today + dt.timedelta(days=i) for i in range(ahead + 1)]
-        return await self.database.write(lambda: days_tx.add_days(wanted), Writing())
+        return await self.database.write(lambda: days_tx.add_days(wanted, lock_timeout),
+                                         Writing())
 
     async def ended_days(self, cutoff: float) -> list[days_tx.Day]:
         """The days with partitions that ended before `cutoff`, oldest first."""
@@ -64,16 +68,23 @@ class Retention(StorePart):
         """The runs of `day`'s range."""
         return await self.database.read(lambda: days_tx.day_ids(day))
 
-    async def prune_day(self, cutoff: float, day: days_tx.Day) -> list[str] | None:
+    async def prune_day(self, cutoff: float, day: days_tx.Day,
+                        lock_timeout: float = 1.0) -> list[str] | None:
         """Delete the runs of `day` if every one may be pruned, emptying its
         partitions whole (see `transactions.days.empty_day`); the runs
-        deleted, None if some run of the day is kept."""
+        deleted, None if some run of the day is kept. `StoreUnavailable` at
+        once if a lock was not had within `lock_timeout` seconds: nothing was
+        deleted."""
         large = self.large
+
+        def empty() -> Flow[list[str] | None]:
+            return days_tx.empty_day(cutoff, day, lock_timeout)
+
         if large is None:
-            return await self.database.write(lambda: days_tx.empty_day(cutoff, day), Writing())
+            return await self.database.write(empty, Writing())
         ids = await self.day_ids(day)
         held = await self.database.read(lambda: _large.blobs_of(ids))
-        deleted = await self.database.write(lambda: days_tx.empty_day(cutoff, day), Writing())
+        deleted = await self.database.write(empty, Writing())
         if held and deleted is not None:
             owners = await self.database.read(lambda: _large.owned(held))
             await _large.delete_unowned(large, held, owners)
@@ -81,7 +92,9 @@ class Retention(StorePart):
 
     async def drop_day(self, day: days_tx.Day, lock_timeout: float = 1.0) -> float | None:
         """Drop the emptied partitions of `day`: the seconds its transaction
-        held the lock on journal and events, None if the day is not empty."""
+        held the lock on journal and events, None if the day is not empty.
+        `StoreUnavailable` at once if the lock was not had within
+        `lock_timeout` seconds: nothing was dropped, try later."""
         t0 = time.monotonic()
         dropped = await self.database.write(lambda: days_tx.drop_day(day, lock_timeout),
                                             Writing())

@@ -163,6 +163,10 @@ def translate(exc: psycopg.Error, display: str) -> errors.StoreError:
             f"PostgreSQL at {display} refused the connection ({exc}); check the user, "
             "password and database in the URL"
         )
+    if waited_out(exc):
+        return errors.StoreUnavailable(
+            f"PostgreSQL at {display}: gave up waiting for a lock another transaction "
+            f"holds ({exc}); nothing was changed, it is tried again later")
     if isinstance(exc, psycopg.OperationalError):
         return errors.StoreUnavailable(f"PostgreSQL at {display}: {exc}")
     if rejected(exc):
@@ -205,9 +209,18 @@ def retryable(exc: psycopg.Error) -> bool:
     """Lost connections, a server starting or shutting down, deadlocks and
     serialization failures, stale prepared statements, a row routed to a
     partition that changed under it: the transaction did not commit, try
-    again."""
-    return (isinstance(exc, psycopg.OperationalError) and not _permanent(exc)) \
-        or replanned(exc) or rerouted(exc)
+    again. Not a wait for a lock that ran out (`waited_out`)."""
+    return (isinstance(exc, psycopg.OperationalError) and not _permanent(exc)
+            and not waited_out(exc)) or replanned(exc) or rerouted(exc)
+
+
+def waited_out(exc: psycopg.Error) -> bool:
+    """A statement gave up waiting for a lock after the `lock_timeout` stead
+    set for it (a day's partitions made or dropped). The bound is there so
+    that a lock stead queues for, behind someone's long transaction, does
+    not hold every query queued behind it for long; trying again at once
+    would queue again, so the caller hears it and tries at its next turn."""
+    return isinstance(exc, pg_errors.LockNotAvailable)
 
 
 def replanned(exc: psycopg.Error) -> bool:

@@ -30,12 +30,14 @@ class Day:
     hi: str
 
 
-def add_days(days: Sequence[dt.date]) -> Flow[bool]:
-    """Make the partitions of `days` that are missing; False if another
-    process is making them now (it makes the same)."""
+def add_days(days: Sequence[dt.date], lock_timeout: float) -> Flow[bool]:
+    """Make the partitions of `days` that are missing, waiting at most
+    `lock_timeout` seconds for each lock; False if another process is making
+    them now (it makes the same)."""
     made = True
+    timeout = f"{max(1, round(lock_timeout * 1000))}ms"
     for day in days:
-        row = yield one("add_day", {"day": day})
+        row = yield one("add_day", {"day": day, "lock_timeout": timeout})
         made = made and (row is None or bool(row["made"]))
     return made
 
@@ -52,17 +54,19 @@ def day_ids(day: Day) -> Flow[list[str]]:
     return [str(r["run_id"]) for r in found or ()]
 
 
-def empty_day(cutoff: float, day: Day) -> Flow[list[str] | None]:
+def empty_day(cutoff: float, day: Day, lock_timeout: float) -> Flow[list[str] | None]:
     """If every run of `day` may be pruned (as `retention.delete_runs`
     judges), delete them, their journal and events by emptying the day's
-    partitions; the runs deleted. None: some run of the day is kept (its
-    rows wait for the per-run prune, or a later day's)."""
+    partitions, waiting at most `lock_timeout` seconds for each lock; the
+    runs deleted. None: some run of the day is kept (its rows wait for the
+    per-run prune, or a later day's)."""
     found = yield rows("day_runs", {"lo": day.lo, "hi": day.hi})
     ids = [str(r["run_id"]) for r in found or ()]
     keep = (yield from retention.prunable(cutoff, len(ids), ids)) if ids else []
     if len(keep) != len(ids):
         return None
-    yield execute("empty_day", {"day": day.day})
+    yield execute("empty_day", {"day": day.day,
+                                "lock_timeout": f"{max(1, round(lock_timeout * 1000))}ms"})
     if ids:
         for query in _BESIDE:
             yield execute(query, {"run_ids": ids})

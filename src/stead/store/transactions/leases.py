@@ -3,6 +3,7 @@ heartbeats that say which workers serve which code (and which runs none serves).
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -173,11 +174,21 @@ def gauges(now: float, soon: float, lease_now: float | None) -> Flow[Gauges]:
     live = yield rows("gauge_live_runs", {})
     queues = yield rows("gauge_queues", {"now": now, "lease_now": lease_now})
     waits = yield one("gauge_waits", {"soon": soon})
+    today = dt.datetime.fromtimestamp(now, dt.UTC).date()
+    made = yield one("gauge_days", {"today": today})  # None: no partitions (SQLite)
+    days_ahead = None
+    if made is not None:  # the days made one after another from today, less today
+        days_ahead = -1
+        for day in made["days"]:
+            if (day - today).days != days_ahead + 1:
+                break
+            days_ahead += 1
     return Gauges(
         tuple(LiveRuns(r["workflow"], int(r["version"]), r["status"], int(r["runs"]),
                        r["oldest"]) for r in live),
         tuple(QueueDepth(r["queue"], int(r["runnable"]), r["ready_since"]) for r in queues),
-        int(waits["open_waits"]) if waits else 0, int(waits["expiring"]) if waits else 0)
+        int(waits["open_waits"]) if waits else 0, int(waits["expiring"]) if waits else 0,
+        days_ahead)
 
 
 def put_meta(key: str, value: str) -> Flow[None]:

@@ -1329,6 +1329,16 @@ SELECT COUNT(*) AS open_waits,
        COALESCE(SUM(CASE WHEN expires_at <= %(soon)s THEN 1 ELSE 0 END), 0) AS expiring
 FROM waits WHERE state = 'open';
 
+-- name: gauge_days
+-- The first days (UTC) from :today on whose journal partitions are made (one
+-- row; an empty array when there is none).
+SELECT ARRAY(
+    SELECT to_date(substr(c.relname, 10), 'YYYYMMDD') AS day
+    FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
+    WHERE i.inhparent = to_regclass('journal_dated') AND c.relname ~ '^journal_d[0-9]{8}$'
+      AND to_date(substr(c.relname, 10), 'YYYYMMDD') >= %(today)s::date
+    ORDER BY 1 LIMIT 31) AS days;
+
 -- name: count_resumes_since
 -- Takeovers recorded since :since (`stead status`; a scan of resumes, one row a takeover).
 SELECT COUNT(*) AS takeovers FROM resumes WHERE at >= %(since)s;
@@ -1779,8 +1789,10 @@ SELECT DISTINCT sha256 FROM run_blobs WHERE sha256 = ANY(%(hashes)s::text[]);
 
 -- == day partitions of the journal and the events (0041_day_partitions.sql) ==
 -- name: add_day
--- Make one day's partitions if missing (false: another process is making them).
-SELECT stead_add_day(%(day)s::date) AS made;
+-- Make one day's partitions if missing (false: another process is making
+-- them), waiting at most lock_timeout for the locks: a maker queued behind a
+-- long transaction would hold the queries queued behind it.
+SELECT set_config('lock_timeout', %(lock_timeout)s, true), stead_add_day(%(day)s::date) AS made;
 
 -- name: partition_days
 -- The days with partitions that ended before :before (seconds), oldest first.
@@ -1796,7 +1808,10 @@ ORDER BY run_id
 FOR UPDATE;
 
 -- name: empty_day
-SELECT stead_empty_day(%(day)s::date);
+-- TRUNCATE takes each of the day's partitions whole: given up after
+-- lock_timeout (for the rest of its transaction too) if a long transaction
+-- reads them.
+SELECT set_config('lock_timeout', %(lock_timeout)s, true), stead_empty_day(%(day)s::date);
 
 -- name: drop_day
 -- A moment's lock on journal and events, given up after lock_timeout.

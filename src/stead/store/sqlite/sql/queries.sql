@@ -1479,6 +1479,7 @@ SELECT DISTINCT sha256 FROM run_blobs WHERE sha256 IN (SELECT value FROM json_ea
 
 -- == day partitions of the journal and the events: PostgreSQL only ==
 -- name: add_day
+-- name: gauge_days
 -- name: partition_days
 -- name: day_runs
 -- name: empty_day
