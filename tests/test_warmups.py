@@ -81,3 +81,44 @@ def test_the_openai_integrations_build_their_schemas_in_the_warm_up() -> None:
     out = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True,
                          timeout=60, check=True).stdout.splitlines()
     assert out == ["(False, False, False, False)", "(True, True, True, True)"]
+
+
+IDLE_CHECK = """
+import asyncio, sys, tempfile
+import stead
+
+app = stead.App("idle")
+
+
+@app.workflow(version=1)
+async def wf(run: stead.Run) -> None:
+    pass
+
+
+async def main() -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        store = await stead.open_store(f"sqlite:///{folder}/s.db")
+        print("stead.workflow.waits" in sys.modules)
+        worker = stead.Worker(app, store, stead.WorkerOptions(poll_interval=0.05))
+        task = asyncio.create_task(worker.run())
+        for _ in range(200):
+            if "stead.workflow.waits" in sys.modules:
+                break
+            await asyncio.sleep(0.05)
+        print("stead.workflow.waits" in sys.modules)
+        worker.stop()
+        await task
+        await store.close()
+
+
+asyncio.run(main())
+"""
+
+
+def test_an_idle_worker_imports_what_a_woken_runs_wait_needs() -> None:
+    """Not `import stead` (every process pays for that), but a worker with
+    nothing to do: the first run a delivery wakes does not import it on the
+    event loop."""
+    out = subprocess.run([sys.executable, "-c", IDLE_CHECK], capture_output=True, text=True,
+                         timeout=60, check=True).stdout.splitlines()
+    assert out == ["False", "True"]

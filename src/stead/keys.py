@@ -41,7 +41,6 @@ import hashlib
 import json
 import os
 import secrets
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -175,6 +174,8 @@ def _write(path: Path, ring: Keyring, *, exclusive: bool) -> None:
         "data_keys": [{"id": k.id, "secret": k.secret.hex(), "added_at": k.added_at}
                       for k in ring.data_keys],
     }
+    import tempfile  # here: it brings shutil and its compressors, and only this writes
+
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # mode 0600
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -158,6 +158,7 @@ class Worker:
         await self._claims.beat()
         beating = asyncio.create_task(self._claims.heartbeats(), name=f"stead heartbeat {self.id}")
         watching = asyncio.create_task(self._drain_watch(), name=f"stead drain watch {self.id}")
+        warming: asyncio.Task[None] | None = None
         try:
             while not self._stopping.is_set():
                 # Cleared before the free slots are counted, not when the loop
@@ -209,10 +210,13 @@ class Worker:
                 # for now. Claiming again at once would only find that out
                 # again, ahead of the runs just claimed; news of work, a run
                 # ending or the poll bring the next claim.
+                if warming is None and not self._active:  # nothing to do: get ready
+                    warming = asyncio.create_task(warmups.idle(),
+                                                  name=f"stead warm-up {self.id}")
                 await self._idle(wait_for_runs)
         finally:
             self._taker = None  # a run handed to it from now on is released (`_handed`)
-            await chores.end(beating, watching)
+            await chores.end(beating, watching, *([] if warming is None else [warming]))
             try:
                 await self._drain()
             finally:
