@@ -68,3 +68,39 @@ async def test_a_run_records_its_inputs_names_when_it_starts(store: stead.Store)
     # a run started before names were kept reads by the workflow's signature
     old = {"args": stored["args"], "kwargs": stored["kwargs"]}
     assert arguments.table(old, ship.fn) == arguments.table(stored)
+
+
+def test_names_are_read_from_each_functions_own_signature_when_kept() -> None:
+    """Signatures of plain functions are kept by code and defaults (a step's
+    function is named at every call): a wrapper shows what it wraps, two
+    closures of one code share, and what is not a plain function is read
+    afresh each time."""
+    import functools
+
+    def first(a: int, b: int = 1) -> None: ...
+
+    def second(x: int, *rest: int) -> None: ...
+
+    def wrap(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return fn(*args, **kwargs)
+        return wrapper
+
+    assert arguments.names(wrap(first), [1, 2], {}, skip=0) == ["a", "b"]
+    assert arguments.names(wrap(second), [1, 2, 3], {}, skip=0) == ["x", "rest[0]", "rest[1]"]
+    closures = [(lambda v: lambda q, r=v: None)(i) for i in range(3)]
+    assert all(arguments.names(c, [1], {}, skip=0) == ["q"] for c in closures)
+    assert arguments.names(closures[0], [1, 2, 3], {}, skip=0) is None  # does not bind
+
+    def listed(a: int, b: list[int] = []) -> None: ...  # noqa: B006 (unhashable default)
+
+    assert arguments.names(listed, [1, [2]], {}, skip=0) == ["a", "b"]
+
+    class Tool:
+        def run(self, query: str) -> None: ...
+
+        def __call__(self, text: str) -> None: ...
+
+    assert arguments.names(Tool().run, ["q"], {}, skip=0) == ["query"]
+    assert arguments.names(Tool(), ["t"], {}, skip=0) == ["text"]

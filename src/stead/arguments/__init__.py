@@ -13,10 +13,18 @@ them (`table(stored, fn)`, the workflow of a run's input).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+import types
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+# Signatures of plain functions, by what decides them: `inspect.signature`
+# costs about 15 µs, a twentieth of a step on SQLite, and a step's function
+# is named at every call. Keyed by the code, not the function, so that a
+# closure made anew at each call (`run.step("x", lambda: ...)`) is one entry
+# and what it captured is not kept alive; emptied when full.
+_SIGNATURES: dict[Hashable, inspect.Signature] = {}
+_MOST_SIGNATURES = 1024
 
 
 def names(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any], *,
@@ -26,7 +34,7 @@ def names(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
     value taken by `*args` is named `name[i]`. None when the call does not
     bind (it fails on its own; nothing to name) or `fn` has no signature."""
     try:
-        signature = inspect.signature(fn)
+        signature = _signature(fn)
         signature.bind(*([None] * skip), *args, **kwargs)
     except (TypeError, ValueError):
         return None
@@ -39,6 +47,26 @@ def names(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
             found.append(p.name)
         elif p.kind == inspect.Parameter.VAR_POSITIONAL:
             found.extend(f"{p.name}[{i}]" for i in range(len(args) - len(found)))
+    return found
+
+
+def _signature(fn: Callable[..., Any]) -> inspect.Signature:
+    """`inspect.signature(fn)`, kept for a plain function (one with no
+    `__signature__` of its own). `__wrapped__` (functools.wraps) is part of
+    the key: wrappers share their code but show the wrapped function's
+    parameters."""
+    if type(fn) is not types.FunctionType or "__signature__" in fn.__dict__:
+        return inspect.signature(fn)
+    key = (fn.__code__, fn.__defaults__, fn.__kwdefaults__, fn.__dict__.get("__wrapped__"))
+    try:
+        found = _SIGNATURES.get(key)
+    except TypeError:  # an unhashable default (a list)
+        return inspect.signature(fn)
+    if found is None:
+        found = inspect.signature(fn)
+        if len(_SIGNATURES) >= _MOST_SIGNATURES:
+            _SIGNATURES.clear()
+        _SIGNATURES[key] = found
     return found
 
 
