@@ -401,3 +401,26 @@ async def test_a_long_transaction_delays_neither_retention_nor_the_fleet(pg_url:
         assert await store.add_days(clock.t + 30 * DAY)
     finally:
         await store.close()
+
+
+async def test_a_worker_that_could_not_make_the_days_tries_again_a_minute_later(
+        store: stead.Store, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Not at every heartbeat (each try may wait its lock_timeout behind a long
+    transaction), not an hour later (the days are made two ahead: an hour is
+    fine, but a failure is worth trying again soon)."""
+    clock = stead.FakeClock()
+    clock.t = D0
+    tries: list[float] = []
+
+    async def refused(now: float, ahead: int = 2, lock_timeout: float = 0.5) -> bool:
+        tries.append(now)
+        raise stead.errors.StoreUnavailable("gave up waiting for a lock")
+
+    monkeypatch.setattr(store, "add_days", refused)
+    claims = stead.Worker(app, store, clock=clock)._claims
+    for step in (0, 30, 59, 61, 100, 122):
+        clock.t = D0 + step
+        await claims.make_days()
+    assert [t - D0 for t in tries] == [0, 61, 122]
+    assert "could not make the coming days' partitions (tried again in 60 s)" in caplog.text
