@@ -424,3 +424,39 @@ async def test_a_worker_that_could_not_make_the_days_tries_again_a_minute_later(
         await claims.make_days()
     assert [t - D0 for t in tries] == [0, 61, 122]
     assert "could not make the coming days' partitions (tried again in 60 s)" in caplog.text
+
+
+async def test_a_lock_timeout_set_on_the_role_is_waited_out_again(pg_url: str) -> None:
+    """Only stead's own bounded waits (the day functions) give up at once: a
+    `lock_timeout` an operator set on the role or in the URL makes a write
+    wait for a row lock as before, tried again until the lock is free."""
+    import threading
+
+    import psycopg
+
+    schema = pg.query_param(pg_url, "schema")
+    bounded = pg_url + "&options=-c%20lock_timeout%3D200"
+    store = await stead.open_store(bounded)
+    try:
+        run_id = (await stead.Client(store, app).start(waiting)).run_id
+        held, release = threading.Event(), threading.Event()
+
+        def holder() -> None:
+            with psycopg.connect(pg.URL) as conn:
+                conn.execute(f'SET search_path = "{schema}"'.encode())
+                conn.execute(b"SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", (run_id,))
+                held.set()
+                release.wait(10)
+
+        thread = threading.Thread(target=holder)
+        thread.start()
+        try:
+            assert held.wait(10)
+            asyncio.get_running_loop().call_later(1.0, release.set)
+            await stead.Client(store, app).cancel(run_id)  # waits out the row lock
+        finally:
+            release.set()
+            thread.join()
+        assert (await store.get_run(run_id)).status == "cancelled"
+    finally:
+        await store.close()

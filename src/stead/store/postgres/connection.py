@@ -61,6 +61,9 @@ _SCHEMA = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _PERMANENT = ("28", "3D")
 # What the server refuses for good, whatever the connection: bad data, broken constraints.
 _REJECTED = ("22", "23")
+# The functions of the day partitions (sql/0041_day_partitions.sql) that
+# stead calls under a lock_timeout of its own.
+_DAY_FUNCTIONS = ("stead_add_day(", "stead_empty_day(", "stead_drop_day(")
 _REFUSED = ("does not exist", "authentication failed", "pg_hba.conf", "permission denied",
             "no password supplied")
 
@@ -215,12 +218,15 @@ def retryable(exc: psycopg.Error) -> bool:
 
 
 def waited_out(exc: psycopg.Error) -> bool:
-    """A statement gave up waiting for a lock after the `lock_timeout` stead
-    set for it (a day's partitions made or dropped). The bound is there so
-    that a lock stead queues for, behind someone's long transaction, does
-    not hold every query queued behind it for long; trying again at once
-    would queue again, so the caller hears it and tries at its next turn."""
-    return isinstance(exc, pg_errors.LockNotAvailable)
+    """A day's partitions made, emptied or dropped gave up waiting for a lock
+    after the `lock_timeout` stead set for it. The bound is there so that a
+    lock stead queues for, behind someone's long transaction, does not hold
+    every query queued behind it for long; trying again at once would queue
+    again, so the caller hears it and tries at its next turn. Told by the
+    function it was raised in: a lock timeout set on the role or database
+    stays a wait like others, tried again."""
+    return isinstance(exc, pg_errors.LockNotAvailable) and any(
+        name in (exc.diag.context or "") for name in _DAY_FUNCTIONS)
 
 
 def replanned(exc: psycopg.Error) -> bool:
