@@ -145,3 +145,30 @@ async def test_a_pooler_with_every_server_connection_held_is_named_not_waited_on
         finally:
             fleet.stop_all()
 
+
+
+async def test_finding_a_transaction_pooler_prepares_nothing_on_its_backends(
+    server_url: str,
+) -> None:
+    """Telling a transaction pooler takes its question a few times on one
+    connection (more on a busy pooler); psycopg prepares a statement from its
+    fifth run, and the prepared name then reaches another backend. Asked
+    over and over on one connection, every answer is still 'transaction'."""
+    from psycopg.rows import dict_row
+
+    from stead.store.postgres import pooler
+    from stead.store.postgres.connection import parse_url
+
+    with PgBouncer("transaction", _SERVER, pool_size=4) as bouncer:
+        target = parse_url(bouncer.url(server_url))
+
+        async def connect() -> pooler.ScopedConn:
+            return await pooler.ScopedConn.connect(
+                target.conninfo, autocommit=True, row_factory=dict_row)
+
+        conn = await connect()
+        try:
+            found = [await pooler.detect(conn, connect) for _ in range(6)]
+        finally:
+            await conn.close()
+        assert found == [pooler.Pooling.TRANSACTION] * 6

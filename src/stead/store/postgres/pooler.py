@@ -134,7 +134,11 @@ async def detect(conn: ScopedConn, connect: Callable[[], Awaitable[ScopedConn]])
     (up to five times, while it shows nothing, on a busy pooler), made only
     when the server's port differs from the one connected to (a proxy or
     pooler is in front)."""
-    row = await (await conn.execute(_PIDS)).fetchone()
+    # Never prepared: psycopg prepares a statement on the server from its
+    # fifth run, and through a transaction pooler the next run of that name
+    # can reach another backend ("prepared statement does not exist"): a
+    # busy pooler takes this many rounds.
+    row = await (await conn.execute(_PIDS, prepare=False)).fetchone()
     assert row is not None
     if row["port"] is None or int(row["port"]) == int(conn.info.port):
         return Pooling.NONE
@@ -143,10 +147,12 @@ async def detect(conn: ScopedConn, connect: Callable[[], Awaitable[ScopedConn]])
         # Another client may take the freed backend first (a busy pooler):
         # a round that shows nothing is tried again, a few times.
         for _ in range(_ROUNDS):
-            mine = (await (await conn.execute(_PIDS)).fetchone() or {}).get("pid")
+            mine = (await (await conn.execute(_PIDS, prepare=False)).fetchone() or {}).get("pid")
             async with other.transaction():
-                theirs = (await (await other.execute(_PIDS)).fetchone() or {}).get("pid")
-                again = (await (await conn.execute(_PIDS)).fetchone() or {}).get("pid")
+                theirs = (await (await other.execute(_PIDS, prepare=False)).fetchone()
+                          or {}).get("pid")
+                again = (await (await conn.execute(_PIDS, prepare=False)).fetchone()
+                         or {}).get("pid")
             if theirs == mine or again != mine:
                 return Pooling.TRANSACTION
     finally:
