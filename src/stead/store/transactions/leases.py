@@ -82,19 +82,16 @@ def claim_fair(policy: fair.Policy, params: dict[str, Any], limit: int, turn: in
     if locked:
         yield execute("lock_tenants", {"tenants": locked})
     now = params["now"]
-    # Each tenant's ready runs are counted up to `limit`, so the first round
-    # asks a tenant with one run ready for one, not for its whole share (the
-    # rest then went to the others in a second round: a statement more).
     read = yield rows("tenant_loads", {
         **params, "most": MAX_TENANTS, "since": policy.default.since(now),
-        "named": list(policy.named), "limit": limit,
+        "named": list(policy.named),
         "sinces": json.dumps({t: x.since(now) for t, x in policy.named.items()})})
     loads = {}
     for r in read:
         tenant = str(r["tenant"])
-        may = tenant in locked or not policy.of(tenant).limited
-        loads[tenant] = fair.Load(tenant, int(r["active"]),
-                                  min(int(r["ready"]), limit) if may else 0, int(r["recent"]))
+        ready = bool(r["ready"]) and (tenant in locked or not policy.of(tenant).limited)
+        loads[tenant] = fair.Load(tenant, int(r["active"]), limit if ready else 0,
+                                  int(r["recent"]))
     claimed: list[RunRow] = []
     for _ in range(_ROUNDS):
         left = limit - len(claimed)

@@ -1526,8 +1526,8 @@ FROM (SELECT tenant FROM unnest(%(tenants)s::text[]) AS u (tenant) ORDER BY tena
 
 -- name: tenant_loads
 -- For each tenant with runs a claim could take (the skip scan of
--- ready_tenants, at most %(most)s): its runs leased now (active), how many (at
--- most %(limit)s) a claim of this worker could take (ready: runnable outside a queue,
+-- ready_tenants, at most %(most)s): its runs leased now (active), whether it
+-- has one a claim of this worker could take (ready: runnable outside a queue,
 -- or due), and its runs first claimed after its since (recent; 0 without
 -- one): the tenants in %(named)s take theirs from %(sinces)s (a JSON object),
 -- the others %(since)s. Each is a bounded read of run_tenants' indexes for
@@ -1554,19 +1554,19 @@ SELECT t.tenant,
        AND r.lease_expires_at >
            COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8
     ) AS active,
-    (SELECT count(*) FROM (SELECT 1 FROM run_tenants AS rt JOIN runs AS r ON r.run_id = rt.run_id
+    (SELECT rt.run_id FROM run_tenants AS rt JOIN runs AS r ON r.run_id = rt.run_id
      WHERE rt.tenant = t.tenant AND rt.status IN ('pending', 'running') AND rt.queue IS NULL
        AND (r.lease_expires_at IS NULL OR r.lease_expires_at <=
            COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8)
        AND (r.workflow || '@' || r.version) = ANY(%(hosted)s::text[])
        AND NOT (r.run_id = ANY(%(exclude)s::text[]))
-     ORDER BY rt.created_at LIMIT %(limit)s) AS runnable)
-    + (SELECT count(*) FROM (SELECT 1 FROM run_tenants AS rt JOIN runs AS r ON r.run_id = rt.run_id
+     ORDER BY rt.created_at LIMIT 1) IS NOT NULL
+    OR (SELECT rt.run_id FROM run_tenants AS rt JOIN runs AS r ON r.run_id = rt.run_id
         WHERE rt.tenant = t.tenant AND rt.status = 'waiting'
           AND rt.wake_at <= %(now)s AND rt.queue IS NULL
           AND (r.workflow || '@' || r.version) = ANY(%(hosted)s::text[])
           AND NOT (r.run_id = ANY(%(exclude)s::text[]))
-        ORDER BY rt.wake_at LIMIT %(limit)s) AS due) AS ready,
+        ORDER BY rt.wake_at LIMIT 1) IS NOT NULL AS ready,
     CASE WHEN t.since IS NULL THEN 0 ELSE
         (SELECT count(*) FROM run_tenants AS rt
          WHERE rt.tenant = t.tenant AND rt.started_at > t.since) END AS recent

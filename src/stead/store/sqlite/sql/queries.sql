@@ -1222,8 +1222,8 @@ SELECT tenant FROM t WHERE tenant IS NOT NULL LIMIT :most;
 
 -- name: tenant_loads
 -- For each tenant with runs a claim could take (the skip scan of
--- ready_tenants, at most :most): its runs leased now (active), how many (up to
--- :limit) a claim of this worker could take (ready: runnable outside a queue, or
+-- ready_tenants, at most :most): its runs leased now (active), whether it has
+-- one a claim of this worker could take (ready: runnable outside a queue, or
 -- due), and its runs first claimed after its since (recent; 0 without one):
 -- the tenants in :named (a JSON array) take theirs from :sinces (a JSON
 -- object), the others :since. Each is a bounded read of run_tenants' indexes
@@ -1250,21 +1250,21 @@ SELECT t.tenant AS tenant,
      WHERE rt.tenant = t.tenant AND rt.status = 'running' AND r.lease_owner IS NOT NULL
        AND r.lease_expires_at > COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0)
     ) AS active,
-    (SELECT count(*) FROM (SELECT 1 FROM run_tenants AS rt INDEXED BY run_tenants_runnable
+    (SELECT rt.run_id FROM run_tenants AS rt INDEXED BY run_tenants_runnable
      JOIN runs AS r ON r.run_id = rt.run_id
      WHERE rt.tenant = t.tenant AND rt.status IN ('pending', 'running') AND rt.queue IS NULL
        AND (r.lease_expires_at IS NULL OR r.lease_expires_at <=
            COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0))
        AND (r.workflow || '@' || r.version) IN (SELECT value FROM json_each(:hosted))
        AND r.run_id NOT IN (SELECT value FROM json_each(:exclude))
-     ORDER BY rt.created_at LIMIT :limit))
-    + (SELECT count(*) FROM (SELECT 1 FROM run_tenants AS rt
+     ORDER BY rt.created_at LIMIT 1) IS NOT NULL
+    OR (SELECT rt.run_id FROM run_tenants AS rt
         JOIN runs AS r ON r.run_id = rt.run_id
         WHERE rt.tenant = t.tenant AND rt.status = 'waiting' AND rt.wake_at <= :now
           AND rt.queue IS NULL
           AND (r.workflow || '@' || r.version) IN (SELECT value FROM json_each(:hosted))
           AND r.run_id NOT IN (SELECT value FROM json_each(:exclude))
-        ORDER BY rt.wake_at LIMIT :limit)) AS ready,
+        ORDER BY rt.wake_at LIMIT 1) IS NOT NULL AS ready,
     CASE WHEN t.since IS NULL THEN 0 ELSE
         (SELECT count(*) FROM run_tenants AS rt
          WHERE rt.tenant = t.tenant AND rt.started_at > t.since) END AS recent
