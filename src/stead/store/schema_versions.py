@@ -188,6 +188,12 @@ def on_open(dialect: str, given: str | None = None) -> OnOpen:
             f"{where} is one of {', '.join(OnOpen)}, not {text!r}") from None
 
 
+def lock_timeout_setting(seconds: float) -> str:
+    """`seconds` as PostgreSQL's `lock_timeout` setting: whole milliseconds,
+    at least one (0 would mean no bound at all)."""
+    return f"{max(1, round(seconds * 1000))}ms"
+
+
 @dataclasses.dataclass(frozen=True)
 class Migrating:
     """How one opener treats the schema."""

@@ -65,7 +65,8 @@ class Claims:
         self._tenant_turn = 0  # which tenant a tie among tenants goes to first
         self._fair_until = 0.0  # claims share among tenants until then (monotonic)
         self._several_at = -_FAIR_LINGER  # when several tenants last had runs ready
-        self._days_at: float | None = None  # when this worker last made the coming days
+        self._days_at: float | None = None  # when this worker last tried making the days
+        self._days_wait = _DAYS_EVERY  # and how long after that it tries again
 
     async def heartbeats(self) -> None:
         while True:
@@ -106,15 +107,16 @@ class Claims:
         (PostgreSQL), hourly. A day no one made in time still takes its runs
         (in `journal_dated_other`, moved into the day's partition when made)."""
         now = self.clock.now()
-        if self._days_at is not None and abs(now - self._days_at) < _DAYS_EVERY:
+        if self._days_at is not None and abs(now - self._days_at) < self._days_wait:
             return
+        self._days_at = now
         try:
             await self.store.add_days(now)
-            self._days_at = now
+            self._days_wait = _DAYS_EVERY
         except errors.StoreError as exc:
             # Tried again in a minute, not at every heartbeat: each try may
             # queue for a lock behind a long transaction (for its lock_timeout).
-            self._days_at = now - _DAYS_EVERY + _DAYS_AGAIN
+            self._days_wait = _DAYS_AGAIN
             log.warning("worker %s could not make the coming days' partitions (tried again "
                         "in %g s): %s", self.worker_id, _DAYS_AGAIN, exc)
 

@@ -127,7 +127,7 @@ async def _in_transaction(opener: _Opener, batch: list[Migration], *,
                           fresh: bool) -> list[Migration]:
     """Apply `batch` in one transaction, under the migration lock."""
     conn, waiting = opener.conn, _Waiting(opener)
-    timeout = f"{max(1, round(opener.migrating.lock_timeout * 1000))}ms"
+    timeout = schema_versions.lock_timeout_setting(opener.migrating.lock_timeout)
     while True:
         async with conn.transaction():
             if await _taken(conn, "try_migrate_lock", opener.schema):

@@ -9,16 +9,9 @@ import dataclasses
 import datetime as dt
 from collections.abc import Sequence
 
+from stead.store import schema_versions
 from stead.store.seam import Flow, execute, one, rows
 from stead.store.transactions import retention
-
-# What a day's runs leave behind besides their journal and events, deleted
-# with the runs (their rows are one or a few per run, not one per step).
-_BESIDE = ("delete_resumes", "delete_wait_requests", "delete_waits", "delete_intents",
-           "delete_migrations", "delete_journal_archive", "delete_lineage",
-           "delete_snapshots", "delete_operator_actions", "delete_rejected_tally",
-           "delete_streams", "delete_run_blobs", "delete_payload_keys",
-           "delete_conversation_parts", "delete_runs")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +28,7 @@ def add_days(days: Sequence[dt.date], lock_timeout: float) -> Flow[bool]:
     `lock_timeout` seconds for each lock; False if another process is making
     them now (it makes the same)."""
     made = True
-    timeout = f"{max(1, round(lock_timeout * 1000))}ms"
+    timeout = schema_versions.lock_timeout_setting(lock_timeout)
     for day in days:
         row = yield one("add_day", {"day": day, "lock_timeout": timeout})
         made = made and (row is None or bool(row["made"]))
@@ -65,10 +58,10 @@ def empty_day(cutoff: float, day: Day, lock_timeout: float) -> Flow[list[str] | 
     keep = (yield from retention.prunable(cutoff, len(ids), ids)) if ids else []
     if len(keep) != len(ids):
         return None
-    yield execute("empty_day", {"day": day.day,
-                                "lock_timeout": f"{max(1, round(lock_timeout * 1000))}ms"})
+    yield execute("empty_day", {
+        "day": day.day, "lock_timeout": schema_versions.lock_timeout_setting(lock_timeout)})
     if ids:
-        for query in _BESIDE:
+        for query in retention.BESIDE_JOURNAL:
             yield execute(query, {"run_ids": ids})
     return ids
 
@@ -76,6 +69,6 @@ def empty_day(cutoff: float, day: Day, lock_timeout: float) -> Flow[list[str] | 
 def drop_day(day: Day, lock_timeout: float) -> Flow[bool]:
     """Drop an emptied day's partitions, waiting at most `lock_timeout`
     seconds for the lock on journal and events; False if it is not empty."""
-    row = yield one("drop_day", {"day": day.day,
-                                 "lock_timeout": f"{max(1, round(lock_timeout * 1000))}ms"})
+    row = yield one("drop_day", {
+        "day": day.day, "lock_timeout": schema_versions.lock_timeout_setting(lock_timeout)})
     return row is None or bool(row["dropped"])

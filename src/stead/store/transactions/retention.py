@@ -14,6 +14,16 @@ if TYPE_CHECKING:  # for annotations; imported below where one is made
     from stead.records import ConversationPart, Record, RunExport, RunRow, StateRow, WaitRow
 
 
+# What a run leaves besides its journal and events, deleted with it in this
+# order (the run last: the others name it); a day's partitions emptied whole
+# take the journal and the events (`transactions.days.empty_day`).
+BESIDE_JOURNAL = ("delete_resumes", "delete_wait_requests", "delete_waits", "delete_intents",
+                  "delete_migrations", "delete_journal_archive", "delete_lineage",
+                  "delete_snapshots", "delete_operator_actions", "delete_rejected_tally",
+                  "delete_streams", "delete_run_blobs", "delete_payload_keys",
+                  "delete_conversation_parts", "delete_runs")
+
+
 def prunable(cutoff: float, limit: int, run_ids: Sequence[str] | None = None
              ) -> Flow[list[str]]:
     found = yield rows("prunable_runs", {
@@ -56,13 +66,7 @@ def delete_runs(cutoff: float, run_ids: Sequence[str]) -> Flow[list[str]]:
     keep = yield from prunable(cutoff, len(run_ids) or 1, run_ids)
     if keep:
         ids = {"run_ids": keep}
-        for query in ("delete_journals", "delete_resumes", "delete_wait_requests",
-                      "delete_waits", "delete_events",
-                      "delete_intents", "delete_migrations", "delete_journal_archive",
-                      "delete_lineage", "delete_snapshots", "delete_operator_actions",
-                      "delete_rejected_tally", "delete_streams", "delete_run_blobs",
-                      "delete_payload_keys", "delete_conversation_parts",
-                      "delete_runs"):
+        for query in ("delete_journals", "delete_events", *BESIDE_JOURNAL):
             yield execute(query, ids)
     return keep
 
