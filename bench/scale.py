@@ -1,5 +1,5 @@
 """`python -m bench.scale [--sizes 1000,1000000] [--db postgres,sqlite] [--runs 2000]
-[--approvals 200] [--workers 4] [--repeat 1] [--no-dbos] [--write]`
+[--approvals 200] [--workers 4] [--repeat 1] [--seed-once] [--no-dbos] [--write]`
 
 The scale run (not part of CI, nor of `python -m bench`): a database holding
 `size` runs (90% finished, 10% waiting for an event, bulk-loaded from rows
@@ -10,7 +10,9 @@ the started runs (3 steps each), and deliver → next step (an approval run
 woken by `client.deliver`, until its next step runs in a worker). With
 `--repeat N` the sizes take turns N times and each cell is the median of the
 N measurements, with their range: one run's p99 on a shared box follows
-whatever else the box did in that minute. DBOS runs
+whatever else the box did in that minute. Each measurement seeds its own
+database, unless `--seed-once`: then a size over 100,000 runs is seeded once
+(ten million take half an hour) and measured N times, its retention last. DBOS runs
 the same queue workload (its runs enqueued on a queue of the same
 concurrency, executed by as many processes, with as many finished workflows
 already in its database). With `--write` the section between the scale
@@ -41,6 +43,9 @@ DELIVER_GAP = 0.02  # seconds between deliveries: each is judged alone
 BEGIN, END = "<!-- scale run: begin -->", "<!-- scale run: end -->"
 CONCURRENCY = 64  # the queue's, for stead and DBOS alike
 PER_PROCESS = 16  # each worker process's slots (DBOS: worker_concurrency)
+# With --seed-once, sizes up to this are still seeded afresh for each measurement: the
+# runs a measurement adds (--runs + --approvals) would otherwise change a small size
+RESEED_UP_TO = 100_000
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -55,7 +60,11 @@ def merged(reps: list[dict[str, Any]]) -> dict[str, Any]:
     every repetition's value kept under `<key>_all` for the range."""
     out = dict(reps[-1])
     for key, *_ in ROWS + EXTRA:
-        values = sorted(r[key] for r in reps)
+        # None: not measured in that repetition (a seeded database is pruned once, last)
+        values = sorted(r[key] for r in reps if r[key] is not None)
+        if not values:
+            out[key] = float("nan")
+            continue
         out[key] = values[len(values) // 2] if len(values) % 2 else (
             (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2)
         out[key + "_all"] = values
@@ -115,56 +124,70 @@ async def approvals(url: str, n: int,
 
 def measure_stead(db: str, size: int, args: argparse.Namespace, scratch: Path,
                   log: Any) -> dict[str, Any]:
+    """One measurement of `size` runs on a database seeded for it alone."""
     with runner.fresh_database(db, scratch) as url:
-        log(f"stead {db} {size:,}: seeding")
-        seed = runner.run(STEAD, {"workload": "seed", "url": url, "size": size,
-                                  "checkpoint": not args.no_checkpoint, "days": args.days},
-                          timeout=7200)
-        log(f"  seeded in {seed['f_seconds'] + seed['w_seconds']:.1f} s "
-            f"(+{seed['analyze_seconds']:.1f} s analyze), {seed['bytes'] / 1e6:.0f} MB")
-        starts = runner.run(STEAD, {"workload": "starts", "url": url, "runs": args.runs})
-        log(f"  start_many: {args.runs / starts['seconds']:.0f} starts/s")
-        plans = explain(db, url)  # with the started runs queued, before any is claimed
-        workers = [runner.Child(STEAD, {"workload": "worker", "url": url,
-                                        "worker_id": f"w{i}", "concurrency": PER_PROCESS})
-                   for i in range(args.workers)]
-        try:
+        return measure_seeded(db, url, seed_stead(db, url, size, args, log), args, log,
+                              prune=True)
+
+
+def seed_stead(db: str, url: str, size: int, args: argparse.Namespace,
+               log: Any) -> dict[str, Any]:
+    log(f"stead {db} {size:,}: seeding")
+    seed: dict[str, Any] = runner.run(
+        STEAD, {"workload": "seed", "url": url, "size": size,
+                "checkpoint": not args.no_checkpoint, "days": args.days}, timeout=7200)
+    log(f"  seeded in {seed['f_seconds'] + seed['w_seconds']:.1f} s "
+        f"(+{seed['analyze_seconds']:.1f} s analyze), {seed['bytes'] / 1e6:.0f} MB")
+    return seed
+
+
+def measure_seeded(db: str, url: str, seed: dict[str, Any], args: argparse.Namespace,
+                   log: Any, *, prune: bool) -> dict[str, Any]:
+    """The measurements on a seeded database; with `prune`, its oldest day's
+    retention last (it deletes seeded runs, so it ends a database's use)."""
+    starts = runner.run(STEAD, {"workload": "starts", "url": url, "runs": args.runs})
+    log(f"  start_many: {args.runs / starts['seconds']:.0f} starts/s")
+    plans = explain(db, url)  # with the started runs queued, before any is claimed
+    workers = [runner.Child(STEAD, {"workload": "worker", "url": url,
+                                    "worker_id": f"w{i}", "concurrency": PER_PROCESS})
+               for i in range(args.workers)]
+    try:
+        for w in workers:
+            w.wait_for("READY", 120)
+        t_go = common.now()
+        for w in workers:
+            w.send_line()
+        t_done = asyncio.run(wait_done(url, starts["run_ids"], 900))
+        log(f"  executed: {args.runs / (t_done - t_go):.0f} runs/s")
+        io_before = server_io(db, url)
+        sent, returned = asyncio.run(approvals(url, args.approvals, 300))
+        io_after = server_io(db, url)
+        woke: dict[str, float] = {}
+        deadline = time.monotonic() + 120
+        while len(woke) < len(sent) and time.monotonic() < deadline:
             for w in workers:
-                w.wait_for("READY", 120)
-            t_go = common.now()
-            for w in workers:
-                w.send_line()
-            t_done = asyncio.run(wait_done(url, starts["run_ids"], 900))
-            log(f"  executed: {args.runs / (t_done - t_go):.0f} runs/s")
-            io_before = server_io(db, url)
-            sent, returned = asyncio.run(approvals(url, args.approvals, 300))
-            io_after = server_io(db, url)
-            woke: dict[str, float] = {}
-            deadline = time.monotonic() + 120
-            while len(woke) < len(sent) and time.monotonic() < deadline:
-                for w in workers:
-                    woke.update({p["run_id"]: p["at"] for t, p in list(w.lines) if t == "WOKE"})
-                time.sleep(0.05)
-            for w in workers:
-                w.send_line()
-            results = [w.finish(120) for w in workers]
-        finally:
-            for w in workers:
-                w.kill()
-        latency = runner.run(STEAD, {"workload": "latency", "url": url, "n": LATENCY_N,
-                                     "run_ids": sample_runs(db, url, LATENCY_N)}, timeout=900)
-        log(f"  start p50 {latency['start']['p50']:.1f} ms, run page p50 "
-            f"{latency['page']['p50']:.1f} ms")
-        pruned = None
-        if db == "postgres":
-            pruned = runner.run(STEAD, {"workload": "prune_day", "url": url}, timeout=7200)
-            log(f"  retention of day {pruned['day']}: {pruned['deleted']:,} runs in "
-                f"{pruned['seconds']:.1f} s, drop held its lock {pruned['longest_drop']:.3f} s")
-        wake_ms = [(woke[r] - sent[r]) * 1000 for r in sent if r in woke]
-        call_ms = [(returned[r] - sent[r]) * 1000 for r in sent]
-        resume_ms = [(woke[r] - returned[r]) * 1000 for r in sent if r in woke]
-        took = [x for r in results for x in r["took_ms"]]
-        idle = [x for r in results for x in r["idle_ms"]]
+                woke.update({p["run_id"]: p["at"] for t, p in list(w.lines) if t == "WOKE"})
+            time.sleep(0.05)
+        for w in workers:
+            w.send_line()
+        results = [w.finish(120) for w in workers]
+    finally:
+        for w in workers:
+            w.kill()
+    latency = runner.run(STEAD, {"workload": "latency", "url": url, "n": LATENCY_N,
+                                 "run_ids": sample_runs(db, url, LATENCY_N)}, timeout=900)
+    log(f"  start p50 {latency['start']['p50']:.1f} ms, run page p50 "
+        f"{latency['page']['p50']:.1f} ms")
+    pruned = None
+    if prune and db == "postgres":
+        pruned = runner.run(STEAD, {"workload": "prune_day", "url": url}, timeout=7200)
+        log(f"  retention of day {pruned['day']}: {pruned['deleted']:,} runs in "
+            f"{pruned['seconds']:.1f} s, drop held its lock {pruned['longest_drop']:.3f} s")
+    wake_ms = [(woke[r] - sent[r]) * 1000 for r in sent if r in woke]
+    call_ms = [(returned[r] - sent[r]) * 1000 for r in sent]
+    resume_ms = [(woke[r] - returned[r]) * 1000 for r in sent if r in woke]
+    took = [x for r in results for x in r["took_ms"]]
+    idle = [x for r in results for x in r["idle_ms"]]
     return {
         "seed": seed, "starts_per_s": args.runs / starts["seconds"],
         "runs_per_s": args.runs / (t_done - t_go),
@@ -176,9 +199,9 @@ def measure_stead(db: str, size: int, args: argparse.Namespace, scratch: Path,
         "start_p50": latency["start"]["p50"], "start_p99": latency["start"]["p99"],
         "page_p50": latency["page"]["p50"], "page_p99": latency["page"]["p99"],
         "pruned": pruned,
-        "prune_seconds": pruned["seconds"] if pruned else 0.0,
-        "prune_lock_ms": pruned["longest_drop"] * 1000 if pruned else 0.0,
-        "prune_runs": pruned["deleted"] if pruned else 0,
+        "prune_seconds": pruned["seconds"] if pruned else None,
+        "prune_lock_ms": pruned["longest_drop"] * 1000 if pruned else None,
+        "prune_runs": pruned["deleted"] if pruned else None,
         "plans": plans,
         "server_io": {k: io_after[k] - io_before[k] for k in io_after},
     }
@@ -345,7 +368,11 @@ def section(found: dict[str, Any], args: argparse.Namespace, seconds: float) -> 
              f"{DELIVER_GAP * 1000:.0f} ms apart. Measured on a shared 2-core box "
              "(load: " + machine.load_now() + "); " + (
                  f"each cell is the median (min-max) of {args.repeat} repetitions, the "
-                 "sizes taking turns, and each ratio is of the medians."
+                 "sizes taking turns, and each ratio is of the medians" + (
+                     f"; a size over {RESEED_UP_TO:,} runs was seeded once and measured "
+                     f"{args.repeat} times on that database (each measurement adding its "
+                     f"{args.runs + args.approvals:,} runs), its retention after the last."
+                     if args.seed_once else ".")
                  if args.repeat > 1 else "single measurements.") + (
                  " Each PostgreSQL seed ends with VACUUM ANALYZE, an SQLite one with ANALYZE" + (
                      "." if args.no_checkpoint else
@@ -434,6 +461,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-dbos", action="store_true")
     p.add_argument("--no-checkpoint", action="store_true",
                    help="measure right after the bulk load, its WAL not yet checkpointed")
+    p.add_argument("--seed-once", action="store_true",
+                   help=f"seed each size over {RESEED_UP_TO:,} runs once and take its "
+                        "--repeat measurements on that database (each adds "
+                        "--runs + --approvals runs to it); smaller sizes are seeded afresh")
     p.add_argument("--write", action="store_true", help="update bench/RESULTS.md")
     args = p.parse_args(argv)
 
@@ -442,14 +473,25 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.monotonic()
     reps: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
-    with runner.scratch_dir() as scratch:
+    with runner.scratch_dir() as scratch, contextlib.ExitStack() as kept:
         for db in args.db:
+            seeded: dict[int, tuple[str, dict[str, Any]]] = {}
+            for size in args.sizes:
+                if args.seed_once and size > RESEED_UP_TO:
+                    url = kept.enter_context(runner.fresh_database(db, scratch))
+                    seeded[size] = url, seed_stead(db, url, size, args, log)
             for rep in range(args.repeat):
                 for size in args.sizes:
                     if args.repeat > 1:
                         log(f"repetition {rep + 1} of {args.repeat}")
-                    reps.setdefault(("stead", db, size), []).append(
-                        measure_stead(db, size, args, scratch, log))
+                    if size in seeded:
+                        url, seed = seeded[size]
+                        log(f"stead {db} {size:,}: measuring the database seeded once")
+                        one = measure_seeded(db, url, seed, args, log,
+                                             prune=rep == args.repeat - 1)
+                    else:
+                        one = measure_stead(db, size, args, scratch, log)
+                    reps.setdefault(("stead", db, size), []).append(one)
                     if not args.no_dbos and db == "postgres" and rep == 0:
                         # its seed is PostgreSQL SQL; one repetition: it is not the target
                         reps.setdefault(("dbos", db, size), []).append(
