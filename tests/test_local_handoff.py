@@ -8,6 +8,7 @@ stops."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -52,14 +53,25 @@ async def _waiting(client: stead.Client, run_id: str) -> None:
     await client.wait_for(run_id, ["waiting"], timeout=30)
 
 
+async def _listening(store: Store) -> None:
+    """Until the store listens for news of work. PostgreSQL's listener starts
+    with the first wait and then says once that work may have come while
+    nobody listened: a worker whose first wait met that would claim instead of
+    offering its slots to the test's next delivery."""
+    from stead.store.postgres import PostgresStore
+
+    if isinstance(store, PostgresStore):
+        await store.wait_for_work(30)
+
+
 async def _offering(store: Store) -> None:
-    """Until an idle worker of this process offers deliveries its slots: a
-    worker's start (its lease keeper's first look, its first claim) may
-    outlast a fixed pause on a loaded machine."""
+    """Until an idle worker of this process offers deliveries a free slot: a
+    worker's start (its lease keeper's first look, its first claim), or its
+    return to idle after a run, may outlast a fixed pause on a loaded machine."""
     local = store.database.local
     assert local is not None
     for _ in range(3000):
-        if local._takers:
+        if any(taker.open > 0 for taker in local._takers):
             return
         await asyncio.sleep(0.01)
     raise AssertionError("no idle worker offered its slots within 30 s")
@@ -71,6 +83,7 @@ async def test_a_delivery_hands_the_woken_run_to_an_idle_worker_of_its_process(
     app, approve = approval_app(lambda _: done.set())
     client = stead.Client(store, app)
     claims = CountedClaims(store, monkeypatch)
+    await _listening(store)
     worker = stead.Worker(app, store, stead.WorkerOptions(poll_interval=60))
     task = asyncio.create_task(worker.run())
     try:
@@ -78,7 +91,7 @@ async def test_a_delivery_hands_the_woken_run_to_an_idle_worker_of_its_process(
         await _waiting(client, info.run_id)
         assert claims.taken == [info.run_id]  # its first claim: a start hands nothing
         epoch = (await client.get(info.run_id)).epoch
-        await asyncio.sleep(0.2)  # idle again, offering its slots
+        await _offering(store)  # idle again
         accepted = await client.deliver(info.run_id, event_id="e1", kind="approval",
                                         payload={"ok": 1})
         assert isinstance(accepted, stead.Accepted)
@@ -130,12 +143,13 @@ async def test_a_queued_run_is_left_to_its_queue_s_claim(
 
     client = stead.Client(store, app)
     claims = CountedClaims(store, monkeypatch)
+    await _listening(store)
     worker = stead.Worker(app, store, stead.WorkerOptions(poll_interval=60))
     task = asyncio.create_task(worker.run())
     try:
         info = await client.start(approve, queue="q")
         await _waiting(client, info.run_id)
-        await asyncio.sleep(0.2)
+        await _offering(store)
         await client.deliver(info.run_id, event_id="e1", kind="approval", payload=2)
         assert await client.result(info.run_id, timeout=20) == 2
         # Taken by the queue's claim, under its limits, both times.
@@ -151,6 +165,7 @@ async def test_a_run_handed_to_a_stopping_worker_is_released_for_another(
     client = stead.Client(store, app)
     info = await client.start(approve)
     await stead.Worker(app, store).run_until_idle()
+    await _listening(store)
     worker = stead.Worker(app, store, stead.WorkerOptions(poll_interval=60))
     task = asyncio.create_task(worker.run())
     await _offering(store)
@@ -188,6 +203,7 @@ async def test_a_slot_a_delivery_did_not_use_is_given_back(
     first, second = (await client.start(approve)), (await client.start(approve))
     await stead.Worker(app, store).run_until_idle()
     claims = CountedClaims(store, monkeypatch)
+    await _listening(store)
     # One slot: a delivery that leased nothing must give it back, or the
     # next one could not hand its run over.
     worker = stead.Worker(app, store, stead.WorkerOptions(poll_interval=60, concurrency=1))
@@ -200,10 +216,49 @@ async def test_a_slot_a_delivery_did_not_use_is_given_back(
         assert await client.result(first.run_id, timeout=20) == 4
         again = await client.deliver(first.run_id, event_id="e1", kind="approval", payload=4)
         assert isinstance(again, stead.Duplicate)
-        await asyncio.sleep(0.2)
+        await _offering(store)  # idle again after the first run
         await client.deliver(second.run_id, event_id="e2", kind="approval", payload=5)
         assert await client.result(second.run_id, timeout=20) == 5
         assert claims.taken == []  # both came with their deliveries
     finally:
         worker.stop()
         await task
+
+
+async def test_a_run_handed_over_wakes_no_other_process_s_idle_workers(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Told of a run leased already, every idle worker of the fleet would claim
+    only to find nothing: a delivery that hands its run over sends no NOTIFY;
+    one that hands nothing over does. `watcher` listens as another process's
+    idle worker would."""
+    app, approve = approval_app()
+    store, watcher = await stead.open_store(pg_url), await stead.open_store(pg_url)
+    try:
+        client = stead.Client(store, app)
+        handed, left = (await client.start(approve)), (await client.start(approve))
+        await stead.Worker(app, store).run_until_idle()
+        claims = CountedClaims(store, monkeypatch)
+        await _listening(store)
+        await _listening(watcher)
+        worker = stead.Worker(app, store, stead.WorkerOptions(poll_interval=60))
+        task = asyncio.create_task(worker.run())
+        try:
+            await _offering(store)
+            await client.deliver(handed.run_id, event_id="e1", kind="approval", payload=1)
+            started = time.monotonic()
+            await watcher.wait_for_work(0.5)
+            assert time.monotonic() - started >= 0.45, "a handed-over run woke the fleet"
+            assert await client.result(handed.run_id, timeout=20) == 1
+            assert claims.taken == []
+        finally:
+            worker.stop()
+            await task
+        waiting = asyncio.create_task(watcher.wait_for_work(30))
+        await asyncio.sleep(0.05)
+        started = time.monotonic()
+        await client.deliver(left.run_id, event_id="e2", kind="approval", payload=2)
+        await asyncio.wait_for(waiting, 10)  # no idle worker here: the fleet is told
+        assert time.monotonic() - started < 5
+    finally:
+        await store.close()
+        await watcher.close()

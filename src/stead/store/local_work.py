@@ -16,7 +16,9 @@ this process that wakes a run the worker hosts leases the run to it in the
 delivery's own transaction and hands it the run's row, so the worker starts
 at once, with no claim of its own (the claim is a transaction, a commit
 and a sync, of its own). The slot is reserved before the transaction and
-given back if the delivery leases nothing.
+given back if the delivery leases nothing. A delivery that reserved a slot
+wakes no one else: told, every idle worker of the fleet would claim, only to
+find the run leased.
 """
 
 from __future__ import annotations

@@ -287,14 +287,17 @@ WAKES = frozenset({"notify_work", "accept_event"})
 
 def noting_wakes(flow: FlowFactory[T], noted: list[bool]) -> FlowFactory[T]:
     """`flow`, noting in `noted` whether it asked for a query that wakes
-    workers (the drivers only send answers into flows, never throw)."""
+    workers, unless its `tell` parameter is false (an accepted event whose run
+    goes straight to a worker of this process). The drivers only send answers
+    into flows, never throw."""
     def watched() -> Flow[T]:
         steps = flow()
         answer: Any = None
         try:
             while True:
                 step = steps.send(answer)
-                if isinstance(step, Query) and step.name in WAKES:
+                if (isinstance(step, Query) and step.name in WAKES
+                        and step.params.get("tell", True)):
                     noted.append(True)
                 answer = yield step
         except StopIteration as done:

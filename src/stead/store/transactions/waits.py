@@ -176,19 +176,24 @@ def deliver(event: EventRow, judge: Judge, now: float,
         stored = dataclasses.replace(stored, payload=digest(stored.payload),
                                      bind=digest(stored.bind))
     if verdict.verdict == Verdict.ACCEPTED and verdict.wait_id is not None:
-        # Stored, the wait consumed, the run woken and idle workers told: one
-        # statement on PostgreSQL (`stored.wait_id` is the verdict's wait).
-        yield execute("accept_event", _rows.event_params(stored))
-        leased: RunRow | None = None
+        taker = None
         if (lessee is not None and run is not None and run["status"] == RunStatus.WAITING
                 and run["queue"] is None):
             taker = lessee.reserve(f"{run['workflow']}@{run['version']}")
-            if taker is not None:
-                row = yield one("lease_woken", {
-                    "run_id": event.run_id, "worker_id": taker.worker_id,
-                    "lease_seconds": taker.lease_seconds, "lease_now": lessee.lease_now,
-                    "now": now})
-                leased = None if row is None else _rows.run(row)
+        # Stored, the wait consumed, the run woken: one statement on PostgreSQL
+        # (`stored.wait_id` is the verdict's wait). Idle workers are told unless
+        # the run goes straight to a worker of this process: told, every idle
+        # worker of the fleet would claim, to find the run leased.
+        yield execute("accept_event", {**_rows.event_params(stored), "tell": taker is None})
+        leased: RunRow | None = None
+        if taker is not None and lessee is not None:
+            row = yield one("lease_woken", {
+                "run_id": event.run_id, "worker_id": taker.worker_id,
+                "lease_seconds": taker.lease_seconds, "lease_now": lessee.lease_now,
+                "now": now})
+            leased = None if row is None else _rows.run(row)
+            if leased is None:  # not leased after all: claimable, so say so
+                yield execute("notify_work")
         return verdict, stored, leased
     yield execute("insert_event", _rows.event_params(stored))
     if verdict.verdict == Verdict.REJECTED:

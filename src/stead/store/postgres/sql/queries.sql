@@ -528,7 +528,7 @@ SET wait_id = excluded.wait_id, kind = excluded.kind, payload = excluded.payload
 -- name: accept_event
 -- An accepted event in one statement (one round trip): stored (as
 -- insert_event), its wait consumed, its run woken if it was waiting, and
--- idle workers told (NOTIFY, sent at commit) when it was.
+-- idle workers told (NOTIFY, sent at commit) when it was and `tell` is set.
 WITH stored AS (
     INSERT INTO events (run_id, event_id, wait_id, kind, payload, bind, verdict, reason,
                         detail, received_at, delivered_by, delivered_why)
@@ -550,7 +550,7 @@ WITH stored AS (
     WHERE run_id = %(run_id)s AND status = 'waiting'
     RETURNING 1
 )
-SELECT pg_notify('stead_work', current_schema()) FROM woken;
+SELECT pg_notify('stead_work', current_schema()) FROM woken WHERE %(tell)s;
 
 -- name: lease_woken
 -- A run an accepted event just woke, leased to an idle worker of the

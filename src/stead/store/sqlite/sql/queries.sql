@@ -344,7 +344,8 @@ SET wait_id = excluded.wait_id, kind = excluded.kind, payload = excluded.payload
 
 -- name: accept_event
 -- An accepted event: stored (as insert_event), its wait consumed, its run
--- woken if it was waiting. Three statements, run in turn (`-- then`):
+-- woken if it was waiting (idle workers are told by the store after the commit
+-- when `tell` is set, see `seam.noting_wakes`). Three statements, run in turn (`-- then`):
 -- SQLite has no writable CTEs, and on one file a statement is no round trip.
 INSERT INTO events (run_id, event_id, wait_id, kind, payload, bind, verdict, reason,
                     detail, received_at, delivered_by, delivered_why)
