@@ -339,10 +339,16 @@ def _reading(ctx: Context, ts: list[Target]) -> str:
                 "see the profile), not in storage.")
         size = _median(ctx, "4.", db, "bytes stored", "stead")
         if ("growth_size", db) in missed and size:
+            alone = (f" ({nofeed['bytes_per_step']:.0f} bytes when the conversation is not "
+                     "the call's argument)" if nofeed and "bytes_per_step" in nofeed else "")
             lines.append(
-                f"- **growth storage, {name}:** {size:.0f} bytes per 1 KB step: the record "
-                "is the completion's JSON (1,024 characters of text plus its metadata) with "
-                "the run id, address, digest and two index entries.")
+                f"- **growth storage, {name}:** {size:.0f} bytes per 1 KB step{alone}: the "
+                "record is the completion's JSON (1,024 characters of text plus its "
+                "metadata) with the run id, address, digest and two index entries, and the "
+                "conversation the model saw is kept (`App(keep_conversation=True)`, the "
+                "default): each message once per run, so each reply is stored a second time "
+                "as the next call's last message. `keep_conversation=False` stores the "
+                "record alone.")
     return "\n".join(lines)
 
 
