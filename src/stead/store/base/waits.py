@@ -48,9 +48,10 @@ class Waits(StorePart):
     ) -> list[WaitRow]:
         """Waits, oldest first: of `run_id`, in `state`, of `tenant`'s runs
         (each given that is not None)."""
+        query = "list_waits" if run_id is None else "list_run_waits"
         return await self.database.read(lambda: common.read_all(
-            "list_waits", {"run_id": run_id, "state": state, "limit": limit,
-                           "tenant": tenant}, _rows.wait))
+            query, {"run_id": run_id, "state": state, "limit": limit, "tenant": tenant},
+            _rows.wait))
 
     async def close_wait(
         self, fence: Fence, records: Sequence[Record], resume: ResumeRecord | None,

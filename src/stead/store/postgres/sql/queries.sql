@@ -482,6 +482,18 @@ WHERE (%(run_id)s::text IS NULL OR w.run_id = %(run_id)s::text)
 ORDER BY w.created_at, w.wait_id
 LIMIT %(limit)s;
 
+-- name: list_run_waits
+-- One run's waits (its page, its takeover, a delivery by webhook): found by
+-- the run's index, in a generic plan too. In list_waits, `run_id IS NULL OR
+-- ...` leaves a generic plan nothing but a scan of every wait.
+SELECT w.*, q.request FROM waits w LEFT JOIN wait_requests q ON q.wait_id = w.wait_id
+WHERE w.run_id = %(run_id)s::text
+  AND (%(state)s::text IS NULL OR w.state = %(state)s::text)
+  AND (%(tenant)s::text IS NULL OR w.run_id IN (SELECT t.run_id FROM run_tenants t
+                                                WHERE t.tenant = %(tenant)s::text))
+ORDER BY w.created_at, w.wait_id
+LIMIT %(limit)s;
+
 -- name: close_wait
 UPDATE waits SET state = %(state)s, closed_at = %(now)s
 WHERE wait_id = %(wait_id)s AND state = 'open'

@@ -303,6 +303,16 @@ WHERE (:run_id IS NULL OR w.run_id = :run_id) AND (:state IS NULL OR w.state = :
 ORDER BY w.created_at, w.wait_id
 LIMIT :limit;
 
+-- name: list_run_waits
+-- One run's waits (its page, its takeover, a delivery by webhook): found by
+-- the run's index. In list_waits, `run_id IS NULL OR ...` reads every wait.
+SELECT w.*, q.request FROM waits w LEFT JOIN wait_requests q ON q.wait_id = w.wait_id
+WHERE w.run_id = :run_id AND (:state IS NULL OR w.state = :state)
+  AND (:tenant IS NULL OR w.run_id IN (SELECT t.run_id FROM run_tenants t
+                                       WHERE t.tenant = :tenant))
+ORDER BY w.created_at, w.wait_id
+LIMIT :limit;
+
 -- name: close_wait
 UPDATE waits SET state = :state, closed_at = :now
 WHERE wait_id = :wait_id AND state = 'open';
