@@ -1,8 +1,9 @@
-"""A read of one run's rows finds them by the run's index, however many
-rows the database holds: a query that also serves "all runs" (`:run_id IS
-NULL OR run_id = :run_id`) reads every row on SQLite, and in PostgreSQL's
-generic plan (a prepared statement after its first executions) too. The
-plans are read with the query text the store runs."""
+"""Reads that name what they look for (one run's waits, the runs of one
+status) find it by index, however many rows the database holds: a query
+that also serves "everything" (`:run_id IS NULL OR run_id = :run_id`) reads
+every row on SQLite, and in PostgreSQL's generic plan (a prepared statement
+after its first executions) too. The plans are read with the query text the
+store runs."""
 
 from __future__ import annotations
 
@@ -20,24 +21,33 @@ import stead
 from stead.store import sql_files
 from tests import pg
 
-# The reads of one run that the run page, a takeover and a webhook delivery
-# make, with the index each must use.
-PER_RUN = {"list_run_waits": "waits_run"}
+_SEARCH = {"workflow": None, "version": None, "task_id": None, "queue": None, "tenant": None,
+           "since": None, "until": None, "prefix": None, "shown": None, "pattern": None,
+           "before_at": None, "before_id": None, "limit": 50}
+# Query: its parameters, the index it must use, and the table it must not scan.
+NAMED = {
+    "list_run_waits": ({"run_id": "r-1", "state": None, "tenant": None, "limit": 1000},
+                       "waits_run", "waits"),
+    "list_runs_of_status": ({"status": "failed", "tenant": None, "workflow": None,
+                             "limit": 50}, "runs_status", "runs"),
+    "search_runs_of_status": ({**_SEARCH, "status": "failed"}, "runs_status", "runs"),
+}
 
 
 def _params(name: str) -> dict[str, Any]:
-    return {"run_id": "r-1", "state": None, "tenant": None, "limit": 1000}
+    return NAMED[name][0]
 
 
-@pytest.mark.parametrize("name", sorted(PER_RUN))
-async def test_sqlite_reads_one_run_by_its_index(name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", sorted(NAMED))
+async def test_sqlite_finds_what_a_read_names_by_index(name: str, tmp_path: Path) -> None:
     store = await stead.open_store(f"sqlite:///{tmp_path}/plans.db")  # the schema
     await store.close()
     with sqlite3.connect(tmp_path / "plans.db") as conn:
         plan = [row[3] for row in conn.execute(
             "EXPLAIN QUERY PLAN " + sql_files.queries("sqlite")[name], _params(name))]
-    assert any(PER_RUN[name] in step for step in plan), plan
-    assert not any(re.match(r"SCAN w\b", step) for step in plan), plan
+    _, index, table = NAMED[name]
+    assert any(f"INDEX {index}" in step for step in plan), plan
+    assert not any(re.match(rf"SCAN ({table}|w)\b", step) for step in plan), plan
 
 
 def _numbered(sql: str) -> tuple[str, list[str]]:
@@ -52,8 +62,8 @@ def _numbered(sql: str) -> tuple[str, list[str]]:
     return re.sub(r"%\((\w+)\)s", number, sql.strip().rstrip(";")), names
 
 
-@pytest.mark.parametrize("name", sorted(PER_RUN))
-async def test_postgres_reads_one_run_by_its_index_in_a_generic_plan(
+@pytest.mark.parametrize("name", sorted(NAMED))
+async def test_postgres_finds_what_a_read_names_by_index_in_a_generic_plan(
         name: str, pg_url: str) -> None:
     store = await stead.open_store(pg_url)  # the schema, migrated
     await store.close()
@@ -66,12 +76,37 @@ async def test_postgres_reads_one_run_by_its_index_in_a_generic_plan(
         # The simple protocol: through psycopg's, `$n` would be the PREPARE's own.
         done = conn.pgconn.exec_(f"PREPARE read_one AS {sql}".encode())
         assert done.status == psycopg.pq.ExecStatus.COMMAND_OK, done.error_message
-        # Literals (EXPLAIN takes no bind parameters), typed: NULL alone has no type.
-        values = psycopg.sql.SQL(", ").join(
-            psycopg.sql.SQL("{}::bigint" if isinstance(params[n], int) else "{}::text").format(
-                psycopg.sql.Literal(params[n])) for n in names)
+        # Literals: EXPLAIN takes no bind parameters (the PREPARE's casts type them).
+        values = psycopg.sql.SQL(", ").join(psycopg.sql.Literal(params[n]) for n in names)
         plan = [row[0] for row in conn.execute(
             psycopg.sql.SQL("EXPLAIN EXECUTE read_one({})").format(values))]
     text = "\n".join(plan)
-    assert PER_RUN[name] in text, text
-    assert not re.search(r"Seq Scan on waits\b", text), text
+    _, index, table = NAMED[name]
+    assert index in text, text
+    assert not re.search(rf"Seq Scan on {table}\b", text), text
+
+
+def _code(sql: str) -> str:
+    """SQL without its comment lines, its whitespace collapsed."""
+    lines = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]
+    return " ".join(" ".join(lines).split())
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+@pytest.mark.parametrize("base", ["list_runs", "search_runs"])
+def test_a_read_of_one_status_is_its_base_read_with_the_status_required(
+        dialect: str, base: str) -> None:
+    """`<base>_of_status` repeats `<base>` but for its status filter (and, on
+    SQLite, the index it names): the two must not drift apart."""
+    q = sql_files.queries(dialect)
+    either, required = {
+        "sqlite": ("(:status IS NULL OR runs.status = :status)", "runs.status = :status"),
+        "postgres": ("(%(status)s::text IS NULL OR runs.status = %(status)s::text)",
+                     "runs.status = %(status)s::text"),
+    }[dialect]
+    expected = _code(q[base]).replace(either, required)
+    if dialect == "sqlite":
+        expected = expected.replace("FROM runs LEFT JOIN", "FROM runs INDEXED BY runs_status "
+                                    "LEFT JOIN", 1)
+    assert either in _code(q[base])
+    assert _code(q[f"{base}_of_status"]) == expected

@@ -74,9 +74,10 @@ class Runs(StorePart):
         self, *, status: str | None = None, workflow: str | None = None, limit: int = 100,
         tenant: str | None = None,
     ) -> list[RunRow]:
+        query = "list_runs" if status is None else "list_runs_of_status"
         return await self.database.read(lambda: common.read_all(
-            "list_runs", {"status": status, "workflow": workflow, "limit": limit,
-                          "tenant": tenant}, _rows.run))
+            query, {"status": status, "workflow": workflow, "limit": limit,
+                    "tenant": tenant}, _rows.run))
 
     async def children(self, run_id: str, limit: int = 100) -> list[RunRow]:
         """The runs `run_id` started with `run.child`, oldest first."""
@@ -85,8 +86,9 @@ class Runs(StorePart):
 
     async def search_runs(self, search: RunSearch) -> list[RunRow]:
         """Runs, newest first, filtered by each criterion `search` gives."""
-        return await self.database.read(
-            lambda: common.read_all("search_runs", search.params(), _rows.run))
+        params = search.params()
+        query = "search_runs" if params["status"] is None else "search_runs_of_status"
+        return await self.database.read(lambda: common.read_all(query, params, _rows.run))
 
     async def count_runs(self, *, tenant: str | None = None) -> dict[RunStatus, int]:
         """How many runs (of `tenant`, if given) are in each status (statuses

@@ -139,6 +139,16 @@ WHERE (%(status)s::text IS NULL OR runs.status = %(status)s::text)
 ORDER BY runs.created_at DESC, runs.run_id DESC
 LIMIT %(limit)s;
 
+-- name: list_runs_of_status
+-- list_runs of one status, by the index on (status, created_at): in list_runs,
+-- `status IS NULL OR ...` leaves the planner no index but the runs' order.
+SELECT runs.*, t.tenant FROM runs LEFT JOIN run_tenants t ON t.run_id = runs.run_id
+WHERE runs.status = %(status)s::text
+  AND (%(tenant)s::text IS NULL OR t.tenant = %(tenant)s::text)
+  AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
+ORDER BY runs.created_at DESC, runs.run_id DESC
+LIMIT %(limit)s;
+
 -- name: backlog
 -- What workers could take, by workflow@version: runnable now, and leased (with
 -- the soonest lease end). Waiting runs count once they are due.
@@ -650,6 +660,26 @@ SELECT * FROM lineage WHERE parent_id = %(run_id)s ORDER BY created_at, run_id;
 -- :before_id) is the runs strictly older in (created_at, run_id) order.
 SELECT runs.*, t.tenant FROM runs LEFT JOIN run_tenants t ON t.run_id = runs.run_id
 WHERE (%(status)s::text IS NULL OR runs.status = %(status)s::text)
+  AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
+  AND (%(version)s::integer IS NULL OR version = %(version)s::integer)
+  AND (%(task_id)s::text IS NULL OR task_id = %(task_id)s::text)
+  AND (%(queue)s::text IS NULL OR runs.queue = %(queue)s::text)
+  AND (%(tenant)s::text IS NULL OR t.tenant = %(tenant)s::text)
+  AND (%(since)s::double precision IS NULL OR runs.created_at >= %(since)s::double precision)
+  AND (%(until)s::double precision IS NULL OR runs.created_at < %(until)s::double precision)
+  AND (%(prefix)s::text IS NULL OR runs.run_id LIKE %(prefix)s::text ESCAPE '\'
+       OR runs.run_id LIKE %(shown)s::text ESCAPE '\'
+       OR task_id LIKE %(pattern)s::text ESCAPE '\' OR workflow LIKE %(pattern)s::text ESCAPE '\')
+  AND (%(before_at)s::double precision IS NULL OR runs.created_at < %(before_at)s::double precision
+       OR (runs.created_at = %(before_at)s::double precision AND runs.run_id < %(before_id)s::text))
+ORDER BY runs.created_at DESC, runs.run_id DESC
+LIMIT %(limit)s;
+
+-- name: search_runs_of_status
+-- search_runs of one status, by the index on (status, created_at): in search_runs,
+-- `status IS NULL OR ...` leaves the planner no index but the runs' order.
+SELECT runs.*, t.tenant FROM runs LEFT JOIN run_tenants t ON t.run_id = runs.run_id
+WHERE runs.status = %(status)s::text
   AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
   AND (%(version)s::integer IS NULL OR version = %(version)s::integer)
   AND (%(task_id)s::text IS NULL OR task_id = %(task_id)s::text)

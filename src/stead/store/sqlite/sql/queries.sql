@@ -67,6 +67,20 @@ WHERE (:status IS NULL OR runs.status = :status)
 ORDER BY runs.created_at DESC, runs.run_id DESC
 LIMIT :limit;
 
+-- name: list_runs_of_status
+-- list_runs of one status, by the index on (status, created_at): in list_runs,
+-- `status IS NULL OR ...` leaves the planner no index but the runs' order.
+-- Named, because the planner, told a status has a third of the runs, walks
+-- the runs newest first for the LIMIT instead, and reads every run when
+-- the status has few or none (the failed ones, at 120,000 runs: 25 ms
+-- against 0.02).
+SELECT runs.*, t.tenant FROM runs INDEXED BY runs_status LEFT JOIN run_tenants t ON t.run_id = runs.run_id
+WHERE runs.status = :status
+  AND (:tenant IS NULL OR t.tenant = :tenant)
+  AND (:workflow IS NULL OR workflow = :workflow)
+ORDER BY runs.created_at DESC, runs.run_id DESC
+LIMIT :limit;
+
 -- name: backlog
 -- What workers could take, by workflow@version: runnable now, and leased (with
 -- the soonest lease end). Waiting runs count once they are due.
@@ -453,6 +467,30 @@ SELECT * FROM lineage WHERE parent_id = :run_id ORDER BY created_at, run_id;
 -- :before_id) is the runs strictly older in (created_at, run_id) order.
 SELECT runs.*, t.tenant FROM runs LEFT JOIN run_tenants t ON t.run_id = runs.run_id
 WHERE (:status IS NULL OR runs.status = :status)
+  AND (:workflow IS NULL OR workflow = :workflow)
+  AND (:version IS NULL OR version = :version)
+  AND (:task_id IS NULL OR task_id = :task_id)
+  AND (:queue IS NULL OR runs.queue = :queue)
+  AND (:tenant IS NULL OR t.tenant = :tenant)
+  AND (:since IS NULL OR runs.created_at >= :since)
+  AND (:until IS NULL OR runs.created_at < :until)
+  AND (:prefix IS NULL OR runs.run_id LIKE :prefix ESCAPE '\'
+       OR runs.run_id LIKE :shown ESCAPE '\'
+       OR task_id LIKE :pattern ESCAPE '\' OR workflow LIKE :pattern ESCAPE '\')
+  AND (:before_at IS NULL OR runs.created_at < :before_at
+       OR (runs.created_at = :before_at AND runs.run_id < :before_id))
+ORDER BY runs.created_at DESC, runs.run_id DESC
+LIMIT :limit;
+
+-- name: search_runs_of_status
+-- search_runs of one status, by the index on (status, created_at): in search_runs,
+-- `status IS NULL OR ...` leaves the planner no index but the runs' order.
+-- Named, because the planner, told a status has a third of the runs, walks
+-- the runs newest first for the LIMIT instead, and reads every run when
+-- the status has few or none (the failed ones, at 120,000 runs: 25 ms
+-- against 0.02).
+SELECT runs.*, t.tenant FROM runs INDEXED BY runs_status LEFT JOIN run_tenants t ON t.run_id = runs.run_id
+WHERE runs.status = :status
   AND (:workflow IS NULL OR workflow = :workflow)
   AND (:version IS NULL OR version = :version)
   AND (:task_id IS NULL OR task_id = :task_id)
