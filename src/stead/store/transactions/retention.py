@@ -26,7 +26,7 @@ BESIDE_JOURNAL = ("delete_resumes", "delete_wait_requests", "delete_waits", "del
 
 def prunable(cutoff: float, limit: int, run_ids: Sequence[str] | None = None
              ) -> Flow[list[str]]:
-    found = yield rows("prunable_runs", {
+    found = yield rows("prunable_runs" if run_ids is None else "prunable_runs_of", {
         "cutoff": cutoff, "limit": limit,
         "run_ids": None if run_ids is None else list(run_ids)})
     return [str(r["run_id"]) for r in found]

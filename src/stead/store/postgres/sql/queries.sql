@@ -960,6 +960,29 @@ ORDER BY updated_at, run_id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 
+-- name: prunable_runs_of
+-- prunable_runs of the :run_ids given, found by their key: in prunable_runs,
+-- `run_ids IS NULL OR ...` leaves the planner nothing but a scan of the
+-- runs, made again by each batch a prune deletes, under its write lock.
+SELECT run_id FROM runs
+WHERE status IN ('completed', 'failed', 'cancelled', 'revalidation_failed')
+  AND updated_at < %(cutoff)s
+  AND run_id = ANY(%(run_ids)s::text[])
+  AND (parent_id IS NULL OR NOT EXISTS (
+        SELECT 1 FROM runs AS p WHERE p.run_id = runs.parent_id
+          AND p.status NOT IN ('completed', 'failed', 'cancelled', 'revalidation_failed')))
+  AND NOT EXISTS (
+        SELECT 1 FROM journal AS j
+        WHERE j.run_id = runs.run_id AND j.kind = 'effect'
+          AND j.status IN ('intent', 'accepted', 'unknown')
+          AND NOT EXISTS (
+                SELECT 1 FROM journal AS k
+                WHERE k.run_id = j.run_id AND k.addr = j.addr AND k.kind = 'effect'
+                  AND k.seq > j.seq AND k.status IN ('ok', 'error', 'reconciled')))
+ORDER BY updated_at, run_id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
 -- name: delete_journals
 DELETE FROM journal WHERE run_id = ANY(%(run_ids)s::text[]);
 
