@@ -2,13 +2,16 @@
 status) find it by index, however many rows the database holds: a query
 that also serves "everything" (`:run_id IS NULL OR run_id = :run_id`) reads
 every row on SQLite, and in PostgreSQL's generic plan (a prepared statement
-after its first executions) too. The plans are read with the query text the
-store runs."""
+after its first executions) too. On PostgreSQL, a read of one run's journal
+or events opens that run's day partition alone, however many days are kept.
+The plans are read with the query text the store runs."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import sqlite3
+import time
 import urllib.parse
 from pathlib import Path
 
@@ -17,6 +20,7 @@ import psycopg.sql
 import pytest
 
 import stead
+from stead import run_ids
 from stead.records import NewRun
 from stead.store import sql_files
 from tests import pg
@@ -134,3 +138,51 @@ def test_a_prune_s_check_of_its_runs_is_the_prunable_read_with_the_ids_required(
     }[dialect]
     assert either in _code(q["prunable_runs"])
     assert _code(q["prunable_runs_of"]) == _code(q["prunable_runs"]).replace(either, required)
+
+
+# Reads of one run's journal or events, with their parameters (`RUN`: the run).
+RUN = "run"
+ONE_RUN = {
+    "load_journal": {}, "next_seq": {}, "journal_size": {}, "journal_summaries": {},
+    "journal_model_calls": {}, "journal_page": {"start": 0, "limit": 50},
+    "find_record": {"addr": "a", "attempt": 1, "status": "ok"},
+    "count_records": {"seqs": [1], "addrs": ["a"], "attempts": [1], "statuses": ["ok"]},
+    "get_event": {"event_id": "e-1"}, "list_events": {"limit": 50},
+    "run_waits_and_event": {"event_id": "e-1"}, "run_wait_and_event": {"wait_id": "w-1"},
+}
+DAYS_KEPT = 40
+
+
+async def test_postgres_reads_one_day_of_the_journal_for_one_run(pg_url: str) -> None:
+    """Each read of one run's records opens that run's day partition alone,
+    with `DAYS_KEPT` days kept: the plan a prepared statement is made with at
+    its first executions, and kept while a generic plan (every partition,
+    pruned as it starts) looks dearer to the planner, which it does."""
+    store = await stead.open_store(pg_url)  # the schema, migrated
+    await store.close()
+    schema = urllib.parse.parse_qs(urllib.parse.urlsplit(pg_url).query)["schema"][0]
+    today = dt.datetime.now(dt.UTC).date()
+    run_id = run_ids.new(time.time())
+    q = sql_files.queries("postgres")
+    with psycopg.connect(pg.URL, autocommit=True) as conn:
+        conn.execute("SELECT set_config('search_path', %s, false)", (schema,))
+        for back in range(DAYS_KEPT + 1):
+            conn.execute("SELECT stead_add_day(%s)", (today - dt.timedelta(days=back),))
+        for name, params in ONE_RUN.items():
+            plan = "\n".join(row[0] for row in conn.execute(
+                "EXPLAIN " + q[name], {**params, "run_id": run_id}))
+            days = set(re.findall(r"\b(?:journal|events)_d\d{8}\b", plan))
+            assert len(days) == 1, (name, plan)
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_a_run_s_wait_read_is_the_wait_read_with_the_run_named(dialect: str) -> None:
+    """`run_wait_and_event` repeats `wait_and_event` but for the run it names."""
+    q = sql_files.queries(dialect)
+    run, wait = {"sqlite": (":run_id", ":wait_id"),
+                 "postgres": ("%(run_id)s", "%(wait_id)s")}[dialect]
+    expected = _code(q["wait_and_event"]).replace(
+        "ON e.run_id = w.run_id", f"ON e.run_id = {run}").replace(
+        f"WHERE w.wait_id = {wait}", f"WHERE w.wait_id = {wait} AND w.run_id = {run}")
+    assert expected != _code(q["wait_and_event"])
+    assert _code(q["run_wait_and_event"]) == expected

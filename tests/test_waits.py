@@ -484,6 +484,32 @@ async def test_ending_a_run_closes_its_open_waits(fstore: stead.Store) -> None:
     assert isinstance(late, stead.Rejected) and late.reason == "not_waiting"
 
 
+async def test_a_wait_read_with_its_run_names_its_event_and_only_that_run_s(
+        fstore: stead.Store) -> None:
+    """A run resuming from its wait reads the wait with its own run id (on
+    PostgreSQL, the events of that run's day alone): the event that consumed
+    it comes with it, and another run's id finds no wait."""
+    app = stead.App("t")
+
+    @app.workflow()
+    async def wf(run: stead.Run) -> Any:
+        return await (await run.wait("go", token=False))
+
+    client = stead.Client(fstore, app)
+    info, other = await client.start(wf), await client.start(wf)
+    await stead.Worker(app, fstore).run_until_idle()
+    wait = await _opened(client, info.run_id)
+    assert await fstore.wait_and_event(wait.wait_id, run_id=info.run_id) == (wait, None)
+    await client.deliver(info.run_id, kind="go", event_id="e-1", payload={"ok": 1})
+    read = await fstore.wait_and_event(wait.wait_id, run_id=info.run_id)
+    assert read == await fstore.wait_and_event(wait.wait_id)
+    assert read is not None and read[1] is not None
+    assert (read[0].state, read[1].event_id, read[1].run_id) == ("consumed", "e-1", info.run_id)
+    assert await fstore.wait_and_event(wait.wait_id, run_id=other.run_id) is None
+    await stead.Worker(app, fstore).run_until_idle()
+    assert await client.result(info.run_id, timeout=10) == {"ok": 1}
+
+
 async def test_two_open_waits_of_one_kind_are_told_apart_by_their_bind(
     fstore: stead.Store,
 ) -> None:

@@ -37,10 +37,12 @@ class Waits(StorePart):
         return await self.database.read(
             lambda: common.read_one("get_wait", {"wait_id": wait_id}, _rows.wait))
 
-    async def wait_and_event(self, wait_id: str) -> tuple[WaitRow, EventRow | None] | None:
+    async def wait_and_event(self, wait_id: str, *, run_id: str | None = None,
+                             ) -> tuple[WaitRow, EventRow | None] | None:
         """The wait `wait_id` and the event that consumed it (None while none
-        has), in one read; None if there is no such wait."""
-        return await self.database.read(lambda: tx.wait_and_event(wait_id))
+        has), in one read; None if there is no such wait (of run `run_id`,
+        when given: naming the run lets PostgreSQL read one day's events)."""
+        return await self.database.read(lambda: tx.wait_and_event(wait_id, run_id))
 
     async def list_waits(
         self, *, run_id: str | None = None, state: str | None = None, limit: int = 100,

@@ -43,8 +43,10 @@ def open_wait(write: FencedWrite, wait: WaitRow) -> Flow[None]:
     yield from common.insert_wait(wait)
 
 
-def wait_and_event(wait_id: str) -> Flow[tuple[WaitRow, EventRow | None] | None]:
-    row = yield one("wait_and_event", {"wait_id": wait_id})
+def wait_and_event(wait_id: str, run_id: str | None = None,
+                   ) -> Flow[tuple[WaitRow, EventRow | None] | None]:
+    row = yield (one("wait_and_event", {"wait_id": wait_id}) if run_id is None else
+                 one("run_wait_and_event", {"wait_id": wait_id, "run_id": run_id}))
     return None if row is None else (_rows.wait(row), _rows.joined_event(row))
 
 
