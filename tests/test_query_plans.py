@@ -41,7 +41,8 @@ _PRUNED = {"cutoff": 1e12, "limit": 100}
 SQLITE_NAMED = {**NAMED, "prunable_runs_of": (
     {**_PRUNED, "run_ids": '["r-1", "r-2"]'}, "sqlite_autoindex_runs_1", "runs")}
 POSTGRES_NAMED = {**NAMED, "prunable_runs_of": (
-    {**_PRUNED, "run_ids": ["r-1", "r-2"]}, "runs_pkey", "runs")}
+    {**_PRUNED, "run_ids": ["r-1", "r-2"], "id_min": "r-1", "id_max": "r-2"}, "runs_pkey",
+    "runs")}
 
 
 @pytest.mark.parametrize("name", sorted(SQLITE_NAMED))
@@ -128,7 +129,9 @@ def test_a_read_of_one_status_is_its_base_read_with_the_status_required(
 @pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
 def test_a_prune_s_check_of_its_runs_is_the_prunable_read_with_the_ids_required(
         dialect: str) -> None:
-    """`prunable_runs_of` repeats `prunable_runs` but for its run ids filter."""
+    """`prunable_runs_of` repeats `prunable_runs` but for its run ids filter
+    (on PostgreSQL, required of the journal's rows too: the day partitions
+    are pruned by it)."""
     q = sql_files.queries(dialect)
     either, required = {
         "sqlite": ("(:run_ids IS NULL OR run_id IN (SELECT value FROM json_each(:run_ids)))",
@@ -137,7 +140,15 @@ def test_a_prune_s_check_of_its_runs_is_the_prunable_read_with_the_ids_required(
                      "run_id = ANY(%(run_ids)s::text[])"),
     }[dialect]
     assert either in _code(q["prunable_runs"])
-    assert _code(q["prunable_runs_of"]) == _code(q["prunable_runs"]).replace(either, required)
+    expected = _code(q["prunable_runs"]).replace(either, required)
+    if dialect == "postgres":
+        for alias, by in (("j", "runs.run_id"), ("k", "j.run_id")):
+            was = f"{alias}.run_id = {by} AND"
+            assert was in expected
+            expected = expected.replace(
+                was, f"{alias}.run_id = {by} AND {alias}.run_id BETWEEN %(id_min)s AND "
+                "%(id_max)s AND")
+    assert _code(q["prunable_runs_of"]) == expected
 
 
 # Reads of one run's journal or events, with their parameters (`RUN`: the run).
@@ -149,6 +160,7 @@ ONE_RUN = {
     "count_records": {"seqs": [1], "addrs": ["a"], "attempts": [1], "statuses": ["ok"]},
     "get_event": {"event_id": "e-1"}, "list_events": {"limit": 50},
     "run_waits_and_event": {"event_id": "e-1"}, "run_wait_and_event": {"wait_id": "w-1"},
+    "prunable_runs_of": {"cutoff": 1e12, "limit": 100},
 }
 DAYS_KEPT = 40
 
@@ -170,7 +182,8 @@ async def test_postgres_reads_one_day_of_the_journal_for_one_run(pg_url: str) ->
             conn.execute("SELECT stead_add_day(%s)", (today - dt.timedelta(days=back),))
         for name, params in ONE_RUN.items():
             plan = "\n".join(row[0] for row in conn.execute(
-                "EXPLAIN " + q[name], {**params, "run_id": run_id}))
+                "EXPLAIN " + q[name], {**params, "run_id": run_id, "run_ids": [run_id],
+                                       "id_min": run_id, "id_max": run_id}))
             days = set(re.findall(r"\b(?:journal|events)_d\d{8}\b", plan))
             assert len(days) == 1, (name, plan)
 

@@ -26,9 +26,12 @@ BESIDE_JOURNAL = ("delete_resumes", "delete_wait_requests", "delete_waits", "del
 
 def prunable(cutoff: float, limit: int, run_ids: Sequence[str] | None = None
              ) -> Flow[list[str]]:
+    # The least and greatest id bound the journal's days PostgreSQL reads.
     found = yield rows("prunable_runs" if run_ids is None else "prunable_runs_of", {
         "cutoff": cutoff, "limit": limit,
-        "run_ids": None if run_ids is None else list(run_ids)})
+        "run_ids": None if run_ids is None else list(run_ids),
+        "id_min": min(run_ids) if run_ids else None,
+        "id_max": max(run_ids) if run_ids else None})
     return [str(r["run_id"]) for r in found]
 
 

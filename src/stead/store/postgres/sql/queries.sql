@@ -977,6 +977,12 @@ FOR UPDATE SKIP LOCKED;
 -- prunable_runs of the :run_ids given, found by their key: in prunable_runs,
 -- `run_ids IS NULL OR ...` leaves the planner nothing but a scan of the
 -- runs, made again by each batch a prune deletes, under its write lock.
+-- The journal is read between the least and the greatest of the ids too
+-- (:id_min, :id_max), which the planner prunes the day partitions by: under
+-- `runs.run_id` alone each check plans or opens every day's (with a year of
+-- days kept, 30 to 70 ms a plan, and 3.5 ms a batch of 100 planned once,
+-- against 1.3 ms). A range, not the ids: `= ANY(ids)` would be an index
+-- condition, one descent per id for each run checked.
 SELECT run_id FROM runs
 WHERE status IN ('completed', 'failed', 'cancelled', 'revalidation_failed')
   AND updated_at < %(cutoff)s
@@ -986,11 +992,12 @@ WHERE status IN ('completed', 'failed', 'cancelled', 'revalidation_failed')
           AND p.status NOT IN ('completed', 'failed', 'cancelled', 'revalidation_failed')))
   AND NOT EXISTS (
         SELECT 1 FROM journal AS j
-        WHERE j.run_id = runs.run_id AND j.kind = 'effect'
-          AND j.status IN ('intent', 'accepted', 'unknown')
+        WHERE j.run_id = runs.run_id AND j.run_id BETWEEN %(id_min)s AND %(id_max)s
+          AND j.kind = 'effect' AND j.status IN ('intent', 'accepted', 'unknown')
           AND NOT EXISTS (
                 SELECT 1 FROM journal AS k
-                WHERE k.run_id = j.run_id AND k.addr = j.addr AND k.kind = 'effect'
+                WHERE k.run_id = j.run_id AND k.run_id BETWEEN %(id_min)s AND %(id_max)s
+                  AND k.addr = j.addr AND k.kind = 'effect'
                   AND k.seq > j.seq AND k.status IN ('ok', 'error', 'reconciled')))
 ORDER BY updated_at, run_id
 LIMIT %(limit)s
