@@ -161,3 +161,16 @@ def test_events_ls_says_how_many_rejected_events_were_not_kept(sqlite_url: str) 
     lines = out.output.strip().splitlines()
     assert len(lines) == _rejections.PER_RUN + 1
     assert lines[-1].startswith("5 older rejected event(s) not kept")
+
+
+def test_the_count_kept_of_events_to_unknown_runs_is_the_one_each_query_writes() -> None:
+    """`trim_rejected_unknown` writes `UNKNOWN_RUNS` in its text (a statement
+    with no parameters is planned once per PostgreSQL connection): the two
+    must not drift apart."""
+    from stead.store import sql_files
+
+    for dialect in ("sqlite", "postgres"):
+        sql = sql_files.queries(dialect)["trim_rejected_unknown"]
+        code = " ".join(line for line in sql.splitlines() if not line.startswith("--"))
+        assert f"OFFSET {_rejections.UNKNOWN_RUNS})" in code, (dialect, sql)
+        assert "%(" not in code and ":" not in code, (dialect, sql)

@@ -23,7 +23,8 @@ from stead.store.seam import Flow, count, execute, one
 
 # The newest rejected events kept of each run.
 PER_RUN = 100
-# The newest events to runs that do not exist kept, in all.
+# The newest events to runs that do not exist kept, in all (written in the
+# query `trim_rejected_unknown` of each dialect, see there).
 UNKNOWN_RUNS = 1000
 # The tally's key for events to runs that do not exist (no run id is empty).
 UNKNOWN = ""
@@ -37,7 +38,7 @@ def trim(run_id: str, run_exists: bool, now: float) -> Flow[int]:
         scope = run_id
     else:
         yield execute("lock_rejected_unknown")
-        dropped = yield count("trim_rejected_unknown", {"keep": UNKNOWN_RUNS})
+        dropped = yield count("trim_rejected_unknown", {})
         scope = UNKNOWN
     if dropped:
         yield execute("tally_rejected", {"run_id": scope, "dropped": dropped, "now": now})

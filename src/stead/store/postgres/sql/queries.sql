@@ -1163,11 +1163,16 @@ WHERE run_id = %(run_id)s AND event_id IN (
 SELECT pg_advisory_xact_lock(1937007975, hashtext(current_schema()));
 
 -- name: trim_rejected_unknown
--- Events to runs that do not exist past the newest `keep` of them all.
+-- Events to runs that do not exist past the newest 1000 of them all
+-- (`_rejections.UNKNOWN_RUNS`). The count is written here, not passed: a
+-- statement with no parameters is planned once per connection, while with
+-- the OFFSET a parameter the planner chose a plan of its own for each run,
+-- planning every day's partition (50 ms a rejected delivery with a year of
+-- days kept, against 3.5 ms to run it).
 DELETE FROM events
 WHERE (run_id, event_id) IN (
     SELECT run_id, event_id FROM events WHERE reason = 'unknown_run'
-    ORDER BY received_at DESC, run_id DESC, event_id DESC OFFSET %(keep)s);
+    ORDER BY received_at DESC, run_id DESC, event_id DESC OFFSET 1000);
 
 -- name: tally_rejected
 INSERT INTO rejected_tally (run_id, dropped, last_at) VALUES (%(run_id)s, %(dropped)s, %(now)s)

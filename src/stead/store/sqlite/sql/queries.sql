@@ -947,11 +947,12 @@ WHERE run_id = :run_id AND event_id IN (
 -- Nothing here: SQLite's single writer already trims one delivery at a time.
 
 -- name: trim_rejected_unknown
--- Events to runs that do not exist past the newest `keep` of them all.
+-- Events to runs that do not exist past the newest 1000 of them all
+-- (`_rejections.UNKNOWN_RUNS`, written here as PostgreSQL's is).
 DELETE FROM events
 WHERE (run_id, event_id) IN (
     SELECT run_id, event_id FROM events WHERE reason = 'unknown_run'
-    ORDER BY received_at DESC, run_id DESC, event_id DESC LIMIT -1 OFFSET :keep);
+    ORDER BY received_at DESC, run_id DESC, event_id DESC LIMIT -1 OFFSET 1000);
 
 -- name: tally_rejected
 INSERT INTO rejected_tally (run_id, dropped, last_at) VALUES (:run_id, :dropped, :now)
