@@ -290,3 +290,17 @@ def write_section(text: str, path: Path, begin: str, end: str) -> None:
         path.write_text(head + text + tail)
     else:
         path.write_text(current.rstrip("\n") + "\n\n" + text + "\n")
+
+
+@contextlib.contextmanager
+def checkout(ref: str) -> Iterator[Path]:
+    """stead's source at git ref `ref`, in a scratch worktree removed after
+    (a bench's `--before REF`: the code a change is judged against)."""
+    folder = Path(tempfile.mkdtemp(prefix="stead-bench-before-")) / "tree"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet",
+                    str(folder), ref], check=True)
+    try:
+        yield folder / "src"
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
+                        str(folder)], check=False)

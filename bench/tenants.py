@@ -26,16 +26,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import datetime as dt
 import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import stead
@@ -79,19 +76,6 @@ def _worker(url: str, src: Path | None) -> subprocess.Popen[bytes]:
         env["PYTHONPATH"] = os.pathsep.join([str(src), str(runner.ROOT)])
     return subprocess.Popen([runner.project_python(), "-m", "bench.tenants", "--worker", url],
                             cwd=runner.ROOT, env=env)
-
-
-@contextlib.contextmanager
-def _checkout(ref: str) -> Iterator[Path]:
-    """stead's source at git ref `ref`, in a scratch worktree removed after."""
-    folder = Path(tempfile.mkdtemp(prefix="stead-bench-before-")) / "tree"
-    subprocess.run(["git", "-C", str(runner.ROOT), "worktree", "add", "--detach", "--quiet",
-                    str(folder), ref], check=True)
-    try:
-        yield folder / "src"
-    finally:
-        subprocess.run(["git", "-C", str(runner.ROOT), "worktree", "remove", "--force",
-                        str(folder)], check=False)
 
 
 async def _serve(url: str) -> None:
@@ -251,7 +235,7 @@ def main() -> int:
         asyncio.run(_serve(args.worker))
         return 0
     if args.before:
-        with _checkout(args.before) as src:
+        with runner.checkout(args.before) as src:
             rows = asyncio.run(measure(args.burst, args.hold,
                                        [(f"before ({args.before})", src), ("after", None)]))
     else:
