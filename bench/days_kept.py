@@ -247,15 +247,9 @@ def main() -> int:
     if runner.pg_available() is not None:
         raise SystemExit(f"bench.days_kept needs PostgreSQL: {runner.pg_available()}")
     days = [int(d) for d in args.days.split(",")]
-    if args.before:
-        with runner.checkout(args.before) as src:
-            rows = measure(days, [(f"before ({args.before})", src), ("after", None)])
-    else:
-        rows = measure(days, [("", None)])
-    text = render(rows, days, args.before)
-    print(text)
-    if args.write:
-        runner.write_section(text, runner.BENCH / "RESULTS.md", BEGIN, END)
+    with runner.codes(args.before) as codes:
+        rows = measure(days, codes)
+    runner.publish(render(rows, days, args.before), BEGIN, END, args.write)
     return 0
 
 

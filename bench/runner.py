@@ -304,3 +304,22 @@ def checkout(ref: str) -> Iterator[Path]:
     finally:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
                         str(folder)], check=False)
+
+
+@contextlib.contextmanager
+def codes(before: str | None) -> Iterator[list[tuple[str, Path | None]]]:
+    """The code a bench's rows are measured with, each as (label, stead's
+    source; None: this checkout's): this checkout's, and with `before` (a
+    git ref) that ref's first, in turn, so a change is judged in one run."""
+    if before is None:
+        yield [("", None)]
+        return
+    with checkout(before) as src:
+        yield [(f"before ({before})", src), ("after", None)]
+
+
+def publish(text: str, begin: str, end: str, write: bool) -> None:
+    """Print a bench's section and, with `write`, put it in RESULTS.md."""
+    print(text)
+    if write:
+        write_section(text, BENCH / "RESULTS.md", begin, end)

@@ -234,16 +234,10 @@ def main() -> int:
     if args.worker:
         asyncio.run(_serve(args.worker))
         return 0
-    if args.before:
-        with runner.checkout(args.before) as src:
-            rows = asyncio.run(measure(args.burst, args.hold,
-                                       [(f"before ({args.before})", src), ("after", None)]))
-    else:
-        rows = asyncio.run(measure(args.burst, args.hold))
-    text = render(rows, args.burst, args.hold, args.before)
-    print(text)
-    if args.write:
-        runner.write_section(text, runner.BENCH / "RESULTS.md", *markers(args.hold))
+    with runner.codes(args.before) as codes:
+        rows = asyncio.run(measure(args.burst, args.hold, codes))
+    runner.publish(render(rows, args.burst, args.hold, args.before), *markers(args.hold),
+                   args.write)
     return 0
 
 

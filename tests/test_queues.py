@@ -209,3 +209,90 @@ async def test_a_worker_runs_its_queues_and_waits_out_a_rate(fstore: stead.Store
     clock.advance(11)
     assert await worker.run_until_done(ids, timeout=20)
     assert {(await client.get(i)).status for i in ids} == {"completed"}
+
+
+async def test_one_read_names_the_queues_a_claim_would_find_work_in(
+        fstore: stead.Store, clock: stead.FakeClock) -> None:
+    """`ready_queues` names, in one read, each queue with a runnable run of
+    hosted code not leased (nor excluded), or a sleeper that is due, as
+    `queue_ready` says of one. An idle worker's claim asks it once however
+    many queues its app declares."""
+    named = stead.App("named")
+    qs = {name: named.queue(name) for name in
+          ("pending", "leased", "excluded", "asleep", "empty", "other_code")}
+    named.queue("unnamed")
+
+    @named.workflow()
+    async def work(run: stead.Run) -> int:
+        return 1
+
+    @named.workflow()
+    async def nap(run: stead.Run) -> str:
+        await run.sleep(dt.timedelta(seconds=30))
+        return "rested"
+
+    client = stead.Client(fstore, named)
+    await client.start(nap, queue="asleep")
+    await stead.Worker(named, fstore).run_until_idle()  # it sleeps
+    started = {queue: (await client.start(work, queue=queue)).run_id
+               for queue in ("pending", "leased", "excluded", "unnamed")}
+    other = stead.App("named")  # the same name, code of another version
+    other.queue("other_code")
+
+    @other.workflow(name="work", version=2)
+    async def work_v2(run: stead.Run) -> int:
+        return 2
+
+    await stead.Client(fstore, other).start(work_v2, queue="other_code")
+    hosted = named.hosted()
+    await fstore.claim_queue(qs["leased"], "w", hosted, 60, 10)
+    excluded = [started["excluded"]]
+    ask = list(qs)
+
+    async def each() -> set[str]:
+        return {name for name in ask if await fstore.queue_ready(qs[name], hosted, excluded)}
+
+    expected = {"pending"}
+    assert await fstore.ready_queues(ask, hosted, excluded) == expected == await each()
+    assert await fstore.ready_queues(ask, hosted) == {"pending", "excluded"}
+    clock.advance(31)  # the sleeper is due
+    expected = {"pending", "asleep"}
+    assert await fstore.ready_queues(ask, hosted, excluded) == expected == await each()
+    clock.advance(60)  # and the lease has run out
+    expected = {"pending", "asleep", "leased"}
+    assert await fstore.ready_queues(ask, hosted, excluded) == expected == await each()
+    assert await fstore.ready_queues([], hosted) == set()
+    assert await fstore.ready_queues(["unnamed"], hosted) == {"unnamed"}
+
+
+async def test_a_worker_with_many_idle_queues_asks_once_per_claim(
+        store: stead.Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thirty queues declared, work in one: the worker's claims and its idle
+    check read which queues have work once each, never queue by queue."""
+    many = stead.App("many")
+    for i in range(30):
+        many.queue(f"q{i}")
+
+    @many.workflow()
+    async def work(run: stead.Run, n: int) -> int:
+        return await run.step("n", lambda: n)
+
+    client = stead.Client(store, many)
+    ids = [(await client.start(work, i, queue="q7")).run_id for i in range(5)]
+    ids.append((await client.start(work, 9)).run_id)
+    asked: list[str] = []
+    ready, one = store.ready_queues, store.queue_ready
+
+    async def ready_queues(*args: object, **kwargs: object) -> set[str]:
+        asked.append("ready_queues")
+        return await ready(*args, **kwargs)  # type: ignore[arg-type]
+
+    async def queue_ready(*args: object, **kwargs: object) -> bool:
+        asked.append("queue_ready")
+        return await one(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "ready_queues", ready_queues)
+    monkeypatch.setattr(store, "queue_ready", queue_ready)
+    await stead.Worker(many, store).run_until_idle()
+    assert [await client.result(i, timeout=10) for i in ids] == [0, 1, 2, 3, 4, 9]
+    assert "queue_ready" not in asked and asked

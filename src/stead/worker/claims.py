@@ -163,10 +163,16 @@ class Claims:
         # The versions it hosts, and those it migrates that no other live worker hosts.
         hosted, lease = self.claimable, self.options.lease_seconds
         claimed: list[RunRow] = []
-        for queue in self.queues():
-            if len(claimed) < free:
+        queues = self.queues()
+        # One read names the queues with work: a claim of each queue in turn
+        # would ask each first, a round trip per queue declared, however idle.
+        ready = await self.store.ready_queues([q.name for q in queues], hosted, exclude) \
+            if queues else set()
+        for queue in queues:
+            if queue.name in ready and len(claimed) < free:
                 claimed += await self.store.claim_queue(
-                    queue, self.worker_id, hosted, lease, free - len(claimed), exclude)
+                    queue, self.worker_id, hosted, lease, free - len(claimed), exclude,
+                    ready=True)
         if len(claimed) < free:
             claimed += await self._claim_rest(hosted, free - len(claimed), exclude, spare)
         return claimed

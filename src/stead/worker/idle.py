@@ -22,9 +22,8 @@ async def nothing_left(store: Store, app: App, worker_id: str, lease_seconds: fl
     would have: released by its holder, or ended for a dead holder) may
     have gone after the last claim looked: one more claim is made before
     the worker is idle."""
-    for queue in app.queues.values():  # runs its limits hold back for now
-        if await store.queue_ready(queue, app.hosted()):
-            return False
+    if await store.ready_queues(list(app.queues), app.hosted()):
+        return False  # runs its queues' limits hold back for now
     hosted = set(app.hosted())
     leased = await store.leased_runs()
     # The clock lease ends are on, read after the leases: one that ends

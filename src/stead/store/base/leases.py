@@ -114,18 +114,19 @@ class Leases(StorePart):
 
     async def claim_queue(
         self, queue: Queue, worker_id: str, hosted: Sequence[str], lease_seconds: float,
-        limit: int, exclude: Sequence[str] = (),
+        limit: int, exclude: Sequence[str] = (), *, ready: bool = False,
     ) -> list[RunRow]:
         """`claim` for the runs of `queue`: no more than its limits leave room
         for (counted in the claim's transaction, under the queue's lock, so
         they hold across every worker of the database), lowest priority number
-        first, then oldest."""
+        first, then oldest. `ready`: `ready_queues` has just named the queue,
+        so it is not read again before the claim."""
         params: dict[str, Any] = {"worker_id": worker_id, "hosted": list(hosted),
                                   "exclude": list(exclude), "now": self.clock.now(),
                                   "lease_now": self.database.lease_now(),
                                   "lease_seconds": lease_seconds}
         # A read first: an idle worker's poll takes no lock and commits nothing.
-        if not await self.queue_ready(queue, hosted, exclude):
+        if not ready and not await self.queue_ready(queue, hosted, exclude):
             return []
         taken = await self.database.write(
             lambda: tx.claim_queue(queue, params, limit),
@@ -134,15 +135,25 @@ class Leases(StorePart):
         self.database.holding([r.run_id for r in taken])
         return taken
 
+    async def ready_queues(
+        self, queues: Sequence[str], hosted: Sequence[str], exclude: Sequence[str] = (),
+    ) -> set[str]:
+        """Those of `queues` with a run of `hosted` code (none of `exclude`)
+        that is not leased and may run now, their limits aside: in one read,
+        so a claim asks once however many queues its app declares."""
+        if not queues:
+            return set()
+        probe = {"queues": list(queues), "hosted": list(hosted), "exclude": list(exclude),
+                 "now": self.clock.now(), "lease_now": self.database.lease_now()}
+        found = await self.database.read(lambda: tx.ready_queues(probe))
+        return set(found)
+
     async def queue_ready(
         self, queue: Queue, hosted: Sequence[str], exclude: Sequence[str] = (),
     ) -> bool:
         """Whether `queue` has a run of `hosted` code that is not leased and
         may run now (its limits may still hold it back)."""
-        probe = {"queue": queue.name, "hosted": list(hosted), "exclude": list(exclude),
-                 "now": self.clock.now(), "lease_now": self.database.lease_now()}
-        found = await self.database.read(lambda: common.read_one("queue_ready", probe, bool))
-        return bool(found)
+        return queue.name in await self.ready_queues([queue.name], hosted, exclude)
 
     async def renew(
         self, fences: Sequence[Fence], lease_seconds: float,

@@ -64,6 +64,11 @@ MAX_TENANTS = 1000
 _ROUNDS = 3
 
 
+def ready_queues(probe: dict[str, Any]) -> Flow[list[str]]:
+    found = yield rows("ready_queues", probe)
+    return [str(r["queue"]) for r in found]
+
+
 def ready_tenants() -> Flow[list[str]]:
     found = yield rows("ready_tenants", {"most": MAX_TENANTS})
     return [str(r["tenant"]) for r in found]

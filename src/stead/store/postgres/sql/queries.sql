@@ -1076,22 +1076,41 @@ RETURNING *;
 -- same room.
 SELECT pg_advisory_xact_lock(1937007974, hashtext(current_schema() || ':' || %(queue)s));
 
--- name: queue_ready
--- Whether a claim of the queue would find a run (a read, before the claim's
--- transaction takes the queue's lock).
-SELECT 1 AS ready WHERE EXISTS (
-    SELECT 1 FROM runs
-    WHERE queue = %(queue)s AND status IN ('pending', 'running')
-      AND (lease_expires_at IS NULL OR lease_expires_at <=
-          COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8)
-      AND (workflow || '@' || version) = ANY(%(hosted)s::text[])
-      AND NOT (run_id = ANY(%(exclude)s::text[]))
-) OR EXISTS (
-    SELECT 1 FROM runs
-    WHERE queue = %(queue)s AND status = 'waiting' AND wake_at <= %(now)s
-      AND (workflow || '@' || version) = ANY(%(hosted)s::text[])
-      AND NOT (run_id = ANY(%(exclude)s::text[]))
-);
+-- name: ready_queues
+-- Which of the queues named (%(queues)s) have a run a claim could take:
+-- not leased, of hosted code, not excluded, runnable or a due sleeper. In
+-- one read however many queues an app declares: the queues with live
+-- runs found by a skip scan of runs_queued and runs_queue_waking (one index
+-- probe per queue that has runs), each named one then checked. A queue
+-- with no run costs nothing here, where a read of each would cost a round
+-- trip each, at every claim.
+WITH RECURSIVE live (queue) AS (
+    SELECT MIN(queue) FROM runs WHERE queue IS NOT NULL AND status IN ('pending', 'running')
+    UNION ALL
+    SELECT (SELECT MIN(r.queue) FROM runs AS r
+            WHERE r.queue > live.queue AND r.status IN ('pending', 'running'))
+    FROM live WHERE live.queue IS NOT NULL
+), asleep (queue) AS (
+    SELECT MIN(queue) FROM runs WHERE queue IS NOT NULL AND status = 'waiting'
+    UNION ALL
+    SELECT (SELECT MIN(r.queue) FROM runs AS r
+            WHERE r.queue > asleep.queue AND r.status = 'waiting')
+    FROM asleep WHERE asleep.queue IS NOT NULL
+)
+SELECT q.queue FROM (SELECT queue FROM live UNION SELECT queue FROM asleep) AS q
+WHERE q.queue = ANY(%(queues)s::text[])
+  AND (EXISTS (
+        SELECT 1 FROM runs
+        WHERE queue = q.queue AND status IN ('pending', 'running')
+          AND (lease_expires_at IS NULL OR lease_expires_at <=
+              COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8)
+          AND (workflow || '@' || version) = ANY(%(hosted)s::text[])
+          AND NOT (run_id = ANY(%(exclude)s::text[])))
+       OR EXISTS (
+        SELECT 1 FROM runs
+        WHERE queue = q.queue AND status = 'waiting' AND wake_at <= %(now)s
+          AND (workflow || '@' || version) = ANY(%(hosted)s::text[])
+          AND NOT (run_id = ANY(%(exclude)s::text[]))));
 
 -- name: queue_load
 -- What a queue's limits are measured against: its runs leased now (all, and

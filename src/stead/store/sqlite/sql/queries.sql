@@ -860,19 +860,21 @@ RETURNING *;
 -- name: lock_queue
 -- Nothing here: SQLite's single writer already runs one claim at a time.
 
--- name: queue_ready
--- Whether a claim of the queue would find a run (read before taking the
--- write lock, as claim_candidates is).
-SELECT 1 AS ready WHERE EXISTS (
+-- name: ready_queues
+-- Which of the queues named (:queues, a JSON array) have a run a claim
+-- could take: not leased, of hosted code, not excluded, runnable or a due
+-- sleeper (read before taking the write lock, as claim_candidates is).
+SELECT q.value AS queue FROM json_each(:queues) AS q
+WHERE EXISTS (
     SELECT 1 FROM runs
-    WHERE queue = :queue AND status IN ('pending', 'running')
+    WHERE queue = q.value AND status IN ('pending', 'running')
       AND (lease_expires_at IS NULL OR lease_expires_at <=
           COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0))
       AND (workflow || '@' || version) IN (SELECT value FROM json_each(:hosted))
       AND run_id NOT IN (SELECT value FROM json_each(:exclude))
 ) OR EXISTS (
     SELECT 1 FROM runs
-    WHERE queue = :queue AND status = 'waiting' AND wake_at <= :now
+    WHERE queue = q.value AND status = 'waiting' AND wake_at <= :now
       AND (workflow || '@' || version) IN (SELECT value FROM json_each(:hosted))
       AND run_id NOT IN (SELECT value FROM json_each(:exclude))
 );
