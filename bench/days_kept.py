@@ -73,18 +73,6 @@ class Row:
     load: str
 
 
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def _env(src: Path | None) -> dict[str, str]:
-    env = dict(os.environ)
-    if src is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(src), str(runner.ROOT)])
-    return env
-
-
 async def _serve(url: str) -> None:
     store = await stead.open_store(url)
     worker = stead.Worker(app, store)
@@ -105,7 +93,7 @@ async def _measure(url: str, src: Path | None) -> dict[str, list[float]]:
     await stead.Worker(app, store, stead.WorkerOptions(concurrency=32)).run_until_idle()
     worker = subprocess.Popen(
         [runner.project_python(), "-m", "bench.days_kept", "--worker", url], cwd=runner.ROOT,
-        env=_env(src), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        env=runner.code_env(src), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert worker.stdout is not None and worker.stdin is not None
         if worker.stdout.readline().strip() != "IDLE":
@@ -174,16 +162,16 @@ def measure(days: list[int], codes: list[tuple[str, Path | None]]) -> list[Row]:
                     runner.fresh_database("postgres", scratch) as url:
                 # The schema, migrated by the code measured; then the days.
                 subprocess.run([runner.project_python(), "-c", _MIGRATE.format(url=url)],
-                               cwd=runner.ROOT, env=_env(src), check=True)
+                               cwd=runner.ROOT, env=runner.code_env(src), check=True)
                 _add_days(url, n)
                 done = subprocess.run(
                     [runner.project_python(), "-m", "bench.days_kept", "--measure", url,
                      *(["--src", str(src)] if src is not None else [])],
-                    cwd=runner.ROOT, env=_env(src), check=True, capture_output=True,
+                    cwd=runner.ROOT, env=runner.code_env(src), check=True, capture_output=True,
                     text=True)
             series = json.loads(done.stdout.strip().splitlines()[-1])
             rows.append(Row(n, code, statistics.median(series["deliver"]),
-                            _quantile(series["deliver"], 0.99),
+                            runner.quantile(series["deliver"], 0.99),
                             statistics.median(series["unknown"]),
                             statistics.median(series["prune_check"]),
                             f"{before.split(' / ')[0]} → "

@@ -68,14 +68,12 @@ def measure(counts: list[int], codes: list[tuple[str, Path | None]]) -> list[Row
     for db in stores:
         for n in counts:
             for code, src in codes:
-                env = dict(os.environ)
-                if src is not None:
-                    env["PYTHONPATH"] = os.pathsep.join([str(src), str(runner.ROOT)])
                 before = machine.load_now()
                 with runner.scratch_dir() as scratch, runner.fresh_database(db, scratch) as url:
                     done = subprocess.run(
                         [runner.project_python(), "-m", "bench.many_queues", "--measure", url,
-                         "--queues", str(n)], cwd=runner.ROOT, env=env, check=True,
+                         "--queues", str(n)],
+                        cwd=runner.ROOT, env=runner.code_env(src), check=True,
                         capture_output=True, text=True)
                 rate = float(json.loads(done.stdout.strip().splitlines()[-1]))
                 rows.append(Row(db, n, code, rate, f"{before.split(' / ')[0]} → "

@@ -306,6 +306,21 @@ def checkout(ref: str) -> Iterator[Path]:
                         str(folder)], check=False)
 
 
+def code_env(src: Path | None) -> dict[str, str]:
+    """The environment of a bench's child process that runs stead's code
+    from `src` (None: this checkout's, as installed)."""
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(src), str(ROOT)])
+    return env
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The `q` quantile of `values` (nearest rank, from below)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 @contextlib.contextmanager
 def codes(before: str | None) -> Iterator[list[tuple[str, Path | None]]]:
     """The code a bench's rows are measured with, each as (label, stead's

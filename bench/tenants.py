@@ -71,11 +71,8 @@ class Row:
 
 def _worker(url: str, src: Path | None) -> subprocess.Popen[bytes]:
     """The worker process; with `src`, importing stead from there."""
-    env = dict(os.environ)
-    if src is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(src), str(runner.ROOT)])
     return subprocess.Popen([runner.project_python(), "-m", "bench.tenants", "--worker", url],
-                            cwd=runner.ROOT, env=env)
+                            cwd=runner.ROOT, env=runner.code_env(src))
 
 
 async def _serve(url: str) -> None:
@@ -84,11 +81,6 @@ async def _serve(url: str) -> None:
         await stead.Worker(app, store, stead.WorkerOptions(concurrency=SLOTS)).run()
     finally:
         await store.close()
-
-
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def _case(url: str, burst: int, tenants: bool, hold: float,
@@ -168,7 +160,7 @@ async def measure(burst: int, hold: float,
                 with runner.scratch_dir() as scratch, runner.fresh_database(db, scratch) as url:
                     latencies, throughput = await _case(url, n, tenants, hold, src)
                 rows.append(Row(db, case, statistics.median(latencies),
-                                _quantile(latencies, 0.99), len(latencies), throughput,
+                                runner.quantile(latencies, 0.99), len(latencies), throughput,
                                 f"{before.split(' / ')[0]} → "
                                 f"{machine.load_now().split(' / ')[0]}", code))
                 print(rows[-1], flush=True)

@@ -166,8 +166,7 @@ class Claims:
         queues = self.queues()
         # One read names the queues with work: a claim of each queue in turn
         # would ask each first, a round trip per queue declared, however idle.
-        ready = await self.store.ready_queues([q.name for q in queues], hosted, exclude) \
-            if queues else set()
+        ready = await self.store.ready_queues([q.name for q in queues], hosted, exclude)
         for queue in queues:
             if queue.name in ready and len(claimed) < free:
                 claimed += await self.store.claim_queue(
