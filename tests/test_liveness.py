@@ -9,6 +9,7 @@ import asyncio
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -295,3 +296,52 @@ async def test_a_holder_gone_on_this_machine_leaves_nothing_to_wait_for(
     [row] = await store.claim("claimer", ["w@1"], 30.0, 1, exclude=[])
     assert (row.run_id, row.prior_lease_until) == (run_id, None)
     assert await store.end_dead_leases("claimer") == []
+
+
+async def test_a_worker_whose_first_twin_could_not_connect_keeps_its_presence(
+    pstore: stead.Store, pg_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The keeper's own connection (its twin) could not be made at first, so
+    the worker took its presence lock on its own store. When the twin connects
+    later, the lock stays where it is held: taken on the twin it would be
+    found held by that other session, and the worker would stop its runs as
+    absent for good."""
+    from stead.worker import leases
+
+    real_open = leases.open_store
+    refused: list[str] = []
+
+    async def first_refused(url: str, **kw: Any) -> stead.Store:
+        if not refused:
+            refused.append(url)
+            raise stead.errors.StoreUnavailable("no connection within the test's patience")
+        return await real_open(url, **kw)
+
+    monkeypatch.setattr(leases, "open_store", first_refused)
+    app = stead.App("presence-kept")
+    sure: list[bool] = []
+
+    @app.workflow(version=1)
+    async def wf(run: stead.Run) -> int:
+        total = 0
+        for i in range(12):  # a run that outlives several looks at the lock
+            await run.sleep(0.1)
+            total += await run.step(f"s{i}", lambda i=i: i)
+        return total
+
+    worker = stead.Worker(app, pstore, stead.WorkerOptions(lease_seconds=1.5, poll_interval=0.01))
+    task = asyncio.create_task(worker.run())
+    try:
+        run_id = (await stead.Client(pstore, app).start(wf)).run_id
+        assert await stead.Client(pstore, app).result(run_id, timeout=30) == sum(range(12))
+        sure.append(worker._leases.standing.sure())
+        locks = pg.admin(
+            "SELECT count(*) FROM pg_stat_activity AS a JOIN pg_locks AS l ON l.pid = a.pid "
+            "WHERE a.application_name = %s AND l.locktype = 'advisory' AND l.granted "
+            "AND l.classid = 1937007980", pg.query_param(pg_url, "application_name"))
+    finally:
+        worker.stop()
+        await task
+    assert refused, "the twin's first connection was not refused"
+    assert sure == [True]
+    assert int(str(locks[0][0])) == 1  # one session holds it: no second one waits on it

@@ -119,6 +119,10 @@ class LeaseKeeper:
         self._grace = presence_grace
         # The presence lock as last found; None until first looked at.
         self._presence: Presence | None = None
+        # The store whose session holds the lock (None: none does). It is
+        # kept there: a twin that connects later would find the key taken
+        # by that session, its own worker, and call the lock lost for good.
+        self._presence_on: Store | None = None
         self._renewal_failed = False  # whether the last renewal met a store error
         # The worker these leases are for: with it, the keeper records the
         # worker's process and ends the leases of dead holders, then tells
@@ -317,13 +321,18 @@ class LeaseKeeper:
         assert self._worker_id is not None
         if twin is None:
             twin = await self._open_twin()
-        store = self._store_for(twin)
+        store = self._presence_on or self._store_for(twin)
         was = self._presence
         try:
             now = await self._on(store, store.keep_presence(self._worker_id))
+            # Found LOST, that store's session holds nothing now: the next
+            # look may take the lock on the twin. After an error it may hold
+            # it still, so the next look asks that store again.
+            self._presence_on = None if now == Presence.LOST else store
         except errors.StoreError as exc:
             log.warning("worker %s could not hold its presence lock: %s", self._worker_id, exc)
             now = Presence.LOST
+            self._presence_on = store
         if now == Presence.LOST:
             if was != Presence.LOST:
                 log.warning("worker %s lost its presence lock: its runs start no new call "
