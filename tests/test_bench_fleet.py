@@ -15,7 +15,7 @@ from bench import fleet, runner
 from tests import pg
 
 TINY = fleet.Sizes(processes=2, concurrency=2, runs=30, recovery_runs=150, fleet=(3,),
-                   fleet_processes=2, fleet_concurrency=2, warmup=0.5, window=1.5,
+                   fleet_processes=2, fleet_concurrency=2, warmup=0.5, window=3.0,
                    backlog_rate=100, reps=1)
 
 

@@ -335,13 +335,40 @@ async def test_a_worker_whose_first_twin_could_not_connect_keeps_its_presence(
         run_id = (await stead.Client(pstore, app).start(wf)).run_id
         assert await stead.Client(pstore, app).result(run_id, timeout=30) == sum(range(12))
         sure.append(worker._leases.standing.sure())
-        locks = pg.admin(
-            "SELECT count(*) FROM pg_stat_activity AS a JOIN pg_locks AS l ON l.pid = a.pid "
-            "WHERE a.application_name = %s AND l.locktype = 'advisory' AND l.granted "
-            "AND l.classid = 1937007980", pg.query_param(pg_url, "application_name"))
+        locks = _presence_sessions(pg.query_param(pg_url, "application_name"))
     finally:
         worker.stop()
         await task
     assert refused, "the twin's first connection was not refused"
     assert sure == [True]
-    assert int(str(locks[0][0])) == 1  # one session holds it: no second one waits on it
+    assert locks == 1  # one session holds it: no second one waits on it
+
+
+async def test_a_worker_run_again_holds_one_presence_lock_and_leaves_none(
+    pstore: stead.Store, pg_url: str,
+) -> None:
+    """A worker run until idle, then again (its lease keeper ended and started
+    anew), takes its lock on the new keeper's connection, and each time it
+    stops no session is left holding it (nor open to hold it later)."""
+    app = stead.App("presence-again")
+
+    @app.workflow(version=1)
+    async def wf(run: stead.Run) -> int:
+        return await run.step("one", lambda: 1)
+
+    client = stead.Client(pstore, app)
+    worker = stead.Worker(app, pstore, stead.WorkerOptions(poll_interval=0.01))
+    name = pg.query_param(pg_url, "application_name")
+    for _ in range(3):
+        run_id = (await client.start(wf)).run_id
+        await worker.run_until_idle()
+        assert (await client.get(run_id)).status == "completed"
+        assert _presence_sessions(name) == 0
+
+
+def _presence_sessions(schema_app: str) -> int:
+    rows = pg.admin(
+        "SELECT count(*) FROM pg_stat_activity AS a JOIN pg_locks AS l ON l.pid = a.pid "
+        "WHERE a.application_name = %s AND l.locktype = 'advisory' AND l.granted "
+        "AND l.classid = 1937007980", schema_app)
+    return int(str(rows[0][0]))

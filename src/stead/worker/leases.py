@@ -264,6 +264,8 @@ class LeaseKeeper:
                                  self._store_for(twin).absences_end(self._grace) or math.inf)
         finally:
             if twin is not None:
+                if self._presence_on is twin:  # closed now: a restart takes the lock anew
+                    self._presence_on = None
                 with contextlib.suppress(errors.SteadError):
                     await twin.close()
 

@@ -59,7 +59,7 @@ class PostgresDatabase(seam.Database):
         self._db = connection.Connector(self.target, retry_for=retry_for, direct=direct)
         self._listener = Listener(self._db)
         self._group = GroupCommit(self._db)
-        self._presence: PresenceLock | None = None
+        self._presence: dict[str, PresenceLock] = {}  # by worker id
         self.local = self._local = local_work.signal(f"postgres:{self.display}#{self.schema}")
 
     @property
@@ -82,8 +82,8 @@ class PostgresDatabase(seam.Database):
                                             self.display, self.clock.now())
 
     async def close(self) -> None:
-        if self._presence is not None:
-            await self._presence.close()
+        for lock in self._presence.values():
+            await lock.close()
         await self._group.close()
         await self._listener.close()
         await self._db.close()
@@ -144,9 +144,10 @@ class PostgresDatabase(seam.Database):
         await self._listener.wait(timeout)
 
     async def keep_presence(self, worker_id: str) -> Presence:
-        if self._presence is None:
-            self._presence = PresenceLock(self._db, worker_id)
-        return await self._presence.keep()
+        lock = self._presence.get(worker_id)
+        if lock is None:
+            lock = self._presence[worker_id] = PresenceLock(self._db, worker_id)
+        return await lock.keep()
 
 
 async def _run(conn: Conn, flow: seam.FlowFactory[T]) -> T:
