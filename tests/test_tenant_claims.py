@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import datetime as dt
 import time
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -188,6 +190,69 @@ async def test_one_tenant_claims_as_the_plain_claim(store: stead.Store) -> None:
     assert [r.run_id for r in taken] == ids  # oldest first, as the plain claim
     await _start(client, "b", 1)
     assert await store.ready_tenants() == ["", "b"]
+
+
+async def test_a_claim_takes_each_tenants_oldest_claimable_runs_in_one_statement(
+        fstore: stead.Store, clock: stead.FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a fair claim takes of each tenant: its oldest runs that a claim
+    could take (a due sleeper among them by its creation), never one leased
+    live, excluded, of code not hosted or in a queue. On PostgreSQL the
+    tenants' runs are claimed in one statement, not one per tenant."""
+    mixed = stead.App("mixed")
+    mixed.queue("side")
+
+    @mixed.workflow()
+    async def work(run: stead.Run) -> int:
+        return 1
+
+    @mixed.workflow()
+    async def nap(run: stead.Run) -> str:
+        await run.sleep(dt.timedelta(seconds=30))
+        return "rested"
+
+    client = stead.Client(fstore, mixed)
+    hosted = mixed.hosted()
+    sleeper = (await client.start(nap, tenant="a")).run_id
+    await stead.Worker(mixed, fstore).run_until_idle()  # it sleeps
+    b0 = (await client.start(work, tenant="b")).run_id
+    [held] = await fstore.claim("elsewhere", hosted, 60, 1, exclude=[])
+    assert held.run_id == b0  # leased live by another worker
+    runs = {}
+    for name in ("a1", "b1", "c0", "c1", "a2", "b2"):
+        clock.advance(1)  # each created after the one before
+        runs[name] = (await client.start(work, tenant=name[0])).run_id
+    await client.start(work, tenant="c", queue="side")
+    other = stead.App("mixed")
+
+    @other.workflow(name="work", version=2)
+    async def work_v2(run: stead.Run) -> int:
+        return 2
+
+    await stead.Client(fstore, other).start(work_v2, tenant="d")
+    clock.advance(25)  # the sleeper is due
+
+    names: list[str] = []
+    if fstore.url.startswith("postgres"):
+        from stead.store.postgres import database as pg_database
+
+        real_do = pg_database._do
+
+        async def noting(conn: Any, step: Any) -> Any:
+            names.append(getattr(step, "name", ""))
+            return await real_do(conn, step)
+
+        monkeypatch.setattr(pg_database, "_do", noting)
+    exclude = [runs["c0"]]
+    # Two slots: b holds a run already, so a and c take one each, their oldest.
+    first = await fstore.claim_fair(fair.Policy(), "w", hosted, LEASE, 2, exclude=exclude)
+    assert {r.run_id for r in first} == {sleeper, runs["c1"]}
+    rest = await fstore.claim_fair(fair.Policy(), "w", hosted, LEASE, 20, exclude=exclude)
+    assert {r.run_id for r in rest} == {runs["a1"], runs["a2"], runs["b1"], runs["b2"]}
+    assert all(r.lease_owner == "w" and r.epoch >= 1 for r in first + rest)
+    assert await fstore.claim_fair(fair.Policy(), "w", hosted, LEASE, 20,
+                                   exclude=exclude) == []
+    if names:
+        assert "claim_tenants" in names and "claim_tenant" not in names, names
 
 
 async def test_a_tenants_concurrency_holds_across_claims(store: stead.Store) -> None:

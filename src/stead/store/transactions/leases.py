@@ -105,9 +105,9 @@ def claim_fair(policy: fair.Policy, params: dict[str, Any], limit: int, turn: in
         plan = fair.shares(left, list(loads.values()), policy, turn, keep)
         if not plan:
             break
+        taken = yield from _claim_tenants(params, plan)
         for tenant, wanted in plan.items():
-            got = [_rows.run(r) for r in (yield rows("claim_tenant", {
-                **params, "tenant": tenant, "limit": wanted}))]
+            got = taken[tenant]
             claimed += got
             was = loads[tenant]
             # Fewer than asked: the tenant has no more ready for this worker.
@@ -117,6 +117,25 @@ def claim_fair(policy: fair.Policy, params: dict[str, Any], limit: int, turn: in
         if len(claimed) >= limit or all(x.ready == 0 for x in loads.values()):
             break
     return sorted(claimed, key=lambda r: r.created_at)
+
+
+def _claim_tenants(params: dict[str, Any],
+                   plan: dict[str, int]) -> Flow[dict[str, list[RunRow]]]:
+    """Lease up to `plan[tenant]` runs of each tenant: in one statement where
+    the dialect has one (PostgreSQL: a round trip per claim, not per tenant),
+    else tenant by tenant (SQLite's `claim_tenants` is empty: no answer)."""
+    taken: dict[str, list[RunRow]] = {tenant: [] for tenant in plan}
+    if len(plan) > 1:
+        found = yield rows("claim_tenants", {
+            **params, "tenants": list(plan), "limits": list(plan.values())})
+        if found is not None:
+            for r in found:
+                taken[str(r["claimed_for"])].append(_rows.run(r))
+            return taken
+    for tenant, wanted in plan.items():
+        taken[tenant] = [_rows.run(r) for r in (yield rows("claim_tenant", {
+            **params, "tenant": tenant, "limit": wanted}))]
+    return taken
 
 
 def fair_claimed(params: dict[str, Any]) -> Flow[list[RunRow]]:

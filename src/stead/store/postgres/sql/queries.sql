@@ -1723,6 +1723,57 @@ RETURNING runs.*,
     (SELECT e.until FROM lease_ends AS e
      WHERE e.run_id = runs.run_id AND e.epoch = runs.epoch - 1) AS prior_lease_until;
 
+-- name: claim_tenants
+-- claim_tenant for several tenants in one statement: up to %(limits)s[i]
+-- runs of %(tenants)s[i] (arrays of one length, the tenants distinct), each
+-- tenant's read through its own index range as in claim_tenant (LATERAL:
+-- one bounded probe per tenant, however many runs a tenant has). Each row
+-- says in claimed_for which tenant it was claimed for.
+WITH plan AS (
+    SELECT p.tenant, p.most FROM unnest(%(tenants)s::text[], %(limits)s::int[]) AS p (tenant, most)
+), runnable AS (
+    SELECT c.run_id, c.created_at, plan.tenant FROM plan CROSS JOIN LATERAL (
+        SELECT rt.run_id, rt.created_at FROM run_tenants AS rt
+        JOIN runs AS r ON r.run_id = rt.run_id
+        WHERE rt.tenant = plan.tenant AND rt.status IN ('pending', 'running')
+          AND rt.queue IS NULL AND r.status IN ('pending', 'running')
+          AND (r.lease_expires_at IS NULL OR r.lease_expires_at <=
+              COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8)
+          AND (r.workflow || '@' || r.version) = ANY(%(hosted)s::text[])
+          AND NOT (r.run_id = ANY(%(exclude)s::text[]))
+        ORDER BY rt.created_at
+        LIMIT plan.most
+        FOR UPDATE OF r SKIP LOCKED) AS c
+), due AS (
+    SELECT c.run_id, c.created_at, plan.tenant FROM plan CROSS JOIN LATERAL (
+        SELECT rt.run_id, rt.created_at FROM run_tenants AS rt
+        JOIN runs AS r ON r.run_id = rt.run_id
+        WHERE rt.tenant = plan.tenant AND rt.status = 'waiting' AND rt.wake_at <= %(now)s
+          AND rt.queue IS NULL AND r.status = 'waiting' AND r.wake_at <= %(now)s
+          AND (r.workflow || '@' || r.version) = ANY(%(hosted)s::text[])
+          AND NOT (r.run_id = ANY(%(exclude)s::text[]))
+        ORDER BY rt.wake_at
+        LIMIT plan.most
+        FOR UPDATE OF r SKIP LOCKED) AS c
+), picked AS (
+    SELECT ranked.run_id, ranked.tenant FROM (
+        SELECT u.run_id, u.tenant,
+            row_number() OVER (PARTITION BY u.tenant ORDER BY u.created_at) AS n
+        FROM (SELECT * FROM runnable UNION ALL SELECT * FROM due) AS u) AS ranked
+    JOIN plan ON plan.tenant = ranked.tenant
+    WHERE ranked.n <= plan.most
+)
+UPDATE runs
+SET epoch = runs.epoch + 1, lease_owner = %(worker_id)s, lease_expires_at =
+    COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8 + %(lease_seconds)s,
+    status = 'running', wake_at = NULL, updated_at = %(now)s,
+    started_at = COALESCE(runs.started_at, %(now)s)
+FROM picked
+WHERE runs.run_id = picked.run_id
+RETURNING runs.*, picked.tenant AS claimed_for,
+    (SELECT e.until FROM lease_ends AS e
+     WHERE e.run_id = runs.run_id AND e.epoch = runs.epoch - 1) AS prior_lease_until;
+
 -- Spend and quotas (schema 36, see `stead.spend`).
 
 -- name: reserve_context

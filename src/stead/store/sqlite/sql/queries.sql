@@ -1390,6 +1390,11 @@ WHERE run_id IN (
 )
 RETURNING *;
 
+-- name: claim_tenants
+-- Empty: SQLite has no LIMIT that reads a column of the row it is read for,
+-- so the claim takes each tenant's runs with claim_tenant, in turn (no round
+-- trip to save here).
+
 -- Spend and quotas (schema 36, see `stead.spend`).
 
 -- name: reserve_context
