@@ -199,3 +199,20 @@ def test_a_run_s_wait_read_is_the_wait_read_with_the_run_named(dialect: str) -> 
         f"WHERE w.wait_id = {wait}", f"WHERE w.wait_id = {wait} AND w.run_id = {run}")
     assert expected != _code(q["wait_and_event"])
     assert _code(q["run_wait_and_event"]) == expected
+
+
+def test_a_claim_of_several_tenants_reads_each_as_the_claim_of_one() -> None:
+    """`claim_tenants` (PostgreSQL) repeats `claim_tenant`'s read of one
+    tenant's runnable and due runs, and its lease, for each tenant of its
+    plan: the two must not drift apart."""
+    q = sql_files.queries("postgres")
+    one, several = _code(q["claim_tenant"]), _code(q["claim_tenants"])
+    reads = re.findall(r"SELECT rt\.run_id, rt\.created_at FROM run_tenants AS rt .*? "
+                       r"FOR UPDATE OF r SKIP LOCKED", one)
+    assert len(reads) == 2  # the runnable, the due
+    for read in reads:
+        each = read.replace("%(tenant)s", "plan.tenant").replace("%(limit)s", "plan.most")
+        assert each in several, read
+    lease = one[one.index("UPDATE runs SET"):one.index("FROM picked")]
+    assert lease in several
+    assert sql_files.queries("sqlite")["claim_tenants"] == ""  # tenant by tenant there
