@@ -4,7 +4,9 @@ outside the database (see `stead.keys`, `stead.payloads`)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,9 @@ import click
 
 from stead import errors, keys
 from stead.cli import common
+
+# Seconds `stead keys reencrypt` rests between batches at least.
+REWRAP_PAUSE = 0.01
 
 
 @click.group("keys")
@@ -137,8 +142,12 @@ def keys_rotate(ctx: click.Context, file: str | None) -> None:
 @keys_group.command("reencrypt")
 @click.option("--batch", default=200, show_default=True, type=click.IntRange(1, 10_000),
               help="Payload keys rewrapped per transaction.")
+@click.option("--pause", default=REWRAP_PAUSE, show_default=True,
+              type=click.FloatRange(0.0, 60.0), metavar="SECONDS",
+              help="Rest between batches, and at least as long as the batch took, so "
+                   "live workers' writes go first.")
 @click.pass_context
-def keys_reencrypt(ctx: click.Context, batch: int) -> None:
+def keys_reencrypt(ctx: click.Context, batch: int, pause: float) -> None:
     """Rewrap every stored payload key under the newest data key, a batch per
     transaction (safe beside live workers, and to stop and run again). The
     payloads themselves are not rewritten: each run's key is what changes
@@ -154,11 +163,17 @@ def keys_reencrypt(ctx: click.Context, batch: int) -> None:
                     "holds the data keys) to rewrap payload keys")
             done, after = 0, ""
             while True:
+                began = time.monotonic()
                 rewrapped, last = await store.rewrap_keys(after, batch)
                 done += rewrapped
                 if last is None:
                     return done, await store.payload_key_counts()
                 after = last
+                # SQLite's waiting writers poll for the write lock with
+                # growing sleeps: batches back to back would hold it at
+                # every poll and keep a live worker's writes (lease renewals
+                # among them) out for the whole pass.
+                await asyncio.sleep(max(pause, time.monotonic() - began))
 
     try:
         done, counts = common.run_async(go())
