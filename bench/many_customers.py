@@ -1,5 +1,5 @@
 """`python -m bench.many_customers [--queues 0,50,500] [--tenants 0,50,500]
-[--before REF] [--write]`
+[--busy 500,1000] [--before REF] [--write]`
 
 What serving many customers costs one worker: `RUNS` one-step runs, run
 until idle by one worker process (16 slots); runs completed per second, on
@@ -9,7 +9,11 @@ SQLite and PostgreSQL, with the customers as
   empty, and the runs are outside them. A claim asks which queues have work
   before it claims any, so a queue with no run should cost nothing;
 - tenants: the runs are spread evenly over that many tenants (0: none), so
-  each claim shares its slots among all of them (`stead.tenants.fair`).
+  each claim shares its slots among all of them (`stead.tenants.fair`);
+- busy tenants: that many tenants each hold a run leased by another worker
+  and have runs ready; the median time of a fair claim of 16 slots (a fleet
+  serving them all: every tenant has a run in flight when a claim shares
+  the slots).
 
 With `--before REF`, each row is measured with stead's code at git ref REF
 too (a scratch worktree), in turn with this checkout's. Not part of CI nor
@@ -25,6 +29,7 @@ import dataclasses
 import datetime as dt
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -35,15 +40,17 @@ from bench import machine, runner
 BEGIN, END = "<!-- many customers: begin -->", "<!-- many customers: end -->"
 RUNS = 1000
 SLOTS = 16
+# Fair claims timed per busy-tenants row (the median is reported).
+CLAIMS = 20
 
 
 @dataclasses.dataclass(frozen=True)
 class Row:
     store: str
-    kind: str  # "queues" or "tenants"
+    kind: str  # "queues", "tenants" or "busy"
     customers: int
     code: str
-    runs_per_second: float
+    figure: float  # runs/s; for "busy", a claim's median ms
     load: str
 
 
@@ -72,6 +79,40 @@ async def _measure(url: str, kind: str, customers: int) -> float:
         await store.close()
 
 
+async def _measure_busy(url: str, tenants: int) -> float:
+    import stead
+    from stead.tenants import fair
+
+    app = stead.App("many_customers")
+
+    @app.workflow()
+    async def work(run: stead.Run, n: int) -> int:
+        return n
+
+    def one_each() -> list[stead.Start]:
+        return [stead.Start(work, (i,), tenant=f"customer-{i}") for i in range(tenants)]
+
+    store = await stead.open_store(url)
+    try:
+        client = stead.Client(store, app)
+        await client.start_many(one_each())
+        hosted = app.hosted()
+        held = await store.claim("elsewhere", hosted, 3600.0, tenants)
+        assert len(held) == tenants, f"leased {len(held)} of {tenants}"
+        for _ in range(3):
+            await client.start_many(one_each())
+        took = []
+        for turn in range(CLAIMS):
+            t0 = time.perf_counter()
+            got = await store.claim_fair(fair.Policy(), "measured", hosted, 3600.0, SLOTS,
+                                         turn=turn, keep=1)
+            took.append(time.perf_counter() - t0)
+            assert got, "the claim took nothing"
+        return statistics.median(took) * 1000
+    finally:
+        await store.close()
+
+
 def measure(counts: dict[str, list[int]], codes: list[tuple[str, Path | None]]) -> list[Row]:
     rows = []
     stores = ["sqlite"] + (["postgres"] if runner.pg_available() is None else [])
@@ -86,11 +127,18 @@ def measure(counts: dict[str, list[int]], codes: list[tuple[str, Path | None]]) 
                          url, "--kind", kind, "--count", str(n)],
                         cwd=runner.ROOT, env=runner.code_env(src), check=True,
                         capture_output=True, text=True)
-                rate = float(json.loads(done.stdout.strip().splitlines()[-1]))
-                rows.append(Row(db, kind, n, code, rate, f"{before.split(' / ')[0]} → "
+                figure = float(json.loads(done.stdout.strip().splitlines()[-1]))
+                rows.append(Row(db, kind, n, code, figure, f"{before.split(' / ')[0]} → "
                                                    f"{machine.load_now().split(' / ')[0]}"))
                 print(rows[-1], flush=True)
     return rows
+
+
+def _header(what: list[str], figures: list[str], before: str | None) -> list[str]:
+    """A table's head: the code's column between what a row is and its figures
+    when the rows are measured before and after."""
+    columns = [*what, *(["code"] if before else []), *figures]
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
 
 
 def render(rows: list[Row], counts: dict[str, list[int]], before: str | None) -> str:
@@ -107,14 +155,26 @@ def render(rows: list[Row], counts: dict[str, list[int]], before: str | None) ->
         "the runs are spread evenly over that many tenants (0: none), so every claim is "
         "shared among them. Load average (one minute) before → after each row.",
         "",
-        "| store | customers as | how many | " + ("code | " if before else "") +
-        "runs/s | load |",
-        "|---|---|---|---|---|" + ("---|" if before else ""),
+        *_header(["store", "customers as", "how many"], ["runs/s", "load"], before),
     ]
     for r in rows:
-        lines.append(f"| {r.store} | {r.kind} | {r.customers} | " +
-                     (f"{r.code} | " if before else "") +
-                     f"{r.runs_per_second:,.0f} | {r.load} |")
+        if r.kind != "busy":
+            lines.append(f"| {r.store} | {r.kind} | {r.customers} | " +
+                         (f"{r.code} | " if before else "") +
+                         f"{r.figure:,.0f} | {r.load} |")
+    busy = [r for r in rows if r.kind == "busy"]
+    if busy:
+        lines += [
+            "",
+            f"*Busy tenants*: that many tenants each hold a run leased by another worker and "
+            f"have 3 runs ready; the median of {CLAIMS} fair claims of {SLOTS} slots (one slot "
+            "kept, as a worker does), each row on a fresh database.",
+            "",
+            *_header(["store", "busy tenants"], ["a fair claim, median", "load"], before),
+        ]
+        for r in busy:
+            lines.append(f"| {r.store} | {r.customers} | " + (f"{r.code} | " if before else "")
+                         + f"{r.figure:,.1f} ms | {r.load} |")
     lines.append(END)
     return "\n".join(lines)
 
@@ -123,18 +183,23 @@ def main() -> int:
     p = argparse.ArgumentParser(prog="python -m bench.many_customers")
     p.add_argument("--queues", default="0,50,500", help="how many queues declared ('': none)")
     p.add_argument("--tenants", default="0,50,500", help="how many tenants ('': none)")
+    p.add_argument("--busy", default="500,1000",
+                   help="how many tenants with a run in flight each ('': none)")
     p.add_argument("--before", metavar="REF",
                    help="also measure each row with stead's code at this git ref, in turn")
     p.add_argument("--write", action="store_true")
     p.add_argument("--measure", metavar="URL", help=argparse.SUPPRESS)
-    p.add_argument("--kind", choices=("queues", "tenants"), help=argparse.SUPPRESS)
+    p.add_argument("--kind", choices=("queues", "tenants", "busy"), help=argparse.SUPPRESS)
     p.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.measure:
-        print(json.dumps(asyncio.run(_measure(args.measure, args.kind, args.count))))
+        measured = (_measure_busy(args.measure, args.count) if args.kind == "busy"
+                    else _measure(args.measure, args.kind, args.count))
+        print(json.dumps(asyncio.run(measured)))
         return 0
     asked = {kind: [int(n) for n in text.split(",") if n.strip()]
-             for kind, text in (("queues", args.queues), ("tenants", args.tenants))}
+             for kind, text in (("queues", args.queues), ("tenants", args.tenants),
+                                ("busy", args.busy))}
     counts = {kind: ns for kind, ns in asked.items() if ns}
     with runner.codes(args.before) as codes:
         rows = measure(counts, codes)

@@ -19,6 +19,7 @@ Pure: no I/O; `stead.store` calls it inside the claim's transaction.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from collections.abc import Mapping, Sequence
 
 from stead import bounds, errors
@@ -113,44 +114,69 @@ def shares(free: int, loads: Sequence[Load], policy: Policy, turn: int = 0,
     its limits' room (see the module's docstring). The last `keep` slots go
     only to tenants with no run in flight (a tenant given a slot by this
     claim has one) or that would still hold no more runs per weight than
-    another tenant (`_may_keep`): a tenant that starts a run while others'
+    another tenant (`_kept_slot_to`): a tenant that starts a run while others'
     backlogs fill the workers finds a slot at once. Tenants given none are
-    left out."""
+    left out.
+
+    It runs inside the claim's transaction, over up to a thousand tenants:
+    the shared slots come off a heap (a slot costs log n, not n), and each
+    kept slot is one pass over the tenants (not one per tenant)."""
     if free <= 0 or not loads:
         return {}
-    count = len(loads)
-    start = turn % count
-    order = [loads[(start + i) % count] for i in range(count)]
-    room = {x.tenant: min(x.ready, policy.of(x.tenant).room(x.active, x.recent, free))
-            for x in order}
+    start = turn % len(loads)
+    order = [*loads[start:], *loads[:start]]
+    room: dict[str, int] = {}
+    active: dict[str, int] = {}
+    weight: dict[str, int] = {}
+    for x in order:
+        limits = policy.of(x.tenant)
+        room[x.tenant] = min(x.ready, limits.room(x.active, x.recent, free))
+        active[x.tenant] = x.active
+        weight[x.tenant] = limits.weight
     given = dict.fromkeys(room, 0)
-    rank = {x.tenant: i for i, x in enumerate(order)}
-    active = {x.tenant: x.active for x in order}
-    weight = {t: policy.of(t).weight for t in room}
+    # (runs held per weight, place in the turn's order, tenant) of each
+    # tenant with room left: the smallest is the fairest to give a slot.
+    heap = [(active[t] / weight[t], rank, t) for rank, t in enumerate(room) if room[t] > 0]
+    heapq.heapify(heap)
     shared = 0  # slots given that any tenant could take
-    for _ in range(free):
-        open_ = [t for t in room if given[t] < room[t]]
-        if shared >= free - keep:
-            open_ = [t for t in open_ if _may_keep(t, active, given, weight)]
-        if not open_:
-            break
-        best = min(open_, key=lambda t: ((active[t] + given[t]) / weight[t], rank[t]))
-        if shared < free - keep:
-            shared += 1
+    while shared < free - keep:
+        if not heap:
+            return _given(given)
+        _, rank, best = heapq.heappop(heap)
         given[best] += 1
+        shared += 1
+        if given[best] < room[best]:
+            heapq.heappush(heap, ((active[best] + given[best]) / weight[best], rank, best))
+    for _ in range(free - shared):
+        kept_to = _kept_slot_to(room, active, given, weight)
+        if kept_to is None:
+            break
+        given[kept_to] += 1
+    return _given(given)
+
+
+def _given(given: Mapping[str, int]) -> dict[str, int]:
     return {t: n for t, n in given.items() if n > 0}
 
 
-def _may_keep(tenant: str, active: Mapping[str, int], given: Mapping[str, int],
-              weight: Mapping[str, int]) -> bool:
-    """Whether `tenant` may take a kept slot: it has nothing in flight,
-    counting what this claim gave it, or taking the slot leaves it with no
-    more runs per weight than another tenant holds. A backlog whose runs all
-    ended just before the claim does not take the slot a newcomer needs, and
-    a tenant far below its share (its runs started one by one while a burst
-    filled the slots) is not made to wait for the burst's runs to end."""
-    held = active[tenant] + given[tenant]
-    if held == 0:
-        return True
-    most = max(((active[t] + given[t]) / weight[t] for t in active if t != tenant), default=0.0)
-    return (held + 1) / weight[tenant] <= most
+def _kept_slot_to(room: Mapping[str, int], active: Mapping[str, int],
+                  given: Mapping[str, int], weight: Mapping[str, int]) -> str | None:
+    """The fairest tenant with room that may take a kept slot (None: none):
+    one with nothing in flight, counting what this claim gave it, or that
+    taking the slot leaves with no more runs per weight than another tenant
+    holds. A backlog whose runs all ended just before the claim does not take
+    the slot a newcomer needs, and a tenant far below its share (its runs
+    started one by one while a burst filled the slots) is not made to wait
+    for the burst's runs to end. (The most another tenant holds may be read
+    as the most any tenant holds: a tenant at the top, one more run, is past
+    it either way.)"""
+    level = {t: (active[t] + given[t]) / weight[t] for t in active}
+    most = max(level.values())
+    best, best_key = None, (0.0, 0)
+    for rank, t in enumerate(room):
+        held = active[t] + given[t]
+        if given[t] >= room[t] or (held != 0 and (held + 1) / weight[t] > most):
+            continue
+        if best is None or (level[t], rank) < best_key:
+            best, best_key = t, (level[t], rank)
+    return best
