@@ -40,8 +40,10 @@ from bench import machine, runner
 BEGIN, END = "<!-- many customers: begin -->", "<!-- many customers: end -->"
 RUNS = 1000
 SLOTS = 16
-# Fair claims timed per busy-tenants row (the median is reported).
+# Fair claims timed per busy-tenants row (the median is reported), and the
+# runs each busy tenant has ready beside the one it holds.
 CLAIMS = 20
+READY = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +101,7 @@ async def _measure_busy(url: str, tenants: int) -> float:
         hosted = app.hosted()
         held = await store.claim("elsewhere", hosted, 3600.0, tenants)
         assert len(held) == tenants, f"leased {len(held)} of {tenants}"
-        for _ in range(3):
+        for _ in range(READY):
             await client.start_many(one_each())
         took = []
         for turn in range(CLAIMS):
@@ -134,11 +136,15 @@ def measure(counts: dict[str, list[int]], codes: list[tuple[str, Path | None]]) 
     return rows
 
 
-def _header(what: list[str], figures: list[str], before: str | None) -> list[str]:
-    """A table's head: the code's column between what a row is and its figures
+def _line(what: list[str], code: str, figures: list[str], before: str | None) -> str:
+    """A table's line: the code's column between what a row is and its figures
     when the rows are measured before and after."""
-    columns = [*what, *(["code"] if before else []), *figures]
-    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    return "| " + " | ".join([*what, *([code] if before else []), *figures]) + " |"
+
+
+def _header(what: list[str], figures: list[str], before: str | None) -> list[str]:
+    head = _line(what, "code", figures, before)
+    return [head, "|" + "---|" * head.count(" | ") + "---|"]
 
 
 def render(rows: list[Row], counts: dict[str, list[int]], before: str | None) -> str:
@@ -159,22 +165,20 @@ def render(rows: list[Row], counts: dict[str, list[int]], before: str | None) ->
     ]
     for r in rows:
         if r.kind != "busy":
-            lines.append(f"| {r.store} | {r.kind} | {r.customers} | " +
-                         (f"{r.code} | " if before else "") +
-                         f"{r.figure:,.0f} | {r.load} |")
+            lines.append(_line([r.store, r.kind, str(r.customers)], r.code,
+                               [f"{r.figure:,.0f}", r.load], before))
     busy = [r for r in rows if r.kind == "busy"]
     if busy:
         lines += [
             "",
             f"*Busy tenants*: that many tenants each hold a run leased by another worker and "
-            f"have 3 runs ready; the median of {CLAIMS} fair claims of {SLOTS} slots (one slot "
-            "kept, as a worker does), each row on a fresh database.",
+            f"have {READY} runs ready; the median of {CLAIMS} fair claims of {SLOTS} slots "
+            "(one slot kept, as a worker does), each row on a fresh database.",
             "",
             *_header(["store", "busy tenants"], ["a fair claim, median", "load"], before),
         ]
-        for r in busy:
-            lines.append(f"| {r.store} | {r.customers} | " + (f"{r.code} | " if before else "")
-                         + f"{r.figure:,.1f} ms | {r.load} |")
+        lines += [_line([r.store, str(r.customers)], r.code, [f"{r.figure:,.1f} ms", r.load],
+                        before) for r in busy]
     lines.append(END)
     return "\n".join(lines)
 
