@@ -41,7 +41,8 @@ BEGIN, END = "<!-- many customers: begin -->", "<!-- many customers: end -->"
 RUNS = 1000
 SLOTS = 16
 # Fair claims timed per busy-tenants row (the median is reported), and the
-# runs each busy tenant has ready beside the one it holds.
+# fewest runs each busy tenant has ready beside the one it holds (more when
+# the tenants are too few to fill every claim timed).
 CLAIMS = 20
 READY = 3
 
@@ -101,7 +102,7 @@ async def _measure_busy(url: str, tenants: int) -> float:
         hosted = app.hosted()
         held = await store.claim("elsewhere", hosted, 3600.0, tenants)
         assert len(held) == tenants, f"leased {len(held)} of {tenants}"
-        for _ in range(READY):
+        for _ in range(max(READY, -(-CLAIMS * SLOTS // tenants))):
             await client.start_many(one_each())
         took = []
         for turn in range(CLAIMS):
@@ -172,8 +173,9 @@ def render(rows: list[Row], counts: dict[str, list[int]], before: str | None) ->
         lines += [
             "",
             f"*Busy tenants*: that many tenants each hold a run leased by another worker and "
-            f"have {READY} runs ready; the median of {CLAIMS} fair claims of {SLOTS} slots "
-            "(one slot kept, as a worker does), each row on a fresh database.",
+            f"have {READY} runs ready (more if too few to fill every claim); the median of "
+            f"{CLAIMS} fair claims of {SLOTS} slots (one slot kept, as a worker does), each "
+            "row on a fresh database.",
             "",
             *_header(["store", "busy tenants"], ["a fair claim, median", "load"], before),
         ]
