@@ -17,8 +17,11 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 import stead
+from stead.records import Fence
+from stead.store.transactions import leases as leases_tx
 from stead.tenants import fair
 from stead.worker.claims import Claims
+from stead.worker.holds import Holds
 
 app = stead.App("tenant_claims")
 
@@ -225,6 +228,119 @@ async def test_a_worker_keeps_the_headroom_while_a_tenant_is_between_runs(
     # Long after: a tenant alone takes every slot.
     claims._fair_until = claims._several_at = 0.0
     assert len(await claims.claim(16, [])) == 16
+
+
+def test_holds_judge_by_the_last_runs_and_those_in_flight() -> None:
+    holds = Holds(4)
+    assert holds.longer_than(0.01, 0.0)  # nothing to judge by: the slot is kept
+    for i in range(6):  # runs that each held their slot 2 ms
+        holds.began(f"quick{i}", 10.0)
+        holds.ended(f"quick{i}", 10.002)
+    assert not holds.longer_than(0.01, 10.002)
+    for i in range(5):  # runs turning long show before they end
+        holds.began(f"long{i}", 10.0)
+    assert holds.in_flight == 5
+    assert not holds.longer_than(0.01, 10.005)
+    assert holds.longer_than(0.01, 10.5)
+    holds.ended("never began", 11.0)  # a run handed back unexecuted: nothing to judge
+    assert holds.in_flight == 5
+
+
+def _sharing_claims(store: stead.Store, **options: Any) -> tuple[Claims, Holds]:
+    """The claims of a worker of 16 slots that saw several tenants with runs
+    ready a moment ago, and what it knows of its runs' holds."""
+    holds = Holds(16)
+    claims = Claims(app, store, store.clock, "w1", stead.WorkerOptions(concurrency=16, **options),
+                    stop_for=lambda *_: None, holds=holds)
+    claims._several_at = time.monotonic()
+    return claims, holds
+
+
+async def test_quick_runs_leave_a_busy_tenant_the_slots_that_free_one_by_one(
+        store: stead.Store) -> None:
+    """Runs that end within `tenant_headroom_hold` free their slots together:
+    while most slots are busy, the one freed early goes only to a newcomer,
+    and the busy tenant's next runs are claimed with the rest of the wave."""
+    client = stead.Client(store, app)
+    await _start(client, "a", 60)
+    claims, holds = _sharing_claims(store)
+    first = await claims.claim(16, [])
+    assert len(first) == 15  # nothing known of the holds yet: the slot is kept
+    now = time.monotonic()
+    for i in range(16):  # runs here end 2 ms after their claim
+        holds.began(f"done{i}", now - 0.002)
+        holds.ended(f"done{i}", now)
+    for row in first:
+        holds.began(row.run_id, now)
+    holds.ended(first[0].run_id, time.monotonic())  # one ended early: 14 busy, 2 free
+    assert await claims.claim(2, []) == []  # a waits for the wave
+    late = await _start(client, "b", 1)
+    assert [r.run_id for r in await claims.claim(2, [])] == late  # a newcomer does not
+    now = time.monotonic()
+    for row in first:  # the wave ends: a takes all but the kept slot again
+        holds.ended(row.run_id, now)
+    assert await _tenants_of(store, await claims.claim(15, [])) == {"a": 14}
+
+
+async def test_a_run_ended_in_the_store_holds_its_slot_until_the_worker_sees_it_end(
+        store: stead.Store) -> None:
+    """A wave of quick runs ends in the store (one group commit) before the
+    worker's loop has seen each run end: its tenant is still busy to the
+    worker's claim, which leaves the slot to a newcomer, not to it."""
+    client = stead.Client(store, app)
+    await _start(client, "a", 40)
+    claims, holds = _sharing_claims(store)
+    first = await claims.claim(16, [])
+    assert [r.tenant for r in first] == ["a"] * 15  # a fair claim names each run's tenant
+    now = time.monotonic()
+    for row in first:
+        holds.began(row.run_id, now)
+    assert holds.held() == {"a": 15}
+    for row in first:  # ended in the store: a has no run leased there
+        await store.release(Fence(row.run_id, row.epoch, "w1"))
+    assert await claims.claim(1, []) == []
+    late = await _start(client, None, 1)  # runs of no tenant are a newcomer too
+    [taken] = await claims.claim(1, [])
+    assert taken.run_id == late[0] and taken.tenant is None
+    assert holds.held() == {"a": 15, "": 1}
+    for row in first:
+        holds.ended(row.run_id, time.monotonic())
+    assert holds.held() == {"": 1}
+
+
+async def test_the_read_back_of_a_fair_claim_names_each_runs_tenant(
+        fstore: stead.Store) -> None:
+    client = stead.Client(fstore, app)
+    await _start(client, "a", 2)
+    await _start(client, None, 2)
+    taken = await fstore.claim_fair(fair.Policy(), "w1", HOSTED, LEASE, 4)
+    read = await fstore.database.read(lambda: leases_tx.fair_claimed(
+        {"worker_id": "w1", "now": fstore.clock.now(), "exclude": []}))
+    assert sorted((r.run_id, r.tenant) for r in read) == \
+        sorted((r.run_id, r.tenant) for r in taken)
+    assert sorted(str(r.tenant) for r in read) == ["None", "None", "a", "a"]
+
+
+async def test_runs_that_hold_their_slots_keep_the_headroom_as_they_free(
+        store: stead.Store) -> None:
+    client = stead.Client(store, app)
+    await _start(client, "a", 60)
+    for hold_option, taken in ((0.01, 1), (0.0, 1)):
+        claims, holds = _sharing_claims(store, tenant_headroom_hold=hold_option)
+        now = time.monotonic()
+        for i in range(14):  # runs in flight for a second already
+            holds.began(f"long{i}", now - 1.0)
+        # Two slots free: a takes one, the other is kept for a newcomer.
+        assert len(await claims.claim(2, [])) == taken
+    claims, quick = _sharing_claims(store, tenant_headroom_hold=0.0)
+    now = time.monotonic()
+    for i in range(14):  # quick runs, but 0 keeps the headroom whatever they hold
+        quick.began(f"quick{i}", now)
+    assert len(await claims.claim(2, [])) == 1
+    claims, none_kept = _sharing_claims(store, tenant_headroom=0)
+    for i in range(14):  # no headroom: quick runs or not, every free slot is given
+        none_kept.began(f"quick{i}", time.monotonic())
+    assert len(await claims.claim(2, [])) == 2
 
 
 async def test_weights_share_the_slots(store: stead.Store) -> None:

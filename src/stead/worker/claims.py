@@ -18,6 +18,7 @@ from stead.clock import Clock
 from stead.records import HostRole, HostRow, RunRow
 from stead.store.base import Store
 from stead.tenants import NONE, fair
+from stead.worker.holds import Holds
 from stead.worker.options import WorkerOptions
 
 if TYPE_CHECKING:
@@ -45,7 +46,8 @@ class Claims:
 
     def __init__(self, app: App, store: Store, clock: Clock, worker_id: str,
                  options: WorkerOptions,
-                 stop_for: Callable[[str, errors.SteadError], None]) -> None:
+                 stop_for: Callable[[str, errors.SteadError], None],
+                 holds: Holds | None = None) -> None:
         self.app = app
         self.store = store
         self.clock = clock
@@ -53,6 +55,9 @@ class Claims:
         self.options = options
         # Stops the worker for a reason no retry mends (the schema moved past its code).
         self.stop_for = stop_for
+        # How long this worker's runs hold their slots (None: not known, the
+        # headroom is kept).
+        self.holds = holds
         self._window_said = False
         # What this worker claims: the versions it hosts, and those it can
         # migrate to one of them that no other live worker hosts (refreshed
@@ -180,9 +185,8 @@ class Claims:
                           spare: int) -> list[RunRow]:
         """Runs in no queue: shared fairly among tenants when more than one
         has runs ready (or had, within `_FAIR_LINGER`, and a tenant still
-        has) or a tenant has limits, else the plain claim, oldest first. The
-        worker's last `WorkerOptions.tenant_headroom` slots go only to
-        tenants with no run in flight."""
+        has) or a tenant has limits, else the plain claim, oldest first,
+        keeping slots for newcomers (`_kept`)."""
         lease = self.options.lease_seconds
         policy = self.app.tenant_policy or _EQUAL
         now = time.monotonic()
@@ -197,11 +201,31 @@ class Claims:
         several = now < self._fair_until
         if policy.limited or several:
             self._tenant_turn += 1
-            keep = min(max(self.options.tenant_headroom - spare, 0), free) if several else 0
-            return await self.store.claim_fair(policy, self.worker_id, hosted, lease, free,
-                                               exclude=exclude, turn=self._tenant_turn,
-                                               tenants=tenants, keep=keep)
+            keep = self._kept(free, spare, now) if several else 0
+            taken = await self.store.claim_fair(
+                policy, self.worker_id, hosted, lease, free, exclude=exclude,
+                turn=self._tenant_turn, tenants=tenants, keep=keep,
+                held=None if self.holds is None else self.holds.held())
+            if self.holds is not None:
+                self.holds.claimed_fairly(taken)
+            return taken
         return await self.store.claim(self.worker_id, hosted, lease, free, exclude=exclude)
+
+    def _kept(self, free: int, spare: int, now: float) -> int:
+        """How many of the `free` slots this claim gives only to tenants with no
+        run in flight (or fewer per weight than another), while several tenants
+        have runs ready: the worker's last `WorkerOptions.tenant_headroom`
+        (`spare`: its free slots this claim leaves). Runs that hold their slots
+        no longer than `WorkerOptions.tenant_headroom_hold` free them together,
+        a claim's worth at a time: while more are busy than free, every free
+        slot is kept, so that a busy tenant's next runs are claimed with the
+        rest of the wave (one claim and one commit for them all), not one by
+        one as each slot frees; a newcomer is claimed at once either way."""
+        headroom, quick = self.options.tenant_headroom, self.options.tenant_headroom_hold
+        if headroom and quick and self.holds is not None \
+                and self.holds.in_flight > free + spare and not self.holds.longer_than(quick, now):
+            return free
+        return min(max(headroom - spare, 0), free)
 
     def queues(self) -> list[Queue]:
         """The app's queues, starting one further at each claim, so that a

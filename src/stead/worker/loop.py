@@ -30,7 +30,7 @@ from stead.metrics.meters import Takeover
 from stead.records import Backlog, Fence, RunRow, RunStatus
 from stead.store import local_work, seam
 from stead.store.base import Store
-from stead.worker import attempts, chores, claims, idle, leases, leftovers
+from stead.worker import attempts, chores, claims, holds, idle, leases, leftovers
 from stead.worker.leases import LeaseKeeper
 from stead.worker.options import WorkerOptions
 from stead.worker.standing import Standing
@@ -67,8 +67,9 @@ class Worker:
             max_result_bytes=self.options.max_result_bytes, standing=standing,
         )
         # What it claims, and how much at a time.
+        self._holds = holds.Holds(self.options.concurrency)
         self._claims = claims.Claims(app, store, self.clock, self.id, self.options,
-                                     stop_for=self._stop_for)
+                                     stop_for=self._stop_for, holds=self._holds)
         self._leases = LeaseKeeper(store, self.options.lease_seconds, on_lost=self._lost,
                                    blocked_after=self.options.blocked_after,
                                    on_cancel=self._cancel_requested,
@@ -311,11 +312,13 @@ class Worker:
         task = asyncio.create_task(self._execute(row), context=context,
                                    name=leases.task_name(row.run_id))
         self._active[row.run_id] = (task, None)
+        self._holds.began(row.run_id, time.monotonic())
         run_id = row.run_id
         task.add_done_callback(lambda t: self._done(run_id, t))
 
     def _done(self, run_id: str, task: asyncio.Task[None]) -> None:
         self._active.pop(run_id, None)
+        self._holds.ended(run_id, time.monotonic())
         if not task.cancelled() and (exc := task.exception()) is not None:
             # Only a BaseException gets here (a process-level interrupt in step
             # code): the run keeps its lease until it expires, then is taken over.

@@ -45,6 +45,11 @@ class WorkerOptions:
     # flight, so that a tenant starting a run beside another's backlog is
     # claimed at once (docs/guides/platform/many-customers.md); 0: none.
     tenant_headroom: int = 1
+    # The headroom is kept only while the runs here hold their slots longer
+    # than this (the median of the last ones to end and of those in flight):
+    # runs that end sooner free a slot for a newcomer about as soon, and a
+    # slot kept idle beside them only costs throughput; 0: always kept.
+    tenant_headroom_hold: float = 0.01
 
     def __post_init__(self) -> None:
         bounds.integer(self.concurrency, "WorkerOptions.concurrency", least=1,
@@ -56,5 +61,5 @@ class WorkerOptions:
         for name in ("lease_seconds", "poll_interval", "heartbeat", "blocked_after",
                      "presence_grace", "drain_check"):
             bounds.seconds(getattr(self, name), f"WorkerOptions.{name}")
-        for name in ("shutdown_grace", "store_backoff", "suspend_after"):
+        for name in ("shutdown_grace", "store_backoff", "suspend_after", "tenant_headroom_hold"):
             bounds.seconds(getattr(self, name), f"WorkerOptions.{name}", zero=True)

@@ -83,13 +83,16 @@ class Leases(StorePart):
         self, policy: TenantPolicy, worker_id: str, hosted: Sequence[str],
         lease_seconds: float, limit: int, exclude: Sequence[str] = (), turn: int = 0,
         tenants: Sequence[str] | None = None, keep: int = 0,
+        held: Mapping[str, int] | None = None,
     ) -> list[RunRow]:
         """`claim`, shared fairly among the tenants with runs ready: the free
         slots go to them by `stead.tenants.fair.shares` (weighted by `policy`,
         each tenant under its limits, counted in the claim's transaction under
         the limited tenants' locks, so they hold across every worker); `turn`
         says which tenant a tie goes to first, `keep` how many of the slots
-        only tenants with no run in flight may take. `tenants`: what
+        only tenants with no run in flight may take, `held` the claiming
+        worker's runs in flight by tenant (counted leased until it has seen
+        them end; see `tx.claim_fair`). `tenants`: what
         `ready_tenants` just returned (None: read here if some tenant has
         limits, whose locks are taken in their order)."""
         if tenants is None and policy.limited:  # the limited ones' locks are taken in order
@@ -105,7 +108,7 @@ class Leases(StorePart):
         # a claim that gives nothing writes nothing); the read-back finds
         # whichever of them landed.
         taken = await self.database.write(
-            lambda: tx.claim_fair(policy, params, limit, turn, tenants or (), keep),
+            lambda: tx.claim_fair(policy, params, limit, turn, tenants or (), keep, held),
             Writing(landed=lambda _: tx.fair_claimed(params),
                     one_statement=not policy.limited),
         )

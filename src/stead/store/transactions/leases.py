@@ -3,6 +3,7 @@ heartbeats that say which workers serve which code (and which runs none serves).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from collections.abc import Mapping, Sequence
@@ -75,14 +76,18 @@ def ready_tenants() -> Flow[list[str]]:
 
 
 def claim_fair(policy: fair.Policy, params: dict[str, Any], limit: int, turn: int,
-               tenants: Sequence[str], keep: int = 0) -> Flow[list[RunRow]]:
+               tenants: Sequence[str], keep: int = 0,
+               held: Mapping[str, int] | None = None) -> Flow[list[RunRow]]:
     """Lease up to `limit` runs outside any queue (params: worker_id, hosted,
     exclude, now, lease_now, lease_seconds), shared among the tenants with
     runs ready by `fair.shares`, each tenant's under its limits. The locks of
     the limited ones among `tenants` (those read ready before the claim) are
     taken first, in the order of their names, so their counts stay true until
     the commit across every worker; a limited tenant found ready only after
-    them waits for the next claim. `keep`: see `fair.shares`."""
+    them waits for the next claim. `keep`: see `fair.shares`. `held`: the
+    claiming worker's runs in flight by tenant, each counted leased even once
+    its end is committed, until that worker has seen it end (its slot is not
+    free before). Each run taken names its tenant."""
     locked = sorted({t for t in tenants if policy.of(t).limited})
     if locked:
         yield execute("lock_tenants", {"tenants": locked})
@@ -95,8 +100,8 @@ def claim_fair(policy: fair.Policy, params: dict[str, Any], limit: int, turn: in
     for r in read:
         tenant = str(r["tenant"])
         ready = bool(r["ready"]) and (tenant in locked or not policy.of(tenant).limited)
-        loads[tenant] = fair.Load(tenant, int(r["active"]), limit if ready else 0,
-                                  int(r["recent"]))
+        active = max(int(r["active"]), (held or {}).get(tenant, 0))
+        loads[tenant] = fair.Load(tenant, active, limit if ready else 0, int(r["recent"]))
     claimed: list[RunRow] = []
     for _ in range(_ROUNDS):
         left = limit - len(claimed)
@@ -108,7 +113,7 @@ def claim_fair(policy: fair.Policy, params: dict[str, Any], limit: int, turn: in
         taken = yield from _claim_tenants(params, plan)
         for tenant, wanted in plan.items():
             got = taken[tenant]
-            claimed += got
+            claimed += (dataclasses.replace(run, tenant=tenant or None) for run in got)
             was = loads[tenant]
             # Fewer than asked: the tenant has no more ready for this worker.
             loads[tenant] = fair.Load(tenant, was.active + len(got),
@@ -140,9 +145,16 @@ def _claim_tenants(params: dict[str, Any],
 
 def fair_claimed(params: dict[str, Any]) -> Flow[list[RunRow]]:
     """The read-back of a fair claim: the runs outside a queue that very claim
-    leased (none: it did not land, and claiming nothing is a fine answer)."""
+    leased (none: it did not land, and claiming nothing is a fine answer),
+    each naming its tenant as the claim's own answer does."""
     taken = yield rows("claimed_by", params)
-    return [run for run in map(_rows.run, taken) if run.queue is None]
+    found = []
+    for run in map(_rows.run, taken):
+        if run.queue is None:
+            row = yield one("run_tenant", {"run_id": run.run_id})
+            found.append(dataclasses.replace(run, tenant=None if row is None else
+                                             (row["tenant"] or None)))
+    return found
 
 
 def queue_claimed(queue: Queue, params: dict[str, Any]) -> Flow[list[RunRow]]:
