@@ -4,9 +4,11 @@ missing key and rotation, in memory and through a store."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import sqlite3
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -151,13 +153,7 @@ async def test_rewrapping_moves_every_key_to_the_newest_in_batches(db_url: str) 
     store = await _store(db_url, k1, k2)
     try:
         assert await store.payload_key_counts() == {k1.id: 7}
-        done, after, batches = 0, "", 0
-        while True:
-            n, last = await store.rewrap_keys(after, limit=3)
-            if last is None:
-                break
-            done, after, batches = done + n, last, batches + 1
-        assert (done, batches) == (7, 3)
+        assert await _rewrap_pass(store, limit=3) == (7, 3)
         assert await store.payload_key_counts() == {k2.id: 7}
     finally:
         await store.close()
@@ -167,6 +163,49 @@ async def test_rewrapping_moves_every_key_to_the_newest_in_batches(db_url: str) 
             assert f"alice{i}@example.com" in (await store.get_run(run_id)).input
     finally:
         await store.close()
+
+
+async def _rewrap_pass(store: stead.Store, limit: int,
+                       between: Callable[[], Awaitable[object]] | None = None) -> tuple[int, int]:
+    """One re-encryption pass, as `stead keys reencrypt` makes it (with
+    `between` awaited after each batch): the keys it rewrapped, its batches."""
+    done, after, began, batches = 0, "", None, 0
+    while True:
+        batch = await store.rewrap_keys(after, limit=limit, began=began)
+        if batch.last is None:
+            return done, batches
+        done, after, began, batches = done + batch.done, batch.last, batch.began, batches + 1
+        if between is not None:
+            await between()
+
+
+async def test_a_rewrapping_pass_ends_beside_writers_wrapping_with_the_older_key(
+        db_url: str) -> None:
+    """Workers not yet restarted with the new key file wrap new keys with the
+    older one, faster than a pass of one key a batch rewraps: the pass still
+    ends, with the keys made before it under the newest; the next takes the rest."""
+    k1, k2 = keys.new_key(), keys.new_key()
+    old = await _store(db_url, k1)
+    new = await _store(db_url, k1, k2)
+    try:
+        await _start(old, 4)
+
+        batches = 0
+
+        async def two_more() -> None:
+            nonlocal batches
+            batches += 1
+            assert batches <= 4, "the pass chases the keys made during it"
+            await asyncio.sleep(0.005)  # past the pass's start on SQLite's millisecond clock
+            await _start(old, 2)
+
+        assert await _rewrap_pass(new, limit=1, between=two_more) == (4, 4)
+        assert await new.payload_key_counts() == {k1.id: 8, k2.id: 4}
+        assert await _rewrap_pass(new, limit=5) == (8, 2)  # the workers restarted
+        assert await new.payload_key_counts() == {k2.id: 12}
+    finally:
+        await old.close()
+        await new.close()
 
 
 def test_the_envelope_is_json_a_column_of_either_store_takes() -> None:

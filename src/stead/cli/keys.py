@@ -151,24 +151,27 @@ def keys_reencrypt(ctx: click.Context, batch: int, pause: float) -> None:
     """Rewrap every stored payload key under the newest data key, a batch per
     transaction (safe beside live workers, and to stop and run again). The
     payloads themselves are not rewritten: each run's key is what changes
-    hands. Afterwards the older data keys unwrap nothing and may be removed."""
+    hands. A pass rewraps the keys made before it began: it ends even beside
+    workers that still wrap new keys with an older data key, and says how
+    many those made. Once none is left under an older data key, those unwrap
+    nothing and may be removed."""
     db = common.database_url(ctx)
     common.require_database(db)
 
-    async def go() -> tuple[int, dict[str | None, int]]:
+    async def go() -> tuple[int, str, dict[str | None, int]]:
         async with common.opened_store(db, interactive=False) as store:
             if not store.sealing:
                 raise click.ClickException(
                     "encryption is off here: set STEAD_ENCRYPT=1 (with the key file that "
                     "holds the data keys) to rewrap payload keys")
-            done, after = 0, ""
+            done, after, pass_began = 0, "", None
             while True:
                 began = time.monotonic()
-                rewrapped, last = await store.rewrap_keys(after, batch)
-                done += rewrapped
-                if last is None:
-                    return done, await store.payload_key_counts()
-                after = last
+                rewrapped = await store.rewrap_keys(after, batch, pass_began)
+                done += rewrapped.done
+                if rewrapped.last is None:
+                    return done, rewrapped.newest, await store.payload_key_counts()
+                after, pass_began = rewrapped.last, rewrapped.began
                 # SQLite's waiting writers poll for the write lock with
                 # growing sleeps: batches back to back would hold it at
                 # every poll and keep a live worker's writes (lease renewals
@@ -176,9 +179,15 @@ def keys_reencrypt(ctx: click.Context, batch: int, pause: float) -> None:
                 await asyncio.sleep(max(pause, time.monotonic() - began))
 
     try:
-        done, counts = common.run_async(go())
+        done, newest, counts = common.run_async(go())
     except errors.SteadError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"rewrapped {done} payload keys")
     for kid, n in counts.items():
         click.echo(f"{kid or 'forgotten'}  {n} payload keys")
+    older = sum(n for kid, n in counts.items() if kid is not None and kid != newest)
+    if older:
+        click.echo(f"{older} payload keys are still wrapped by an older key: made during the "
+                   f"pass by workers that still wrap with it (a pass rewraps the keys made "
+                   f"before it began, and so ends). Restart every worker with the key file "
+                   f"whose newest data key is {newest}, then run it again.")

@@ -75,13 +75,15 @@ class Payloads(StorePart):
             raise errors.RunForgotten(run_id, gone.task_id, by=gone.by, why=gone.why,
                                       at=gone.at)
 
-    async def rewrap_keys(self, after: str = "",
-                          limit: int = REWRAP_BATCH) -> tuple[int, str | None]:
+    async def rewrap_keys(self, after: str = "", limit: int = REWRAP_BATCH,
+                          began: float | None = None) -> tx.Rewrapped:
         """Rewrap one batch of data keys under the newest key (see
-        `tx.rewrap_batch`); safe beside live workers, and to stop anywhere."""
+        `tx.rewrap_batch`): a pass's first batch with `began` None, each next
+        one with the `began` and after the `last` of the one before; safe
+        beside live workers, and to stop anywhere."""
         sealer = self._sealer("reencrypt")
-        return await self.database.write(lambda: tx.rewrap_batch(sealer, after, limit),
-                                         Writing())
+        return await self.database.write(
+            lambda: tx.rewrap_batch(sealer, after, limit, began), Writing())
 
     async def payload_key_counts(self) -> dict[str | None, int]:
         return await self.database.read(tx.key_counts)

@@ -90,14 +90,31 @@ def forgotten(run_id: str) -> Flow[Forgotten | None]:
                      str(row["forgotten_by"]), str(row["forgotten_why"]))
 
 
-def rewrap_batch(sealer: Sealer, after: str, limit: int) -> Flow[tuple[int, str | None]]:
-    """Rewrap up to `limit` data keys (scopes past `after`) not wrapped by
-    the newest key: how many were rewrapped, and the last scope looked at
-    (None: none left)."""
+@dataclasses.dataclass(frozen=True)
+class Rewrapped:
+    """One batch of a re-encryption pass: how many data keys it rewrapped,
+    the last scope it looked at (None: none left), the database's time the
+    pass began (keys made after it are left to the next pass) and the key
+    it rewraps under."""
+
+    done: int
+    last: str | None
+    began: float
+    newest: str
+
+
+def rewrap_batch(sealer: Sealer, after: str, limit: int,
+                 began: float | None) -> Flow[Rewrapped]:
+    """Rewrap up to `limit` data keys (scopes past `after`, made by the
+    database's time `began`; None: now, a pass's first batch) not wrapped by
+    the newest key."""
     from stead.payloads.sealer import context
 
+    if began is None:
+        began = float((yield one("rewrap_began", {}))["now"])
     newest = sealer.codec.newest()
-    found = yield rows("keys_to_rewrap", {"newest": newest, "after": after, "limit": limit})
+    found = yield rows("keys_to_rewrap", {"newest": newest, "after": after, "limit": limit,
+                                          "until": began})
     done = 0
     for row in found:
         scope = str(row["scope"])
@@ -108,7 +125,7 @@ def rewrap_batch(sealer: Sealer, after: str, limit: int) -> Flow[tuple[int, str 
             "scope": scope, "key_id": new.key_id,
             "wrapped": base64.b64encode(new.blob).decode("ascii"),
             "old_key_id": old.key_id, "old_wrapped": row["wrapped"]}))
-    return done, (str(found[-1]["scope"]) if found else None)
+    return Rewrapped(done, str(found[-1]["scope"]) if found else None, began, newest)
 
 
 def key_counts() -> Flow[dict[str | None, int]]:

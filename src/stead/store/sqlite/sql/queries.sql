@@ -1237,11 +1237,17 @@ SELECT scope, task_id, forgotten_at, forgotten_by, forgotten_why FROM payload_ke
 WHERE scope = :scope AND forgotten_at IS NOT NULL;
 
 -- Rewrapping data keys under the newest key (`stead keys reencrypt`): a
--- batch of keys wrapped by another, then each rewrapped only if it was not
--- changed meanwhile.
+-- batch of keys wrapped by another and made by the time the pass began
+-- (those made during it by writers still wrapping with an older key are left
+-- to the next pass, so that a pass ends whatever they do), then each
+-- rewrapped only if it was not changed meanwhile.
+-- name: rewrap_began
+SELECT (julianday('now') - 2440587.5) * 86400.0 AS now;
+
 -- name: keys_to_rewrap
 SELECT scope, key_id, wrapped FROM payload_keys
 WHERE key_id IS NOT NULL AND key_id <> :newest AND scope > :after
+  AND created_at <= :until
 ORDER BY scope LIMIT :limit;
 
 -- name: rewrap_key
