@@ -240,6 +240,8 @@ def test_holds_judge_by_the_last_runs_and_those_in_flight() -> None:
     for i in range(5):  # runs turning long show before they end
         holds.began(f"long{i}", 10.0)
     assert holds.in_flight == 5
+    assert holds.in_flight_within(0.01, 10.005) == 5
+    assert holds.in_flight_within(0.01, 10.5) == 0
     assert not holds.longer_than(0.01, 10.005)
     assert holds.longer_than(0.01, 10.5)
     holds.ended("never began", 11.0)  # a run handed back unexecuted: nothing to judge
@@ -336,6 +338,14 @@ async def test_runs_that_hold_their_slots_keep_the_headroom_as_they_free(
     now = time.monotonic()
     for i in range(14):  # quick runs, but 0 keeps the headroom whatever they hold
         quick.began(f"quick{i}", now)
+    assert len(await claims.claim(2, [])) == 1
+    claims, beside_long = _sharing_claims(store)
+    now = time.monotonic()
+    for i in range(16):  # most runs end quickly, ...
+        beside_long.began(f"done{i}", now - 0.002)
+        beside_long.ended(f"done{i}", now)
+    for i in range(14):  # ... but these hold their slots: no wave is coming
+        beside_long.began(f"long{i}", now - 1.0)
     assert len(await claims.claim(2, [])) == 1
     claims, none_kept = _sharing_claims(store, tenant_headroom=0)
     for i in range(14):  # no headroom: quick runs or not, every free slot is given

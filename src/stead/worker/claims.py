@@ -34,6 +34,11 @@ _FAIR_FOR = 0.5
 # long (seconds) after several last had: a tenant whose runs each end before
 # its next starts is between runs, not gone, and keeps its headroom.
 _FAIR_LINGER = 5.0
+# Among quick runs (`WorkerOptions.tenant_headroom_hold`), one in flight this
+# many times that hold is a long one, not part of the coming wave: a wave's
+# runs stretch past the hold on a loaded event loop, an agent's run lasts
+# seconds.
+_WAVE_WITHIN = 10
 # How often a worker makes the coming days' journal partitions (PostgreSQL):
 # they are made days ahead, so one worker of a fleet doing it hourly is plenty.
 _DAYS_EVERY = 3600.0
@@ -217,13 +222,16 @@ class Claims:
         have runs ready: the worker's last `WorkerOptions.tenant_headroom`
         (`spare`: its free slots this claim leaves). Runs that hold their slots
         no longer than `WorkerOptions.tenant_headroom_hold` free them together,
-        a claim's worth at a time: while more are busy than free, every free
-        slot is kept, so that a busy tenant's next runs are claimed with the
-        rest of the wave (one claim and one commit for them all), not one by
-        one as each slot frees; a newcomer is claimed at once either way."""
+        a claim's worth at a time: while more of them are in flight (claimed
+        within `_WAVE_WITHIN` such holds) than slots are free, every free slot
+        is kept, so that a busy tenant's next runs are claimed with the rest of
+        the wave (one claim and one commit for them all), not one by one as
+        each slot frees; a newcomer is claimed at once either way. Runs held
+        longer bring no wave: beside them the free slots are given as usual."""
         headroom, quick = self.options.tenant_headroom, self.options.tenant_headroom_hold
         if headroom and quick and self.holds is not None \
-                and self.holds.in_flight > free + spare and not self.holds.longer_than(quick, now):
+                and self.holds.in_flight_within(_WAVE_WITHIN * quick, now) > free + spare \
+                and not self.holds.longer_than(quick, now):
             return free
         return min(max(headroom - spare, 0), free)
 

@@ -41,6 +41,11 @@ class Holds:
     def in_flight(self) -> int:
         return len(self._since)
 
+    def in_flight_within(self, seconds: float, now: float) -> int:
+        """The runs in flight here claimed no more than `seconds` ago: those
+        that, among quick runs, end soon (one held longer is not quick)."""
+        return sum(1 for since in self._since.values() if now - since <= seconds)
+
     def held(self) -> dict[str, int]:
         """How many runs of each tenant a fair claim gave this worker that it
         has not seen end: slots not yet free here, whatever the store says."""
