@@ -60,9 +60,9 @@ class Claims:
         self.options = options
         # Stops the worker for a reason no retry mends (the schema moved past its code).
         self.stop_for = stop_for
-        # How long this worker's runs hold their slots (None: not known, the
-        # headroom is kept).
-        self.holds = holds
+        # How long this worker's runs hold their slots (the worker's loop
+        # tells it; one it does not tell knows none, and keeps the headroom).
+        self.holds = holds or Holds(options.concurrency)
         self._window_said = False
         # What this worker claims: the versions it hosts, and those it can
         # migrate to one of them that no other live worker hosts (refreshed
@@ -210,9 +210,8 @@ class Claims:
             taken = await self.store.claim_fair(
                 policy, self.worker_id, hosted, lease, free, exclude=exclude,
                 turn=self._tenant_turn, tenants=tenants, keep=keep,
-                held=None if self.holds is None else self.holds.held())
-            if self.holds is not None:
-                self.holds.claimed_fairly(taken)
+                held=self.holds.held())
+            self.holds.claimed_fairly(taken)
             return taken
         return await self.store.claim(self.worker_id, hosted, lease, free, exclude=exclude)
 
@@ -229,7 +228,7 @@ class Claims:
         each slot frees; a newcomer is claimed at once either way. Runs held
         longer bring no wave: beside them the free slots are given as usual."""
         headroom, quick = self.options.tenant_headroom, self.options.tenant_headroom_hold
-        if headroom and quick and self.holds is not None \
+        if headroom and quick \
                 and self.holds.in_flight_within(_WAVE_WITHIN * quick, now) > free + spare \
                 and not self.holds.longer_than(quick, now):
             return free

@@ -1,9 +1,8 @@
 """`Holds`: how long one worker's runs hold their slots, which says whether
-keeping a slot for a newcomer tenant (`WorkerOptions.tenant_headroom`) buys
-it anything: a newcomer waits for a slot at most about as long as the runs
-hold theirs, so beside runs that end within milliseconds a slot kept idle
-only costs throughput. It also knows the tenants of the runs a fair claim
-gave this worker that are in flight here."""
+they free them in waves (runs that end within milliseconds: a slot claimed
+on its own between two waves costs a claim and commits of its own; see
+`Claims._kept`), and the tenants of the runs a fair claim gave this worker
+that are in flight here."""
 
 from __future__ import annotations
 

@@ -45,10 +45,11 @@ class WorkerOptions:
     # flight, so that a tenant starting a run beside another's backlog is
     # claimed at once (docs/guides/platform/many-customers.md); 0: none.
     tenant_headroom: int = 1
-    # The headroom is kept only while the runs here hold their slots longer
-    # than this (the median of the last ones to end and of those in flight):
-    # runs that end sooner free a slot for a newcomer about as soon, and a
-    # slot kept idle beside them only costs throughput; 0: always kept.
+    # Runs that hold their slots no longer than this (the median of the last
+    # to end and of those in flight) free them together, in waves: while more
+    # slots are busy with such runs than are free, every free slot is kept for
+    # tenants with no run in flight, and a busy tenant's runs are claimed with
+    # the rest of the wave (see `Claims._kept`); 0: only the headroom is kept.
     tenant_headroom_hold: float = 0.01
 
     def __post_init__(self) -> None:

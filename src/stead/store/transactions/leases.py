@@ -96,11 +96,11 @@ def claim_fair(policy: fair.Policy, params: dict[str, Any], limit: int, turn: in
         **params, "most": MAX_TENANTS, "since": policy.default.since(now),
         "named": list(policy.named),
         "sinces": json.dumps({t: x.since(now) for t, x in policy.named.items()})})
-    loads = {}
+    loads, held = {}, held or {}
     for r in read:
         tenant = str(r["tenant"])
         ready = bool(r["ready"]) and (tenant in locked or not policy.of(tenant).limited)
-        active = max(int(r["active"]), (held or {}).get(tenant, 0))
+        active = max(int(r["active"]), held.get(tenant, 0))
         loads[tenant] = fair.Load(tenant, active, limit if ready else 0, int(r["recent"]))
     claimed: list[RunRow] = []
     for _ in range(_ROUNDS):

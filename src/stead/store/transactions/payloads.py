@@ -110,8 +110,8 @@ def rewrap_batch(sealer: Sealer, after: str, limit: int,
     the newest key."""
     from stead.payloads.sealer import context
 
-    if began is None:
-        began = float((yield one("rewrap_began", {}))["now"])
+    if began is None:  # the database's own clock, which stamps created_at
+        began = float((yield one("lease_now", {"lease_now": None}))["now"])
     newest = sealer.codec.newest()
     found = yield rows("keys_to_rewrap", {"newest": newest, "after": after, "limit": limit,
                                           "until": began})

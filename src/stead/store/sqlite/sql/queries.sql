@@ -1240,10 +1240,8 @@ WHERE scope = :scope AND forgotten_at IS NOT NULL;
 -- batch of keys wrapped by another and made by the time the pass began
 -- (those made during it by writers still wrapping with an older key are left
 -- to the next pass, so that a pass ends whatever they do), then each
--- rewrapped only if it was not changed meanwhile.
--- name: rewrap_began
-SELECT (julianday('now') - 2440587.5) * 86400.0 AS now;
-
+-- rewrapped only if it was not changed meanwhile. The pass's start is read
+-- with lease_now (no fake lease clock): the clock that stamps created_at.
 -- name: keys_to_rewrap
 SELECT scope, key_id, wrapped FROM payload_keys
 WHERE key_id IS NOT NULL AND key_id <> :newest AND scope > :after
