@@ -91,6 +91,14 @@ class Claims(DelegatingStore):
         self.claims.append((t0, (common.now() - t0) * 1000, len(rows)))
         return rows
 
+    async def claim_unshared(self, worker_id: str, hosted: Sequence[str], lease_seconds: float,
+                             limit: int, exclude: Sequence[str] = ()) -> Any:
+        """The plain claim of a worker that shares nothing among tenants."""
+        t0 = common.now()
+        got = await self.inner.claim_unshared(worker_id, hosted, lease_seconds, limit, exclude)
+        self.claims.append((t0, (common.now() - t0) * 1000, len(got.runs)))
+        return got
+
 
 def _renewals(reader: Any) -> dict[str, int]:
     """The `stead.lease.renewals` counter so far, by outcome."""

@@ -126,6 +126,39 @@ async def test_a_delegating_store_serves_a_worker(store: stead.Store) -> None:
     assert wrapped.commits == store.commits > 0
 
 
+async def test_a_delegating_store_that_watches_claim_sees_a_workers_plain_claims(
+        store: stead.Store) -> None:
+    """A worker's plain claim is `claim_unshared`: a subclass that overrides
+    `claim` (to watch or fault it) still sees each one, made of its own
+    `ready_tenants` and `claim`; one that does not delegates it whole."""
+    app = stead.App("t")
+
+    @app.workflow()
+    async def wf(run: stead.Run, x: int) -> int:
+        return x
+
+    took: list[str] = []
+
+    class Watching(DelegatingStore):
+        async def claim(self, *args: Any, **kwargs: Any) -> list[stead.RunRow]:
+            rows = await self.inner.claim(*args, **kwargs)
+            took.extend(r.run_id for r in rows)
+            return rows
+
+    watching = Watching(store)
+    info = await stead.Client(watching, app).start(wf, 1)
+    await stead.Worker(app, watching).run_until_idle()
+    assert took == [info.run_id]
+    other = await stead.Client(store, app).start(wf, 2, tenant="b")
+    mine = await stead.Client(store, app).start(wf, 3, tenant="c")
+    got = await watching.claim_unshared("w", app.hosted(), 30.0, 5)
+    assert (got.tenants, got.runs) == (["b", "c"], [])  # several: no plain claim
+    assert took == [info.run_id]
+    whole = await DelegatingStore(store).claim_unshared("w", app.hosted(), 30.0, 5)
+    assert (whole.tenants, whole.runs) == (["b", "c"], [])
+    assert {(await store.get_run(r.run_id)).status for r in (other, mine)} == {"pending"}
+
+
 # -- real processes -------------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ import pytest
 
 import stead
 from stead.store.base import Store
+from stead.store.seam import UnsharedClaim
 
 
 def approval_app(after: Any = None) -> tuple[stead.App, stead.Workflow[..., Any]]:
@@ -34,17 +35,19 @@ def approval_app(after: Any = None) -> tuple[stead.App, stead.Workflow[..., Any]
 
 
 class CountedClaims:
-    """The runs each `Store.claim` and `claim_queue` of one store took."""
+    """The runs each `Store.claim`, `claim_unshared` and `claim_queue` of one
+    store took."""
 
     def __init__(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
         self.taken: list[str] = []
-        for name in ("claim", "claim_queue"):
+        for name in ("claim", "claim_unshared", "claim_queue"):
             direct = getattr(store, name)
 
             async def counted(*args: Any, _direct: Any = direct, **kwargs: Any) -> Any:
-                rows = await _direct(*args, **kwargs)
+                got = await _direct(*args, **kwargs)
+                rows = got.runs if isinstance(got, UnsharedClaim) else got
                 self.taken += [r.run_id for r in rows]
-                return rows
+                return got
 
             monkeypatch.setattr(store, name, counted)
 

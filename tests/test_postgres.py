@@ -416,6 +416,59 @@ async def test_a_lost_commit_answer_is_settled_by_reading_back(
         await reader.close()
 
 
+async def test_a_takeovers_reads_are_one_pipeline(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A takeover's journal, intents, resume records and task state are read
+    together: sent in one psycopg pipeline (one round trip), their answers
+    those of the reads made one by one."""
+    store = await stead.open_store(pg_url)
+    try:
+        await store.create_run(NewRun("r1", "wf", 1, "t1", "{}"))
+        [row] = await store.claim("w1", ["wf@1"], 30, 1)
+        await store.append(Fence("r1", row.epoch, "w1"), [_rec(0, row.epoch), _rec(1, row.epoch)])
+        await store.set_state(row.task_key, lambda _: '{"stock": 3}', author="t", why="test")
+        pipelines: list[int] = []
+        real = pg_connection.Conn.pipeline
+
+        def noted(self: pg_connection.Conn) -> object:
+            pipelines.append(1)
+            return real(self)
+
+        monkeypatch.setattr(pg_connection.Conn, "pipeline", noted)
+        read = await store.takeover_context("r1", journal=True, task_key=row.task_key,
+                                            revalidate=True)
+        assert pipelines == [1]
+        monkeypatch.undo()
+        assert read.journal == await store.load_journal("r1")
+        assert list(read.intents) == await store.list_intents("r1")
+        assert read.last == ((await store.list_resumes("r1")) or [None])[-1]
+        assert read.state is not None and read.state == await store.read_state(row.task_key)
+        alone = await store.takeover_context("r1", journal=False, task_key=row.task_key,
+                                             revalidate=False)
+        assert (alone.journal, alone.state) == ([], read.state)
+    finally:
+        await store.close()
+
+
+async def test_an_unshared_claim_whose_answer_was_lost_reads_back_its_runs(
+    pg_url: str, proxy: pg.Proxy
+) -> None:
+    """`claim_unshared` commits on its own: its answer lost, it reads back the
+    runs it leased (taken once, epoch 1) and the tenants with runs ready."""
+    store = await stead.open_store(proxy.url(pg_url))
+    try:
+        await store.create_run(NewRun("r1", "wf", 1, None, "{}"))
+        proxy.acks_to_lose = 1
+        got = await store.claim_unshared("w1", ["wf@1"], 30, 5)
+        assert proxy.lost_acks == 1
+        assert got.tenants == [""]
+        assert [(r.run_id, r.epoch, r.lease_owner) for r in got.runs] == [("r1", 1, "w1")]
+        assert (await store.claim_unshared("w1", ["wf@1"], 30, 5)).runs == []
+    finally:
+        await store.close()
+
+
 async def test_a_commit_the_server_never_saw_is_written_once(
     pg_url: str, proxy: pg.Proxy
 ) -> None:

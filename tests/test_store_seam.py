@@ -23,7 +23,7 @@ from stead.testing import CrashingStore, CrashPoint, DelegatingStore
 ONLY = {
     "sqlite": {"claim_candidates", "claim", "insert_record_fenced", "finish", "insert_resume"},
     "postgres": {
-        "claim", "claimed_by", "name_schema", "create_schema",
+        "claim", "claimed_by", "claim_unshared", "name_schema", "create_schema",
         "set_search_path", "create_version_table", "insert_version",
         "listen", "fenced_write", "append_one", "finish_one", "insert_records",
         "presence_lock", "presence_held",
@@ -70,7 +70,8 @@ def test_the_dialects_differ_only_in_what_a_backend_does_its_own_way() -> None:
 
 def test_a_backend_implements_a_handful_of_methods_not_the_whole_store() -> None:
     abstract = set(Database.__abstractmethods__)
-    assert abstract == {"open", "close", "read", "write", "journal", "claim", "commits"}
+    assert abstract == {"open", "close", "read", "write", "journal", "claim", "claim_unshared",
+                        "commits"}
     assert not inspect.isabstract(stead.Store)
     # One shape; SQLite's database is also files a process can lose under it
     # (files.py: the -wal and -shm watch), which a server has no counterpart of,

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import stead
 from stead.records import Fence
+from stead.store.seam import UnsharedClaim
 from stead.store.transactions import leases as leases_tx
 from stead.tenants import fair
 from stead.worker.claims import Claims
@@ -370,6 +371,63 @@ async def test_one_tenant_claims_as_the_plain_claim(store: stead.Store) -> None:
     assert [r.run_id for r in taken] == ids  # oldest first, as the plain claim
     await _start(client, "b", 1)
     assert await store.ready_tenants() == ["", "b"]
+
+
+async def test_the_unshared_claim_takes_runs_only_while_one_tenant_has_runs_ready(
+        store: stead.Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`claim_unshared` is the plain claim while at most one tenant (runs of
+    none are one) has runs ready, and takes nothing once several have, naming
+    them; on PostgreSQL in one statement."""
+    looked: list[str] = []
+    if store.url.startswith("postgres"):
+        from stead.store.postgres import database as pg_database
+
+        class Noting(dict[str, str]):
+            def __getitem__(self, name: str) -> str:
+                looked.append(name)
+                return super().__getitem__(name)
+
+        monkeypatch.setattr(pg_database, "Q", Noting(pg_database.Q))
+    client = stead.Client(store, app)
+    assert await store.claim_unshared("w1", HOSTED, LEASE, 10) == UnsharedClaim([], [])
+    b = await _start(client, "b", 3)
+    looked.clear()
+    got = await store.claim_unshared("w1", HOSTED, LEASE, 2)
+    assert got.tenants == ["b"] and [r.run_id for r in got.runs] == b[:2]
+    assert all(r.lease_owner == "w1" and r.status == "running" for r in got.runs)
+    if store.url.startswith("postgres"):
+        assert looked == ["claim_unshared"], looked
+    none = await _start(client, None, 2)
+    got = await store.claim_unshared("w1", HOSTED, LEASE, 10)
+    assert got == UnsharedClaim(["", "b"], [])  # several: a claim shared among them
+    assert {(await store.get_run(r)).status for r in [b[2], *none]} == {"pending"}
+    taken = await store.claim_fair(fair.Policy(), "w1", HOSTED, LEASE, 10)
+    assert {r.run_id for r in taken} == {b[2], *none}
+
+
+async def test_a_worker_that_finds_several_tenants_ready_shares_that_same_claim(
+        store: stead.Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker that shared nothing lately claims with `claim_unshared`,
+    asking no `ready_tenants` first; finding several tenants, it shares the
+    same claim among them, and asks `ready_tenants` again only once sharing."""
+    client = stead.Client(store, app)
+    await _start(client, "a", 200)
+    claims = Claims(app, store, store.clock, "w1", stead.WorkerOptions(concurrency=16),
+                    stop_for=lambda *_: None)
+    asked: list[str] = []
+    real = store.ready_tenants
+
+    async def ready_tenants() -> list[str]:
+        asked.append("ready_tenants")
+        return await real()
+
+    monkeypatch.setattr(store, "ready_tenants", ready_tenants)
+    assert await _tenants_of(store, await claims.claim(4, [])) == {"a": 4}
+    assert asked == []  # one tenant: the plain claim, with no read before it
+    await _start(client, "b", 3)
+    # Shared: b, with no run in flight, first (a has four).
+    assert await _tenants_of(store, await claims.claim(4, [])) == {"b": 3}
+    assert asked == []  # the unshared claim named both: shared at once
 
 
 async def test_a_claim_takes_each_tenants_oldest_claimable_runs_in_one_statement(

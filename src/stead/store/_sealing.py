@@ -33,6 +33,7 @@ from stead.store.seam import (
     FlowFactory,
     Journal,
     Query,
+    Together,
     Writing,
     execute,
     one,
@@ -313,6 +314,14 @@ def wrap(sealer: Sealer, flow: FlowFactory[T], *, writes: bool) -> FlowFactory[T
                     answer = yield step
                     if step.fetch is not Fetch.NOTHING and step.fetch is not Fetch.COUNT:
                         answer = yield from _opened_answer(sealer, step, answer, made)
+                elif isinstance(step, Together):
+                    # Reads (see `Together`): each answer opened, in turn.
+                    answers = yield step
+                    answer = []
+                    for query, got in zip(step.queries, answers, strict=True):
+                        if query.fetch is not Fetch.NOTHING and query.fetch is not Fetch.COUNT:
+                            got = yield from _opened_answer(sealer, query, got, made)
+                        answer.append(got)
                 elif isinstance(step, Journal) and made is not None:
                     write = yield from sealed_write(sealer, step.write, made)
                     answer = yield dataclasses.replace(step, write=write)

@@ -119,7 +119,16 @@ class OffLoop:
     fn: Callable[[], Any]
 
 
-Step = Query | Journal | OffLoop
+@dataclasses.dataclass(frozen=True, slots=True)
+class Together:
+    """Reads none of which needs another's answer: their answers, in order.
+    Sent in one round trip on PostgreSQL (a pipeline: every statement, then
+    one sync), run in turn on SQLite (a statement there costs none)."""
+
+    queries: tuple[Query, ...]
+
+
+Step = Query | Journal | OffLoop | Together
 Flow = Generator[Step, Any, T]
 # Makes a fresh flow (a write that is tried again starts from the beginning).
 FlowFactory = Callable[[], Flow[T]]
@@ -166,6 +175,21 @@ class Claim:
     exclude: Sequence[str] = ()
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class UnsharedClaim:
+    """A claim made only while at most one tenant has runs a claim could
+    take (`Database.claim_unshared`): the tenants read ('' for runs of none;
+    at most `UNSHARED_TENANTS`, by name) and the runs leased, none when
+    several tenants were found."""
+
+    tenants: list[str]
+    runs: list[RunRow]
+
+
+# How many ready tenants `claim_unshared` reads: two tell one from several.
+UNSHARED_TENANTS = 2
+
+
 def one(name: str, params: dict[str, Any]) -> Query:
     return Query(name, params, Fetch.ONE)
 
@@ -180,6 +204,10 @@ def count(name: str, params: dict[str, Any]) -> Query:
 
 def execute(name: str, params: dict[str, Any] | None = None) -> Query:
     return Query(name, params or {})
+
+
+def together(*queries: Query) -> Together:
+    return Together(queries)
 
 
 def ignore_retry(kind: str) -> None:
@@ -256,6 +284,13 @@ class Database(abc.ABC):
     async def claim(self, claim: Claim) -> list[RunRow]:
         """Lease runs (see `Claim`) with a fresh epoch each, oldest first."""
 
+    @abc.abstractmethod
+    async def claim_unshared(self, claim: Claim) -> UnsharedClaim:
+        """`claim`, made only if at most one tenant has runs a claim could
+        take (read as `ready_tenants` does), in the same statement where the
+        dialect allows: a worker with no reason yet to share among tenants
+        pays no round trip to learn it has none."""
+
     async def wait_for_work(self, timeout: float) -> None:
         """Return when a run may have become claimable, or after `timeout`.
         This default sleeps (workers poll)."""
@@ -296,8 +331,9 @@ def noting_wakes(flow: FlowFactory[T], noted: list[bool]) -> FlowFactory[T]:
         try:
             while True:
                 step = steps.send(answer)
-                if (isinstance(step, Query) and step.name in WAKES
-                        and step.params.get("tell", True)):
+                asked = step.queries if isinstance(step, Together) else (step,)
+                if any(isinstance(q, Query) and q.name in WAKES and q.params.get("tell", True)
+                       for q in asked):
                     noted.append(True)
                 answer = yield step
         except StopIteration as done:

@@ -83,11 +83,30 @@ class DelegatingStore(Store):
 
     It runs on the inner store's database, so `commits` and the data are
     the inner store's; every public coroutine of `Store` is delegated, so a
-    method `Store` gains later is delegated too."""
+    method `Store` gains later is delegated too (`claim_unshared`, what a
+    worker's plain claim is, goes through the subclass's own `claim` and
+    `ready_tenants` when it overrides either)."""
 
     def __init__(self, inner: Store) -> None:
         super().__init__(inner.database)
         self.inner = inner
+
+    async def claim_unshared(
+        self, worker_id: str, hosted: Sequence[str], lease_seconds: float, limit: int,
+        exclude: Sequence[str] = (),
+    ) -> seam.UnsharedClaim:
+        """Delegated, unless a subclass overrides `claim` or `ready_tenants`:
+        then made of those two calls, so that a subclass watching (or
+        faulting) the plain claim sees each plain claim a worker makes."""
+        cls = type(self)
+        if cls.claim is DelegatingStore.claim \
+                and cls.ready_tenants is DelegatingStore.ready_tenants:
+            return await self.inner.claim_unshared(worker_id, hosted, lease_seconds, limit,
+                                                   exclude)
+        tenants = (await self.ready_tenants())[:seam.UNSHARED_TENANTS]
+        runs = await self.claim(worker_id, hosted, lease_seconds, limit, exclude) \
+            if len(tenants) <= 1 else []
+        return seam.UnsharedClaim(tenants, runs)
 
 
 def _delegate(name: str) -> Callable[..., Any]:
@@ -100,7 +119,7 @@ def _delegate(name: str) -> Callable[..., Any]:
 
 
 for _name, _member in inspect.getmembers(Store, inspect.iscoroutinefunction):
-    if not _name.startswith("_"):
+    if not _name.startswith("_") and _name not in DelegatingStore.__dict__:
         setattr(DelegatingStore, _name, _delegate(_name))
 run_outside_branches(DelegatingStore)  # as Store's own methods do
 
@@ -161,6 +180,9 @@ class CrashingDatabase(seam.Database):
 
     async def claim(self, claim: seam.Claim) -> list[RunRow]:
         return await self.inner.claim(claim)
+
+    async def claim_unshared(self, claim: seam.Claim) -> seam.UnsharedClaim:
+        return await self.inner.claim_unshared(claim)
 
     async def wait_for_work(self, timeout: float) -> None:
         await self.inner.wait_for_work(timeout)

@@ -190,13 +190,25 @@ class Claims:
                           spare: int) -> list[RunRow]:
         """Runs in no queue: shared fairly among tenants when more than one
         has runs ready (or had, within `_FAIR_LINGER`, and a tenant still
-        has) or a tenant has limits, else the plain claim, oldest first,
-        keeping slots for newcomers (`_kept`)."""
+        has) or a tenant has limits, keeping slots for newcomers (`_kept`),
+        else the plain claim, oldest first. With no tenant limited and none
+        shared lately, the plain claim itself reads whether several tenants
+        have runs ready (`Store.claim_unshared`)."""
         lease = self.options.lease_seconds
         policy = self.app.tenant_policy or _EQUAL
         now = time.monotonic()
         tenants: list[str] | None = None
-        if policy.limited or now >= self._fair_until:
+        if not policy.limited and now >= max(self._fair_until, self._several_at + _FAIR_LINGER):
+            # Nothing shared lately: the plain claim, in the statement that reads
+            # whether several tenants have runs ready now (then it takes none).
+            got = await self.store.claim_unshared(self.worker_id, hosted, lease, free,
+                                                  exclude=exclude)
+            tenants = got.tenants
+            if len(tenants) > 1:  # claim fairly, without asking again for a while
+                self._fair_until, self._several_at = now + _FAIR_FOR, now
+            if len(tenants) <= 1 or got.runs:  # runs leased (a read-back's) are its own
+                return got.runs
+        elif policy.limited or now >= self._fair_until:
             tenants = await self.store.ready_tenants()
             if len(tenants) > 1:  # claim fairly, without asking again for a while
                 self._fair_until = now + _FAIR_FOR

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from stead.clock import Clock
 from stead.records import Presence, RunRow
@@ -35,6 +35,10 @@ from stead.store.postgres.connection import Conn
 from stead.store.postgres.group import GroupCommit
 from stead.store.postgres.listener import Listener
 from stead.store.postgres.presence import PresenceLock
+
+if TYPE_CHECKING:
+    from psycopg import AsyncCursor
+    from psycopg.rows import DictRow
 
 T = TypeVar("T")
 Q = sql_files.queries("postgres")
@@ -139,6 +143,32 @@ class PostgresDatabase(seam.Database):
 
         return await self._db.write(op, verify=verify, autocommit=True)
 
+    async def claim_unshared(self, claim: seam.Claim) -> seam.UnsharedClaim:
+        params: dict[str, Any] = {
+            "worker_id": claim.worker_id, "hosted": list(claim.hosted),
+            "exclude": list(claim.exclude), "limit": claim.limit,
+            "lease_seconds": claim.lease_seconds, "most": seam.UNSHARED_TENANTS,
+        }
+
+        async def op(conn: Conn) -> seam.UnsharedClaim:
+            params.update(now=self.clock.now(), lease_now=self.lease_now())
+            cur = await conn.execute(Q["claim_unshared"], params)
+            found = await cur.fetchall()
+            return seam.UnsharedClaim(
+                [str(t) for t in found[0]["ready_tenants"]],
+                [_rows.run(r) for r in found if r["run_id"] is not None])
+
+        async def verify(conn: Conn, attempted: seam.UnsharedClaim | None
+                         ) -> seam.UnsharedClaim:
+            # As `claim`'s: the runs this very claim leased, and the tenants
+            # read again (the claim's own answer is lost with its commit).
+            cur = await conn.execute(Q["claimed_by"], params)
+            taken = [_rows.run(r) for r in await cur.fetchall()]
+            cur = await conn.execute(Q["ready_tenants"], params)
+            return seam.UnsharedClaim([str(r["tenant"]) for r in await cur.fetchall()], taken)
+
+        return await self._db.write(op, verify=verify, autocommit=True)
+
     async def wait_for_work(self, timeout: float) -> None:
         """Return when a run may have become claimable (NOTIFY), or after `timeout`."""
         await self._listener.wait(timeout)
@@ -165,15 +195,37 @@ async def _do(conn: Conn, step: seam.Step) -> Any:
         return await journal.apply(conn, step)
     if isinstance(step, seam.OffLoop):
         return await asyncio.to_thread(step.fn)
-    sql = Q[step.name]  # empty: nothing to do in this dialect
+    if isinstance(step, seam.Together):
+        return await _together(conn, step.queries)
+    return await _answer(step, await _send(conn, step))
+
+
+async def _send(conn: Conn, query: seam.Query) -> AsyncCursor[DictRow] | None:
+    sql = Q[query.name]  # empty: nothing to do in this dialect
     # A statement with no parameter has one plan for every run: prepared at
     # once, it is planned once per connection, where psycopg's first five
     # runs of it would plan it five times (each over every day's partition
     # of the journal or the events it reads: 50 ms with a year of days).
-    cur = await conn.execute(sql, step.params, prepare=True if not step.params else None) \
+    return await conn.execute(sql, query.params, prepare=True if not query.params else None) \
         if sql else None
-    if cur is None or step.fetch is seam.Fetch.NOTHING:
+
+
+async def _answer(query: seam.Query, cur: AsyncCursor[DictRow] | None) -> Any:
+    if cur is None or query.fetch is seam.Fetch.NOTHING:
         return None
-    if step.fetch is seam.Fetch.COUNT:
+    if query.fetch is seam.Fetch.COUNT:
         return cur.rowcount
-    return await (cur.fetchone() if step.fetch is seam.Fetch.ONE else cur.fetchall())
+    return await (cur.fetchone() if query.fetch is seam.Fetch.ONE else cur.fetchall())
+
+
+async def _together(conn: Conn, queries: tuple[seam.Query, ...]) -> list[Any]:
+    """`queries` in one round trip: in psycopg's pipeline each is sent at
+    once and the block's end waits for every answer (one sync)."""
+    # A connection scoped to a schema behind a transaction pooler wraps each
+    # statement in a transaction of its own, in several statements to a
+    # query: not something a pipeline carries.
+    if len(queries) < 2 or conn.scoped:
+        return [await _answer(q, await _send(conn, q)) for q in queries]
+    async with conn.pipeline():
+        sent = [await _send(conn, q) for q in queries]
+    return [await _answer(q, cur) for q, cur in zip(queries, sent, strict=True)]

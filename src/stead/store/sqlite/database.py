@@ -111,24 +111,34 @@ class SQLiteDatabase(seam.Database):
     # -- claiming -------------------------------------------------------------
     async def claim(self, claim: seam.Claim) -> list[RunRow]:
         self._db.check_file()  # a worker claims at every poll: it notices a lost file
-        hosted = json.dumps(list(claim.hosted))
-        exclude = json.dumps(list(claim.exclude))
+        return await self._db.call(lambda conn: self._claim(conn, claim))
 
-        def op(conn: sqlite3.Connection) -> list[RunRow]:
-            params = {"worker_id": claim.worker_id, "lease_seconds": claim.lease_seconds,
-                      "lease_now": self.lease_now(), "now": self.clock.now(),
-                      "hosted": hosted, "exclude": exclude, "limit": claim.limit}
-            # An idle worker's poll is a read: it takes the write lock (and costs a
-            # commit) only when there is something to claim.
-            if conn.execute(Q["claim_candidates"], params).fetchone() is None:
-                return []
-            with self._db.transaction(conn):
-                ids = [r[0] for r in conn.execute(Q["claim_candidates"], params)]
-                taken = [_rows.run(r) for r in
-                         conn.execute(Q["claim"], {**params, "run_ids": json.dumps(ids)})]
-            return sorted(taken, key=lambda r: r.created_at)
+    async def claim_unshared(self, claim: seam.Claim) -> seam.UnsharedClaim:
+        self._db.check_file()
+
+        def op(conn: sqlite3.Connection) -> seam.UnsharedClaim:
+            # Two statements, not one: on the file, a statement costs no round trip.
+            tenants = [str(r[0]) for r in conn.execute(
+                Q["ready_tenants"], {"most": seam.UNSHARED_TENANTS})]
+            return seam.UnsharedClaim(
+                tenants, self._claim(conn, claim) if len(tenants) <= 1 else [])
 
         return await self._db.call(op)
+
+    def _claim(self, conn: sqlite3.Connection, claim: seam.Claim) -> list[RunRow]:
+        params = {"worker_id": claim.worker_id, "lease_seconds": claim.lease_seconds,
+                  "lease_now": self.lease_now(), "now": self.clock.now(),
+                  "hosted": json.dumps(list(claim.hosted)),
+                  "exclude": json.dumps(list(claim.exclude)), "limit": claim.limit}
+        # An idle worker's poll is a read: it takes the write lock (and costs a
+        # commit) only when there is something to claim.
+        if conn.execute(Q["claim_candidates"], params).fetchone() is None:
+            return []
+        with self._db.transaction(conn):
+            ids = [r[0] for r in conn.execute(Q["claim_candidates"], params)]
+            taken = [_rows.run(r) for r in
+                     conn.execute(Q["claim"], {**params, "run_ids": json.dumps(ids)})]
+        return sorted(taken, key=lambda r: r.created_at)
 
     def holding(self, run_ids: Sequence[str]) -> None:
         """Runs just claimed count as writing from now on (see
@@ -192,6 +202,8 @@ def _do(conn: sqlite3.Connection, step: seam.Step) -> Any:
         return journal.apply(conn, step)
     if isinstance(step, seam.OffLoop):
         return step.fn()
+    if isinstance(step, seam.Together):
+        return [_do(conn, q) for q in step.queries]
     sql = Q[step.name]  # empty: nothing to do in this dialect
     try:
         statements = _STATEMENTS.get(step.name)

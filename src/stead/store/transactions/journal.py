@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from stead import errors
 from stead.store import _rows
-from stead.store.seam import NOT_LANDED, FencedWrite, Flow, NotLanded, one, rows
+from stead.store.seam import NOT_LANDED, FencedWrite, Flow, NotLanded, one, rows, together
 
 if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
     from stead.records import Record, ResumeRecord, TakeoverContext
@@ -60,12 +60,17 @@ def takeover_context(
     task's state."""
     from stead.records import TakeoverContext
 
-    records = [_rows.record(r) for r in (yield rows("load_journal", {"run_id": run_id}))] \
-        if journal else []
-    intents, resumes = [], []
+    asked = {"state": one("read_state", {"task_key": task_key})}
+    if journal:
+        asked["journal"] = rows("load_journal", {"run_id": run_id})
     if revalidate:
-        intents = [_rows.intent(r) for r in (yield rows("list_intents", {"run_id": run_id}))]
-        resumes = [_rows.resume(r) for r in (yield rows("list_resumes", {"run_id": run_id}))]
-    state = yield one("read_state", {"task_key": task_key})
+        asked["intents"] = rows("list_intents", {"run_id": run_id})
+        asked["resumes"] = rows("list_resumes", {"run_id": run_id})
+    # None needs another's answer: one round trip on PostgreSQL.
+    got = dict(zip(asked, (yield together(*asked.values())), strict=True))
+    records = [_rows.record(r) for r in got.get("journal", [])]
+    intents = [_rows.intent(r) for r in got.get("intents", [])]
+    resumes = [_rows.resume(r) for r in got.get("resumes", [])]
+    state = got["state"]
     return TakeoverContext(records, intents, resumes[-1] if resumes else None,
                            None if state is None else _rows.state(state))

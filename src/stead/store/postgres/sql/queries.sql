@@ -230,6 +230,63 @@ RETURNING runs.*,
     (SELECT e.until FROM lease_ends AS e
      WHERE e.run_id = runs.run_id AND e.epoch = runs.epoch - 1) AS prior_lease_until;
 
+-- name: claim_unshared
+-- claim, taken only if at most one tenant has runs a claim could take
+-- (ready_tenants' skip scan, stopped at %(most)s tenants): one round trip
+-- where ready_tenants then claim would take two. Answers one row per run
+-- leased, or one row with a null run_id when none was; each names the
+-- tenants read (ready_tenants).
+WITH RECURSIVE t (tenant) AS (
+    SELECT MIN(tenant) FROM run_tenants
+    WHERE status IN ('pending', 'running') OR (status = 'waiting' AND wake_at IS NOT NULL)
+    UNION ALL
+    SELECT (SELECT MIN(r.tenant) FROM run_tenants AS r
+            WHERE (r.status IN ('pending', 'running')
+                   OR (r.status = 'waiting' AND r.wake_at IS NOT NULL))
+              AND r.tenant > t.tenant)
+    FROM t WHERE t.tenant IS NOT NULL
+), ready AS (
+    SELECT tenant FROM t WHERE tenant IS NOT NULL LIMIT %(most)s
+), runnable AS (
+    SELECT run_id, created_at FROM runs
+    WHERE status IN ('pending', 'running') AND queue IS NULL
+      AND (lease_expires_at IS NULL OR lease_expires_at <=
+          COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8)
+      AND (workflow || '@' || version) = ANY(%(hosted)s::text[])
+      AND NOT (run_id = ANY(%(exclude)s::text[]))
+      AND (SELECT count(*) FROM ready) <= 1
+    ORDER BY created_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), due AS (
+    SELECT run_id, created_at FROM runs
+    WHERE status = 'waiting' AND wake_at <= %(now)s AND queue IS NULL
+      AND (workflow || '@' || version) = ANY(%(hosted)s::text[])
+      AND NOT (run_id = ANY(%(exclude)s::text[]))
+      AND (SELECT count(*) FROM ready) <= 1
+    ORDER BY wake_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT run_id FROM (SELECT * FROM runnable UNION ALL SELECT * FROM due) AS candidates
+    ORDER BY created_at
+    LIMIT %(limit)s
+), claimed AS (
+    UPDATE runs
+    SET epoch = runs.epoch + 1, lease_owner = %(worker_id)s, lease_expires_at =
+        COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8
+            + %(lease_seconds)s,
+        status = 'running', wake_at = NULL, updated_at = %(now)s,
+        started_at = COALESCE(runs.started_at, %(now)s)
+    FROM picked
+    WHERE runs.run_id = picked.run_id
+    RETURNING runs.*,
+        (SELECT e.until FROM lease_ends AS e
+         WHERE e.run_id = runs.run_id AND e.epoch = runs.epoch - 1) AS prior_lease_until
+)
+SELECT claimed.*, ARRAY(SELECT tenant FROM ready ORDER BY tenant) AS ready_tenants
+FROM (SELECT 1) AS answer LEFT JOIN claimed ON true;
+
 -- name: lease_now
 -- The time leases are judged at (see the top of this file).
 SELECT COALESCE(%(lease_now)s, EXTRACT(EPOCH FROM statement_timestamp()))::float8 AS now;
