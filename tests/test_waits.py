@@ -97,6 +97,48 @@ async def test_a_run_waits_without_a_worker_and_wakes_on_the_event(
     assert [(e.event_id, e.verdict) for e in events] == [("evt-1", "accepted")]
 
 
+async def test_a_run_woken_by_a_delivery_reads_its_wait_with_the_takeover(
+    store: stead.Store, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The wait an event consumed last and that event are read with the
+    takeover's journal: the woken run replays them without asking the store
+    for them again; a wait still open (the next one) is asked for."""
+    app = stead.App("two_waits")
+
+    @app.workflow()
+    async def twice(run: stead.Run) -> list[str]:
+        first = await (await run.wait("first", token=False))
+        await run.step("between", lambda: 1)
+        second = await (await run.wait("second", token=False))
+        return [first["say"], second["say"]]
+
+    asked: list[str] = []
+    real = store.wait_and_event
+
+    async def noted(wait_id: str, **kwargs: Any) -> Any:
+        asked.append(wait_id)
+        return await real(wait_id, **kwargs)
+
+    monkeypatch.setattr(store, "wait_and_event", noted)
+    client = stead.Client(store, app)
+    info = await client.start(twice)
+    await stead.Worker(app, store).run_until_idle()
+    [first] = await client.waits(run_id=info.run_id)
+    assert asked == [first.wait_id]  # open: asked for, then the run suspends
+    await client.deliver(info.run_id, wait_id=first.wait_id, event_id="e1",
+                         payload={"say": "one"})
+    asked.clear()
+    await stead.Worker(app, store).run_until_idle()
+    second = next(w for w in await client.waits(run_id=info.run_id) if w.kind == "second")
+    assert asked == [second.wait_id]  # the first came with the takeover
+    await client.deliver(info.run_id, wait_id=second.wait_id, event_id="e2",
+                         payload={"say": "two"})
+    asked.clear()
+    await stead.Worker(app, store).run_until_idle()
+    assert await client.result(info.run_id, timeout=10) == ["one", "two"]
+    assert asked == []  # the first replays from the journal, the second came along
+
+
 async def test_the_token_never_enters_the_database(
     fstore: stead.Store, tmp_path: Path, db_url: str
 ) -> None:

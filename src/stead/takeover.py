@@ -44,7 +44,14 @@ if TYPE_CHECKING:
     from stead.clock import Clock
     from stead.exports import StoredRun
     from stead.migrations import Migration, MigrationView
-    from stead.records import IntentRow, MigrationPlan, MigrationRow, StateRow
+    from stead.records import (
+        EventRow,
+        IntentRow,
+        MigrationPlan,
+        MigrationRow,
+        StateRow,
+        WaitRow,
+    )
     from stead.store.base import Store
     from stead.workflow import revalidation
 
@@ -252,6 +259,7 @@ async def prepare(
     intents: Sequence[IntentRow] = []
     last: ResumeRecord | None = None
     state: StateRow | None = None
+    consumed: tuple[WaitRow, EventRow | None] | None = None
     world: dict[str, Any] | None = None
     journal: Journal | None = None
     recorded: Sequence[Record] = []
@@ -263,6 +271,7 @@ async def prepare(
             read = await store.takeover_context(row.run_id, journal=load, task_key=task_key(row),
                                                 revalidate=checked)
             recorded, intents, last, state = read.journal, read.intents, read.last, read.state
+            consumed = read.consumed
             world = worlds.of_state(state)
         if migrated is not None:
             recorded = list(migrated)
@@ -301,6 +310,8 @@ async def prepare(
     execution.matchers = app.matchers
     execution.check_input = lambda text: inputs.check(gated, text)
     execution.restored = restored
+    if consumed is not None:
+        execution.consumed_waits[consumed[0].wait_id] = consumed
     execution.deadline = row.deadline
     if row.cancel_requested is not None:
         execution.request_cancel()

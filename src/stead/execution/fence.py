@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from stead.guard import Guard
     from stead.intent import Matcher
     from stead.policy import Action
-    from stead.records import Fence, Record, ResumeClass
+    from stead.records import EventRow, Fence, Record, ResumeClass, WaitRow
     from stead.replay import Journal
     from stead.store.base import Store
 
@@ -128,6 +128,11 @@ class Fenced:
         # The workspaces the takeover restored before replay, by name (see
         # `stead.workflow.workspaces`): the resume record lists them.
         self.restored: dict[str, dict[str, Any]] = {}
+        # Consumed waits the takeover read with the journal (the one an event
+        # consumed last), with their events, by wait id: a consumed wait and
+        # its event never change, so its replay reads them here, once,
+        # rather than from the store (see `stead.workflow.waits`).
+        self.consumed_waits: dict[str, tuple[WaitRow, EventRow | None]] = {}
         # The task state the takeover read, and when the run was claimed
         # (see `ResumeDetails.world`, `claimed_at`).
         self.world: dict[str, Any] | None = None

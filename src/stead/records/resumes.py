@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from stead.records.journal import Record, RecordKind
 from stead.records.runs import IntentRow, StateRow
+from stead.records.waits import EventRow, WaitRow
 
 E = TypeVar("E", bound=enum.StrEnum)
 
@@ -165,13 +166,16 @@ class ResumeRecord:
 class TakeoverContext:
     """What a takeover reads of a run, in one read: its journal (empty if not
     asked for), its intent's versions and its last resume record (for a run
-    that is revalidated; else empty and None), and its task's state (None:
-    the task has none yet), which every resume record names."""
+    that is revalidated; else empty and None), its task's state (None:
+    the task has none yet), which every resume record names, and the wait
+    an event consumed last with that event (read with the journal; None:
+    none was), which a run woken by a delivery replays from."""
 
     journal: Sequence[Record]
     intents: Sequence[IntentRow]
     last: ResumeRecord | None
     state: StateRow | None
+    consumed: tuple[WaitRow, EventRow | None] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

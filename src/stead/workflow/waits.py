@@ -450,8 +450,10 @@ class Wait(Generic[T]):
         x = self._x
         while True:
             x.check_live()
-            with x.busy():
-                found = await x.store.wait_and_event(self.wait_id, run_id=x.fence.run_id)
+            found = x.consumed_waits.pop(self.wait_id, None)
+            if found is None:
+                with x.busy():
+                    found = await x.store.wait_and_event(self.wait_id, run_id=x.fence.run_id)
             if found is None:
                 raise errors.CorruptRecord(f"wait {self.wait_id} is in the journal, not the store")
             row, event = found

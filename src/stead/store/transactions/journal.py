@@ -55,14 +55,15 @@ def journaled(write: FencedWrite) -> Flow[NotLanded | None]:
 def takeover_context(
     run_id: str, journal: bool, task_key: str, revalidate: bool,
 ) -> Flow[TakeoverContext]:
-    """What a takeover reads, in one read: the journal (if `journal`), the
-    intent's versions and the last resume record (if `revalidate`), and the
-    task's state."""
+    """What a takeover reads, in one read: the journal and the wait an event
+    consumed last (if `journal`), the intent's versions and the last resume
+    record (if `revalidate`), and the task's state."""
     from stead.records import TakeoverContext
 
     asked = {"state": one("read_state", {"task_key": task_key})}
     if journal:
         asked["journal"] = rows("load_journal", {"run_id": run_id})
+        asked["consumed"] = one("run_last_consumed_wait", {"run_id": run_id})
     if revalidate:
         asked["intents"] = rows("list_intents", {"run_id": run_id})
         asked["resumes"] = rows("list_resumes", {"run_id": run_id})
@@ -71,6 +72,8 @@ def takeover_context(
     records = [_rows.record(r) for r in got.get("journal", [])]
     intents = [_rows.intent(r) for r in got.get("intents", [])]
     resumes = [_rows.resume(r) for r in got.get("resumes", [])]
-    state = got["state"]
-    return TakeoverContext(records, intents, resumes[-1] if resumes else None,
-                           None if state is None else _rows.state(state))
+    state, consumed = got["state"], got.get("consumed")
+    return TakeoverContext(
+        records, intents, resumes[-1] if resumes else None,
+        None if state is None else _rows.state(state),
+        None if consumed is None else (_rows.wait(consumed), _rows.joined_event(consumed)))

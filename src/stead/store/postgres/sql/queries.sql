@@ -553,6 +553,19 @@ SELECT w.*, e.run_id AS e_run_id, e.event_id AS e_event_id, e.wait_id AS e_wait_
 FROM waits w LEFT JOIN events e ON e.run_id = %(run_id)s AND e.event_id = w.event_id
 WHERE w.wait_id = %(wait_id)s AND w.run_id = %(run_id)s;
 
+-- name: run_last_consumed_wait
+-- The wait of a run an event consumed last, with that event, as
+-- run_wait_and_event answers it: what a run woken by a delivery resumes
+-- from, read with its takeover rather than one round trip after it.
+SELECT w.*, e.run_id AS e_run_id, e.event_id AS e_event_id, e.wait_id AS e_wait_id,
+       e.kind AS e_kind, e.payload AS e_payload, e.bind AS e_bind, e.verdict AS e_verdict,
+       e.reason AS e_reason, e.detail AS e_detail, e.received_at AS e_received_at,
+       e.delivered_by AS e_delivered_by, e.delivered_why AS e_delivered_why
+FROM waits w LEFT JOIN events e ON e.run_id = %(run_id)s AND e.event_id = w.event_id
+WHERE w.run_id = %(run_id)s AND w.state = 'consumed'
+ORDER BY w.closed_at DESC NULLS LAST
+LIMIT 1;
+
 -- name: list_waits
 SELECT w.*, q.request FROM waits w LEFT JOIN wait_requests q ON q.wait_id = w.wait_id
 WHERE (%(run_id)s::text IS NULL OR w.run_id = %(run_id)s::text)
