@@ -4,7 +4,11 @@ a record from before names were kept still reads."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 import stead
 from stead import arguments
@@ -104,3 +108,29 @@ def test_names_are_read_from_each_functions_own_signature_when_kept() -> None:
 
     assert arguments.names(Tool().run, ["q"], {}, skip=0) == ["query"]
     assert arguments.names(Tool(), ["t"], {}, skip=0) == ["text"]
+
+
+def _bound_names(fn: Any, args: tuple[Any, ...], skip: int) -> list[str] | None:
+    """What `names` answers, found by binding the call as Python would."""
+    signature = inspect.signature(fn)
+    try:
+        signature.bind(*([None] * skip), *args)
+    except TypeError:
+        return None
+    return [p.name for p in list(signature.parameters.values())[skip:]][:len(args)]
+
+
+@given(defaults=st.integers(0, 4), extra=st.integers(0, 4), given_n=st.integers(0, 8),
+       skip=st.integers(0, 2))
+def test_a_positional_call_is_named_as_binding_it_would(
+        defaults: int, extra: int, given_n: int, skip: int) -> None:
+    """The names of a call of positional values to a function of positional
+    parameters, read without binding it, are those binding gives, and a call
+    that does not bind (too few, too many) gets none."""
+    required = [f"r{i}" for i in range(skip + extra)]
+    optional = [f"o{i}=None" for i in range(defaults)]
+    namespace: dict[str, Any] = {}
+    exec(f"def fn({', '.join(required + optional)}): pass", namespace)
+    fn = namespace["fn"]
+    args = tuple(range(given_n))
+    assert arguments.names(fn, args, {}, skip=skip) == _bound_names(fn, args, skip)

@@ -47,6 +47,14 @@ def _default(value: Any) -> Any:
     raise TypeError(f"{type(value).__qualname__} is not JSON-serialisable")
 
 
+# The encoders `dumps` and `canonical` use, made once: `json.dumps` given
+# options builds a new encoder at every call, and a step encodes several
+# values. An encoder keeps nothing between calls (its `encode` is reentrant).
+_STORED = json.JSONEncoder(default=_default, separators=(",", ":"), allow_nan=False)
+_CANONICAL = json.JSONEncoder(default=_default, separators=(",", ":"), sort_keys=True,
+                              allow_nan=False)
+
+
 def dumps(
     value: Any, *, what: str, secrets: Secrets | None = None, limit: int | None = None,
 ) -> str:
@@ -55,7 +63,7 @@ def dumps(
     The text is refused (`SecretInJournal`) if it holds one of `secrets`, by
     default the live secrets of the run being executed (see `watch`)."""
     try:
-        text = json.dumps(value, default=_default, separators=(",", ":"), allow_nan=False)
+        text = _STORED.encode(value)
     except RecursionError as exc:
         raise errors.SerializationError(
             f"{what} cannot be stored as JSON: it is nested too deeply. Flatten it."
@@ -172,9 +180,7 @@ def canonical(value: Any) -> str:
     spaces, secrets as references (a wait token or wait encodes as one, see
     `_default`)."""
     try:
-        return json.dumps(
-            value, default=_default, separators=(",", ":"), sort_keys=True, allow_nan=False
-        )
+        return _CANONICAL.encode(value)
     except (TypeError, ValueError, RecursionError) as exc:
         raise errors.SerializationError(
             f"arguments cannot be stored as JSON: {exc}. Pass JSON-compatible values."

@@ -12,6 +12,7 @@ them (`table(stored, fn)`, the workflow of a run's input).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import types
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -23,8 +24,28 @@ _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_O
 # is named at every call. Keyed by the code, not the function, so that a
 # closure made anew at each call (`run.step("x", lambda: ...)`) is one entry
 # and what it captured is not kept alive; emptied when full.
-_SIGNATURES: dict[Hashable, inspect.Signature] = {}
+_SIGNATURES: dict[Hashable, Signed] = {}
 _MOST_SIGNATURES = 1024
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Signed:
+    """A function's signature and, when every parameter is positional (no
+    `*args`, keyword-only or `**kwargs`), their names and how many have no
+    default: then a call of positional values binds when it gives at least
+    that many and at most them all, which `names` checks without binding."""
+
+    signature: inspect.Signature
+    positional: tuple[str, ...] | None
+    required: int
+
+
+def _signed(signature: inspect.Signature) -> Signed:
+    params = list(signature.parameters.values())
+    if any(p.kind not in _POSITIONAL for p in params):
+        return Signed(signature, None, 0)
+    return Signed(signature, tuple(p.name for p in params),
+                  sum(1 for p in params if p.default is inspect.Parameter.empty))
 
 
 def names(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any], *,
@@ -34,7 +55,12 @@ def names(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
     value taken by `*args` is named `name[i]`. None when the call does not
     bind (it fails on its own; nothing to name) or `fn` has no signature."""
     try:
-        signature = _signature(fn)
+        signed = _found(fn)
+        if signed.positional is not None and not kwargs:  # the common case, unbound
+            given = skip + len(args)
+            fits = signed.required <= given <= len(signed.positional)
+            return list(signed.positional[skip:given]) if fits else None
+        signature = signed.signature
         signature.bind(*([None] * skip), *args, **kwargs)
     except (TypeError, ValueError):
         return None
@@ -51,19 +77,23 @@ def names(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
 
 
 def _signature(fn: Callable[..., Any]) -> inspect.Signature:
+    return _found(fn).signature
+
+
+def _found(fn: Callable[..., Any]) -> Signed:
     """`inspect.signature(fn)`, kept for a plain function (one with no
     `__signature__` of its own). `__wrapped__` (functools.wraps) is part of
     the key: wrappers share their code but show the wrapped function's
     parameters."""
     if type(fn) is not types.FunctionType or "__signature__" in fn.__dict__:
-        return inspect.signature(fn)
+        return _signed(inspect.signature(fn))
     key = (fn.__code__, fn.__defaults__, fn.__kwdefaults__, fn.__dict__.get("__wrapped__"))
     try:
         found = _SIGNATURES.get(key)
     except TypeError:  # an unhashable default (a list)
-        return inspect.signature(fn)
+        return _signed(inspect.signature(fn))
     if found is None:
-        found = inspect.signature(fn)
+        found = _signed(inspect.signature(fn))
         if len(_SIGNATURES) >= _MOST_SIGNATURES:
             _SIGNATURES.clear()
         _SIGNATURES[key] = found

@@ -8,11 +8,13 @@ import dataclasses
 import enum
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from stead.records.journal import Record, RecordKind
 from stead.records.runs import IntentRow, StateRow
-from stead.records.waits import EventRow, WaitRow
+
+if TYPE_CHECKING:  # a worker that resumes no wait imports none of its rows
+    from stead.records.waits import EventRow, WaitRow
 
 E = TypeVar("E", bound=enum.StrEnum)
 

@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import contextvars
 import dataclasses
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from stead import addresses, codec, errors
@@ -49,15 +49,25 @@ _live: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar(
     "stead_live_call", default=None)
 
 
-@contextlib.contextmanager
-def live_call(addr: str, attempt: int) -> Iterator[None]:
+def live_call(addr: str, attempt: int) -> contextlib.AbstractContextManager[None]:
     """Mark the call at `addr`, attempt `attempt`, in flight: appends made
     under it belong to that try (see the module docstring)."""
-    token = _live.set((addr, attempt))
-    try:
-        yield
-    finally:
-        _live.reset(token)
+    return _LiveCall((addr, attempt))
+
+
+class _LiveCall:
+    # A class, not a generator: entered around every step's call, where
+    # `contextmanager`'s generator costs a few µs each time.
+    __slots__ = ("_call", "_token")
+
+    def __init__(self, call: tuple[str, int]) -> None:
+        self._call = call
+
+    def __enter__(self) -> None:
+        self._token = _live.set(self._call)
+
+    def __exit__(self, *exc: object) -> None:
+        _live.reset(self._token)
 
 
 def check_name(name: object) -> str:
