@@ -124,11 +124,7 @@ class PostgresDatabase(seam.Database):
 
     # -- claiming and waking ------------------------------------------------------
     async def claim(self, claim: seam.Claim) -> list[RunRow]:
-        params: dict[str, Any] = {
-            "worker_id": claim.worker_id, "hosted": list(claim.hosted),
-            "exclude": list(claim.exclude), "limit": claim.limit,
-            "lease_seconds": claim.lease_seconds,
-        }
+        params = _claim_params(claim)
 
         async def op(conn: Conn) -> list[RunRow]:
             params.update(now=self.clock.now(), lease_now=self.lease_now())
@@ -136,19 +132,14 @@ class PostgresDatabase(seam.Database):
             return [_rows.run(r) for r in await cur.fetchall()]
 
         async def verify(conn: Conn, attempted: list[RunRow] | None) -> list[RunRow]:
-            # The runs this very claim leased (its time, `now`, is its own);
-            # none means it did not land, and claiming nothing is a fine answer.
-            cur = await conn.execute(Q["claimed_by"], params)
-            return [_rows.run(r) for r in await cur.fetchall()]
+            # None leased means it did not land: claiming nothing is a fine answer.
+            return await _claimed_by(conn, params)
 
         return await self._db.write(op, verify=verify, autocommit=True)
 
     async def claim_unshared(self, claim: seam.Claim) -> seam.UnsharedClaim:
-        params: dict[str, Any] = {
-            "worker_id": claim.worker_id, "hosted": list(claim.hosted),
-            "exclude": list(claim.exclude), "limit": claim.limit,
-            "lease_seconds": claim.lease_seconds, "most": seam.UNSHARED_TENANTS,
-        }
+        params = _claim_params(claim)
+        params["most"] = seam.UNSHARED_TENANTS
 
         async def op(conn: Conn) -> seam.UnsharedClaim:
             params.update(now=self.clock.now(), lease_now=self.lease_now())
@@ -160,10 +151,8 @@ class PostgresDatabase(seam.Database):
 
         async def verify(conn: Conn, attempted: seam.UnsharedClaim | None
                          ) -> seam.UnsharedClaim:
-            # As `claim`'s: the runs this very claim leased, and the tenants
-            # read again (the claim's own answer is lost with its commit).
-            cur = await conn.execute(Q["claimed_by"], params)
-            taken = [_rows.run(r) for r in await cur.fetchall()]
+            # The tenants are read again: the claim's own answer is lost with its commit.
+            taken = await _claimed_by(conn, params)
             cur = await conn.execute(Q["ready_tenants"], params)
             return seam.UnsharedClaim([str(r["tenant"]) for r in await cur.fetchall()], taken)
 
@@ -178,6 +167,20 @@ class PostgresDatabase(seam.Database):
         if lock is None:
             lock = self._presence[worker_id] = PresenceLock(self._db, worker_id)
         return await lock.keep()
+
+
+def _claim_params(claim: seam.Claim) -> dict[str, Any]:
+    """A claim's parameters but its times (`now`, `lease_now`), set at each try."""
+    return {"worker_id": claim.worker_id, "hosted": list(claim.hosted),
+            "exclude": list(claim.exclude), "limit": claim.limit,
+            "lease_seconds": claim.lease_seconds}
+
+
+async def _claimed_by(conn: Conn, params: dict[str, Any]) -> list[RunRow]:
+    """The read-back of a claim whose commit went unacknowledged: the runs
+    leased by that very claim (its time, `now`, is its own)."""
+    cur = await conn.execute(Q["claimed_by"], params)
+    return [_rows.run(r) for r in await cur.fetchall()]
 
 
 async def _run(conn: Conn, flow: seam.FlowFactory[T]) -> T:
