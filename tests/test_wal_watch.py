@@ -40,6 +40,31 @@ async def test_a_commit_on_another_connection_is_seen_at_once(tmp_path: Path) ->
         conn.close()
 
 
+async def test_a_cancelled_wait_ending_late_leaves_the_next_wait_its_reader(
+        tmp_path: Path) -> None:
+    # A worker's idle wait is cancelled and left to end at its next turn of
+    # the loop (`stead.waiting.first`); a wait begun before it ends must keep
+    # the descriptor's reader, or a commit would be heard only at its timeout.
+    conn, path = _wal_file(tmp_path)
+    watch = wal_watch.open_watch(path)
+    assert watch is not None
+    try:
+        old = asyncio.ensure_future(watch.written(30.0))
+        await asyncio.sleep(0.01)
+        new = asyncio.ensure_future(watch.written(30.0))
+        await asyncio.sleep(0.01)  # `new` reads the descriptor now
+        old.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await old
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("INSERT INTO t VALUES (1)")
+        assert await asyncio.wait_for(new, 5.0)
+        other.close()
+    finally:
+        watch.close()
+        conn.close()
+
+
 def test_a_file_without_a_wal_gives_no_watch(tmp_path: Path) -> None:
     assert wal_watch.open_watch(str(tmp_path / "none.db")) is None
     assert wal_watch.open_watch(":memory:") is None

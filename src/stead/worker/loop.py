@@ -19,9 +19,8 @@ import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
 
-from stead import addresses, errors, logs, takeover, warmups
+from stead import addresses, errors, logs, takeover, waiting, warmups
 from stead.app import App
 from stead.clock import Clock, SystemClock
 from stead.execution import Execution, ExecutionOptions
@@ -270,21 +269,17 @@ class Worker:
         if self._stopping.is_set():
             return
         timeout = None if wait_for_runs and self._active else self.options.poll_interval
-        waiters: set[asyncio.Task[Any]] = {asyncio.create_task(self._wake.wait())}
+        waiters: list[Awaitable[object]] = [self._wake.wait()]
         if timeout is not None:
-            waiters.add(asyncio.create_task(self.store.wait_for_work(timeout)))
+            waiters.append(self.store.wait_for_work(timeout))
         local, taker = self.store.database.local, self._taker
         free = self.options.concurrency - len(self._active)
         offer = contextlib.nullcontext() if local is None or taker is None else \
             local.offering(taker, free - taker.pending, frozenset(self._claims.claimable))
-        try:
-            with offer:
-                await asyncio.wait(waiters, timeout=timeout,
-                                   return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
-            await asyncio.gather(*waiters, return_exceptions=True)
+        with offer:
+            # In few turns of the loop: a newcomer's run waits for them while
+            # the worker drives a wave of quick runs (see `stead.waiting`).
+            await waiting.first(*waiters, timeout=timeout)
 
     def _handed(self, row: RunRow) -> None:
         """A delivery of this process leased `row` to this worker (see

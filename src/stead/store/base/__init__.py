@@ -11,13 +11,12 @@ docs/architecture.md draws the whole."""
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from stead import addresses
+from stead import addresses, waiting
 from stead.store import _holders, schema_versions
 from stead.store.base.actions import Actions
 from stead.store.base.blobs import LargeBlobs
@@ -138,14 +137,7 @@ class Store(Runs, Leases, Journals, Waits, TaskState, Intents, Actions, Migratio
             await self.database.wait_for_work(timeout)
             return
         with local.waiting() as news:
-            told = asyncio.ensure_future(news.wait())
-            looked = asyncio.ensure_future(self.database.wait_for_work(timeout))
-            try:
-                await asyncio.wait((told, looked), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for waiter in (told, looked):
-                    waiter.cancel()
-                await asyncio.gather(told, looked, return_exceptions=True)
+            await waiting.first(news.wait(), self.database.wait_for_work(timeout))
 
     @property
     def commits(self) -> int:

@@ -33,7 +33,11 @@ class Listener:
         if self._task is None:
             self._task = asyncio.create_task(self._listen(), name="stead-listen")
         try:
-            await asyncio.wait_for(self._work.wait(), timeout)
+            # Not `asyncio.wait_for`: on Python 3.11 it wraps the wait in a
+            # task of its own, a turn of the event loop more before a worker
+            # busy with other runs claims (see `stead.waiting`).
+            async with asyncio.timeout(timeout):
+                await self._work.wait()
         except TimeoutError:
             return  # a notification that raced the timeout stays set for the next wait
         self._work.clear()

@@ -44,6 +44,7 @@ class WalWatch:
     def __init__(self, fd: int) -> None:
         self._fd = fd
         self._ticks: concurrent.futures.ThreadPoolExecutor | None = None
+        self._reader: asyncio.Future[None] | None = None  # the wait reading the descriptor
 
     async def until(self, shows: Callable[[], bool], within: float) -> bool:
         """After a write: look whether the commit `shows` every `_TICK`
@@ -80,12 +81,20 @@ class WalWatch:
         except (NotImplementedError, ValueError, OSError):  # a loop that cannot watch fds
             await asyncio.sleep(timeout)
             return False
+        # The descriptor has one reader: a wait begun since (a worker's next
+        # idle spell, while this one, cancelled, has yet to end) owns it now.
+        self._reader = seen
         try:
-            await asyncio.wait_for(seen, timeout)
+            # Awaited directly under a timeout: `asyncio.wait_for` would wrap
+            # it in a task of its own on Python 3.11, a turn of the loop more.
+            async with asyncio.timeout(timeout):
+                await seen
         except TimeoutError:
             return False
         finally:
-            loop.remove_reader(self._fd)
+            if self._reader is seen:
+                self._reader = None
+                loop.remove_reader(self._fd)
         self._drain()
         return True
 
