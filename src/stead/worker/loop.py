@@ -29,7 +29,7 @@ from stead.metrics.meters import Takeover
 from stead.records import Backlog, Fence, RunRow, RunStatus
 from stead.store import local_work, seam
 from stead.store.base import Store
-from stead.worker import attempts, chores, claims, holds, idle, leases, leftovers
+from stead.worker import attempts, chores, claims, heap, holds, idle, leases, leftovers
 from stead.worker.leases import LeaseKeeper
 from stead.worker.options import WorkerOptions
 from stead.worker.standing import Standing
@@ -154,6 +154,8 @@ class Worker:
                     wait_for_runs: bool) -> None:
         self._taker = local_work.Taker(self.id, self.options.lease_seconds, self._handed)
         await warmups.ready()  # the SDKs' schemas, built off the loop before any run
+        if self.options.freeze_heap:
+            heap.settle()
         await self._leases.start()
         await self._claims.beat()
         beating = asyncio.create_task(self._claims.heartbeats(), name=f"stead heartbeat {self.id}")
