@@ -44,6 +44,8 @@ async def first(*awaitables: Awaitable[object], timeout: float | None = None) ->
         finally:
             finish()
 
+    # Each task takes its first step (and so begins its wait) before this
+    # coroutine can resume, even to be cancelled: none is left unawaited.
     tasks = [loop.create_task(watch(a)) for a in awaitables]
     timer = None if timeout is None else loop.call_later(timeout, finish)
     try:
