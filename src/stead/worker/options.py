@@ -51,8 +51,8 @@ class WorkerOptions:
     # tenants with no run in flight, and a busy tenant's runs are claimed with
     # the rest of the wave (see `Claims._kept`); 0: only the headroom is kept.
     tenant_headroom_hold: float = 0.01
-    # Before its first claim, the worker collects garbage and freezes what is
-    # left (`gc.freeze`, once per process): the modules and app it warmed up
+    # Before its first claim, the worker freezes what its process holds
+    # (`gc.freeze`, once per process): the modules and app it warmed up
     # then stay out of the collector's full passes, which otherwise hold the
     # event loop 10 ms and more each (see `stead.worker.heap`). False: leave
     # the process's collector alone.
