@@ -17,7 +17,7 @@ import pytest
 import stead
 from stead.records import NewRun
 from stead.store.postgres import PostgresStore
-from tests import pg
+from tests import pg, stress
 
 
 class Pipeline:
@@ -75,7 +75,14 @@ async def test_backends_terminated_mid_run_lose_and_repeat_nothing(
 ) -> None:
     """Every session of the app is killed every few tens of milliseconds while
     two workers run 40 runs: each write is retried on a new connection, and a
-    write whose COMMIT was cut off is read back, not redone."""
+    write whose COMMIT was cut off is read back, not redone.
+
+    The pause between kills is scaled to the machine (tests/stress.py), as
+    deadlines are: a box k times slower makes a connection and sends a write
+    k times more slowly, so kills k times as frequent would leave it no
+    write that gets through, and the retry bound (30 s, after which a run is
+    rightly handed over and its unrecorded steps run again) would be what is
+    tested instead of the retries."""
     N = 40
     p = Pipeline()
     app_name = pg.query_param(pg_url, "application_name")
@@ -88,7 +95,7 @@ async def test_backends_terminated_mid_run_lose_and_repeat_nothing(
         nonlocal killed
         rng = random.Random(5)
         while not stop.is_set():
-            await asyncio.sleep(rng.uniform(0.02, 0.1))
+            await asyncio.sleep(rng.uniform(0.02, 0.1) * stress.slow())
             killed += await asyncio.to_thread(pg.terminate, app_name)
 
     try:
