@@ -169,3 +169,55 @@ async def test_a_delivery_pokes_the_wal_once_its_commit_shows(tmp_path: Path) ->
     finally:
         await store.close()
         await other.close()
+
+
+async def test_a_commit_that_shows_as_it_is_heard_rings_before_the_wait_goes_on(
+        tmp_path: Path) -> None:
+    """`written` with a ring: the commit is heard (and seen to show) by the
+    descriptor's reader, which rings there, before the waiting task resumes."""
+    conn, path = _wal_file(tmp_path)
+    conn.execute("INSERT INTO t VALUES (1)")
+    watch = wal_watch.open_watch(path)
+    assert watch is not None
+    rung: list[bool] = []
+    waiting: asyncio.Task[bool] | None = None
+    try:
+        def ring() -> None:
+            assert waiting is not None
+            rung.append(waiting.done())
+
+        waiting = asyncio.ensure_future(watch.written(60.0, ring, lambda: True))
+        await asyncio.sleep(0.05)
+        conn.execute("INSERT INTO t VALUES (2)")  # committed and shown before it returns
+        assert await asyncio.wait_for(waiting, 30.0)
+        assert rung == [False]
+        # Without a ring, nothing is called and the wait is the same.
+        again = asyncio.ensure_future(watch.written(60.0))
+        await asyncio.sleep(0.05)
+        conn.execute("INSERT INTO t VALUES (3)")
+        assert await asyncio.wait_for(again, 30.0)
+        assert rung == [False]
+    finally:
+        watch.close()
+        conn.close()
+
+
+async def test_a_poke_heard_while_looking_closely_rings(tmp_path: Path) -> None:
+    """`until` with a ring hears a `poke` (the commit shows) as it comes."""
+    conn, path = _wal_file(tmp_path)
+    conn.execute("INSERT INTO t VALUES (1)")
+    watch = wal_watch.open_watch(path)
+    assert watch is not None
+    shown = False
+    rung: list[str] = []
+    try:
+        looking = asyncio.ensure_future(
+            watch.until(lambda: shown, 5.0, lambda: rung.append("rung")))
+        await asyncio.sleep(0.05)
+        shown = True
+        wal_watch.poke(path)
+        assert await asyncio.wait_for(looking, 10.0)
+        assert rung  # heard from the descriptor, if not before the look saw it too
+    finally:
+        watch.close()
+        conn.close()

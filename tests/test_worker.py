@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -256,7 +257,8 @@ async def test_a_run_ending_while_the_worker_claims_frees_its_slot_at_once(
                 self.later = (await client.start(quick, "later")).run_id
             return taken
 
-        async def wait_for_work(self, timeout: float) -> None:
+        async def wait_for_work(self, timeout: float, *,
+                                ring: Callable[[], None] | None = None) -> None:
             await asyncio.sleep(timeout)
 
     wrapped = Orchestrated(store)

@@ -17,17 +17,67 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable
+import inspect
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 # Losers cancelled by `first`, held until they end (the event loop keeps only
 # weak references to its tasks).
 _ENDING: set[asyncio.Task[None]] = set()
 
 
-async def first(*awaitables: Awaitable[object], timeout: float | None = None) -> None:
+class Bell:
+    """A flag, as `asyncio.Event`, that also calls its listeners as it is set:
+    a `first` listening to it goes on at its waiter's next turn of the loop,
+    however many tasks lie between the one that sets it and the waiter. Set
+    and cleared on the event loop (another thread posts `set` to it)."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self._listeners: list[Callable[[], None]] = []
+
+    def set(self) -> None:
+        if self._event.is_set():
+            return
+        self._event.set()
+        for listener in tuple(self._listeners):
+            listener()
+
+    def clear(self) -> None:
+        self._event.clear()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+    @contextlib.contextmanager
+    def listening(self, listener: Callable[[], None] | None) -> Iterator[None]:
+        """Call `listener` (at once, on the loop; it must not raise) when the
+        bell is set while the block runs (None: nothing to call)."""
+        if listener is None:
+            yield
+            return
+        self._listeners.append(listener)
+        try:
+            yield
+        finally:
+            self._listeners.remove(listener)
+
+
+async def first(*awaitables: Awaitable[object], bells: Sequence[Bell] = (),
+                timeout: float | None = None) -> None:
     """Return once any of `awaitables` ends (returns or raises: its outcome is
-    not the waiter's, as with `asyncio.wait`) or `timeout` seconds pass; the
-    others are cancelled."""
+    not the waiter's, as with `asyncio.wait`), any of `bells` is set (at once
+    if one is) or `timeout` seconds pass; the others are cancelled (a
+    coroutine not begun is closed)."""
+    if any(bell.is_set() for bell in bells):
+        for awaitable in awaitables:
+            if inspect.iscoroutine(awaitable):
+                awaitable.close()
+            elif isinstance(awaitable, asyncio.Future):
+                awaitable.cancel()
+        return
     loop = asyncio.get_running_loop()
     over: asyncio.Future[None] = loop.create_future()
 
@@ -49,7 +99,10 @@ async def first(*awaitables: Awaitable[object], timeout: float | None = None) ->
     tasks = [loop.create_task(watch(a)) for a in awaitables]
     timer = None if timeout is None else loop.call_later(timeout, finish)
     try:
-        await over
+        with contextlib.ExitStack() as listening:
+            for bell in bells:
+                listening.enter_context(bell.listening(finish))
+            await over
     finally:
         if timer is not None:
             timer.cancel()

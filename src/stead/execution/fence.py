@@ -74,6 +74,9 @@ class Fenced:
         self._quiet: asyncio.Event | None = None  # set when nothing is in flight
         self._sending_in_thread = 0  # sync effect functions running in threads now
         self._suspended = False
+        # The attempt's last write (its finish, or its suspension) is sent:
+        # read from the lease keeper's thread (see `ending`).
+        self._ending = False
         self._body: asyncio.Task[Any] | None = None
         self._suspend_after = options.suspend_after
         self._recheck_every = options.recheck_every
@@ -204,6 +207,15 @@ class Fenced:
         leaves the run to be taken over, whatever the workflow made of the
         error."""
         return self._store_failed
+
+    @property
+    def ending(self) -> bool:
+        """Whether the attempt's last write (its finish, or its suspension)
+        has been sent: a lease found gone from then on may be that write's
+        own doing, and the write's outcome says whether the lease held
+        (acknowledged: the attempt ended; `StaleLease`: it was lost). Read
+        from the lease keeper's thread."""
+        return self._ending
 
     @property
     def suspended(self) -> bool:

@@ -137,17 +137,20 @@ class Parking(Writes):
             return  # a short wait: cheaper to sleep here than to park and replay
         wait_ids = [b.wait_id for b in self._blocked if b.wait_id is not None]
         children = [b.child_id for b in self._blocked if b.child_id is not None]
+        self._ending = True
         try:
             await self.write((), lambda batch, resume: self.store.suspend(
                 self.fence, batch, resume, wake_at, wait_ids, children,
             ))
         except (errors.WaitNotOpen, errors.CancelRequested) as exc:
+            self._ending = False  # not suspended: the run goes on
             if isinstance(exc, errors.CancelRequested):
                 self._cancel_requested = True
             for blocker in list(self._blocked):
                 blocker.wake()  # an event arrived or a child ended meanwhile: go and read it
             return
         except errors.SteadError as exc:
+            self._ending = False
             log.warning("run %s could not suspend: %s", self.fence.run_id, exc)
             return
         self._suspended = True

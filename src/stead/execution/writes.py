@@ -259,6 +259,7 @@ class Writes(Fenced, abc.ABC):
                      error: str | None = None) -> None:
         if error is not None:  # an exception's message may quote a token
             error = self.secrets.mask(error)
+        self._ending = True  # nothing live starts after the finish
         await self.write((), lambda batch, resume: self.store.finish(
             self.fence, status, result=result, error=error, records=batch, resume=resume,
         ))

@@ -31,6 +31,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from stead.waiting import Bell
+
 if TYPE_CHECKING:
     from stead.records import RunRow
 
@@ -80,7 +82,7 @@ class Signal:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+        self._waiters: set[tuple[asyncio.AbstractEventLoop, Bell]] = set()
         self._takers: list[Taker] = []
 
     @contextlib.contextmanager
@@ -112,18 +114,21 @@ class Signal:
         """Wake every waiter (from any thread)."""
         with self._lock:
             waiters = list(self._waiters)
-        for loop, event in waiters:
+        for loop, bell in waiters:
             with contextlib.suppress(RuntimeError):  # its loop has closed
-                loop.call_soon_threadsafe(event.set)
+                loop.call_soon_threadsafe(bell.set)
 
     @contextlib.contextmanager
-    def waiting(self) -> Iterator[asyncio.Event]:
-        """An event set by the next `notify` while the block runs."""
-        entry = (asyncio.get_running_loop(), asyncio.Event())
+    def waiting(self, ring: Callable[[], None] | None = None) -> Iterator[Bell]:
+        """A bell set by the next `notify` while the block runs; `ring` is
+        called as it is set."""
+        bell = Bell()
+        entry = (asyncio.get_running_loop(), bell)
         with self._lock:
             self._waiters.add(entry)
         try:
-            yield entry[1]
+            with bell.listening(ring):
+                yield bell
         finally:
             with self._lock:
                 self._waiters.discard(entry)

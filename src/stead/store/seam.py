@@ -291,9 +291,12 @@ class Database(abc.ABC):
         dialect allows: a worker with no reason yet to share among tenants
         pays no round trip to learn it has none."""
 
-    async def wait_for_work(self, timeout: float) -> None:
-        """Return when a run may have become claimable, or after `timeout`.
-        This default sleeps (workers poll)."""
+    async def wait_for_work(self, timeout: float, *,
+                            ring: Callable[[], None] | None = None) -> None:
+        """Return when a run may have become claimable, or after `timeout`;
+        call `ring` (on the loop) the moment it hears so from outside the
+        wait's own task, before the wait returns. This default sleeps
+        (workers poll)."""
         await asyncio.sleep(timeout)
 
     def holding(self, run_ids: Sequence[str]) -> None:

@@ -138,6 +138,8 @@ class LeaseKeeper:
         # markers of its calls in flight (None until it has one: the renewal
         # then leaves the run's stored markers as they are).
         self._fences: dict[Fence, Callable[[], str | None] | None] = {}
+        # And how to ask it whether its last write is sent (see `track`).
+        self._ending: dict[Fence, Callable[[], bool]] = {}
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
@@ -155,18 +157,26 @@ class LeaseKeeper:
         with self._lock:
             self._fences.setdefault(fence, None)
 
-    def track(self, fence: Fence, in_flight: Callable[[], str | None]) -> None:
+    def track(self, fence: Fence, in_flight: Callable[[], str | None],
+              ending: Callable[[], bool] | None = None) -> None:
         """Store what `in_flight()` returns (the started markers of the run's
         calls in flight; called from this keeper's thread, so it must be
         thread-safe) with each renewal of `fence`: a worker that dies mid-call
-        leaves its attempt counted (see `Execution.in_flight`)."""
+        leaves its attempt counted (see `Execution.in_flight`). `ending()`
+        (thread-safe too) says whether the attempt's last write is sent: a
+        renewal that then finds the lease gone leaves the judgement to that
+        write (see `Execution.ending`), rather than stop a run whose finish
+        committed before its answer came back."""
         with self._lock:
             if fence in self._fences:
                 self._fences[fence] = in_flight
+                if ending is not None:
+                    self._ending[fence] = ending
 
     def drop(self, fence: Fence) -> None:
         with self._lock:
             self._fences.pop(fence, None)
+            self._ending.pop(fence, None)
 
     async def start(self) -> None:
         loop = self._loop = asyncio.get_running_loop()
@@ -285,6 +295,7 @@ class LeaseKeeper:
         those lost and those of runs someone asked to cancel."""
         with self._lock:
             sources = dict(self._fences)
+            endings = dict(self._ending)
         fences = list(sources)
         if not fences and extend:
             self.standing.renewed(time.monotonic())  # nothing held: nothing to lose
@@ -296,13 +307,16 @@ class LeaseKeeper:
         store = twin if twin is not None else self._store
         sent = time.monotonic()
         try:
-            lost = await self._on(store, store.renew(fences, self._lease, {
+            gone = await self._on(store, store.renew(fences, self._lease, {
                 f: ask() for f, ask in sources.items() if ask is not None})) if extend else []
+            # Asked after the renewal's answer: an attempt ending by then sent
+            # nothing live since, and its last write is fenced.
+            lost = [f for f in gone if not (f in endings and endings[f]())]
             if extend:
                 self.standing.renewed(sent)
-                meters.renewed(len(fences) - len(lost), len(lost))
+                meters.renewed(len(fences) - len(gone), len(lost))
             self._renewal_failed = False
-            held = [f.run_id for f in fences if f not in lost]
+            held = [f.run_id for f in fences if f not in gone]
             cancelled = await self._on(store, store.cancel_requests(held)) \
                 if held and self._on_cancel is not None else []
         except errors.StoreError as exc:

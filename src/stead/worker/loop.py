@@ -57,7 +57,7 @@ class Worker:
         )
         self._active: dict[str, tuple[asyncio.Task[None], Execution | None]] = {}
         self._stopping = asyncio.Event()
-        self._wake = asyncio.Event()
+        self._wake = waiting.Bell()
         # Whether this worker is sure it still holds its leases: its runs
         # start no call that reaches outside while it is not (see `standing`).
         standing = Standing(self.options.lease_seconds)
@@ -271,9 +271,13 @@ class Worker:
         if self._stopping.is_set():
             return
         timeout = None if wait_for_runs and self._active else self.options.poll_interval
-        waiters: list[Awaitable[object]] = [self._wake.wait()]
+        # News of work rings `news` as it comes (a commit seen, NOTIFY, a
+        # delivery of this process), and a run ending rings `_wake`: the wait
+        # ends within the step that hears it (see `stead.waiting.Bell`).
+        news = waiting.Bell()
+        waiters: list[Awaitable[object]] = []
         if timeout is not None:
-            waiters.append(self.store.wait_for_work(timeout))
+            waiters.append(self.store.wait_for_work(timeout, ring=news.set))
         local, taker = self.store.database.local, self._taker
         free = self.options.concurrency - len(self._active)
         offer = contextlib.nullcontext() if local is None or taker is None else \
@@ -281,7 +285,7 @@ class Worker:
         with offer:
             # In few turns of the loop: a newcomer's run waits for them while
             # the worker drives a wave of quick runs (see `stead.waiting`).
-            await waiting.first(*waiters, timeout=timeout)
+            await waiting.first(*waiters, bells=(self._wake, news), timeout=timeout)
 
     def _handed(self, row: RunRow) -> None:
         """A delivery of this process leased `row` to this worker (see
@@ -425,7 +429,7 @@ class Worker:
                 # The stop came while the run was being taken over: `stop()`
                 # had no execution to drain, so it would run on to the end.
                 ready.execution.drain()
-            self._leases.track(fence, ready.execution.in_flight)
+            self._leases.track(fence, execution.in_flight, _ending_of(execution))
             await attempts.advance(self.store, self.id, row, ready)
             self._backoff.pop(row.run_id, None)
         except errors.StaleLease as exc:
@@ -496,3 +500,11 @@ class Worker:
             log.error("worker %s stops: %s", self.id, why)
             self._stopped_by = exc
             self.stop()
+
+
+def _ending_of(execution: Execution) -> Callable[[], bool]:
+    """Whether `execution`'s last write is sent (for the lease keeper's thread)."""
+    def ending() -> bool:
+        return execution.ending
+
+    return ending

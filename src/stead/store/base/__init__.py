@@ -127,17 +127,20 @@ class Store(Runs, Leases, Journals, Waits, TaskState, Intents, Actions, Migratio
             self._legacy_read = True
         return ring.with_legacy(self._legacy)
 
-    async def wait_for_work(self, timeout: float) -> None:
+    async def wait_for_work(self, timeout: float, *,
+                            ring: Callable[[], None] | None = None) -> None:
         """Return when a run may have become claimable, or after `timeout`
         seconds (SQLite: soon after any commit to the file; PostgreSQL: on
         NOTIFY); at once when a store of this process on the same database
-        makes work claimable (`local_work`)."""
+        makes work claimable (`local_work`). `ring` is called, on the event
+        loop, the moment such news comes, before this wait's own return
+        (see `stead.waiting.Bell`)."""
         local = self.database.local
         if local is None:
-            await self.database.wait_for_work(timeout)
+            await self.database.wait_for_work(timeout, ring=ring)
             return
-        with local.waiting() as news:
-            await waiting.first(news.wait(), self.database.wait_for_work(timeout))
+        with local.waiting(ring) as news:
+            await waiting.first(self.database.wait_for_work(timeout, ring=ring), bells=(news,))
 
     @property
     def commits(self) -> int:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from stead.clock import Clock
@@ -158,9 +159,11 @@ class PostgresDatabase(seam.Database):
 
         return await self._db.write(op, verify=verify, autocommit=True)
 
-    async def wait_for_work(self, timeout: float) -> None:
-        """Return when a run may have become claimable (NOTIFY), or after `timeout`."""
-        await self._listener.wait(timeout)
+    async def wait_for_work(self, timeout: float, *,
+                            ring: Callable[[], None] | None = None) -> None:
+        """Return when a run may have become claimable (NOTIFY), or after
+        `timeout`; `ring` is called as NOTIFY comes."""
+        await self._listener.wait(timeout, ring)
 
     async def keep_presence(self, worker_id: str) -> Presence:
         lock = self._presence.get(worker_id)

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 import psycopg
 
 from stead.store import sql_files
 from stead.store.postgres.connection import Connector, backoff
+from stead.waiting import Bell
 
 log = logging.getLogger("stead.store.postgres")
 _Q = sql_files.queries("postgres")
@@ -23,10 +25,13 @@ class Listener:
 
     def __init__(self, connector: Connector) -> None:
         self.connector = connector
-        self._work = asyncio.Event()
+        self._work = Bell()
         self._task: asyncio.Task[None] | None = None
 
-    async def wait(self, timeout: float) -> None:
+    async def wait(self, timeout: float, ring: Callable[[], None] | None = None) -> None:
+        """Return on the next notification (or one that came since the last
+        wait), or after `timeout`; `ring` is called from the listening task
+        as the notification comes (see `stead.waiting.Bell`)."""
         if not self.connector.sessions:  # behind a transaction pooler: polling
             await asyncio.sleep(timeout)
             return
@@ -36,8 +41,9 @@ class Listener:
             # Not `asyncio.wait_for`: on Python 3.11 it wraps the wait in a
             # task of its own, a turn of the event loop more before a worker
             # busy with other runs claims (see `stead.waiting`).
-            async with asyncio.timeout(timeout):
-                await self._work.wait()
+            with self._work.listening(ring):
+                async with asyncio.timeout(timeout):
+                    await self._work.wait()
         except TimeoutError:
             return  # a notification that raced the timeout stays set for the next wait
         self._work.clear()

@@ -14,7 +14,7 @@ import json
 import os
 import re
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from stead import errors
@@ -147,14 +147,16 @@ class SQLiteDatabase(seam.Database):
         the worker has other runs to drive and claims to make."""
         self._db.writing(run_ids)
 
-    async def wait_for_work(self, timeout: float) -> None:
+    async def wait_for_work(self, timeout: float, *,
+                            ring: Callable[[], None] | None = None) -> None:
         """Return soon after anyone (another process, this one) commits to the
         file, or after `timeout`. SQLite cannot notify, but `PRAGMA
         data_version` changes with every commit made on another connection and
         reading it touches no disk: a look every 10 ms costs microseconds, and
         the worker's claim query runs only when something changed (or at the
         poll, for timers that came due). Where the `-wal` can be watched
-        (`wal_watch`), a write to it brings the next look forward to at once."""
+        (`wal_watch`), a write to it brings the next look forward to at once,
+        and `ring` is called then if the commit shows."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         seen = self._db.data_version()
@@ -165,25 +167,28 @@ class SQLiteDatabase(seam.Database):
             self._wal_tried = True
             self._wal = wal_watch.open_watch(self.path)
         soon = 0  # looks left at the short interval
+
+        def shows() -> bool:
+            return self._db.data_version() != seen
+
         while (left := deadline - loop.time()) > 0:
             pause = min(_SOON_INTERVAL if soon else _WATCH_INTERVAL, left)
             soon = max(0, soon - 1)
             if self._wal is None:
                 await asyncio.sleep(pause)
-            elif await self._wal.written(pause):
+            elif await self._wal.written(pause, ring, shows):
                 # A commit that may make a run claimable says so once it shows
                 # (`wal_watch.poke`): looked at once, it has.
-                if self._db.data_version() != seen:
+                if shows():
                     return
                 # A commit writes its frames to the -wal before it shows in
                 # data_version: if it does not show yet, it will in a moment.
                 # Looked for closely only after a quiet spell: while the file
                 # is written on and on, the looks at the short interval do.
-                if not soon and await self._wal.until(
-                        lambda: self._db.data_version() != seen, _SETTLE_WITHIN):
+                if not soon and await self._wal.until(shows, _SETTLE_WITHIN, ring):
                     return
                 soon = _SOON_LOOKS
-            if self._db.data_version() != seen:
+            if shows():
                 return
 
 

@@ -26,7 +26,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 _IN_MODIFY = 0x2
 _IN_ATTRIB = 0x4
@@ -44,29 +44,42 @@ class WalWatch:
     def __init__(self, fd: int) -> None:
         self._fd = fd
         self._ticks: concurrent.futures.ThreadPoolExecutor | None = None
-        self._reader: asyncio.Future[None] | None = None  # the wait reading the descriptor
+        self._reader: object | None = None  # the wait reading the descriptor
 
-    async def until(self, shows: Callable[[], bool], within: float) -> bool:
+    async def until(self, shows: Callable[[], bool], within: float,
+                    ring: Callable[[], None] | None = None) -> bool:
         """After a write: look whether the commit `shows` every `_TICK`
         seconds, for at most `within`; whether it did. A commit writes its
         frames to the -wal, syncs them, and only then shows; the event loop's
         timers wake no sooner than a millisecond after they are asked to
         (epoll counts milliseconds), about twice the sync, so the pauses
         between looks are slept in a thread of the watch's own. `shows` runs
-        on the loop."""
+        on the loop. With `ring`: the writes heard meanwhile (a `poke` says
+        the commit shows) are looked at as they come, and `ring` is called
+        if it does, before this wait's task resumes."""
         loop = asyncio.get_running_loop()
         if self._ticks is None:
             self._ticks = concurrent.futures.ThreadPoolExecutor(
                 1, thread_name_prefix="stead-wal-watch")
+
+        def readable() -> None:
+            self._drain()
+            if ring is not None and shows():
+                ring()
+
         deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            await loop.run_in_executor(self._ticks, time.sleep, _TICK)
-            if shows():
-                return True
+        with self._reading(loop, readable) if ring is not None else contextlib.nullcontext():
+            while time.monotonic() < deadline:
+                await loop.run_in_executor(self._ticks, time.sleep, _TICK)
+                if shows():
+                    return True
         return False
 
-    async def written(self, timeout: float) -> bool:
-        """Wait until the file is written to, or `timeout`; whether it was."""
+    async def written(self, timeout: float, ring: Callable[[], None] | None = None,
+                      shows: Callable[[], bool] | None = None) -> bool:
+        """Wait until the file is written to, or `timeout`; whether it was.
+        `ring` is called as the write is heard if the commit `shows` then,
+        before this wait's task resumes (see `stead.waiting.Bell`)."""
         loop = asyncio.get_running_loop()
         if self._drain():
             return True
@@ -75,28 +88,43 @@ class WalWatch:
         def readable() -> None:
             if not seen.done():
                 seen.set_result(None)
+                if ring is not None and shows is not None and shows():
+                    ring()
 
-        try:
-            loop.add_reader(self._fd, readable)
-        except (NotImplementedError, ValueError, OSError):  # a loop that cannot watch fds
-            await asyncio.sleep(timeout)
-            return False
-        # The descriptor has one reader: a wait begun since (a worker's next
-        # idle spell, while this one, cancelled, has yet to end) owns it now.
-        self._reader = seen
-        try:
-            # Awaited directly under a timeout: `asyncio.wait_for` would wrap
-            # it in a task of its own on Python 3.11, a turn of the loop more.
-            async with asyncio.timeout(timeout):
-                await seen
-        except TimeoutError:
-            return False
-        finally:
-            if self._reader is seen:
-                self._reader = None
-                loop.remove_reader(self._fd)
+        with self._reading(loop, readable) as reading:
+            if not reading:  # a loop that cannot watch descriptors
+                await asyncio.sleep(timeout)
+                return False
+            try:
+                # Awaited directly under a timeout: `asyncio.wait_for` would wrap
+                # it in a task of its own on Python 3.11, a turn of the loop more.
+                async with asyncio.timeout(timeout):
+                    await seen
+            except TimeoutError:
+                return False
         self._drain()
         return True
+
+    @contextlib.contextmanager
+    def _reading(self, loop: asyncio.AbstractEventLoop,
+                 readable: Callable[[], None]) -> Iterator[bool]:
+        """`readable` called while the block runs, each time the descriptor
+        has events; whether it can be (not on a loop that cannot watch
+        descriptors). The descriptor has one reader: a wait begun since (a
+        worker's next idle spell, while this one, cancelled, has yet to end)
+        owns it from then on, and keeps it when this block ends."""
+        try:
+            loop.add_reader(self._fd, readable)
+        except (NotImplementedError, ValueError, OSError):
+            yield False
+            return
+        mine = self._reader = object()
+        try:
+            yield True
+        finally:
+            if self._reader is mine:
+                self._reader = None
+                loop.remove_reader(self._fd)
 
     def _drain(self) -> bool:
         """Read the events queued so far; whether there were any."""
