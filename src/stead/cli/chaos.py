@@ -14,8 +14,10 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from stead import errors
 from stead.cli import common
 from stead.testing import Services, crash_matrix
+from stead.testing.matrix import check_preload
 
 
 def _load(spec: str, what: str) -> Any:
@@ -46,11 +48,16 @@ def _load(spec: str, what: str) -> Any:
 @click.option("--keep", type=click.Path(file_okay=False, path_type=Path), default=None,
               metavar="DIR", help="Work in DIR and keep it: each point's folder, its worker "
                                   "logs and (unless --db is given) the SQLite database.")
+@click.option("--preload", multiple=True, metavar="MODULE",
+              help="A library the app imports (e.g. langgraph.graph), imported once by the "
+                   "process the workers are forked from rather than by each worker on its "
+                   "point's time. Not a module that reads the environment or the current "
+                   "directory as it loads. Repeatable.")
 @click.option("--markdown", is_flag=True, help="Print the report as a Markdown table.")
 @click.pass_context
 def chaos(ctx: click.Context, app_spec: str, workflow: str, args_json: str,
           events_spec: str | None, services_spec: str | None, keep: Path | None,
-          markdown: bool) -> None:
+          preload: tuple[str, ...], markdown: bool) -> None:
     """Run WORKFLOW of MODULE:APP with ARGS_JSON once uninterrupted, then once
     per boundary: SIGKILL a real worker there (before and after every journal
     write, inside every effect's send, while waiting, as it wakes for an
@@ -75,6 +82,11 @@ def chaos(ctx: click.Context, app_spec: str, workflow: str, args_json: str,
         if not isinstance(services, Services):
             raise click.BadParameter(f"{services_spec} is not a stead.testing.Services",
                                      param_hint="--services")
+    try:
+        preloaded = check_preload(preload)
+    except errors.InvalidInput as exc:
+        raise click.BadParameter(str(exc).removeprefix("preload: "),
+                                 param_hint="--preload") from exc
     root = ctx.find_root()
     explicit = root.get_parameter_source("db") != ParameterSource.DEFAULT
     db = common.database_url(ctx) if explicit else None
@@ -83,7 +95,7 @@ def chaos(ctx: click.Context, app_spec: str, workflow: str, args_json: str,
             tempfile.TemporaryDirectory(prefix="stead-chaos-")))
         report = common.run_async(crash_matrix(
             app_spec, workflow, args, events=events, services=services, db=db, folder=folder,
-            progress=None if markdown else click.echo))
+            progress=None if markdown else click.echo, preload=preloaded))
     click.echo(report.markdown() if markdown else report.summary())
     if not report.ok:
         raise SystemExit(1)

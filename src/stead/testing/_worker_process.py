@@ -1,22 +1,27 @@
-"""The worker process the crash matrix starts, and kills.
+"""The worker processes the crash matrix starts, and kills.
 
-    python -m stead.testing._worker_process < CONFIG
+    python -c 'from stead.testing._worker_process import main; main()' [MODULE ...]
 
-It imports stead, then reads its orders as one line of JSON on stdin:
+This is a fork server: it imports stead and the MODULEs named (libraries the
+app imports), then, for each line of orders it reads on stdin, forks a worker
+and writes `started PID` on stdout; as each worker ends it writes
+`exited PID CODE` (CODE negative: the signal that ended it). A fork of a warm
+process starts in milliseconds where a new interpreter would import
+everything again on the point's critical path. The orders are one line of
+JSON (the database URL never shows in `ps`):
 
     {"app": "MODULE:APP", "db": URL, "cwd": DIR, "env": {...}, "log": FILE,
      "crash": "before:N[:name]" | "after:N[:name]" | null, "tally": FILE | null,
      "lease": SECONDS, "worker_id": ID}
 
-so the matrix starts the next process while the current point runs, and the
-orders reach it once the point is known (the database URL never shows in `ps`).
-It moves to `cwd` (the point's folder: relative paths of the app and its fake
-services stay inside it), writes its output to `log`, and runs a
+The worker moves to `cwd` (the point's folder: relative paths of the app and
+its fake services stay inside it), sets `env`, and only then imports the app,
+which may read both as it loads. It writes its output to `log` and runs a
 `stead.Worker` for the app on a `CrashingStore` that SIGKILLs it at the crash
 point (with none, at no point). SIGTERM stops it gracefully; then, with
 `tally`, it writes what it journaled, one entry per journal write
 (`tally_entry`), as JSON: the reference run's list of boundaries. An empty
-stdin (the matrix is done) makes it exit at once.
+stdin (the matrix is done) ends the server, killing any worker still alive.
 """
 
 from __future__ import annotations
@@ -27,10 +32,12 @@ import importlib
 import json
 import logging
 import os
+import select
 import signal
 import sys
+import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from stead.app import App
 from stead.store import open_store
@@ -102,10 +109,83 @@ async def work(orders: dict[str, Any]) -> None:
 def main() -> None:
     with contextlib.suppress(ImportError):  # warm up the PostgreSQL driver, if installed
         importlib.import_module("stead.store.postgres")
-    line = sys.stdin.readline()
-    if not line.strip():
-        return
-    asyncio.run(work(json.loads(line)))
+    for name in sys.argv[1:]:  # the matrix imported each already: they import here too
+        importlib.import_module(name)
+    Server().serve()
+
+
+class Server:
+    """Forks a worker for each line of orders on stdin; reports on stdout."""
+
+    def __init__(self) -> None:
+        self.alive: set[int] = set()
+        self.pending = b""
+
+    def serve(self) -> None:
+        while True:
+            # Asleep on stdin when no worker is left to reap.
+            ready, _, _ = select.select([0], [], [], 0.005 if self.alive else None)
+            if ready and not self._read():
+                break
+            self._reap(os.WNOHANG)
+        for pid in self.alive:  # the matrix is done: nothing may outlive it
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self._reap(0)
+
+    def _read(self) -> bool:
+        chunk = os.read(0, 65536)
+        self.pending += chunk
+        *lines, self.pending = self.pending.split(b"\n")
+        for line in lines:
+            if line.strip():
+                self._fork(json.loads(line))
+        return bool(chunk)
+
+    def _fork(self, orders: dict[str, Any]) -> None:
+        pid = os.fork()
+        if pid == 0:
+            _worker(orders)
+        self.alive.add(pid)
+        _report(f"started {pid}")
+
+    def _reap(self, options: int) -> None:
+        """Report the workers that ended (with `os.WNOHANG`), or all of them."""
+        while self.alive:
+            pid, status = os.waitpid(-1, options)
+            if pid == 0:
+                return
+            self.alive.discard(pid)
+            _report(f"exited {pid} {os.waitstatus_to_exitcode(status)}")
+
+
+def _report(line: str) -> None:
+    os.write(1, line.encode() + b"\n")
+
+
+def _worker(orders: dict[str, Any]) -> NoReturn:
+    """The forked child: run the worker the orders describe, then exit
+    without returning into the server's loop."""
+    code = 0
+    try:
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)  # the orders are the server's
+        os.dup2(2, 1)  # so are its reports: until the log is open, say it in the server's
+        asyncio.run(work(orders))
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

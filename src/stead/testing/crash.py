@@ -184,8 +184,9 @@ class CrashingDatabase(seam.Database):
     async def claim_unshared(self, claim: seam.Claim) -> seam.UnsharedClaim:
         return await self.inner.claim_unshared(claim)
 
-    async def wait_for_work(self, timeout: float) -> None:
-        await self.inner.wait_for_work(timeout)
+    async def wait_for_work(self, timeout: float, *,
+                            ring: Callable[[], None] | None = None) -> None:
+        await self.inner.wait_for_work(timeout, ring=ring)
 
     def holding(self, run_ids: Sequence[str]) -> None:
         self.inner.holding(run_ids)

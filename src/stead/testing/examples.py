@@ -84,12 +84,16 @@ class Example:
     services: Services
     events: Mapping[str, EventSource] = dataclasses.field(default_factory=dict)
     broken: bool = False
+    preload: tuple[str, ...] = ()
 
     async def run(self, folder: Path, db: str | None = None) -> MatrixReport:
         return await crash_matrix(self.app, self.workflow, self.args, events=self.events,
-                                  services=self.services, db=db, folder=folder)
+                                  services=self.services, db=db, folder=folder,
+                                  preload=self.preload)
 
 
+# What the LangGraph example imports besides itself: most of a second a process.
+LANGGRAPH = ("langgraph.graph", "langgraph.types", "stead.contrib.langgraph")
 TICKET = {"id": 4711, "customer": "acme", "subject": "Charged twice", "body": "Twice."}
 EXAMPLES = [
     Example("refund agent", "stead.examples.refund_agent:app", "refund_order", ["123", 4200],
@@ -99,10 +103,10 @@ EXAMPLES = [
     Example("ticket triage", "stead.examples.triage:app", "triage", [TICKET], SERVICES),
     Example("LangGraph refund, its effect node with a check",
             "stead.examples.langgraph_refund:app", "refund_order", ["123"], SERVICES,
-            INTERRUPT_EVENTS),
+            INTERRUPT_EVENTS, preload=LANGGRAPH),
     Example("LangGraph refund, its effect node without a check",
             "stead.examples.langgraph_refund:app", "refund_order", ["123", False], SERVICES,
-            INTERRUPT_EVENTS),
+            INTERRUPT_EVENTS, preload=LANGGRAPH),
     Example("a refund in a plain step (broken on purpose)", "stead.examples.broken:app",
             "refund_in_a_step", ["123", 4200], SERVICES, broken=True),
 ]

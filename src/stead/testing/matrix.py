@@ -24,13 +24,22 @@ Each point runs in a folder of its own, the worker processes' working
 directory: an app's relative paths (a repository to edit, fake services'
 files) stay there, and `services.prepare(folder)` readies it first. Points run
 one after the other on one database; each run has a task id of its own.
+
+The worker processes are forks of one server that imported stead before the
+matrix began (`stead.testing._processes`); each imports the app once its
+point's folder and environment are set, on the point's critical path.
+`preload` names libraries the server imports too, once: an app that imports a
+heavy framework (LangGraph's `langgraph.graph` takes most of a second) then
+costs a point only its own module's import.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib
 import json
+import re
 import signal
 import sys
 import time
@@ -52,6 +61,8 @@ from stead.workflow.waits import Accepted, Delivery, Duplicate
 DYING_LEASE = 0.5  # the worker that dies: its run is taken over soon after
 FRESH_LEASE = 5.0  # the one that recovers: never loses its lease on a slow machine
 DEADLINE = 60.0  # a phase that takes longer is a hang, reported as such
+MAX_PRELOAD = 64  # modules the workers' server imports ahead
+_MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 LAST_GASP = 5.0  # how long a worker may take to die once its run is seen ended
 
 
@@ -82,6 +93,7 @@ async def crash_matrix(
     db: str | None = None,
     folder: Path | str | None = None,
     progress: Callable[[str], None] | None = None,
+    preload: Sequence[str] = (),
 ) -> MatrixReport:
     """Kill a worker running `workflow(*args, **kwargs)` of `app` at every
     boundary and report what each recovery did (see the module's docstring).
@@ -90,8 +102,13 @@ async def crash_matrix(
     counts the calls the outside received. The runs go to `db` (default: a new
     SQLite file in `folder`); `folder` (default: a new temporary one, kept)
     holds the points' folders and the workers' logs. `progress` is told of each
-    point as it ends."""
+    point as it ends. `preload` names modules (libraries the app imports, such
+    as `"langgraph.graph"`, not modules that read the environment or the
+    current directory as they load) the workers' server imports once, before
+    any point; each must import here."""
     import tempfile
+
+    preloaded = check_preload(preload)
 
     root = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="stead-chaos-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -103,13 +120,31 @@ async def crash_matrix(
     try:
         matrix = _Matrix(spec, url, Client(store, loaded), workflow, list(args),
                          dict(kwargs or {}), dict(events or {}), services or Services(),
-                         root.resolve())
+                         root.resolve(), preloaded)
         try:
             return await matrix.run(progress or (lambda _line: None))
         finally:
             matrix.workers.close()
     finally:
         await store.close()
+
+
+def check_preload(names: Sequence[str]) -> list[str]:
+    """`names` checked: module names, not too many, each importable here (a
+    typo fails now, in one line, not in every worker process)."""
+    if isinstance(names, str):
+        raise errors.InvalidInput(f"preload is a list of module names, not the string {names!r}")
+    found = list(dict.fromkeys(names))
+    if len(found) > MAX_PRELOAD:
+        raise errors.InvalidInput(f"preload names {len(found)} modules; at most {MAX_PRELOAD}")
+    for name in found:
+        if not isinstance(name, str) or not _MODULE_NAME.fullmatch(name):
+            raise errors.InvalidInput(f"preload: {str(name)[:80]!r} is not a module name")
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise errors.InvalidInput(f"preload: cannot import {name}: {exc}") from exc
+    return found
 
 
 @dataclasses.dataclass
@@ -144,14 +179,14 @@ class _NoEvent(Exception):
 class _Matrix:
     def __init__(self, spec: str, url: str, client: Client, workflow: str, args: list[Any],
                  kwargs: dict[str, Any], events: dict[str, EventSource], services: Services,
-                 root: Path) -> None:
+                 root: Path, preload: list[str]) -> None:
         self.spec, self.url, self.client = spec, url, client
         self.workflow, self.args, self.kwargs = workflow, args, kwargs
         self.events, self.services, self.root = events, services, root
         self.reference: _Outcome | None = None
         self.reference_episode: _Episode | None = None
         self.reference_redelivered: list[Delivery] = []
-        self.workers = _processes.WorkerProcesses(spec, url, root)
+        self.workers = _processes.WorkerProcesses(spec, url, root, preload)
 
     async def run(self, progress: Callable[[str], None]) -> MatrixReport:
         began = time.monotonic()
