@@ -556,3 +556,60 @@ async def test_a_worker_runs_every_tenants_runs(store: stead.Store) -> None:
            for i, t in enumerate(["capped", "capped", "other", None, "capped"])]
     await stead.Worker(limited, store).run_until_idle()
     assert [await client.result(r, timeout=5) for r in ids] == [0, 2, 4, 6, 8]
+
+
+def test_a_small_worker_keeps_no_slot_unless_told() -> None:
+    """By default only a worker of `AUTO_HEADROOM_FROM` slots or more keeps one
+    for a newcomer tenant; a headroom given is taken as it is."""
+    from stead.worker.options import AUTO_HEADROOM_FROM
+
+    assert stead.WorkerOptions().headroom == 1  # sixteen slots
+    assert stead.WorkerOptions(concurrency=AUTO_HEADROOM_FROM).headroom == 1
+    assert stead.WorkerOptions(concurrency=AUTO_HEADROOM_FROM - 1).headroom == 0
+    assert stead.WorkerOptions(concurrency=1).headroom == 0
+    assert stead.WorkerOptions(concurrency=1, tenant_headroom=1).headroom == 1
+    assert stead.WorkerOptions(concurrency=32, tenant_headroom=0).headroom == 0
+    for bad in (-1, 1.5, "1", True):
+        with pytest.raises(stead.errors.InvalidInput, match="tenant_headroom"):
+            stead.WorkerOptions(tenant_headroom=bad)  # type: ignore[arg-type]
+
+
+async def test_a_fleet_of_single_slot_workers_runs_every_slot_beside_two_backlogs(
+        store: stead.Store) -> None:
+    """Six workers of one slot each, two tenants with backlogs: six runs in
+    flight at once, not one per tenant with every other slot kept free.
+    (Which tenant each slot goes to is the claims' race: on PostgreSQL
+    concurrent claimers read the same loads.)"""
+    fleet = stead.App("single_slots")
+    gate = asyncio.Event()
+
+    @fleet.workflow()
+    async def held(run: stead.Run, n: int) -> int:
+        async def wait() -> int:
+            await gate.wait()
+            return n
+        return await run.step("held", wait)
+
+    client = stead.Client(store, fleet)
+    await client.start_many([stead.Start("held", [i], tenant=t)
+                             for t in ("a", "b") for i in range(8)])
+    workers = [stead.Worker(fleet, store, stead.WorkerOptions(
+        concurrency=1, poll_interval=0.05, worker_id=f"w{i}")) for i in range(6)]
+    tasks = [asyncio.create_task(w.run()) for w in workers]
+    try:
+        deadline = time.monotonic() + 10
+        leased: list[stead.records.RunRow] = []
+        while len(leased) < 6:
+            assert time.monotonic() < deadline, f"{len(leased)} runs in flight on 6 slots"
+            await asyncio.sleep(0.02)
+            leased = await store.leased_runs(limit=100)
+        gate.set()
+        done = time.monotonic() + 10
+        while (await store.count_runs()).get(stead.records.RunStatus.COMPLETED, 0) < 16:
+            assert time.monotonic() < done, "the runs did not all complete"
+            await asyncio.sleep(0.02)
+    finally:
+        gate.set()
+        for w in workers:
+            w.stop()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -230,7 +230,7 @@ class Claims:
     def _kept(self, free: int, spare: int, now: float) -> int:
         """How many of the `free` slots this claim gives only to tenants with no
         run in flight (or fewer per weight than another), while several tenants
-        have runs ready: the worker's last `WorkerOptions.tenant_headroom`
+        have runs ready: the worker's last `WorkerOptions.headroom`
         (`spare`: its free slots this claim leaves). Runs that hold their slots
         no longer than `WorkerOptions.tenant_headroom_hold` free them together,
         a claim's worth at a time: while more of them are in flight (claimed
@@ -239,7 +239,7 @@ class Claims:
         the wave (one claim and one commit for them all), not one by one as
         each slot frees; a newcomer is claimed at once either way. Runs held
         longer bring no wave: beside them the free slots are given as usual."""
-        headroom, quick = self.options.tenant_headroom, self.options.tenant_headroom_hold
+        headroom, quick = self.options.headroom, self.options.tenant_headroom_hold
         if headroom and quick \
                 and self.holds.in_flight_within(_WAVE_WITHIN * quick, now) > free + spare \
                 and not self.holds.longer_than(quick, now):

@@ -7,6 +7,14 @@ import dataclasses
 
 from stead import bounds, processes
 
+# The fewest slots on which a worker keeps one for a newcomer tenant by
+# default. A kept slot stays free while the tenants with runs ready hold
+# alike (none of them may take it), so it costs up to one slot of each
+# worker: a tenth or less of this one's. On smaller workers that cost is the
+# fleet's: single-slot workers, each keeping its only slot, ran two tenants'
+# backlogs two runs at a time however many workers there were.
+AUTO_HEADROOM_FROM = 10
+
 
 @dataclasses.dataclass(frozen=True)
 class WorkerOptions:
@@ -44,7 +52,9 @@ class WorkerOptions:
     # this many of the worker's slots go only to tenants with no run in
     # flight, so that a tenant starting a run beside another's backlog is
     # claimed at once (docs/guides/platform/many-customers.md); 0: none.
-    tenant_headroom: int = 1
+    # None: one on a worker of `AUTO_HEADROOM_FROM` slots or more, none on a
+    # smaller one (see `headroom`).
+    tenant_headroom: int | None = None
     # Runs that hold their slots no longer than this (the median of the last
     # to end and of those in flight) free them together, in waves: while more
     # slots are busy with such runs than are free, every free slot is kept for
@@ -62,11 +72,21 @@ class WorkerOptions:
         bounds.integer(self.concurrency, "WorkerOptions.concurrency", least=1,
                        most=bounds.MAX_INT32)
         bounds.integer(self.max_result_bytes, "WorkerOptions.max_result_bytes", least=1)
-        bounds.integer(self.tenant_headroom, "WorkerOptions.tenant_headroom", least=0,
-                       most=bounds.MAX_INT32)
+        if self.tenant_headroom is not None:
+            bounds.integer(self.tenant_headroom, "WorkerOptions.tenant_headroom", least=0,
+                           most=bounds.MAX_INT32)
         bounds.optional_text(self.worker_id, "WorkerOptions.worker_id")
         for name in ("lease_seconds", "poll_interval", "heartbeat", "blocked_after",
                      "presence_grace", "drain_check"):
             bounds.seconds(getattr(self, name), f"WorkerOptions.{name}")
         for name in ("shutdown_grace", "store_backoff", "suspend_after", "tenant_headroom_hold"):
             bounds.seconds(getattr(self, name), f"WorkerOptions.{name}", zero=True)
+
+    @property
+    def headroom(self) -> int:
+        """The slots this worker keeps for a tenant with no run in flight
+        while several tenants have runs ready: `tenant_headroom`, or by
+        default one on a worker of `AUTO_HEADROOM_FROM` slots or more."""
+        if self.tenant_headroom is not None:
+            return self.tenant_headroom
+        return 1 if self.concurrency >= AUTO_HEADROOM_FROM else 0
