@@ -23,6 +23,7 @@ from stead.store.transactions import leases as leases_tx
 from stead.tenants import fair
 from stead.worker.claims import Claims
 from stead.worker.holds import Holds
+from tests.workers.procs import wait_until
 
 app = stead.App("tenant_claims")
 
@@ -604,10 +605,11 @@ async def test_a_fleet_of_single_slot_workers_runs_every_slot_beside_two_backlog
             await asyncio.sleep(0.02)
             leased = await store.leased_runs(limit=100)
         gate.set()
-        done = time.monotonic() + 10
-        while (await store.count_runs()).get(stead.records.RunStatus.COMPLETED, 0) < 16:
-            assert time.monotonic() < done, "the runs did not all complete"
-            await asyncio.sleep(0.02)
+
+        async def all_done() -> bool:
+            return (await store.count_runs()).get(stead.records.RunStatus.COMPLETED, 0) == 16
+
+        await wait_until("the runs to complete", all_done, timeout=10)
     finally:
         gate.set()
         for w in workers:

@@ -21,7 +21,7 @@ import pytest
 import stead
 from stead.records import RunStatus
 from tests.workers import tenant_worker
-from tests.workers.procs import DEADLINE
+from tests.workers.procs import DEADLINE, wait_until
 
 SCRIPT = Path(__file__).parent / "workers" / "tenant_worker.py"
 WORKERS = 3
@@ -37,14 +37,6 @@ def _spawn(db_url: str, tmp: Path, name: str) -> subprocess.Popen[bytes]:
             env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
-async def _up(store: stead.Store, names: set[str]) -> None:
-    """Wait until each named worker has sent its first heartbeat."""
-    deadline = time.monotonic() + DEADLINE
-    while not names <= {h.worker_id for h in await store.worker_hosts()}:
-        assert time.monotonic() < deadline, f"workers {sorted(names)} did not start"
-        await asyncio.sleep(0.05)
-
-
 async def test_a_tenants_limit_holds_under_sigkills(db_url: str, tmp_path: Path) -> None:
     store = await stead.open_store(db_url)
     procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -56,7 +48,12 @@ async def test_a_tenants_limit_holds_under_sigkills(db_url: str, tmp_path: Path)
         # loaded box, and then the runs would be done before the last came).
         for i in range(WORKERS):
             procs[f"w{i}"] = _spawn(db_url, tmp_path, f"w{i}")
-        await _up(store, set(procs))
+        names = set(procs)
+
+        async def up() -> bool:  # each has sent its first heartbeat
+            return names <= {h.worker_id for h in await store.worker_hosts()}
+
+        await wait_until("the workers to start", up)
         capped = {i.run_id for i in await client.start_many(
             [stead.Start("hold", [0.4], tenant=tenant_worker.CAPPED) for _ in range(18)])}
         other = {i.run_id for i in await client.start_many(

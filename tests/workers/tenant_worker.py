@@ -43,9 +43,9 @@ async def main(argv: Sequence[str] | None = None) -> None:
         worker = stead.Worker(app, store, stead.WorkerOptions(
             concurrency=args.slots, poll_interval=0.05, worker_id=args.worker_id,
             lease_seconds=LEASE,
-            # Every slot claims: the test counts the other tenant's runs going
-            # on beside the limited one's, which a slot kept for a newcomer
-            # tenant (one a worker of three slots) would hold to three.
+            # Every slot claims, whatever the default: the test counts the
+            # other tenant's runs going on beside the limited one's, which a
+            # slot kept on each worker for a newcomer tenant would hold to three.
             tenant_headroom=0))
         await worker.run()
     finally:

@@ -158,7 +158,7 @@ class LeaseKeeper:
             self._fences.setdefault(fence, None)
 
     def track(self, fence: Fence, in_flight: Callable[[], str | None],
-              ending: Callable[[], bool] | None = None) -> None:
+              ending: Callable[[], bool]) -> None:
         """Store what `in_flight()` returns (the started markers of the run's
         calls in flight; called from this keeper's thread, so it must be
         thread-safe) with each renewal of `fence`: a worker that dies mid-call
@@ -170,8 +170,7 @@ class LeaseKeeper:
         with self._lock:
             if fence in self._fences:
                 self._fences[fence] = in_flight
-                if ending is not None:
-                    self._ending[fence] = ending
+                self._ending[fence] = ending
 
     def drop(self, fence: Fence) -> None:
         with self._lock:

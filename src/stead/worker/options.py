@@ -11,8 +11,8 @@ from stead import bounds, processes
 # default. A kept slot stays free while the tenants with runs ready hold
 # alike (none of them may take it), so it costs up to one slot of each
 # worker: a tenth or less of this one's. On smaller workers that cost is the
-# fleet's: single-slot workers, each keeping its only slot, ran two tenants'
-# backlogs two runs at a time however many workers there were.
+# fleet's: single-slot workers, each keeping its only slot, would run two
+# tenants' backlogs two runs at a time however many workers there were.
 AUTO_HEADROOM_FROM = 10
 
 
