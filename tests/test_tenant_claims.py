@@ -544,6 +544,31 @@ async def test_concurrent_claimers_take_each_run_once(db_url: str) -> None:
         await setup.close()
 
 
+async def test_workers_claiming_at_once_share_their_slots_among_tenants(db_url: str) -> None:
+    """Eight workers of one slot each claim at the same moment beside two
+    tenants' equal backlogs: both tenants get runs. On PostgreSQL the claims
+    read the same loads (a tie), and each worker breaks it from a place of
+    its own; when every worker broke it alike, all eight went to one tenant."""
+    setup = await stead.open_store(db_url)
+    await stead.Client(setup, app).start_many(
+        [stead.Start(job, (i,), tenant=t) for t in ("a", "b") for i in range(20)])
+    stores = [await stead.open_store(db_url) for _ in range(8)]
+    try:
+        claims = [Claims(app, s, s.clock, f"w{i}", stead.WorkerOptions(concurrency=1),
+                         stop_for=lambda *_: None) for i, s in enumerate(stores)]
+        for c, s in zip(claims, stores, strict=True):
+            c._several_at = time.monotonic()  # several tenants had runs ready: claims share
+            await s.ready_tenants()  # each store's connection made: the claims meet
+        taken = await asyncio.gather(*(c.claim(1, []) for c in claims))
+        tenants = collections.Counter([r.tenant for got in taken for r in got])
+        assert sum(tenants.values()) == 8
+        assert tenants["a"] >= 1 and tenants["b"] >= 1, tenants
+    finally:
+        for s in stores:
+            await s.close()
+        await setup.close()
+
+
 async def test_a_worker_runs_every_tenants_runs(store: stead.Store) -> None:
     limited = stead.App("limited_worker")
     limited.tenant("capped", concurrency=1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -72,7 +73,11 @@ class Claims:
         # at each heartbeat): with any, claims come in small batches (`batch`).
         self.peers = 0
         self._queue_turn = 0  # which of the app's queues the next claim starts with
-        self._tenant_turn = 0  # which tenant a tie among tenants goes to first
+        # Which tenant a tie among tenants goes to first, moved on at each
+        # claim. Each worker starts at a place of its own: on PostgreSQL
+        # workers claiming at once read the same loads, and with one start
+        # every one of them would give its slots to the same tenant.
+        self._tenant_turn = zlib.crc32(worker_id.encode())
         self._fair_until = 0.0  # claims share among tenants until then (monotonic)
         self._several_at = -_FAIR_LINGER  # when several tenants last had runs ready
         self._days_at: float | None = None  # when this worker last tried making the days
