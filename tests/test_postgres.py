@@ -19,7 +19,7 @@ import pytest
 
 import stead
 from stead.records import Fence, NewRun, Record
-from stead.store import sql_files
+from stead.store import seam, sql_files
 from stead.store.postgres import PostgresStore
 from stead.store.postgres import connection as pg_connection
 from tests import pg
@@ -416,6 +416,19 @@ async def test_a_lost_commit_answer_is_settled_by_reading_back(
         await reader.close()
 
 
+def _count_pipelines(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that gets an item for each psycopg pipeline block entered from now."""
+    entered: list[int] = []
+    real = pg_connection.Conn.pipeline
+
+    def noted(self: pg_connection.Conn) -> object:
+        entered.append(1)
+        return real(self)
+
+    monkeypatch.setattr(pg_connection.Conn, "pipeline", noted)
+    return entered
+
+
 async def test_a_takeovers_reads_are_one_pipeline(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -428,14 +441,7 @@ async def test_a_takeovers_reads_are_one_pipeline(
         [row] = await store.claim("w1", ["wf@1"], 30, 1)
         await store.append(Fence("r1", row.epoch, "w1"), [_rec(0, row.epoch), _rec(1, row.epoch)])
         await store.set_state(row.task_key, lambda _: '{"stock": 3}', author="t", why="test")
-        pipelines: list[int] = []
-        real = pg_connection.Conn.pipeline
-
-        def noted(self: pg_connection.Conn) -> object:
-            pipelines.append(1)
-            return real(self)
-
-        monkeypatch.setattr(pg_connection.Conn, "pipeline", noted)
+        pipelines = _count_pipelines(monkeypatch)
         read = await store.takeover_context("r1", journal=True, task_key=row.task_key,
                                             revalidate=True)
         assert pipelines == [1]
@@ -501,6 +507,88 @@ async def test_a_commit_the_server_never_saw_is_written_once(
     finally:
         await store.close()
         await reader.close()
+
+
+waiting = stead.App("pipelined_deliveries")
+
+
+@waiting.workflow()
+async def approval(run: stead.Run) -> str:
+    return str(await (await run.wait("approval", token=False)))
+
+
+async def test_a_delivery_is_two_round_trips_and_lands_once_when_its_commit_is_cut(
+    pg_url: str, proxy: pg.Proxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delivery's transaction goes in one pipeline: BEGIN with the run's
+    lock and its waits' read, COMMIT with the accepted event (two syncs).
+    Its COMMIT answered but the answer lost: read back, accepted once. Its
+    COMMIT cut off before the server saw it: rolled back, made again, once.
+    A delivery that fails inside (an event the run does not wait for) leaves
+    nothing behind and the connection usable."""
+    direct = await stead.open_store(pg_url)
+    store = await stead.open_store(proxy.url(pg_url))
+    try:
+        client = stead.Client(store, waiting)
+        runs = [(await stead.Client(direct, waiting).start(approval)).run_id for _ in range(3)]
+        await stead.Worker(waiting, direct).run_until_idle()
+        # A count read inside a pipelined write is the statement's own.
+        [open_wait] = await direct.list_waits(run_id=runs[0])
+
+        def unlock() -> seam.Flow[int]:
+            return (yield seam.count("unlock_wait", {"wait_id": open_wait.wait_id}))
+
+        assert await store.database.write(unlock, seam.Writing(pipelined=True)) == 1
+        syncs = _count_pipelines(monkeypatch)
+        assert isinstance(await client.deliver(runs[0], event_id="e0", kind="approval",
+                                               payload=0), stead.Accepted)
+        assert syncs == [1]  # the write's own pipeline, no block inside it
+        monkeypatch.undo()
+
+        proxy.acks_to_lose = 1
+        assert isinstance(await client.deliver(runs[1], event_id="e1", kind="approval",
+                                               payload=1), stead.Accepted)
+        assert proxy.lost_acks == 1
+        proxy.commits_to_drop = 1
+        assert isinstance(await client.deliver(runs[2], event_id="e2", kind="approval",
+                                               payload=2), stead.Accepted)
+        assert proxy.dropped_commits == 1
+        for i, run_id in enumerate(runs):
+            assert [(e.event_id, e.verdict) for e in await direct.list_events(run_id)] == [
+                (f"e{i}", "accepted")]
+        await stead.Worker(waiting, direct).run_until_idle()
+        assert [await client.result(r, timeout=5) for r in runs] == ["0", "1", "2"]
+        # Now that no wait is open: refused; the first event again: a duplicate.
+        again = await client.deliver(runs[0], event_id="late", kind="approval", payload=9)
+        assert not isinstance(again, stead.Accepted)
+        assert isinstance(await client.deliver(runs[0], event_id="e0", kind="approval",
+                                               payload=0), stead.Duplicate)
+    finally:
+        await store.close()
+        await direct.close()
+
+
+async def test_a_pipelined_write_that_fails_inside_leaves_nothing_and_its_pool_usable(
+    pg_url: str
+) -> None:
+    """A statement of a pipelined write fails, its error read only at COMMIT's
+    sync: the error is raised, the transaction rolled back (the statement
+    before it wrote nothing), and the next writes on the pool work."""
+    store = await stead.open_store(pg_url)
+    db = store.database._db  # type: ignore[attr-defined]
+    try:
+        async def failing(conn: pg_connection.Conn) -> None:
+            await conn.execute("CREATE TEMP TABLE IF NOT EXISTS kept (n int)")
+            await conn.execute("INSERT INTO kept VALUES (1)")
+            await conn.execute("SELECT 1 / 0")  # sent, its answer not read
+
+        for _ in range(3):  # more tries than the pool lends connections at first
+            with pytest.raises(stead.errors.StoreRejected, match="division by zero"):
+                await db.write(failing, pipelined=True)
+        _, created = await store.create_run(NewRun("r1", "wf", 1, None, "{}"))
+        assert created and [r.run_id for r in await store.list_runs()] == ["r1"]
+    finally:
+        await store.close()
 
 
 async def test_workflows_complete_exactly_once_while_commit_answers_are_lost(

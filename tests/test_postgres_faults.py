@@ -60,6 +60,23 @@ class Pipeline:
         assert self.sent == {str(k): 1 for k in range(n)}
 
 
+class Terminator:
+    """Terminates every session of an app (`pg.terminate`) every few tens of
+    milliseconds, scaled to the machine (see the storm below), until stopped;
+    counts the sessions it ended."""
+
+    def __init__(self, pg_url: str, seed: int) -> None:
+        self.app_name = pg.query_param(pg_url, "application_name")
+        self.rng = random.Random(seed)
+        self.stop = asyncio.Event()
+        self.killed = 0
+
+    async def run(self) -> None:
+        while not self.stop.is_set():
+            await asyncio.sleep(self.rng.uniform(0.02, 0.1) * stress.slow())
+            self.killed += await asyncio.to_thread(pg.terminate, self.app_name)
+
+
 async def _check_journals(store: stead.Store, run_ids: list[str]) -> None:
     for run_id in run_ids:
         journal = await store.load_journal(run_id)
@@ -85,23 +102,13 @@ async def test_backends_terminated_mid_run_lose_and_repeat_nothing(
     tested instead of the retries."""
     N = 40
     p = Pipeline()
-    app_name = pg.query_param(pg_url, "application_name")
     stores = [await stead.open_store(pg_url) for _ in range(3)]
     reader = stores[0]
-    killed = 0
-    stop = asyncio.Event()
-
-    async def terminator() -> None:
-        nonlocal killed
-        rng = random.Random(5)
-        while not stop.is_set():
-            await asyncio.sleep(rng.uniform(0.02, 0.1) * stress.slow())
-            killed += await asyncio.to_thread(pg.terminate, app_name)
-
+    terminator = Terminator(pg_url, seed=5)
     try:
         client = stead.Client(reader, p.app)
         run_ids = [(await client.start("job", k)).run_id for k in range(N)]
-        chaos = asyncio.create_task(terminator())
+        chaos = asyncio.create_task(terminator.run())
         workers = [
             stead.Worker(p.app, s, stead.WorkerOptions(concurrency=4, poll_interval=0.05))
             for s in stores[1:]
@@ -111,14 +118,76 @@ async def test_backends_terminated_mid_run_lose_and_repeat_nothing(
             for k, run_id in enumerate(run_ids):
                 assert await client.result(run_id, timeout=60) == p.expected(k)
         finally:
-            stop.set()
+            terminator.stop.set()
             await chaos
             for w in workers:
                 w.stop()
             await asyncio.wait_for(asyncio.gather(*tasks), 30)
-        assert killed >= 10, f"only {killed} sessions were terminated: the test proved little"
+        assert terminator.killed >= 10, \
+            f"only {terminator.killed} sessions were terminated: the test proved little"
         p.check_once(N)
         await _check_journals(reader, run_ids)
+        retried = [r for r in caplog.records if "retrying in" in r.getMessage()]
+        assert retried, "no store call was interrupted: the test proved little"
+    finally:
+        for s in stores:
+            await s.close()
+
+
+@pytest.mark.slow  # a storm, as above
+async def test_deliveries_with_their_sessions_terminated_each_land_once(
+        pg_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A delivery's transaction goes in one pipeline (BEGIN with its reads,
+    COMMIT with its last statement): with every session of the app killed
+    every few tens of milliseconds, each of 40 deliveries is answered as
+    accepted once, stored once, and wakes its run once; a delivery whose
+    COMMIT was cut off is read back, not made again (a second try would find
+    its own event and answer that it was a duplicate)."""
+    N = 40
+    woke: Counter[str] = Counter()
+    app = stead.App("deliveries_under_kills")
+
+    def after(run_id: str) -> str:
+        woke[run_id] += 1
+        return run_id
+
+    @app.workflow()
+    async def approval(run: stead.Run) -> str:
+        event = await (await run.wait("approval", token=False))
+        await run.step("after", after, run.id)
+        return str(event)
+
+    stores = [await stead.open_store(pg_url) for _ in range(2)]
+    reader, working = stores
+    client = stead.Client(reader, app)
+    terminator = Terminator(pg_url, seed=7)
+    try:
+        run_ids = [(await client.start(approval)).run_id for _ in range(N)]
+        await stead.Worker(app, working, stead.WorkerOptions(concurrency=8)).run_until_idle()
+        assert len(await reader.list_runs(status="waiting", limit=N + 1)) == N
+        worker = stead.Worker(app, working, stead.WorkerOptions(concurrency=8,
+                                                                poll_interval=0.05))
+        task = asyncio.create_task(worker.run())
+        chaos = asyncio.create_task(terminator.run())
+        try:
+            verdicts = [await client.deliver(r, event_id=f"e-{r}", kind="approval",
+                                             payload={"n": i})
+                        for i, r in enumerate(run_ids)]
+            for run_id in run_ids:
+                await client.result(run_id, timeout=60)
+        finally:
+            terminator.stop.set()
+            await chaos
+            worker.stop()
+            await asyncio.wait_for(task, 30)
+        assert terminator.killed >= 10, \
+            f"only {terminator.killed} sessions were terminated: the test proved little"
+        assert all(isinstance(v, stead.Accepted) for v in verdicts), verdicts
+        assert woke == {r: 1 for r in run_ids}
+        for i, run_id in enumerate(run_ids):
+            events = await reader.list_events(run_id)
+            assert [(e.event_id, e.verdict) for e in events] == [(f"e-{run_id}", "accepted")]
+            assert await client.result(run_id, timeout=5) == str({"n": i})
         retried = [r for r in caplog.records if "retrying in" in r.getMessage()]
         assert retried, "no store call was interrupted: the test proved little"
     finally:

@@ -123,7 +123,9 @@ class OffLoop:
 class Together:
     """Reads none of which needs another's answer: their answers, in order.
     Sent in one round trip on PostgreSQL (a pipeline: every statement, then
-    one sync), run in turn on SQLite (a statement there costs none)."""
+    one sync), run in turn on SQLite (a statement there costs none). Either
+    way each runs once the one before it has ended: a lock the first takes
+    is held when the next reads, which sees what the lock made current."""
 
     queries: tuple[Query, ...]
 
@@ -154,12 +156,18 @@ class Writing(Generic[T]):
     without limits, whose `landed` reads back those that did). `releases`:
     the write gives up that run's lease.
     `reads_files`: the flow reads files (`OffLoop`): SQLite runs it on its
-    thread rather than inline on the event loop."""
+    thread rather than inline on the event loop.
+    `pipelined`: on PostgreSQL the transaction goes in a pipeline: BEGIN
+    travels with the first statement, a statement whose answer the flow does
+    not read with the next that it does, and COMMIT with what is left (a
+    delivery: two round trips, not five). A statement's error then shows at
+    that next answer or at COMMIT, which the flow must be able to bear."""
 
     landed: Landed[T] | None = None
     one_statement: bool = False
     releases: str | None = None
     reads_files: bool = False
+    pipelined: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

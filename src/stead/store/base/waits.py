@@ -110,8 +110,12 @@ class Waits(StorePart):
             return done
 
         try:
+            # Pipelined (PostgreSQL): BEGIN goes with the two reads, COMMIT with
+            # the statements after the judgement, whose errors show there (the
+            # write is then rolled back and raises, as one raised sooner would).
             judged, stored, leased = await self.database.write(
-                delivering, Writing(landed=lambda attempted: tx.delivered(event, attempted)))
+                delivering, Writing(landed=lambda attempted: tx.delivered(event, attempted),
+                                    pipelined=True))
         finally:
             if lessee is not None:
                 lessee.settle(leased)

@@ -29,6 +29,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -241,6 +242,13 @@ def replanned(exc: psycopg.Error) -> bool:
 
 def backoff(attempt: int) -> float:
     return 0.0 if attempt == 0 else min(2.0, 0.05 * 2 ** (attempt - 1)) * random.uniform(0.5, 1)
+
+
+async def _roll_back(conn: Conn) -> None:
+    """End the transaction a failed pipelined write left open, if it did."""
+    with contextlib.suppress(psycopg.Error):
+        if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
+            await conn.rollback()
 
 
 class Connector:
@@ -471,7 +479,7 @@ class Connector:
 
     async def write(
         self, fn: Callable[[Conn], Awaitable[T]], *, verify: Verify[T] | None = None,
-        unknown: bool = False, autocommit: bool = False,
+        unknown: bool = False, autocommit: bool = False, pipelined: bool = False,
     ) -> T:
         """Run `fn` in one transaction and commit it, counting the commit.
 
@@ -485,7 +493,13 @@ class Connector:
 
         `autocommit`: `fn` writes with ONE statement (reads may come before
         it), which commits on its own: one round trip, no BEGIN and COMMIT. A
-        connection lost while `fn` runs leaves the outcome unknown."""
+        connection lost while `fn` runs leaves the outcome unknown.
+
+        `pipelined`: the transaction runs in a psycopg pipeline (see
+        `seam.Writing.pipelined`); COMMIT's answer comes at the pipeline's end,
+        so a connection lost there leaves the outcome unknown as ever. Not
+        through a transaction pooler's scoped connection (its statements each
+        bring their own BEGIN and COMMIT)."""
 
         attempted: T | None = None
 
@@ -509,6 +523,21 @@ class Connector:
                     if autocommit:
                         body_done = True  # the statement may commit as it runs
                         result = await fn(conn)
+                    elif pipelined and not conn.scoped:
+                        # psycopg's transaction block syncs after BEGIN and
+                        # before COMMIT, two round trips more: here BEGIN goes
+                        # out with `fn`'s first statement, COMMIT with its last,
+                        # and the pipeline's end answers it (an error of a
+                        # statement `fn` sent unanswered shows there too).
+                        try:
+                            async with conn.pipeline():
+                                await conn.execute(b"BEGIN", prepare=False)
+                                result = await fn(conn)
+                                body_done = True
+                                await conn.execute(b"COMMIT", prepare=False)
+                        except BaseException:
+                            await _roll_back(conn)
+                            raise
                     else:
                         async with conn.transaction():
                             result = await fn(conn)

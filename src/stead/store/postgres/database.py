@@ -27,6 +27,8 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from psycopg import pq
+
 from stead.clock import Clock
 from stead.records import Presence, RunRow
 from stead.store import _rows, local_work, schema_versions, seam, sql_files
@@ -38,7 +40,7 @@ from stead.store.postgres.listener import Listener
 from stead.store.postgres.presence import PresenceLock
 
 if TYPE_CHECKING:
-    from psycopg import AsyncCursor
+    from psycopg import AsyncConnection, AsyncCursor
     from psycopg.rows import DictRow
 
 T = TypeVar("T")
@@ -109,7 +111,7 @@ class PostgresDatabase(seam.Database):
         watched = seam.noting_wakes(Sealed.flow(self, flow, writes=True), wakes)
         result = await self._db.write(
             lambda conn: _run(conn, watched), verify=None if landed is None else verify,
-            autocommit=how.one_statement,
+            autocommit=how.one_statement, pipelined=how.pipelined,
         )
         if wakes:
             self._local.notify()
@@ -220,6 +222,11 @@ async def _answer(query: seam.Query, cur: AsyncCursor[DictRow] | None) -> Any:
     if cur is None or query.fetch is seam.Fetch.NOTHING:
         return None
     if query.fetch is seam.Fetch.COUNT:
+        if _pipelined(cur.connection):
+            # In a pipeline the count comes with the statement's answer: a
+            # block of its own syncs what was sent so far.
+            async with cur.connection.pipeline():
+                pass
         return cur.rowcount
     return await (cur.fetchone() if query.fetch is seam.Fetch.ONE else cur.fetchall())
 
@@ -232,6 +239,14 @@ async def _together(conn: Conn, queries: tuple[seam.Query, ...]) -> list[Any]:
     # query: not something a pipeline carries.
     if len(queries) < 2 or conn.scoped:
         return [await _answer(q, await _send(conn, q)) for q in queries]
-    async with conn.pipeline():
+    if _pipelined(conn):  # a pipelined write's: the first answer syncs them all
         sent = [await _send(conn, q) for q in queries]
+    else:
+        async with conn.pipeline():
+            sent = [await _send(conn, q) for q in queries]
     return [await _answer(q, cur) for q, cur in zip(queries, sent, strict=True)]
+
+
+def _pipelined(conn: AsyncConnection[Any]) -> bool:
+    """Whether `conn` is in a pipeline (a pipelined write's, `Writing.pipelined`)."""
+    return bool(conn.pgconn.pipeline_status != pq.PipelineStatus.OFF)

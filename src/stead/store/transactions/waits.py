@@ -22,6 +22,7 @@ from stead.store.seam import (
     fence_params,
     one,
     rows,
+    together,
 )
 from stead.store.transactions import common, journal, quotas, runs
 
@@ -145,11 +146,10 @@ def deliver(event: EventRow, judge: Judge, now: float,
     from stead.records import UNAUTHENTICATED, DeliveryContext, RejectReason, Verdict, WaitState
 
     key = {"run_id": event.run_id, "event_id": event.event_id}
-    # Each read is a round trip on PostgreSQL: the run comes with its lock;
-    # then, in one read that the lock makes current, the event stored under
-    # this id and the waits, each with its task state's version.
-    run = yield one("locked_run", key)
-    joined = yield rows("run_waits_and_event", key)
+    # The run with its lock; then, in a read that the lock makes current (it
+    # runs once the lock is held), the event stored under this id and the
+    # waits, each with its task state's version: one round trip on PostgreSQL.
+    run, joined = yield together(one("locked_run", key), rows("run_waits_and_event", key))
     found = _rows.joined_event(joined[0])
     listed = [r for r in joined if r["wait_id"] is not None]
     waits = tuple(_rows.wait(r) for r in listed)
