@@ -18,6 +18,7 @@ import stead
 from stead.records import NewRun
 from stead.store.postgres import PostgresStore
 from tests import pg, stress
+from tests.workers.procs import wait_until
 
 
 class Pipeline:
@@ -137,12 +138,13 @@ async def test_backends_terminated_mid_run_lose_and_repeat_nothing(
 @pytest.mark.slow  # a storm, as above
 async def test_deliveries_with_their_sessions_terminated_each_land_once(
         pg_url: str, caplog: pytest.LogCaptureFixture) -> None:
-    """A delivery's transaction goes in one pipeline (BEGIN with its reads,
-    COMMIT with its last statement): with every session of the app killed
-    every few tens of milliseconds, each of 40 deliveries is answered as
-    accepted once, stored once, and wakes its run once; a delivery whose
-    COMMIT was cut off is read back, not made again (a second try would find
-    its own event and answer that it was a duplicate)."""
+    """A wait's opening, a suspension and a delivery each go in one pipeline
+    (BEGIN with its first statement, COMMIT with its last): with every session
+    of the app killed every few tens of milliseconds while 40 runs open their
+    waits, sleep and are woken, each run waits once, each delivery is
+    answered as accepted once, stored once, and wakes its run once; a write
+    whose COMMIT was cut off is read back, not made again (a delivery tried
+    again would find its own event and answer that it was a duplicate)."""
     N = 40
     woke: Counter[str] = Counter()
     app = stead.App("deliveries_under_kills")
@@ -163,13 +165,15 @@ async def test_deliveries_with_their_sessions_terminated_each_land_once(
     terminator = Terminator(pg_url, seed=7)
     try:
         run_ids = [(await client.start(approval)).run_id for _ in range(N)]
-        await stead.Worker(app, working, stead.WorkerOptions(concurrency=8)).run_until_idle()
-        assert len(await reader.list_runs(status="waiting", limit=N + 1)) == N
         worker = stead.Worker(app, working, stead.WorkerOptions(concurrency=8,
                                                                 poll_interval=0.05))
-        task = asyncio.create_task(worker.run())
         chaos = asyncio.create_task(terminator.run())
+        task = asyncio.create_task(worker.run())
         try:
+            async def all_waiting() -> bool:
+                return len(await reader.list_runs(status="waiting", limit=N + 1)) == N
+
+            await wait_until("every run to wait", all_waiting, timeout=60)
             verdicts = [await client.deliver(r, event_id=f"e-{r}", kind="approval",
                                              payload={"n": i})
                         for i, r in enumerate(run_ids)]
@@ -185,6 +189,7 @@ async def test_deliveries_with_their_sessions_terminated_each_land_once(
         assert all(isinstance(v, stead.Accepted) for v in verdicts), verdicts
         assert woke == {r: 1 for r in run_ids}
         for i, run_id in enumerate(run_ids):
+            assert len(await reader.list_waits(run_id=run_id)) == 1
             events = await reader.list_events(run_id)
             assert [(e.event_id, e.verdict) for e in events] == [(f"e-{run_id}", "accepted")]
             assert await client.result(run_id, timeout=5) == str({"n": i})

@@ -30,7 +30,7 @@ class Waits(StorePart):
         write = FencedWrite(fence, records, resume)
         await self.database.write(
             lambda: tx.open_wait(write, wait),
-            Writing(landed=lambda _: tx.wait_opened(wait.wait_id)),
+            Writing(landed=lambda _: tx.wait_opened(wait.wait_id), pipelined=True),
         )
 
     async def get_wait(self, wait_id: str) -> WaitRow | None:
@@ -80,7 +80,8 @@ class Waits(StorePart):
         write = FencedWrite(fence, records, resume)
         await self.database.write(
             lambda: tx.suspend(write, wake_at, wait_ids, self.clock.now(), children),
-            Writing(landed=lambda _: tx.suspended(write), releases=fence.run_id),
+            Writing(landed=lambda _: tx.suspended(write), releases=fence.run_id,
+                    pipelined=True),
         )
 
     async def deliver(self, event: EventRow, judge: tx.Judge) -> tuple[Judgement, EventRow]:

@@ -7,7 +7,7 @@ import dataclasses
 import json
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from stead import errors
 from stead.records import TERMINAL, IntentRow, LineageKind, Link, task_taken
@@ -228,10 +228,10 @@ def lineage(run_id: str) -> Flow[tuple[Link | None, list[Link]]]:
     return (None if parent is None else _rows.link(parent)), [_rows.link(r) for r in children]
 
 
-def check_children(children: Sequence[str]) -> Flow[None]:
-    """Raise `ChildEnded` if one of `children` is no longer live."""
-    for child_id in children:
-        row = yield one("child_status", {"run_id": child_id})
+def judge_children(children: Sequence[str], rows: Sequence[Any]) -> None:
+    """Raise `ChildEnded` if a child's `child_status` row (in the order of
+    `children`) says it is no longer live."""
+    for child_id, row in zip(children, rows, strict=True):
         if row is None or row["status"] in TERMINAL:
             raise errors.ChildEnded(f"child run {child_id}",
                                     "missing" if row is None else str(row["status"]))

@@ -77,14 +77,20 @@ def suspend(
     from stead.records import WaitState
 
     yield Journal(write)
-    for wait_id in wait_ids:
-        state = yield from wait_state(wait_id)
+    # What decides whether the run may sleep, read together (one round trip
+    # on PostgreSQL), then judged in turn. A child that ended is read here;
+    # one that ends after this waits for the commit (`child_status` locks it)
+    # and its trigger then wakes the run.
+    found = yield together(
+        *(one("get_wait", {"wait_id": wait_id}) for wait_id in wait_ids),
+        *(one("child_status", {"run_id": child_id}) for child_id in children),
+        one("get_run", {"run_id": write.fence.run_id}))
+    for wait_id, row in zip(wait_ids, found[:len(wait_ids)], strict=True):
+        state = "missing" if row is None else str(row["state"])
         if state != WaitState.OPEN:  # an event arrived: do not sleep (the records roll back)
             raise errors.WaitNotOpen(wait_id, state)
-    # A child that ended is read here; one that ends after this waits for
-    # the commit (`child_status` locks it) and its trigger then wakes the run.
-    yield from runs.check_children(children)
-    me = yield one("get_run", {"run_id": write.fence.run_id})
+    runs.judge_children(children, found[len(wait_ids):-1])
+    me = found[-1]
     if me is not None and me["cancel_requested"] is not None:
         raise errors.CancelRequested(f"run {write.fence.run_id}: a cancel was requested")
     yield execute("suspend", {**fence_params(write.fence), "wake_at": wake_at, "now": now})
