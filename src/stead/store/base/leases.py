@@ -280,9 +280,11 @@ class Leases(StorePart):
         are dropped."""
         now = self.clock.now()
         release = (schema_versions.stead_version(), schema_versions.latest())
+        # Pipelined: a statement for each version served and none read back,
+        # so BEGIN, all of them and COMMIT are one round trip on PostgreSQL.
         await self.database.write(
             lambda: tx.heartbeat(worker_id, served, now, now - forget_after, policy_version,
-                                 now + live_for, release), Writing())
+                                 now + live_for, release), Writing(pipelined=True))
 
     async def host_stopped(self, worker_id: str) -> None:
         """`worker_id` stopped cleanly: it serves nothing any more."""
