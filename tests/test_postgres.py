@@ -405,12 +405,23 @@ async def test_a_lost_commit_answer_is_settled_by_reading_back(
         assert proxy.lost_acks == 3
         assert [r.seq for r in await reader.load_journal("r1")] == [0, 1]
 
+        # A task state's compare-and-set, from a run and from outside (pipelined).
         proxy.acks_to_lose = 1
-        await store.finish(fence, "completed", result="2", records=[_rec(2, 1)])
-        assert proxy.lost_acks == 4
+        state, _ = await store.update_state(fence, [_rec(2, 1)], None, "t1",
+                                            lambda current: ('{"n": 1}', "ok", "1"))
+        assert state is not None and (state.version, proxy.lost_acks) == (1, 4)
+        proxy.acks_to_lose = 1
+        state = await store.set_state("t1", lambda current: '{"n": 2}', author="op", why="t")
+        assert (state.version, proxy.lost_acks) == (2, 5)
+        stored = await reader.read_state("t1")
+        assert stored is not None and (stored.version, stored.data) == (2, '{"n": 2}')
+
+        proxy.acks_to_lose = 1
+        await store.finish(fence, "completed", result="2", records=[_rec(3, 1)])
+        assert proxy.lost_acks == 6
         done = await reader.get_run("r1")
         assert (done.status, done.result, done.epoch) == ("completed", "2", 1)
-        assert [r.seq for r in await reader.load_journal("r1")] == [0, 1, 2]
+        assert [r.seq for r in await reader.load_journal("r1")] == [0, 1, 2, 3]
     finally:
         await store.close()
         await reader.close()

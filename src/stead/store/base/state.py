@@ -70,8 +70,10 @@ class TaskState(StorePart):
         large = self.large
         if large is None or not any(large.outside(r.payload) for r in records):
             inline = None if large is None else large.inline_bytes
+            # Pipelined (PostgreSQL): BEGIN with the fence's check, the key's
+            # lock with the state's read, the writes with COMMIT.
             how: Writing[tx.Updated] = Writing(
-                landed=lambda attempted: tx.state_updated(write, attempted))
+                landed=lambda attempted: tx.state_updated(write, attempted), pipelined=True)
             done = await self.database.write(
                 lambda: tx.update_state(write, task_key, change, self.clock.now(), inline), how)
             if isinstance(done, tuple):
@@ -123,7 +125,8 @@ class TaskState(StorePart):
         large state is made before the transaction, as `update_state`'s."""
         now = self.clock.now()
         large = self.large
-        how: Writing[tx.Set] = Writing(landed=lambda attempted: tx.state_set(task_key, attempted))
+        how: Writing[tx.Set] = Writing(landed=lambda attempted: tx.state_set(task_key, attempted),
+                                       pipelined=True)
         done = await self.database.write(
             lambda: tx.set_state(task_key, change, author, why, now,
                                  None if large is None else large.inline_bytes), how)
