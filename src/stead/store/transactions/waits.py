@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from stead import errors
 from stead.records import RunStatus
@@ -34,7 +34,11 @@ if TYPE_CHECKING:
 
 
 def wait_state(wait_id: str) -> Flow[str]:
-    row = yield one("get_wait", {"wait_id": wait_id})
+    return _state_of((yield one("get_wait", {"wait_id": wait_id})))
+
+
+def _state_of(row: Any) -> str:
+    """A `get_wait` row's state ("missing": no row)."""
     return "missing" if row is None else str(row["state"])
 
 
@@ -86,7 +90,7 @@ def suspend(
         *(one("child_status", {"run_id": child_id}) for child_id in children),
         one("get_run", {"run_id": write.fence.run_id}))
     for wait_id, row in zip(wait_ids, found[:len(wait_ids)], strict=True):
-        state = "missing" if row is None else str(row["state"])
+        state = _state_of(row)
         if state != WaitState.OPEN:  # an event arrived: do not sleep (the records roll back)
             raise errors.WaitNotOpen(wait_id, state)
     runs.judge_children(children, found[len(wait_ids):-1])
