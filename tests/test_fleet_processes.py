@@ -46,7 +46,11 @@ async def test_a_burst_of_runs_spreads_across_two_live_workers(
     b = fleet.worker("app", "worker-b")
     await _sees_a_peer(fleet, "worker-a")
     await _sees_a_peer(fleet, "worker-b")
-    ids = [(await client.start(fleet_app.hold, f"r{n}")).run_id for n in range(4)]
+    # One batch import: the four runs are committed together, as a burst is.
+    # Started one by one they would be a trickle, each claimed by whichever
+    # worker hears of it first.
+    burst = [stead.Start(fleet_app.hold, (f"r{n}",)) for n in range(4)]
+    ids = [info.run_id for info in await client.start_many(burst)]
     deadline = time.monotonic() + DEADLINE
     # Each run holds its worker until released: who claimed it stays visible.
     while True:
