@@ -12,13 +12,16 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
 import stead
 from stead.records import Fence, NewRun, Record
+from stead.spend import Price, ReservationState
 from stead.store import seam, sql_files
 from stead.store.postgres import PostgresStore
 from stead.store.postgres import connection as pg_connection
@@ -577,6 +580,125 @@ async def test_a_delivery_is_two_round_trips_and_lands_once_when_its_commit_is_c
     finally:
         await store.close()
         await direct.close()
+
+
+class _Model:
+    """A model answering at once, counting the calls each run sent it."""
+
+    name = "counted"
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+
+    async def complete(self, messages: Sequence[Mapping[str, Any]],
+                       **params: Any) -> stead.Completion:
+        self.calls[str(messages[0]["content"])] += 1
+        return stead.Completion(text="yes", model=self.name,
+                                usage=stead.Usage(input_tokens=10, output_tokens=2))
+
+
+agent_app = stead.App("pipelined_writes")
+agent_model = _Model()
+agent_sent: Counter[int] = Counter()
+
+
+@agent_app.workflow()
+async def leaf(run: stead.Run, k: int) -> int:
+    return k + 1
+
+
+def _pay(op: stead.Operation, k: int, amount: int) -> int:
+    agent_sent[k] += 1
+    return amount
+
+
+@agent_app.workflow()
+async def agent(run: stead.Run, k: int) -> list[object]:
+    """Each of the writes that go as one pipeline on PostgreSQL: a model
+    call's reservation and settlement, a child's start, an expired wait's
+    closing and a guarded effect's intent."""
+    said = await run.llm("ask", agent_model, [{"role": "user", "content": f"run {k}"}],
+                         max_tokens=20)
+    child = await run.child(leaf, k)
+    wait = await run.wait("never", token=False, expires_in=0.05)
+    try:
+        await wait
+        expired = False
+    except stead.errors.WaitExpired:
+        expired = True
+    paid = await run.effect("pay", _pay, k, amount=3, tool="pay")
+    return [said.text, child, expired, paid]
+
+
+Drive = Callable[[int], Awaitable[None]]  # start run k and work until idle
+_AGENT_INTENT = stead.Intent(goal="ask and pay", budget=stead.Budget(tokens=10_000),
+                             grants=[stead.Grant("pay", {"max_amount": 5})])
+
+
+async def _agents(pg_url: str, proxy: pg.Proxy,
+                  lossy: Callable[[int, Drive], Awaitable[None]]) -> None:
+    """One clean `agent` run, then `lossy(each, drive)` (`each`: the commits
+    one run makes, start to end) drives runs under lost or cut commits; then
+    each run must have ended with one model call sent, one child, one settled
+    reservation and one effect sent."""
+    store = await stead.open_store(proxy.url(pg_url))
+    reader = await stead.open_store(pg_url)
+    options = stead.WorkerOptions(poll_interval=0.05)
+    runs: dict[int, str] = {}
+    client = stead.Client(store, agent_app)
+
+    async def drive(k: int) -> None:
+        runs[k] = (await client.start(agent, k, intent=_AGENT_INTENT)).run_id
+        await stead.Worker(agent_app, store, options).run_until_idle()
+
+    agent_model.calls.clear()
+    agent_sent.clear()
+    try:
+        await reader.set_price("counted", Price(input=1.0, output=2.0))
+        before = proxy.commits_seen
+        await drive(0)
+        await lossy(proxy.commits_seen - before, drive)
+        for k, run_id in runs.items():
+            assert await stead.Client(reader).result(run_id, timeout=5) == [
+                "yes", k + 1, True, 3], k
+            assert agent_model.calls[f"run {k}"] == 1 and agent_sent[k] == 1, k
+            held = await reader.reservations(run_id)
+            assert [r["state"] for r in held] == [ReservationState.SETTLED], k
+            assert len(await reader.children(run_id)) == 1, k
+    finally:
+        await store.close()
+        await reader.close()
+
+
+async def test_a_runs_pipelined_writes_each_land_once_when_any_commit_answer_is_lost(
+    pg_url: str, proxy: pg.Proxy
+) -> None:
+    """A run whose model call reserves and settles, starts a child, closes an
+    expired wait and journals a guarded effect's intent (each such write one
+    pipeline on PostgreSQL), once for each of its commits, that commit's
+    answer lost: read back, not made again."""
+    async def lossy(each: int, drive: Drive) -> None:
+        for n in range(1, each + 1):
+            proxy.lose_at = proxy.commits_seen + n
+            await drive(100 + n)
+        assert proxy.lost_acks == each
+
+    await _agents(pg_url, proxy, lossy)
+
+
+@pytest.mark.slow
+async def test_a_runs_pipelined_writes_each_land_once_when_any_commit_is_cut(
+    pg_url: str, proxy: pg.Proxy
+) -> None:
+    """The same run, once for each of its commits, that commit cut off before
+    the server sees it: rolled back, made again once."""
+    async def lossy(each: int, drive: Drive) -> None:
+        for n in range(1, each + 1):
+            proxy.drop_at = proxy.commits_seen + n
+            await drive(100 + n)
+        assert proxy.dropped_commits == each
+
+    await _agents(pg_url, proxy, lossy)
 
 
 async def test_a_pipelined_write_that_fails_inside_leaves_nothing_and_its_pool_usable(

@@ -42,7 +42,7 @@ class Intents(StorePart):
         write = FencedWrite(fence, records, resume)
         await self.database.write(
             lambda: tx.guarded_journal(write, guard, self.clock.now()),
-            Writing(landed=lambda _: journal.journaled(write)),
+            Writing(landed=lambda _: journal.journaled(write), pipelined=True),
         )
 
     async def latest_intent(self, run_id: str) -> IntentRow | None:

@@ -175,7 +175,8 @@ class Runs(StorePart):
         write = FencedWrite(fence, records, resume)
         return await self.database.write(
             lambda: tx.start_child(write, child, self.clock.now()),
-            Writing(landed=lambda attempted: tx.child_started(write, attempted)),
+            Writing(landed=lambda attempted: tx.child_started(write, attempted),
+                    pipelined=True),
         )
 
     async def fire_schedule(

@@ -27,7 +27,7 @@ class Spending(StorePart):
         write = FencedWrite(fence, records, resume)
         await self.database.write(
             lambda: tx.reserve(write, ask, self.clock.now()),
-            Writing(landed=lambda _: journal.journaled(write)))
+            Writing(landed=lambda _: journal.journaled(write), pipelined=True))
 
     async def settle_spend(self, fence: Fence, records: Sequence[Record],
                            resume: ResumeRecord | None, outcome: tx.Settlement) -> None:
@@ -36,7 +36,7 @@ class Spending(StorePart):
         write = FencedWrite(fence, records, resume)
         await self.database.write(
             lambda: tx.settle(write, outcome, self.clock.now()),
-            Writing(landed=lambda _: journal.journaled(write)))
+            Writing(landed=lambda _: journal.journaled(write), pipelined=True))
 
     async def run_tenant(self, run_id: str) -> str | None:
         """The tenant run `run_id` serves; None for none."""

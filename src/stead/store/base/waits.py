@@ -65,7 +65,7 @@ class Waits(StorePart):
         write = FencedWrite(fence, records, resume)
         await self.database.write(
             lambda: tx.close_wait(write, wait_id, state, self.clock.now()),
-            Writing(landed=lambda _: tx.wait_closed(write, wait_id, state)),
+            Writing(landed=lambda _: tx.wait_closed(write, wait_id, state), pipelined=True),
         )
 
     async def suspend(

@@ -18,6 +18,7 @@ from stead.store.seam import (
     fence_params,
     one,
     stale,
+    together,
 )
 from stead.store.transactions import common
 
@@ -85,7 +86,11 @@ def intent_revised(
 def guarded_journal(write: FencedWrite, guard: Guard, now: float) -> Flow[None]:
     """Journal `write` only if `guard` allows it under the intent in force now
     (read under the fence, so no renewal or revocation slips in between)."""
-    if (yield one("fence", fence_params(write.fence))) is None:
+    # Read together (one round trip on PostgreSQL): the fence's lock is held
+    # when the intent is read.
+    held, intent = yield together(one("fence", fence_params(write.fence)),
+                                  one("latest_intent", {"run_id": write.fence.run_id}))
+    if held is None:
         raise stale(write.fence)
-    guard((yield from latest_intent(write.fence.run_id)), now)
+    guard(None if intent is None else _rows.intent(intent), now)
     yield Journal(write, checked=True)

@@ -24,6 +24,7 @@ from stead.store.seam import (
     one,
     rows,
     stale,
+    together,
 )
 from stead.store.transactions import common, conversations, journal, quotas
 
@@ -247,9 +248,11 @@ def start_child(write: FencedWrite, new: NewRun, now: float) -> Flow[tuple[RunRo
 
     fence, records = write.fence, write.records
     yield execute("lock_run", {"run_id": fence.run_id})
-    if (yield one("fence", fence_params(fence))) is None:
+    # Read together (one round trip on PostgreSQL, with the lock before them).
+    held, found = yield together(one("fence", fence_params(fence)),
+                                 one("get_run", {"run_id": new.run_id}))
+    if held is None:
         raise stale(fence)
-    found = yield one("get_run", {"run_id": new.run_id})
     if found is not None:
         child = _rows.run(found)
     else:
