@@ -637,7 +637,8 @@ _AGENT_INTENT = stead.Intent(goal="ask and pay", budget=stead.Budget(tokens=10_0
 
 async def _agents(pg_url: str, proxy: pg.Proxy,
                   lossy: Callable[[int, Drive], Awaitable[None]]) -> None:
-    """One clean `agent` run, then `lossy(each, drive)` (`each`: the commits
+    """One clean `agent` run (started for a tenant, with an intent: its start
+    is a pipelined write too), then `lossy(each, drive)` (`each`: the commits
     one run makes, start to end) drives runs under lost or cut commits; then
     each run must have ended with one model call sent, one child, one settled
     reservation and one effect sent."""
@@ -648,7 +649,7 @@ async def _agents(pg_url: str, proxy: pg.Proxy,
     client = stead.Client(store, agent_app)
 
     async def drive(k: int) -> None:
-        runs[k] = (await client.start(agent, k, intent=_AGENT_INTENT)).run_id
+        runs[k] = (await client.start(agent, k, intent=_AGENT_INTENT, tenant="acme")).run_id
         await stead.Worker(agent_app, store, options).run_until_idle()
 
     agent_model.calls.clear()

@@ -42,7 +42,8 @@ class Runs(StorePart):
             # A run of a tenant names it after the insert, and its quotas are
             # checked under the tenant's lock first: one transaction.
             Writing(landed=lambda _: tx.created(new), one_statement=new.intent is None
-                    and new.parent_id is None and new.deadline is None and new.tenant is None),
+                    and new.parent_id is None and new.deadline is None and new.tenant is None,
+                    pipelined=True),
         )
         if made is None:
             raise errors.StoreError(
@@ -59,7 +60,7 @@ class Runs(StorePart):
             return []
         return await self.database.write(
             lambda: tx.create_runs(news, self.clock.now()),
-            Writing(landed=lambda _: tx.runs_created(news)),
+            Writing(landed=lambda _: tx.runs_created(news), pipelined=True),
         )
 
     async def get_run(self, run_id: str) -> RunRow:
