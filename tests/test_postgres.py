@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -630,18 +630,16 @@ async def agent(run: stead.Run, k: int) -> list[object]:
     return [said.text, child, expired, paid]
 
 
-Drive = Callable[[int], Awaitable[None]]  # start run k and work until idle
 _AGENT_INTENT = stead.Intent(goal="ask and pay", budget=stead.Budget(tokens=10_000),
                              grants=[stead.Grant("pay", {"max_amount": 5})])
 
 
-async def _agents(pg_url: str, proxy: pg.Proxy,
-                  lossy: Callable[[int, Drive], Awaitable[None]]) -> None:
+async def _agents(pg_url: str, proxy: pg.Proxy, *, cut: bool) -> None:
     """One clean `agent` run (started for a tenant, with an intent: its start
-    is a pipelined write too), then `lossy(each, drive)` (`each`: the commits
-    one run makes, start to end) drives runs under lost or cut commits; then
-    each run must have ended with one model call sent, one child, one settled
-    reservation and one effect sent."""
+    is a pipelined write too), then one run for each of the commits a run
+    makes, start to end, that commit's answer lost (or, `cut`, the commit cut
+    off before the server sees it); then each run must have ended with one
+    model call sent, one child, one settled reservation and one effect sent."""
     store = await stead.open_store(proxy.url(pg_url))
     reader = await stead.open_store(pg_url)
     options = stead.WorkerOptions(poll_interval=0.05)
@@ -658,7 +656,14 @@ async def _agents(pg_url: str, proxy: pg.Proxy,
         await reader.set_price("counted", Price(input=1.0, output=2.0))
         before = proxy.commits_seen
         await drive(0)
-        await lossy(proxy.commits_seen - before, drive)
+        each = proxy.commits_seen - before
+        for n in range(1, each + 1):
+            if cut:
+                proxy.drop_at = proxy.commits_seen + n
+            else:
+                proxy.lose_at = proxy.commits_seen + n
+            await drive(100 + n)
+        assert (proxy.dropped_commits if cut else proxy.lost_acks) == each
         for k, run_id in runs.items():
             assert await stead.Client(reader).result(run_id, timeout=5) == [
                 "yes", k + 1, True, 3], k
@@ -678,13 +683,7 @@ async def test_a_runs_pipelined_writes_each_land_once_when_any_commit_answer_is_
     expired wait and journals a guarded effect's intent (each such write one
     pipeline on PostgreSQL), once for each of its commits, that commit's
     answer lost: read back, not made again."""
-    async def lossy(each: int, drive: Drive) -> None:
-        for n in range(1, each + 1):
-            proxy.lose_at = proxy.commits_seen + n
-            await drive(100 + n)
-        assert proxy.lost_acks == each
-
-    await _agents(pg_url, proxy, lossy)
+    await _agents(pg_url, proxy, cut=False)
 
 
 @pytest.mark.slow
@@ -693,13 +692,7 @@ async def test_a_runs_pipelined_writes_each_land_once_when_any_commit_is_cut(
 ) -> None:
     """The same run, once for each of its commits, that commit cut off before
     the server sees it: rolled back, made again once."""
-    async def lossy(each: int, drive: Drive) -> None:
-        for n in range(1, each + 1):
-            proxy.drop_at = proxy.commits_seen + n
-            await drive(100 + n)
-        assert proxy.dropped_commits == each
-
-    await _agents(pg_url, proxy, lossy)
+    await _agents(pg_url, proxy, cut=True)
 
 
 async def test_a_pipelined_write_that_fails_inside_leaves_nothing_and_its_pool_usable(

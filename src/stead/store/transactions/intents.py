@@ -4,6 +4,7 @@ the journal writes guarded by the version in force."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from stead import errors
 from stead.records import IntentRow, RunRow
@@ -33,7 +34,11 @@ Guard = Callable[[IntentRow | None, float], None]
 
 
 def latest_intent(run_id: str) -> Flow[IntentRow | None]:
-    row = yield one("latest_intent", {"run_id": run_id})
+    return _intent_of((yield one("latest_intent", {"run_id": run_id})))
+
+
+def _intent_of(row: Any) -> IntentRow | None:
+    """A `latest_intent` row's intent (None: no row)."""
     return None if row is None else _rows.intent(row)
 
 
@@ -92,5 +97,5 @@ def guarded_journal(write: FencedWrite, guard: Guard, now: float) -> Flow[None]:
                                   one("latest_intent", {"run_id": write.fence.run_id}))
     if held is None:
         raise stale(write.fence)
-    guard(None if intent is None else _rows.intent(intent), now)
+    guard(_intent_of(intent), now)
     yield Journal(write, checked=True)
