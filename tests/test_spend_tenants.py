@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import stead
@@ -153,6 +153,8 @@ calls = st.lists(st.tuples(st.integers(min_value=0, max_value=120),
 @settings(max_examples=stress.examples(40), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(plan=calls, budget=st.integers(min_value=0, max_value=400), runs=st.integers(1, 3))
+# Three workers dying, the last one in the third round of work.
+@example(plan=[(0, "die"), (0, "ok"), (0, "die"), (0, "die")], budget=150, runs=1)
 async def test_reserve_settle_release_accounting_holds(
         fstore: stead.Store, clock: stead.FakeClock, plan: list[tuple[int, str]], budget: int,
         runs: int) -> None:
@@ -165,7 +167,8 @@ async def test_reserve_settle_release_accounting_holds(
     client = stead.Client(fstore, app)
     await client.set_tenant_limits(tenant, tokens=budget, by="ops", why="property")
     started = [await client.start("talk", tenant=tenant) for _ in range(runs)]
-    await _work(app, fstore, clock)
+    # Each worker that dies leaves a lease the next round takes over.
+    await _work(app, fstore, clock, rounds=1 + sum(what == "die" for _, what in plan))
     held = await _consistent(fstore, tenant, [r.run_id for r in started])
     # Every attempt sent had reserved first, and only one reservation each.
     assert len(held) == model.sent
