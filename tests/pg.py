@@ -16,6 +16,7 @@ import functools
 import glob
 import os
 import pwd
+import random
 import re
 import shutil
 import socket
@@ -320,7 +321,11 @@ class Proxy:
         self.listen_port = 0
         self.acks_to_lose = 0  # lose the answers to the next N COMMITs
         self.commits_to_drop = 0  # drop the next N COMMITs before the server sees them
-        self.lose_every = 0  # ...and then every N-th COMMIT's answer
+        # ...and then each COMMIT's answer with this chance, drawn from a seeded
+        # generator: a fixed pattern (every other one) can fall in step with a
+        # retry's own commits and lose each of its tries.
+        self.lose_chance = 0.0
+        self._chances = random.Random(0)
         self.lose_at = 0  # ...and the answer to the commit numbered so (see commits_seen)
         self.drop_at = 0  # drop the commit numbered so
         self.commits_seen = 0
@@ -364,7 +369,7 @@ class Proxy:
         if self.acks_to_lose > 0:
             self.acks_to_lose -= 1
             return "lose"
-        if self.lose_every and self.commits_seen % self.lose_every == 0:
+        if self.lose_chance and self._chances.random() < self.lose_chance:
             return "lose"
         return "pass"
 
