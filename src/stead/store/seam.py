@@ -161,13 +161,16 @@ class Writing(Generic[T]):
     travels with the first statement, a statement whose answer the flow does
     not read with the next that it does, and COMMIT with what is left (a
     delivery: two round trips, not five). A statement's error then shows at
-    that next answer or at COMMIT, which the flow must be able to bear."""
+    that next answer or at COMMIT, which the flow must be able to bear.
+    `synced=False`: on SQLite the commit does not wait for the disk (a claim:
+    see `Connector.transaction`); PostgreSQL syncs every commit."""
 
     landed: Landed[T] | None = None
     one_statement: bool = False
     releases: str | None = None
     reads_files: bool = False
     pipelined: bool = False
+    synced: bool = True
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -126,7 +126,7 @@ class Leases(StorePart):
         taken = await self.database.write(
             lambda: tx.claim_fair(policy, params, limit, turn, tenants or (), keep, held),
             Writing(landed=lambda _: tx.fair_claimed(params),
-                    one_statement=not policy.limited),
+                    one_statement=not policy.limited, synced=False),
         )
         self.database.holding([r.run_id for r in taken])
         return taken
@@ -149,7 +149,7 @@ class Leases(StorePart):
             return []
         taken = await self.database.write(
             lambda: tx.claim_queue(queue, params, limit),
-            Writing(landed=lambda _: tx.queue_claimed(queue, params)),
+            Writing(landed=lambda _: tx.queue_claimed(queue, params), synced=False),
         )
         self.database.holding([r.run_id for r in taken])
         return taken

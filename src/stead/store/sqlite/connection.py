@@ -284,17 +284,35 @@ class Connector:
             self._lock.release()
 
     @contextlib.contextmanager
-    def transaction(self, conn: sqlite3.Connection) -> Iterator[None]:
+    def transaction(self, conn: sqlite3.Connection, *, synced: bool = True) -> Iterator[None]:
         """A write transaction: `BEGIN IMMEDIATE` takes the file's write lock
-        at once, so what it reads stays true until its commit."""
-        conn.execute("BEGIN IMMEDIATE")
+        at once, so what it reads stays true until its commit.
+
+        Not `synced` (a claim's): the commit is written to the `-wal` but not
+        synced (`synchronous=NORMAL` for it alone). It is as final as any
+        other for every process, and survives any of them being killed; only
+        a power cut or a crash of the machine can lose it, and with it every
+        commit after it until the next synced one, whose sync makes the `-wal`
+        durable up to it. Such a crash ends every process on the file too (the
+        `-wal` is shared through memory, so they share the machine): no
+        worker survives that believes it holds the lost lease, and whatever a
+        claimed run makes known outside (a step's record, an effect's intent,
+        its end) commits synced after the claim. So a wake-up waits for the
+        disk once (the delivery's sync), not twice."""
+        if not synced:
+            conn.execute("PRAGMA synchronous=NORMAL")
         try:
-            yield
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        finally:
+            if not synced:
+                conn.execute("PRAGMA synchronous=FULL")
         self.commits += 1
 
     def translate(self, exc: sqlite3.Error) -> errors.StoreError:

@@ -1,4 +1,5 @@
-"""The embedded database: one SQLite file in WAL mode with synchronous commits.
+"""The embedded database: one SQLite file in WAL mode with synchronous commits
+(but a claim's: see `Connector.transaction`).
 
 Several worker processes on one machine share the file; SQLite serialises
 writers (`BEGIN IMMEDIATE`), so every claim and fenced write is atomic, and
@@ -91,7 +92,7 @@ class SQLiteDatabase(seam.Database):
         watched = seam.noting_wakes(Sealed.flow(self, flow, writes=True), wakes)
 
         def transact(conn: sqlite3.Connection) -> T:
-            with self._db.transaction(conn):
+            with self._db.transaction(conn, synced=how.synced):
                 return _run(conn, watched)
 
         result = await self._db.call(transact, inline=not how.reads_files)
@@ -134,7 +135,7 @@ class SQLiteDatabase(seam.Database):
         # commit) only when there is something to claim.
         if conn.execute(Q["claim_candidates"], params).fetchone() is None:
             return []
-        with self._db.transaction(conn):
+        with self._db.transaction(conn, synced=False):
             ids = [r[0] for r in conn.execute(Q["claim_candidates"], params)]
             taken = [_rows.run(r) for r in
                      conn.execute(Q["claim"], {**params, "run_ids": json.dumps(ids)})]
