@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import stead
+from stead.files import trees
 
 FILES = 20_000
 # Far below the 1 s a worker warns at by default, far above a loop turn: a
@@ -19,10 +20,14 @@ FILES = 20_000
 BLOCKED_AFTER = 0.4
 # The most CPU time the event loop may spend while a 20,000-file tree is
 # attached or restored: what a few turns of it cost on a loaded machine
-# (10.6 ms was seen beside other work, where a quiet one takes under 8), and
-# still well below the 25-40 ms that encoding and hashing the tree's manifest
-# on it takes.
+# (10.6 ms was seen beside other work, where a quiet one takes under 8, and
+# 12-17 ms on another machine), or `OF_ENCODING` of what encoding and hashing
+# the tree's manifest takes on this machine (25-47 ms on those), whichever is
+# more. The work kept off the loop is more than that encoding: a save scans
+# and hashes every file, a restore reads the manifest back into entries
+# (130-200 ms) and writes every file.
 ON_LOOP = 0.015
+OF_ENCODING = 0.8
 
 
 def _tree(root: Path) -> Path:
@@ -75,6 +80,18 @@ def _loop_cpu() -> float:
     return time.thread_time()
 
 
+def _encoding_cpu(repo: Path, tree: str) -> float:
+    """The CPU time this thread takes to encode and hash the tree's manifest
+    (the median of three)."""
+    scanned = trees.scan(repo)
+    took = []
+    for _ in range(3):
+        before = _loop_cpu()
+        assert scanned.sha256 == tree
+        took.append(_loop_cpu() - before)
+    return sorted(took)[1]
+
+
 async def test_attaching_and_restoring_a_20000_file_tree_leave_the_tree_to_threads(
     store: stead.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -101,5 +118,6 @@ async def test_attaching_and_restoring_a_20000_file_tree_leave_the_tree_to_threa
     snap = await client.restore_workspace(info.run_id, "repo", tmp_path / "by-hand")
     on_loop["restore"] = _loop_cpu() - before
     assert snap.tree == tree and snap.files == FILES
-    held = {k: f"{v * 1000:.1f} ms" for k, v in on_loop.items() if v > ON_LOOP}
-    assert not held, f"the loop spent this CPU on the whole tree: {held}"
+    most = max(ON_LOOP, OF_ENCODING * _encoding_cpu(repo, tree))
+    held = {k: f"{v * 1000:.1f} ms" for k, v in on_loop.items() if v > most}
+    assert not held, f"the loop spent on the whole tree {held}, most {most * 1000:.1f} ms"
