@@ -123,8 +123,6 @@ async def test_a_claim_that_fails_leaves_its_connection_synced(
     # Another connection holds the file's write lock: the claim's BEGIN IMMEDIATE fails.
     other = sqlite3.connect(tmp_path / "stead.db", isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
-    connector = traced.connector
-    connector.busy_timeout = 0.05
     for conn in traced.connections():
         conn.execute("PRAGMA busy_timeout=50")
     try:
