@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import sys
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,37 @@ from stead.store.sqlite import wal_watch
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="inotify is Linux's")
+
+
+@contextlib.asynccontextmanager
+async def _two_stores(tmp_path: Path) -> AsyncIterator[tuple[stead.Store, stead.Store]]:
+    """A store, and another on the same file (as another process's)."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    store = await stead.open_store(url)
+    other = await stead.open_store(url)
+    try:
+        yield store, other
+    finally:
+        await store.close()
+        await other.close()
+
+
+async def _starter(store: stead.Store) -> Callable[[], Awaitable[object]]:
+    """How `store` starts a run of a one-step workflow; one was started
+    already, so the -wal exists."""
+    app = stead.App("w")
+
+    @app.workflow()
+    async def wf(run: stead.Run) -> int:
+        return 1
+
+    client = stead.Client(store, app)
+
+    async def start() -> object:
+        return await client.start(wf)
+
+    await start()
+    return start
 
 
 def _wal_file(tmp_path: Path) -> tuple[sqlite3.Connection, str]:
@@ -99,27 +132,15 @@ async def test_an_idle_waiter_returns_once_another_connection_commits(
         tmp_path: Path) -> None:
     """The store's wait for work, on a file another connection commits to
     while it waits: it returns for that commit, long before its timeout."""
-    url = f"sqlite:///{tmp_path}/s.db"
-    store = await stead.open_store(url)
-    other = await stead.open_store(url)
-    try:
-        app = stead.App("w")
-
-        @app.workflow()
-        async def wf(run: stead.Run) -> int:
-            return 1
-
-        await stead.Client(other, app).start(wf)  # the -wal exists from here on
+    async with _two_stores(tmp_path) as (store, other):
+        start = await _starter(other)
         waiting = asyncio.ensure_future(store.database.wait_for_work(60.0))
         await asyncio.sleep(0.2)
         assert not waiting.done()
         began = time.monotonic()
-        await stead.Client(other, app).start(wf)
+        await start()
         await asyncio.wait_for(waiting, 30.0)
         assert time.monotonic() - began < 30.0
-    finally:
-        await store.close()
-        await other.close()
 
 
 async def test_a_poke_is_heard_and_leaves_the_wal_as_it_was(tmp_path: Path) -> None:
@@ -145,10 +166,7 @@ async def test_a_poke_is_heard_and_leaves_the_wal_as_it_was(tmp_path: Path) -> N
 async def test_a_delivery_pokes_the_wal_once_its_commit_shows(tmp_path: Path) -> None:
     """A delivery (a write that sends NOTIFY on PostgreSQL) touches the
     -wal's times after its commit: by then another connection sees it."""
-    url = f"sqlite:///{tmp_path}/s.db"
-    store = await stead.open_store(url)
-    other = await stead.open_store(url)
-    try:
+    async with _two_stores(tmp_path) as (store, other):
         app = stead.App("w")
 
         @app.workflow()
@@ -166,9 +184,23 @@ async def test_a_delivery_pokes_the_wal_once_its_commit_shows(tmp_path: Path) ->
         assert isinstance(verdict, stead.Accepted)
         assert wal.stat().st_atime_ns > touched  # writes leave the access time alone
         assert store.database._db.data_version() != seen
-    finally:
-        await store.close()
-        await other.close()
+
+
+async def test_a_start_pokes_the_wal_once_its_commit_shows(tmp_path: Path) -> None:
+    """One run's start (`insert_run`, whose NOTIFY on PostgreSQL is part of
+    the statement) pokes as a delivery does: the first commit after a
+    checkpoint starts the -wal afresh, which a watching connection sees as a
+    change before the commit shows, so its frames being written is not
+    enough to say when the run can be claimed."""
+    async with _two_stores(tmp_path) as (store, other):
+        start = await _starter(other)
+        wal = Path(f"{tmp_path}/s.db-wal")
+        seen = store.database._db.data_version()
+        touched = wal.stat().st_atime_ns
+        await asyncio.sleep(0.02)
+        await start()
+        assert wal.stat().st_atime_ns > touched  # writes leave the access time alone
+        assert store.database._db.data_version() != seen
 
 
 async def test_a_commit_that_shows_as_it_is_heard_rings_before_the_wait_goes_on(

@@ -258,7 +258,8 @@ async def test_a_run_ending_while_the_worker_claims_frees_its_slot_at_once(
             return taken
 
         async def wait_for_work(self, timeout: float, *,
-                                ring: Callable[[], None] | None = None) -> None:
+                                ring: Callable[[], None] | None = None,
+                                since: object = None) -> None:
             await asyncio.sleep(timeout)
 
     wrapped = Orchestrated(store)

@@ -241,6 +241,11 @@ def fence_params(fence: Fence) -> dict[str, Any]:
     return {"run_id": fence.run_id, "epoch": fence.epoch, "worker_id": fence.worker_id}
 
 
+class WorkMark:
+    """Where a database stood for its idle workers just before a claim looked
+    for runs (`Database.work_mark`); what it holds is its backend's own."""
+
+
 class Database(abc.ABC):
     """What a backend supplies; see the module docstring."""
 
@@ -302,12 +307,23 @@ class Database(abc.ABC):
         dialect allows: a worker with no reason yet to share among tenants
         pays no round trip to learn it has none."""
 
+    def work_mark(self) -> WorkMark | None:
+        """Where the database stands now, taken before a claim looks for runs
+        and given to the wait after it (`wait_for_work`'s `since`), so that
+        work committed while the claim looked wakes that wait at once; None
+        where no mark can be had. This default has none: its waits sleep."""
+        return None
+
     async def wait_for_work(self, timeout: float, *,
-                            ring: Callable[[], None] | None = None) -> None:
+                            ring: Callable[[], None] | None = None,
+                            since: WorkMark | None = None) -> None:
         """Return when a run may have become claimable, or after `timeout`;
         call `ring` (on the loop) the moment it hears so from outside the
-        wait's own task, before the wait returns. This default sleeps
-        (workers poll)."""
+        wait's own task, before the wait returns. `since`: a mark taken
+        before the claim that came back with nothing (`work_mark`); work
+        committed after it counts as news, even if it came before this wait
+        began. This default sleeps (workers poll)."""
+        del since
         await asyncio.sleep(timeout)
 
     def holding(self, run_ids: Sequence[str]) -> None:
@@ -331,7 +347,12 @@ class Database(abc.ABC):
 
 
 # The queries whose commit may make a run claimable (see `local_work`).
-WAKES = frozenset({"notify_work", "accept_event"})
+# `insert_run` is one run's start, whose NOTIFY on PostgreSQL is part of the
+# statement itself: on SQLite its commit then pokes the `-wal` as the others'
+# do, so an idle worker hears it once it shows, not only by its frames being
+# written (which, for the first commit after a checkpoint, looks like a change
+# before the commit shows: see `stead.store.sqlite.wal_watch`).
+WAKES = frozenset({"notify_work", "accept_event", "insert_run"})
 
 
 def noting_wakes(flow: FlowFactory[T], noted: list[bool]) -> FlowFactory[T]:

@@ -184,9 +184,13 @@ class CrashingDatabase(seam.Database):
     async def claim_unshared(self, claim: seam.Claim) -> seam.UnsharedClaim:
         return await self.inner.claim_unshared(claim)
 
+    def work_mark(self) -> seam.WorkMark | None:
+        return self.inner.work_mark()
+
     async def wait_for_work(self, timeout: float, *,
-                            ring: Callable[[], None] | None = None) -> None:
-        await self.inner.wait_for_work(timeout, ring=ring)
+                            ring: Callable[[], None] | None = None,
+                            since: seam.WorkMark | None = None) -> None:
+        await self.inner.wait_for_work(timeout, ring=ring, since=since)
 
     def holding(self, run_ids: Sequence[str]) -> None:
         self.inner.holding(run_ids)

@@ -175,6 +175,9 @@ class Worker:
                 batch = self._claims.batch(free)
                 claimed: list[RunRow] = []
                 backing_off = self._backing_off()
+                # Taken before the claim looks: what is committed while it
+                # looks wakes the wait after it (see `Store.work_mark`).
+                mark = self.store.work_mark()
                 if free > 0:
                     began = time.perf_counter()
                     try:
@@ -199,7 +202,7 @@ class Worker:
                     # A small batch taken while peers are live: step aside until
                     # the store changes (a peer claims, a run is started) or the
                     # next poll, so that a burst of runs spreads across the fleet.
-                    await self._idle(False)
+                    await self._idle(False, mark)
                     continue
                 # A run that ended while the claim was made (its slot, or its
                 # tenant's or queue's, not free to that claim) set the wake:
@@ -215,7 +218,7 @@ class Worker:
                 if warming is None and not self._active:  # nothing to do: get ready
                     warming = asyncio.create_task(warmups.idle(),
                                                   name=f"stead warm-up {self.id}")
-                await self._idle(wait_for_runs)
+                await self._idle(wait_for_runs, mark)
         finally:
             self._taker = None  # a run handed to it from now on is released (`_handed`)
             await chores.end(beating, watching, *([] if warming is None else [warming]))
@@ -264,10 +267,10 @@ class Worker:
         return await idle.nothing_left(self.store, self.app, self.id,
                                        self.options.lease_seconds, seen)
 
-    async def _idle(self, wait_for_runs: bool) -> None:
+    async def _idle(self, wait_for_runs: bool, since: seam.WorkMark | None = None) -> None:
         """Wait for a run to finish, a stop, news of work from the store, or the
         next poll (or at once if one came since the loop counted its free
-        slots)."""
+        slots, or news since `since`, the mark taken before the last claim)."""
         if self._stopping.is_set():
             return
         timeout = None if wait_for_runs and self._active else self.options.poll_interval
@@ -277,7 +280,7 @@ class Worker:
         news = waiting.Bell()
         waiters: list[Awaitable[object]] = []
         if timeout is not None:
-            waiters.append(self.store.wait_for_work(timeout, ring=news.set))
+            waiters.append(self.store.wait_for_work(timeout, ring=news.set, since=since))
         local, taker = self.store.database.local, self._taker
         free = self.options.concurrency - len(self._active)
         offer = contextlib.nullcontext() if local is None or taker is None else \

@@ -33,7 +33,7 @@ from stead.store.base.state import TaskState
 from stead.store.base.stream_tokens import StreamTokens
 from stead.store.base.waits import Waits
 from stead.store.base.workspaces import Workspaces
-from stead.store.seam import Database
+from stead.store.seam import Database, WorkMark
 from stead.store.transactions import common, leases
 from stead.store.transactions.intents import Guard, Revise
 from stead.store.transactions.state import OutsideChange, StateChange
@@ -127,20 +127,29 @@ class Store(Runs, Leases, Journals, Waits, TaskState, Intents, Actions, Migratio
             self._legacy_read = True
         return ring.with_legacy(self._legacy)
 
+    def work_mark(self) -> WorkMark | None:
+        """Where the store stands for idle workers, taken before a claim looks
+        for runs; given to the wait after a claim that found nothing
+        (`wait_for_work`'s `since`). None where the store has no such mark."""
+        return self.database.work_mark()
+
     async def wait_for_work(self, timeout: float, *,
-                            ring: Callable[[], None] | None = None) -> None:
+                            ring: Callable[[], None] | None = None,
+                            since: WorkMark | None = None) -> None:
         """Return when a run may have become claimable, or after `timeout`
         seconds (SQLite: soon after any commit to the file; PostgreSQL: on
         NOTIFY); at once when a store of this process on the same database
         makes work claimable (`local_work`). `ring` is called, on the event
         loop, the moment such news comes, before this wait's own return
-        (see `stead.waiting.Bell`)."""
+        (see `stead.waiting.Bell`). `since` (`work_mark`): news that came
+        after it, before this wait began, counts too."""
         local = self.database.local
         if local is None:
-            await self.database.wait_for_work(timeout, ring=ring)
+            await self.database.wait_for_work(timeout, ring=ring, since=since)
             return
         with local.waiting(ring) as news:
-            await waiting.first(self.database.wait_for_work(timeout, ring=ring), bells=(news,))
+            await waiting.first(self.database.wait_for_work(timeout, ring=ring, since=since),
+                                bells=(news,))
 
     @property
     def commits(self) -> int:

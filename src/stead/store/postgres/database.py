@@ -162,9 +162,12 @@ class PostgresDatabase(seam.Database):
         return await self._db.write(op, verify=verify, autocommit=True)
 
     async def wait_for_work(self, timeout: float, *,
-                            ring: Callable[[], None] | None = None) -> None:
+                            ring: Callable[[], None] | None = None,
+                            since: seam.WorkMark | None = None) -> None:
         """Return when a run may have become claimable (NOTIFY), or after
-        `timeout`; `ring` is called as NOTIFY comes."""
+        `timeout`; `ring` is called as NOTIFY comes. No mark is needed
+        (`since`): a NOTIFY heard between two waits stays set for the next."""
+        del since
         await self._listener.wait(timeout, ring)
 
     async def keep_presence(self, worker_id: str) -> Presence:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import os
 import sqlite3
 import threading
@@ -154,6 +155,15 @@ class _Busy:
     """The connections (or the file's write lock) are taken right now."""
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Mark(seam.WorkMark):
+    """The file's data version as the watch connection saw it, and how many
+    transactions this connector had begun by then (none of them in flight)."""
+
+    version: int
+    begun: int
+
+
 BUSY = _Busy()
 # A run counts as writing alongside others for this long after its last write.
 _ALONE_WINDOW = 0.25
@@ -175,6 +185,11 @@ class Connector:
         self.busy_timeout = busy_timeout
         self.existing = existing  # open the file only if it is there (see `_connect`)
         self.commits = 0
+        # Transactions begun and ended on the writer and inline connections
+        # (each under `_lock`): while they are equal none is in flight, and a
+        # change of the data version since a `mark` is another connection's.
+        self._begun = 0
+        self._ended = 0
         self._conn: sqlite3.Connection | None = None
         self._inline: sqlite3.Connection | None = None
         self._watch: sqlite3.Connection | None = None
@@ -299,20 +314,24 @@ class Connector:
         claimed run makes known outside (a step's record, an effect's intent,
         its end) commits synced after the claim. So a wake-up waits for the
         disk once (the delivery's sync), not twice."""
-        if not synced:
-            conn.execute("PRAGMA synchronous=NORMAL")
+        self._begun += 1
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-        finally:
             if not synced:
-                conn.execute("PRAGMA synchronous=FULL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            finally:
+                if not synced:
+                    conn.execute("PRAGMA synchronous=FULL")
+        finally:
+            self._ended += 1
         self.commits += 1
 
     def translate(self, exc: sqlite3.Error) -> errors.StoreError:
@@ -347,6 +366,27 @@ class Connector:
     def done_writing(self, run_id: str) -> None:
         """Run `run_id` gave its lease up: it writes no more."""
         self._writers.pop(run_id, None)
+
+    def mark(self) -> Mark | None:
+        """The data version now, with this connector's count of transactions
+        begun; None while one of them is in flight (its commit would show as
+        another connection's) or where the version cannot be read."""
+        begun = self._begun
+        if self._ended != begun:
+            return None
+        version = self.data_version()
+        if version is None or self._ended != begun or self._begun != begun:
+            return None
+        return Mark(version, begun)
+
+    def seen_at(self, mark: Mark) -> int | None:
+        """`mark`'s data version if this connector has begun no transaction
+        since: any change of the version from it is then another
+        connection's commit. None if it has (its own commit would look like
+        news)."""
+        if self._begun != mark.begun or self._ended != self._begun:
+            return None
+        return mark.version
 
     def data_version(self) -> int | None:
         """Changes with every commit made to the file on another connection;

@@ -23,7 +23,12 @@ from stead.clock import Clock
 from stead.store import _rows, local_work, schema_versions, seam, sql_files
 from stead.store._sealing import Sealed
 from stead.store.sqlite import journal, migrate, wal_watch
-from stead.store.sqlite.connection import Connector, busy_timeout_from_url, path_from_url
+from stead.store.sqlite.connection import (
+    Connector,
+    Mark,
+    busy_timeout_from_url,
+    path_from_url,
+)
 from stead.store.sqlite.group import GroupCommit
 
 if TYPE_CHECKING:  # annotations only: a store that lists runs need not build them
@@ -148,8 +153,12 @@ class SQLiteDatabase(seam.Database):
         the worker has other runs to drive and claims to make."""
         self._db.writing(run_ids)
 
+    def work_mark(self) -> seam.WorkMark | None:
+        return self._db.mark()
+
     async def wait_for_work(self, timeout: float, *,
-                            ring: Callable[[], None] | None = None) -> None:
+                            ring: Callable[[], None] | None = None,
+                            since: seam.WorkMark | None = None) -> None:
         """Return soon after anyone (another process, this one) commits to the
         file, or after `timeout`. SQLite cannot notify, but `PRAGMA
         data_version` changes with every commit made on another connection and
@@ -157,10 +166,22 @@ class SQLiteDatabase(seam.Database):
         the worker's claim query runs only when something changed (or at the
         poll, for timers that came due). Where the `-wal` can be watched
         (`wal_watch`), a write to it brings the next look forward to at once,
-        and `ring` is called then if the commit shows."""
+        and `ring` is called then if the commit shows.
+
+        Changes count from `since` (a `work_mark` taken before the claim that
+        found nothing) when this store has committed nothing since it: a run
+        committed while that claim looked (after its read, before this wait)
+        wakes the wait at once, not at the next commit or poll. That happens
+        at a checkpoint's cadence: the first writer after a checkpoint starts
+        the `-wal` afresh, which readers see as a change before its commit
+        shows, and the claim that change wakes looks too soon. Counted from
+        the wait's own start instead when this store committed meanwhile: its
+        own commits (its runs' steps) are no news."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        seen = self._db.data_version()
+        seen = self._db.seen_at(since) if isinstance(since, Mark) else None
+        if seen is None:
+            seen = self._db.data_version()
         if seen is None:
             await asyncio.sleep(timeout)
             return
@@ -172,6 +193,8 @@ class SQLiteDatabase(seam.Database):
         def shows() -> bool:
             return self._db.data_version() != seen
 
+        if shows():  # committed since the mark
+            return
         while (left := deadline - loop.time()) > 0:
             pause = min(_SOON_INTERVAL if soon else _WATCH_INTERVAL, left)
             soon = max(0, soon - 1)

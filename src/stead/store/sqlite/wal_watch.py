@@ -11,11 +11,14 @@ descriptors) `open_watch` gives None and the worker polls as before.
 A commit's frames reach the `-wal` before its sync, and it shows to other
 connections only after: on a machine whose disk is busy with others'
 syncs, the sync outlasts the close look that follows a write (`until`),
-and the commit would be noticed at the next poll. So a commit that may make
-a run claimable (a delivery, a start: the writes that send NOTIFY on
-PostgreSQL) then touches the `-wal`'s times (`poke`): an attribute change,
-which SQLite neither makes nor reads there, that the watch hears once the
-commit shows.
+and the commit would be noticed at the next poll. And the first commit
+after a checkpoint starts the `-wal` afresh as it writes its frames, which
+other connections see as a change of the data version before the commit
+itself shows: a worker woken by that claims too soon, and its next wait
+hears nothing more of the commit. So a commit that may make a run claimable
+(a delivery, a start: the writes that send NOTIFY on PostgreSQL) then
+touches the `-wal`'s times (`poke`): an attribute change, which SQLite
+neither makes nor reads there, that the watch hears once the commit shows.
 """
 
 from __future__ import annotations
