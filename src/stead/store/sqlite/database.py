@@ -171,12 +171,13 @@ class SQLiteDatabase(seam.Database):
         Changes count from `since` (a `work_mark` taken before the claim that
         found nothing) when this store has committed nothing since it: a run
         committed while that claim looked (after its read, before this wait)
-        wakes the wait at once, not at the next commit or poll. That happens
-        at a checkpoint's cadence: the first writer after a checkpoint starts
-        the `-wal` afresh, which readers see as a change before its commit
-        shows, and the claim that change wakes looks too soon. Counted from
-        the wait's own start instead when this store committed meanwhile: its
-        own commits (its runs' steps) are no news."""
+        wakes the wait at once, not at the next commit or poll. That is
+        likeliest at a checkpoint's cadence: the first writer after a
+        checkpoint starts the `-wal` afresh, which readers see as a change
+        before its commit shows, so the claim that change wakes looks while
+        the commit is still being made. Counted from the wait's own start
+        instead when this store committed meanwhile: its own commits (its
+        runs' steps) are no news."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         seen = self._db.seen_at(since) if isinstance(since, Mark) else None
