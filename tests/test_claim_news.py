@@ -72,7 +72,7 @@ async def test_work_committed_after_a_mark_ends_the_wait_at_once(
     await _ready(store)
     other = await stead.open_store(db_url)
     try:
-        mark = store.work_mark()
+        mark = await store.work_mark()
         await other.create_run(NewRun("after-mark", "wf", 1, None, "{}"))
         began = time.monotonic()
         await store.wait_for_work(30.0, since=mark)
@@ -84,7 +84,7 @@ async def test_work_committed_after_a_mark_ends_the_wait_at_once(
 @pytest.mark.sqlite_only
 async def test_the_stores_own_commits_since_a_mark_are_no_news(store: stead.Store) -> None:
     await _ready(store)
-    mark = store.work_mark()
+    mark = await store.work_mark()
     assert mark is not None
     # A commit of this store (a run's step, a start) changes the file's data
     # version too; the wait of this store's own worker is not woken by it.

@@ -35,7 +35,7 @@ class Rule(enum.StrEnum):
 
 
 RULES: dict[str, Rule] = {
-    **dict.fromkeys(("keyring", "close", "open", "check_schema", "wait_for_work",
+    **dict.fromkeys(("keyring", "close", "open", "check_schema", "wait_for_work", "work_mark",
                      "revoke_stream_token", "worker_hosts", "lease_now", "read_blobs",
                      "prices"), Rule.FREE),
     **dict.fromkeys((

@@ -177,7 +177,7 @@ class Worker:
                 backing_off = self._backing_off()
                 # Taken before the claim looks: what is committed while it
                 # looks wakes the wait after it (see `Store.work_mark`).
-                mark = self.store.work_mark()
+                mark = await self.store.work_mark()
                 if free > 0:
                     began = time.perf_counter()
                     try:

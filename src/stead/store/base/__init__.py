@@ -127,10 +127,12 @@ class Store(Runs, Leases, Journals, Waits, TaskState, Intents, Actions, Migratio
             self._legacy_read = True
         return ring.with_legacy(self._legacy)
 
-    def work_mark(self) -> WorkMark | None:
+    async def work_mark(self) -> WorkMark | None:
         """Where the store stands for idle workers, taken before a claim looks
         for runs; given to the wait after a claim that found nothing
-        (`wait_for_work`'s `since`). None where the store has no such mark."""
+        (`wait_for_work`'s `since`). None where the store has no such mark.
+        A coroutine, as the store's whole interface is, though nothing in it
+        waits: stores that wrap a store hand on its coroutines."""
         return self.database.work_mark()
 
     async def wait_for_work(self, timeout: float, *,
