@@ -375,7 +375,7 @@ class Connector:
         if self._ended != begun:
             return None
         version = self.data_version()
-        if version is None or self._ended != begun or self._begun != begun:
+        if version is None or self._begun != begun:  # one began while it was read
             return None
         return Mark(version, begun)
 
@@ -384,9 +384,8 @@ class Connector:
         since: any change of the version from it is then another
         connection's commit. None if it has (its own commit would look like
         news)."""
-        if self._begun != mark.begun or self._ended != self._begun:
-            return None
-        return mark.version
+        # None was in flight at the mark, so none began since if the count is the same.
+        return mark.version if self._begun == mark.begun else None
 
     def data_version(self) -> int | None:
         """Changes with every commit made to the file on another connection;
