@@ -319,8 +319,8 @@ async def w_waits_worker(job: dict[str, Any]) -> dict[str, Any]:
     # a wake-up into noticing the delivery and resuming the run.
     watch = store.database.wait_for_work
 
-    async def watched(timeout: float) -> None:
-        await watch(timeout)
+    async def watched(timeout: float, **how: Any) -> None:
+        await watch(timeout, **how)  # its `ring` and `since` too: see `Store.wait_for_work`
         noticed.append(common.now())
 
     store.database.wait_for_work = watched  # type: ignore[method-assign]
