@@ -25,6 +25,7 @@ from stead.store.base.intents import Intents
 from stead.store.base.journal import Journals
 from stead.store.base.leases import Leases
 from stead.store.base.migrations import Migrations
+from stead.store.base.news import NewsWait
 from stead.store.base.payloads import Payloads
 from stead.store.base.retention import Retention
 from stead.store.base.runs import Runs
@@ -82,6 +83,7 @@ class Store(Runs, Leases, Journals, Waits, TaskState, Intents, Actions, Migratio
         self._legacy: bytes | None = None
         self._legacy_read = False
         self._absences = _holders.Absences()
+        self._news = NewsWait(database)  # a wait that fails becomes the poll
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -147,11 +149,10 @@ class Store(Runs, Leases, Journals, Waits, TaskState, Intents, Actions, Migratio
         after it, before this wait began, counts too."""
         local = self.database.local
         if local is None:
-            await self.database.wait_for_work(timeout, ring=ring, since=since)
+            await self._news.wait(timeout, ring, since)
             return
         with local.waiting(ring) as news:
-            await waiting.first(self.database.wait_for_work(timeout, ring=ring, since=since),
-                                bells=(news,))
+            await waiting.first(self._news.wait(timeout, ring, since), bells=(news,))
 
     @property
     def commits(self) -> int:
