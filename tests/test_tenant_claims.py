@@ -203,6 +203,20 @@ async def test_a_burst_does_not_take_every_slot(store: stead.Store) -> None:
     assert await _tenants_of(store, second) == {"a": 3, "b": 1}
     third = await store.claim_fair(fair.Policy(), "w1", HOSTED, LEASE, 4)
     assert await _tenants_of(store, third) == {"a": 4}
+    # Each run the claim returns names its tenant, as the store does (one
+    # tenant's claim and several tenants' in one statement alike).
+    for rows in (first, second, third):
+        assert collections.Counter(r.tenant or "" for r in rows) == \
+            await _tenants_of(store, rows)
+
+
+async def test_a_fair_claim_of_runs_of_no_tenant_names_none(store: stead.Store) -> None:
+    client = stead.Client(store, app)
+    await _start(client, None, 2)
+    await _start(client, "a", 2)
+    taken = await store.claim_fair(fair.Policy(), "w1", HOSTED, LEASE, 4)
+    assert sorted(r.tenant or "-" for r in taken) == ["-", "-", "a", "a"]
+    assert {r.tenant for r in taken} == {None, "a"}  # none is None, never ''
 
 
 async def test_a_backlog_with_nothing_in_flight_leaves_the_kept_slot(

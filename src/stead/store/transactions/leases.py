@@ -112,8 +112,8 @@ def claim_fair(policy: fair.Policy, params: dict[str, Any], limit: int, turn: in
             break
         taken = yield from _claim_tenants(params, plan)
         for tenant, wanted in plan.items():
-            got = taken[tenant]
-            claimed += (dataclasses.replace(run, tenant=tenant or None) for run in got)
+            got = taken[tenant]  # each run naming its tenant (the claim's queries read it)
+            claimed += got
             was = loads[tenant]
             # Fewer than asked: the tenant has no more ready for this worker.
             loads[tenant] = fair.Load(tenant, was.active + len(got),

@@ -1759,6 +1759,7 @@ FROM n AS t;
 -- Lease up to %(limit)s runs of one tenant outside any queue, oldest first
 -- (due sleepers too, as in claim), read through run_tenants' indexes for that
 -- tenant alone. SKIP LOCKED as in claim. A run's first claim sets started_at.
+-- Each row returned names its tenant (the claim's).
 WITH runnable AS (
     SELECT rt.run_id, rt.created_at FROM run_tenants AS rt
     JOIN runs AS r ON r.run_id = rt.run_id
@@ -1793,7 +1794,7 @@ SET epoch = runs.epoch + 1, lease_owner = %(worker_id)s, lease_expires_at =
     started_at = COALESCE(runs.started_at, %(now)s)
 FROM picked
 WHERE runs.run_id = picked.run_id
-RETURNING runs.*,
+RETURNING runs.*, %(tenant)s::text AS tenant,
     (SELECT e.until FROM lease_ends AS e
      WHERE e.run_id = runs.run_id AND e.epoch = runs.epoch - 1) AS prior_lease_until;
 
@@ -1844,7 +1845,7 @@ SET epoch = runs.epoch + 1, lease_owner = %(worker_id)s, lease_expires_at =
     started_at = COALESCE(runs.started_at, %(now)s)
 FROM picked
 WHERE runs.run_id = picked.run_id
-RETURNING runs.*, picked.tenant AS claimed_for,
+RETURNING runs.*, picked.tenant AS claimed_for, picked.tenant AS tenant,
     (SELECT e.until FROM lease_ends AS e
      WHERE e.run_id = runs.run_id AND e.epoch = runs.epoch - 1) AS prior_lease_until;
 

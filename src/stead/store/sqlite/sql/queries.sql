@@ -1373,7 +1373,8 @@ FROM n AS t;
 -- name: claim_tenant
 -- Lease up to :limit runs of one tenant outside any queue, oldest first (a
 -- due sleeper by its creation too, as in claim), read through run_tenants'
--- indexes for that tenant alone. A run's first claim sets started_at.
+-- indexes for that tenant alone. A run's first claim sets started_at. Each
+-- row returned names its tenant (the claim's, as run_tenants holds it).
 UPDATE runs
 SET epoch = epoch + 1, lease_owner = :worker_id, lease_expires_at =
     COALESCE(:lease_now, (julianday('now') - 2440587.5) * 86400.0) + :lease_seconds,
@@ -1404,7 +1405,7 @@ WHERE run_id IN (
     )
     ORDER BY created_at LIMIT :limit
 )
-RETURNING *;
+RETURNING *, :tenant AS tenant;
 
 -- name: claim_tenants
 -- Empty: SQLite has no LIMIT that reads a column of the row it is read for,
