@@ -135,7 +135,7 @@ def _claim_tenants(params: dict[str, Any],
             **params, "tenants": list(plan), "limits": list(plan.values())})
         if found is not None:
             for r in found:
-                taken[str(r["claimed_for"])].append(_rows.run(r))
+                taken[str(r["tenant"])].append(_rows.run(r))
             return taken
     for tenant, wanted in plan.items():
         taken[tenant] = [_rows.run(r) for r in (yield rows("claim_tenant", {

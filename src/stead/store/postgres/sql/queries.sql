@@ -1803,7 +1803,7 @@ RETURNING runs.*, %(tenant)s::text AS tenant,
 -- runs of %(tenants)s[i] (arrays of one length, the tenants distinct), each
 -- tenant's read through its own index range as in claim_tenant (LATERAL:
 -- one bounded probe per tenant, however many runs a tenant has). Each row
--- says in claimed_for which tenant it was claimed for.
+-- names the tenant it was claimed for (tenant, as claim_tenant's do).
 WITH plan AS (
     SELECT p.tenant, p.most FROM unnest(%(tenants)s::text[], %(limits)s::int[]) AS p (tenant, most)
 ), runnable AS (
@@ -1845,7 +1845,7 @@ SET epoch = runs.epoch + 1, lease_owner = %(worker_id)s, lease_expires_at =
     started_at = COALESCE(runs.started_at, %(now)s)
 FROM picked
 WHERE runs.run_id = picked.run_id
-RETURNING runs.*, picked.tenant AS claimed_for, picked.tenant AS tenant,
+RETURNING runs.*, picked.tenant AS tenant,
     (SELECT e.until FROM lease_ends AS e
      WHERE e.run_id = runs.run_id AND e.epoch = runs.epoch - 1) AS prior_lease_until;
 
